@@ -1,0 +1,158 @@
+//! The run row format `memcal-run/1`: one JSON file per measured training run, written by the
+//! harness (`memcal-measure`) and read by the calibration engine. Documented in
+//! `docs/run-format.md`. Both sides use these types, so they agree by construction.
+
+use serde::{Deserialize, Serialize};
+
+/// The format tag every row carries.
+pub const RUN_FORMAT: &str = "memcal-run/1";
+
+/// One measured run: one graph, one batch, one device, one precision.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RunRow {
+    /// Always [`RUN_FORMAT`].
+    pub format: String,
+    /// Unique id, by convention `<regime>/<graph>/b<batch>[/cap<GiB>]`.
+    pub run_id: String,
+    /// The graph that was built and run.
+    pub graph: GraphRef,
+    /// Batch size.
+    pub batch: u64,
+    /// Precision profile: `fp32` or `bf16-autocast`.
+    pub precision: String,
+    /// Regime label, e.g. `cpu-free`, `cpu-edge`, `cuda-free`.
+    pub regime: String,
+    /// `after-fit` for rows measured after the shipped factors were fixed; never fitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub marker: Option<String>,
+    /// The device and its allocator.
+    pub device: DeviceInfo,
+    /// Host name of the machine that ran it.
+    pub host: String,
+    /// RFC 3339 UTC time at which the run started.
+    pub timestamp: String,
+    /// Version of the harness that wrote the row.
+    pub tool_version: String,
+    /// Trainable parameters: as the graph counts them and as the built model has them.
+    pub parameters: ParameterCounts,
+    /// True when the built model's parameter count differs from the graph's.
+    pub graph_mismatch: bool,
+    /// Outcome of the run.
+    pub status: RunStatus,
+    /// For `status = oom`: where it ran out, and the error text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oom: Option<Failure>,
+    /// For `status = error`: where it failed, and the error text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<Failure>,
+    /// Every phase that ran, in order. A phase that did not run is absent (never zero-filled).
+    pub phases: Vec<Phase>,
+    /// Overall peak over the phases; present iff `status = completed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak: Option<Peak>,
+}
+
+/// Which graph file a row ran, pinned by content.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct GraphRef {
+    /// The graph's `name` (also its file stem under `data/graphs/`).
+    pub name: String,
+    /// SHA-256 (hex) of the graph file's bytes at the time of the run.
+    pub sha256: String,
+}
+
+/// The device a run used.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct DeviceInfo {
+    /// `cpu` or `cuda`.
+    pub kind: String,
+    /// Human name: the GPU's name, or the CPU model.
+    pub name: String,
+    /// Physical capacity in bytes (GPU memory; host memory for CPU).
+    pub capacity_bytes: u64,
+    /// Emulated capacity in bytes (`--cap-gib`), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub emulated_capacity_bytes: Option<u64>,
+    /// Allocator backend, e.g. `cuda-caching-allocator` or `cpu-counting-allocator`.
+    pub allocator: String,
+    /// True on CPU, where the counting allocator has no cache: reserved equals allocated.
+    pub reserved_equals_allocated: bool,
+    /// torch version, e.g. `2.11.0`.
+    pub torch: String,
+    /// CUDA runtime version, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cuda: Option<String>,
+    /// GPU driver version, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub driver: Option<String>,
+    /// CPU cores (threads torch used).
+    pub cores: u64,
+}
+
+/// Trainable parameter counts.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ParameterCounts {
+    pub graph: u64,
+    pub built: u64,
+}
+
+/// Outcome of a run.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[serde(rename_all = "lowercase")]
+pub enum RunStatus {
+    /// All phases ran.
+    Completed,
+    /// An allocation failed for lack of memory.
+    Oom,
+    /// Something other than memory failed (a bug to fix, never dropped).
+    Error,
+}
+
+/// Where and how a run failed.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Failure {
+    /// The phase name, e.g. `step2.backward`.
+    pub phase: String,
+    /// The error text as torch reported it.
+    pub message: String,
+}
+
+/// One phase's allocator readings. Values are raw bytes.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Phase {
+    /// `model_load`, `inputs`, `step1.forward`, `step1.backward`, `step1.optimizer`, ...
+    pub name: String,
+    /// `ok`, `oom` or `error`.
+    pub status: String,
+    pub allocated_start: u64,
+    pub reserved_start: u64,
+    /// Peak during the phase (the peak counter is reset at the phase start).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allocated_peak: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reserved_peak: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allocated_end: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reserved_end: Option<u64>,
+    /// Wall time of the phase in seconds.
+    pub wall_seconds: f64,
+}
+
+/// The overall peak of a completed run.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Peak {
+    /// Highest allocated bytes over all phases.
+    pub allocated_bytes: u64,
+    /// Highest reserved bytes over all phases.
+    pub reserved_bytes: u64,
+    /// The phase in which the allocated peak occurred.
+    pub phase: String,
+}
