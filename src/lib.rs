@@ -8,3 +8,6 @@ pub mod error;
 pub mod run;
 
 pub use error::{Error, Result};
+pub mod graph;
+pub mod ops;
+pub mod shape;

@@ -1,0 +1,465 @@
+//! Loading and checking `memcal-graph/1` files: parse, type every op, order the nodes, infer
+//! every shape. Any problem is an [`Error`] naming the file and the node or field.
+
+use crate::error::{Error, Result};
+use crate::ops::Op;
+use crate::shape::{Dim, Shape};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+/// The format tag every graph carries.
+pub const GRAPH_FORMAT: &str = "memcal-graph/1";
+
+/// Element type of a graph input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DType {
+    /// An activation input; its bytes follow the run's precision profile.
+    Float32,
+    /// Token ids or class labels.
+    Int64,
+}
+
+/// One dimension as written in a file: `"B"` or a positive integer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum FileDim {
+    Size(u64),
+    Symbol(String),
+}
+
+/// A graph input as written in the file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InputFile {
+    pub name: String,
+    pub shape: Vec<FileDim>,
+    pub dtype: DType,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub classes: Option<u64>,
+}
+
+/// An extra non-trainable buffer (accelerate counts them).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BufferFile {
+    pub name: String,
+    pub shape: Vec<u64>,
+    pub dtype: String,
+}
+
+/// A node as written in the file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeFile {
+    pub id: String,
+    pub op: String,
+    pub inputs: Vec<String>,
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    pub attributes: Map<String, Value>,
+}
+
+/// A whole graph file, as written.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GraphFile {
+    pub format: String,
+    pub name: String,
+    pub family: String,
+    pub variant: String,
+    #[serde(default)]
+    pub cut_from: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    pub inputs: Vec<InputFile>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub buffers: Vec<BufferFile>,
+    pub nodes: Vec<NodeFile>,
+    pub loss: String,
+}
+
+/// A checked graph input.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Input {
+    pub name: String,
+    pub shape: Shape,
+    pub dtype: DType,
+    pub classes: Option<u64>,
+}
+
+/// A checked node: typed op, inputs, inferred output shape.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Node {
+    pub id: String,
+    pub op: Op,
+    pub inputs: Vec<String>,
+    pub output: Shape,
+}
+
+/// A loaded, checked graph. Nodes are in a topological order (the file's order where it is one).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Graph {
+    pub name: String,
+    pub family: String,
+    pub variant: String,
+    pub cut_from: Option<String>,
+    pub description: Option<String>,
+    pub inputs: Vec<Input>,
+    pub buffers: Vec<BufferFile>,
+    pub nodes: Vec<Node>,
+    pub loss: String,
+    /// SHA-256 (hex) of the file's bytes; empty for a graph built in memory.
+    pub sha256: String,
+    /// Where it was loaded from, if anywhere.
+    #[serde(skip)]
+    pub path: Option<PathBuf>,
+}
+
+/// SHA-256 of bytes, lower-case hex.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    let digest = Sha256::digest(bytes);
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+impl Graph {
+    /// Reads, parses and checks a graph file.
+    pub fn load(path: &Path) -> Result<Graph> {
+        let bytes = std::fs::read(path).map_err(|source| Error::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let mut g = Graph::from_bytes(&bytes, path)?;
+        g.path = Some(path.to_path_buf());
+        Ok(g)
+    }
+
+    /// Parses and checks graph bytes; `path` is only used in messages.
+    pub fn from_bytes(bytes: &[u8], path: &Path) -> Result<Graph> {
+        let text = std::str::from_utf8(bytes).map_err(|e| Error::Parse {
+            path: path.to_path_buf(),
+            what: "graph",
+            message: format!("not UTF-8 text ({e})"),
+        })?;
+        let file: GraphFile = serde_json::from_str(text).map_err(|e| Error::Parse {
+            path: path.to_path_buf(),
+            what: "graph JSON",
+            message: e.to_string(),
+        })?;
+        let mut g = Graph::check(&file, path)?;
+        g.sha256 = sha256_hex(bytes);
+        Ok(g)
+    }
+
+    /// Checks a parsed file: format, names, ops, order, shapes, ties, loss.
+    pub fn check(file: &GraphFile, path: &Path) -> Result<Graph> {
+        if file.format != GRAPH_FORMAT {
+            return Err(Error::field(
+                path,
+                "format",
+                format!(
+                    "expected \"{GRAPH_FORMAT}\", found \"{}\"; this memcal reads only {GRAPH_FORMAT}",
+                    file.format
+                ),
+            ));
+        }
+        for (field, value) in [
+            ("name", &file.name),
+            ("family", &file.family),
+            ("variant", &file.variant),
+        ] {
+            if value.trim().is_empty() {
+                return Err(Error::field(path, field, "must not be empty"));
+            }
+        }
+        let mut shapes: HashMap<&str, Shape> = HashMap::new();
+        let mut inputs = Vec::new();
+        for (i, input) in file.inputs.iter().enumerate() {
+            let field = format!("inputs[{i}]");
+            let mut dims = Vec::new();
+            for d in &input.shape {
+                dims.push(match d {
+                    FileDim::Size(n) if *n > 0 => Dim::fixed(*n),
+                    FileDim::Symbol(s) if s == "B" => Dim::batch(),
+                    other => {
+                        return Err(Error::field(
+                            path,
+                            &format!("{field}.shape"),
+                            format!("entries must be \"B\" or a positive integer, found {other:?}"),
+                        ))
+                    }
+                });
+            }
+            if input.dtype == DType::Int64 && !matches!(input.classes, Some(c) if c > 0) {
+                return Err(Error::field(
+                    path,
+                    &format!("{field}.classes"),
+                    "an int64 input needs `classes` (a positive integer: values are drawn in [0, classes))",
+                ));
+            }
+            if shapes.insert(&input.name, Shape(dims.clone())).is_some() {
+                return Err(Error::field(
+                    path,
+                    &field,
+                    format!("duplicate input name `{}`", input.name),
+                ));
+            }
+            inputs.push(Input {
+                name: input.name.clone(),
+                shape: Shape(dims),
+                dtype: input.dtype,
+                classes: input.classes,
+            });
+        }
+
+        // Type every op first, so an unknown op is reported before ordering problems.
+        let mut ops = Vec::with_capacity(file.nodes.len());
+        let mut index: BTreeMap<&str, usize> = BTreeMap::new();
+        for (i, n) in file.nodes.iter().enumerate() {
+            if n.id.trim().is_empty() {
+                return Err(Error::field(
+                    path,
+                    &format!("nodes[{i}].id"),
+                    "must not be empty",
+                ));
+            }
+            if shapes.contains_key(n.id.as_str()) || index.insert(&n.id, i).is_some() {
+                return Err(Error::node(
+                    path,
+                    &n.id,
+                    "duplicate id (ids and input names must be unique)",
+                ));
+            }
+            let op = Op::parse(&n.op, &n.attributes).map_err(|m| Error::node(path, &n.id, m))?;
+            let (lo, hi) = op.arity();
+            if n.inputs.len() < lo || n.inputs.len() > hi {
+                let want = if lo == hi {
+                    lo.to_string()
+                } else if hi == usize::MAX {
+                    format!("at least {lo}")
+                } else {
+                    format!("{lo} to {hi}")
+                };
+                return Err(Error::node(
+                    path,
+                    &n.id,
+                    format!("`{}` takes {want} input(s), found {}", n.op, n.inputs.len()),
+                ));
+            }
+            for inp in &n.inputs {
+                if !shapes.contains_key(inp.as_str()) && !file.nodes.iter().any(|m| &m.id == inp) {
+                    return Err(Error::node(
+                        path,
+                        &n.id,
+                        format!("input `{inp}` is neither a graph input nor a node"),
+                    ));
+                }
+            }
+            ops.push(op);
+        }
+
+        // Kahn's algorithm, taking ready nodes in file order: a file already in order keeps it.
+        let n = file.nodes.len();
+        let mut pending: Vec<usize> = file
+            .nodes
+            .iter()
+            .map(|node| {
+                node.inputs
+                    .iter()
+                    .filter(|i| index.contains_key(i.as_str()))
+                    .count()
+            })
+            .collect();
+        let mut users: Vec<Vec<usize>> = vec![Vec::new(); n];
+        for (i, node) in file.nodes.iter().enumerate() {
+            for inp in &node.inputs {
+                if let Some(&j) = index.get(inp.as_str()) {
+                    users[j].push(i);
+                }
+            }
+        }
+        let mut ready: std::collections::BTreeSet<usize> =
+            (0..n).filter(|&i| pending[i] == 0).collect();
+        let mut order = Vec::with_capacity(n);
+        while let Some(i) = ready.pop_first() {
+            order.push(i);
+            for &u in &users[i] {
+                pending[u] -= 1;
+                if pending[u] == 0 {
+                    ready.insert(u);
+                }
+            }
+        }
+        if order.len() < n {
+            let stuck = (0..n).find(|i| pending[*i] > 0).unwrap_or(0);
+            return Err(Error::node(
+                path,
+                &file.nodes[stuck].id,
+                "is part of a cycle (a node depends on its own output)",
+            ));
+        }
+
+        let mut nodes = Vec::with_capacity(n);
+        for i in order {
+            let nf = &file.nodes[i];
+            let op = ops[i].clone();
+            let ins: Vec<&Shape> = nf.inputs.iter().map(|x| &shapes[x.as_str()]).collect();
+            for (k, (name, s)) in nf.inputs.iter().zip(&ins).enumerate() {
+                let int_input = inputs
+                    .iter()
+                    .any(|g| &g.name == name && g.dtype == DType::Int64);
+                let wants_int = matches!(op, Op::Embedding { .. })
+                    || (k == 1 && matches!(op, Op::CrossEntropy));
+                if int_input != wants_int {
+                    return Err(Error::node(
+                        path,
+                        &nf.id,
+                        if wants_int {
+                            format!("input `{name}` {s} must be an int64 graph input")
+                        } else {
+                            format!("input `{name}` is an int64 graph input; only embedding and cross_entropy labels take one")
+                        },
+                    ));
+                }
+            }
+            let output = op.infer(&ins).map_err(|m| Error::node(path, &nf.id, m))?;
+            shapes.insert(&nf.id, output.clone());
+            nodes.push(Node {
+                id: nf.id.clone(),
+                op,
+                inputs: nf.inputs.clone(),
+                output,
+            });
+        }
+
+        // Ties: a tied linear must name an embedding whose table matches it.
+        for node in &nodes {
+            if let Op::Linear {
+                in_features,
+                out_features,
+                tie: Some(t),
+                ..
+            } = &node.op
+            {
+                let target = nodes.iter().find(|m| &m.id == t);
+                match target.map(|m| &m.op) {
+                    Some(Op::Embedding {
+                        num_embeddings,
+                        embedding_dim,
+                    }) => {
+                        if embedding_dim != in_features || num_embeddings != out_features {
+                            return Err(Error::node(
+                                path,
+                                &node.id,
+                                format!(
+                                    "tied to `{t}` of [{num_embeddings}, {embedding_dim}], but a tied linear needs in_features = {embedding_dim} and out_features = {num_embeddings}, found {in_features} and {out_features}"
+                                ),
+                            ));
+                        }
+                    }
+                    _ => {
+                        return Err(Error::node(
+                            path,
+                            &node.id,
+                            format!("`tie` names `{t}`, which is not an embedding node"),
+                        ))
+                    }
+                }
+            }
+        }
+
+        match nodes.iter().find(|m| m.id == file.loss) {
+            None => {
+                return Err(Error::field(
+                    path,
+                    "loss",
+                    format!("names `{}`, which is not a node", file.loss),
+                ))
+            }
+            Some(m) if !m.op.is_loss() => {
+                return Err(Error::field(
+                    path,
+                    "loss",
+                    format!(
+                        "`{}` is a `{}` node; the loss must be cross_entropy or mse",
+                        m.id,
+                        m.op.name()
+                    ),
+                ))
+            }
+            Some(_) => {}
+        }
+
+        Ok(Graph {
+            name: file.name.clone(),
+            family: file.family.clone(),
+            variant: file.variant.clone(),
+            cut_from: file.cut_from.clone(),
+            description: file.description.clone(),
+            inputs,
+            buffers: file.buffers.clone(),
+            nodes,
+            loss: file.loss.clone(),
+            sha256: String::new(),
+            path: None,
+        })
+    }
+
+    /// Trainable parameters, a tied weight counted once.
+    pub fn parameters(&self) -> u64 {
+        self.nodes.iter().map(|n| n.op.parameters()).sum()
+    }
+
+    /// False when no input has a batch axis: the graph loads, but is flagged "no batch axis".
+    pub fn has_batch_axis(&self) -> bool {
+        self.inputs.iter().any(|i| i.shape.has_batch())
+    }
+
+    /// The shape of a value (graph input or node output) by name.
+    pub fn shape_of(&self, name: &str) -> Option<&Shape> {
+        self.inputs
+            .iter()
+            .find(|i| i.name == name)
+            .map(|i| &i.shape)
+            .or_else(|| self.nodes.iter().find(|n| n.id == name).map(|n| &n.output))
+    }
+}
+
+/// Loads every `*.json` graph under a folder, sorted by file name. Errors name the file.
+pub fn load_dir(dir: &Path) -> Result<Vec<Graph>> {
+    let entries = std::fs::read_dir(dir).map_err(|source| Error::Io {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    let mut paths = Vec::new();
+    for e in entries {
+        let e = e.map_err(|source| Error::Io {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        let p = e.path();
+        if p.extension().is_some_and(|x| x == "json") {
+            paths.push(p);
+        }
+    }
+    paths.sort();
+    let mut graphs = Vec::with_capacity(paths.len());
+    for p in paths {
+        let g = Graph::load(&p)?;
+        let stem = p.file_stem().and_then(|s| s.to_str()).unwrap_or_default();
+        if stem != g.name {
+            return Err(Error::field(
+                &p,
+                "name",
+                format!(
+                    "is `{}` but the file is named `{stem}.json`; rename one so they agree",
+                    g.name
+                ),
+            ));
+        }
+        graphs.push(g);
+    }
+    Ok(graphs)
+}
