@@ -334,38 +334,71 @@ impl Graph {
             });
         }
 
-        // Ties: a tied linear must name an embedding whose table matches it.
+        // Ties: a tied linear or embedding must name an embedding that owns its table (is not
+        // tied itself) and whose table matches it.
         for node in &nodes {
-            if let Op::Linear {
-                in_features,
-                out_features,
-                tie: Some(t),
-                ..
-            } = &node.op
-            {
-                let target = nodes.iter().find(|m| &m.id == t);
-                match target.map(|m| &m.op) {
-                    Some(Op::Embedding {
-                        num_embeddings,
-                        embedding_dim,
-                    }) => {
-                        if embedding_dim != in_features || num_embeddings != out_features {
-                            return Err(Error::node(
-                                path,
-                                &node.id,
-                                format!(
-                                    "tied to `{t}` of [{num_embeddings}, {embedding_dim}], but a tied linear needs in_features = {embedding_dim} and out_features = {num_embeddings}, found {in_features} and {out_features}"
-                                ),
-                            ));
-                        }
-                    }
-                    _ => {
+            let (t, want_num, want_dim, what) = match &node.op {
+                Op::Linear {
+                    in_features,
+                    out_features,
+                    tie: Some(t),
+                    ..
+                } => (
+                    t,
+                    *out_features,
+                    *in_features,
+                    "a tied linear needs in_features = {dim} and out_features = {num}",
+                ),
+                Op::Embedding {
+                    num_embeddings,
+                    embedding_dim,
+                    tie: Some(t),
+                } => (
+                    t,
+                    *num_embeddings,
+                    *embedding_dim,
+                    "a tied embedding needs num_embeddings = {num} and embedding_dim = {dim}",
+                ),
+                _ => continue,
+            };
+            let target = nodes.iter().find(|m| &m.id == t);
+            match target.map(|m| &m.op) {
+                Some(Op::Embedding {
+                    num_embeddings,
+                    embedding_dim,
+                    tie: None,
+                }) => {
+                    if *embedding_dim != want_dim || *num_embeddings != want_num {
+                        let need = what
+                            .replace("{dim}", &embedding_dim.to_string())
+                            .replace("{num}", &num_embeddings.to_string());
+                        let found = if matches!(node.op, Op::Linear { .. }) {
+                            format!("{want_dim} and {want_num}")
+                        } else {
+                            format!("{want_num} and {want_dim}")
+                        };
                         return Err(Error::node(
                             path,
                             &node.id,
-                            format!("`tie` names `{t}`, which is not an embedding node"),
-                        ))
+                            format!(
+                                "tied to `{t}` of [{num_embeddings}, {embedding_dim}], but {need}, found {found}"
+                            ),
+                        ));
                     }
+                }
+                Some(Op::Embedding { tie: Some(_), .. }) => {
+                    return Err(Error::node(
+                        path,
+                        &node.id,
+                        format!("`tie` names `{t}`, which is itself tied; name the embedding that owns the table"),
+                    ))
+                }
+                _ => {
+                    return Err(Error::node(
+                        path,
+                        &node.id,
+                        format!("`tie` names `{t}`, which is not an embedding node"),
+                    ))
                 }
             }
         }

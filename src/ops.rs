@@ -88,6 +88,9 @@ pub enum Op {
     Embedding {
         num_embeddings: u64,
         embedding_dim: u64,
+        /// Another embedding whose table this one reads (T5's shared table used by encoder and
+        /// decoder); a tied embedding owns no parameters.
+        tie: Option<String>,
     },
     Conv1d(Conv),
     Conv2d(Conv),
@@ -384,6 +387,15 @@ impl Op {
             "embedding" => Op::Embedding {
                 num_embeddings: a.size("num_embeddings")?,
                 embedding_dim: a.size("embedding_dim")?,
+                tie: match a.get("tie") {
+                    None | Some(Value::Null) => None,
+                    Some(Value::String(s)) => Some(s.clone()),
+                    Some(v) => {
+                        return Err(format!(
+                            "attribute `tie` must name an embedding node, found {v}"
+                        ))
+                    }
+                },
             },
             "conv1d" => Op::Conv1d(conv(&mut a)?),
             "conv2d" => Op::Conv2d(conv(&mut a)?),
@@ -662,7 +674,12 @@ impl Op {
             Op::Embedding {
                 num_embeddings,
                 embedding_dim,
-            } => p.push(vec![*num_embeddings, *embedding_dim]),
+                tie,
+            } => {
+                if tie.is_none() {
+                    p.push(vec![*num_embeddings, *embedding_dim]);
+                }
+            }
             Op::Conv1d(c) => {
                 p.push(vec![
                     c.out_channels,
