@@ -674,12 +674,8 @@ impl Op {
             Op::Embedding {
                 num_embeddings,
                 embedding_dim,
-                tie,
-            } => {
-                if tie.is_none() {
-                    p.push(vec![*num_embeddings, *embedding_dim]);
-                }
-            }
+                tie: None,
+            } => p.push(vec![*num_embeddings, *embedding_dim]),
             Op::Conv1d(c) => {
                 p.push(vec![
                     c.out_channels,
