@@ -2,12 +2,19 @@
 //! held-out splits, and publish a static calibration site.
 //!
 //! Data flows one way: [`graph`] (typed model graphs) -> [`features`] (six per run) -> [`plan`]
-//! (the estimate, the bound, card verdicts) and [`baselines`]; [`run`] holds the measured row format.
+//! (the estimate, the bound, card verdicts) and [`baselines`]; [`run`] holds the measured row
+//! format and [`factors`] the shipped factors file.
 
+pub mod baselines;
+pub mod cli_plan;
 pub mod error;
-pub mod run;
-
-pub use error::{Error, Result};
+pub mod factors;
+pub mod features;
 pub mod graph;
 pub mod ops;
+pub mod plan;
+pub mod run;
 pub mod shape;
+pub mod units;
+
+pub use error::{Error, Result};

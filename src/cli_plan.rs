@@ -1,0 +1,114 @@
+//! Text rendering of a [`Plan`] for `memcal plan` (formatting only: every number is in the plan).
+
+use crate::features::FEATURE_NAMES;
+use crate::plan::Plan;
+use crate::units::{both, gb};
+use std::fmt::Write;
+
+/// The human-readable table `memcal plan` prints.
+pub fn render(p: &Plan) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "graph       {} (family {})", p.graph, p.family);
+    let _ = writeln!(s, "batch       {}", p.batch);
+    let _ = writeln!(s, "precision   {}", p.precision);
+    let _ = writeln!(s, "parameters  {}", group(p.parameters));
+    if !p.has_batch_axis {
+        let _ = writeln!(
+            s,
+            "warning     no batch axis: no input has a `B` dimension, so the batch changes nothing"
+        );
+    }
+    let _ = writeln!(
+        s,
+        "\n{:<18} {:>22} {:>8} {:>28}",
+        "feature", "bytes", "factor", "contribution"
+    );
+    for (i, (name, v)) in FEATURE_NAMES.iter().zip(p.features.as_array()).enumerate() {
+        let _ = writeln!(
+            s,
+            "{:<18} {:>22} {:>8.3} {:>28}",
+            name,
+            group(v),
+            p.factors[i],
+            both(p.factors[i] * v as f64)
+        );
+    }
+    let _ = writeln!(s, "\nestimate    {}", both(p.estimate_bytes));
+    let _ = writeln!(
+        s,
+        "bound       {}  (max(floor, estimate x q95 = {:.2}))",
+        both(p.bound_bytes),
+        p.q95
+    );
+    let _ = writeln!(
+        s,
+        "\n{:<10} {:<26} {:<14}",
+        "card", "plan (estimate x 1.15)", "bound"
+    );
+    for v in &p.cards {
+        let _ = writeln!(
+            s,
+            "{:<10} {:<26} {:<14}",
+            v.card.name,
+            if v.plan_fits { "fits" } else { "does not fit" },
+            v.bound.as_str()
+        );
+    }
+    let _ = writeln!(
+        s,
+        "\nsmallest card (plan)   {}",
+        p.smallest_card
+            .as_ref()
+            .map_or("none of the cards".to_string(), |c| c.name.clone())
+    );
+    let _ = writeln!(
+        s,
+        "smallest card (bound)  {}",
+        p.smallest_card_bound
+            .as_ref()
+            .map_or("none of the cards".to_string(), |c| c.name.clone())
+    );
+    let a = &p.accelerate;
+    let _ = writeln!(s, "\nbaselines");
+    let _ = writeln!(
+        s,
+        "  accelerate estimate-memory ({} row): training {} | as it prints: largest layer {}, total {}, training {}",
+        a.dtype_row,
+        both(a.training_bytes as f64),
+        a.printed_largest_layer,
+        a.printed_total,
+        a.printed_training
+    );
+    match &p.textbook {
+        Ok(t) => {
+            let _ = writeln!(
+                s,
+                "  textbook 14P + L·B·T·(34d + 5hT): {} (L={}, T={}, d={}, h={}; model {}, activations {})",
+                both(t.total_bytes as f64),
+                t.layers,
+                t.sequence,
+                t.hidden,
+                t.heads,
+                gb(t.model_bytes as f64),
+                gb(t.activation_bytes as f64)
+            );
+        }
+        Err(why) => {
+            let _ = writeln!(s, "  textbook formula: not applicable ({why})");
+        }
+    }
+    s
+}
+
+/// 124439808 -> "124,439,808".
+pub fn group(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}

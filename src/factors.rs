@@ -1,0 +1,193 @@
+//! `data/factors.json`: the planner's shipped factors per precision profile, the headroom, the
+//! upper-bound multipliers, the bound floor, the card lists and the fit's settings. Only
+//! `memcal fit --write-factors` rewrites it.
+
+use crate::error::{Error, Result};
+use crate::features::{Precision, N_FEATURES};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// The format tag of the factors file.
+pub const FACTORS_FORMAT: &str = "memcal-factors/1";
+
+/// One card: a capacity in bytes, with the name printed for it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Card {
+    pub name: String,
+    pub bytes: u64,
+}
+
+/// A measurement regime: where its rows come from and which cards its checks use.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Regime {
+    /// `cpu` or `cuda`: a CPU regime is labelled CPU everywhere.
+    pub device: String,
+    /// Human description.
+    pub description: String,
+    /// Cards (capacities) the regime's card checks use, ascending.
+    pub cards: Vec<Card>,
+}
+
+/// The factors of one precision profile, in feature order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Profile {
+    pub factors: [f64; N_FEATURES],
+}
+
+/// Upper-bound multipliers (empirical quantiles of measured / held-out prediction).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Upper {
+    pub q90: f64,
+    pub q95: f64,
+}
+
+/// How small runs are weighed in the fit.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SmallRuns {
+    pub threshold_bytes: u64,
+    pub weight: f64,
+}
+
+/// Provenance of fitted factors.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Provenance {
+    /// RFC 3339 time the factors were fixed; rows measured later are "after the fit".
+    pub fixed_at: String,
+    /// SHA-256 over the fitted rows (see the engine for the definition).
+    pub rows_sha256: String,
+    /// Number of rows fitted on.
+    pub rows: u64,
+    /// memcal version that wrote the file.
+    pub tool_version: String,
+}
+
+/// The whole factors file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FactorsFile {
+    pub format: String,
+    /// Factors per precision profile name.
+    pub profiles: BTreeMap<String, Profile>,
+    /// Safety margin of a verdict: a plan fits a card iff estimate x (1 + headroom) <= card.
+    pub headroom: f64,
+    pub upper: Upper,
+    /// The bound is never below this many bytes.
+    pub bound_floor_bytes: u64,
+    /// The planner's cards, ascending.
+    pub cards: Vec<Card>,
+    /// Regimes by label.
+    pub regimes: BTreeMap<String, Regime>,
+    /// Regimes whose rows the shipped factors and the held-out-by-architecture refits use;
+    /// the others are predicted by the "held out by regime" split.
+    pub training_regimes: Vec<String>,
+    pub small_runs: SmallRuns,
+    /// Weight of an out-of-memory inequality's shortfall in the fit.
+    pub oom_penalty: f64,
+    /// Absent until the factors are fitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provenance: Option<Provenance>,
+}
+
+impl FactorsFile {
+    /// Reads and checks the factors file.
+    pub fn load(path: &Path) -> Result<FactorsFile> {
+        let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::parse(&text, path)
+    }
+
+    /// Parses and checks factors JSON; `path` is used in messages.
+    pub fn parse(text: &str, path: &Path) -> Result<FactorsFile> {
+        let f: FactorsFile = serde_json::from_str(text).map_err(|e| Error::Parse {
+            path: path.to_path_buf(),
+            what: "factors JSON",
+            message: e.to_string(),
+        })?;
+        if f.format != FACTORS_FORMAT {
+            return Err(Error::field(
+                path,
+                "format",
+                format!("expected \"{FACTORS_FORMAT}\", found \"{}\"", f.format),
+            ));
+        }
+        for (name, p) in &f.profiles {
+            name.parse::<Precision>()
+                .map_err(|m| Error::field(path, &format!("profiles.{name}"), m))?;
+            if p.factors.iter().any(|v| !v.is_finite() || *v < 0.0) {
+                return Err(Error::field(
+                    path,
+                    &format!("profiles.{name}.factors"),
+                    "factors must be finite and non-negative",
+                ));
+            }
+        }
+        let positive = |field: &str, v: f64| {
+            if v.is_finite() && v > 0.0 {
+                Ok(())
+            } else {
+                Err(Error::field(
+                    path,
+                    field,
+                    format!("must be a positive number, found {v}"),
+                ))
+            }
+        };
+        positive("upper.q90", f.upper.q90)?;
+        positive("upper.q95", f.upper.q95)?;
+        positive("oom_penalty", f.oom_penalty)?;
+        positive("small_runs.weight", f.small_runs.weight)?;
+        if !(f.headroom.is_finite() && f.headroom >= 0.0) {
+            return Err(Error::field(
+                path,
+                "headroom",
+                "must be a non-negative number",
+            ));
+        }
+        let check_cards = |field: &str, cards: &[Card]| {
+            if cards.is_empty() || cards.windows(2).any(|w| w[0].bytes >= w[1].bytes) {
+                Err(Error::field(
+                    path,
+                    field,
+                    "must list at least one card, in ascending order of bytes",
+                ))
+            } else {
+                Ok(())
+            }
+        };
+        check_cards("cards", &f.cards)?;
+        for (name, r) in &f.regimes {
+            check_cards(&format!("regimes.{name}.cards"), &r.cards)?;
+        }
+        for t in &f.training_regimes {
+            if !f.regimes.contains_key(t) {
+                return Err(Error::field(
+                    path,
+                    "training_regimes",
+                    format!("names `{t}`, which is not in `regimes`"),
+                ));
+            }
+        }
+        Ok(f)
+    }
+
+    /// The factors of a precision profile, if the file has them.
+    pub fn factors(&self, precision: Precision) -> Option<&[f64; N_FEATURES]> {
+        self.profiles.get(precision.as_str()).map(|p| &p.factors)
+    }
+
+    /// Pretty JSON with a trailing newline: the only way the file is written.
+    pub fn to_json(&self) -> String {
+        let mut s = serde_json::to_string_pretty(self).expect("factors serialise");
+        s.push('\n');
+        s
+    }
+}

@@ -1,0 +1,264 @@
+//! The six features of a run (graph, batch, precision), in bytes. Definitions and a worked
+//! example per op family are in `docs/features.md`; `tests/features.rs` recomputes them.
+
+use crate::graph::Graph;
+use crate::ops::Op;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+/// A precision profile of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Precision {
+    /// Everything in float32 (the CPU default).
+    #[serde(rename = "fp32")]
+    Fp32,
+    /// float32 weights under bfloat16 autocast (the CUDA default).
+    #[serde(rename = "bf16-autocast")]
+    Bf16Autocast,
+}
+
+impl Precision {
+    /// Every profile, in a fixed order.
+    pub const ALL: [Precision; 2] = [Precision::Fp32, Precision::Bf16Autocast];
+
+    /// Bytes per activation element.
+    pub fn activation_bytes(self) -> u64 {
+        match self {
+            Precision::Fp32 => 4,
+            Precision::Bf16Autocast => 2,
+        }
+    }
+
+    /// The name used in files and on the command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Precision::Fp32 => "fp32",
+            Precision::Bf16Autocast => "bf16-autocast",
+        }
+    }
+}
+
+impl fmt::Display for Precision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Precision {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "fp32" => Ok(Precision::Fp32),
+            "bf16-autocast" => Ok(Precision::Bf16Autocast),
+            other => Err(format!(
+                "unknown precision profile `{other}` (known: fp32, bf16-autocast)"
+            )),
+        }
+    }
+}
+
+/// Number of features.
+pub const N_FEATURES: usize = 6;
+
+/// Feature names, in order, as used in `data/factors.json` and on the page.
+pub const FEATURE_NAMES: [&str; N_FEATURES] = [
+    "model_state",
+    "layer_outputs",
+    "intermediates",
+    "attention_scores",
+    "recurrent_gates",
+    "largest_tensor",
+];
+
+/// The six features of one run, in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Features {
+    /// 16 bytes x trainable parameters: fp32 weights, gradients, two Adam states.
+    pub model_state: u64,
+    /// Every layer's output at the batch (views excluded).
+    pub layer_outputs: u64,
+    /// Tensors inside compound layers (attention q, k, v, context; expert hidden states).
+    pub intermediates: u64,
+    /// Attention probabilities stored for backward by eager attention.
+    pub attention_scores: u64,
+    /// Recurrent gate states for every step, layer and direction.
+    pub recurrent_gates: u64,
+    /// The largest single tensor (activation or parameter).
+    pub largest_tensor: u64,
+}
+
+impl Features {
+    /// The features as an array, in [`FEATURE_NAMES`] order.
+    pub fn as_array(&self) -> [u64; N_FEATURES] {
+        [
+            self.model_state,
+            self.layer_outputs,
+            self.intermediates,
+            self.attention_scores,
+            self.recurrent_gates,
+            self.largest_tensor,
+        ]
+    }
+
+    /// The features as f64, for the fit.
+    pub fn as_f64(&self) -> [f64; N_FEATURES] {
+        self.as_array().map(|v| v as f64)
+    }
+}
+
+/// What one node contributes, in elements (activations) or bytes (largest parameter tensor).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct NodeContribution {
+    pub id: String,
+    pub op: &'static str,
+    pub layer_output_elements: u64,
+    /// Each internal tensor's element count.
+    pub intermediate_tensors: Vec<u64>,
+    /// Intermediates counted: the internal tensors less the layer's own output (never negative).
+    pub intermediate_elements: u64,
+    pub score_elements: u64,
+    pub gate_elements: u64,
+    pub largest_parameter_elements: u64,
+}
+
+/// Per-node contributions at a batch.
+pub fn contributions(graph: &Graph, batch: u64) -> Vec<NodeContribution> {
+    graph
+        .nodes
+        .iter()
+        .map(|node| {
+            let x = graph
+                .shape_of(&node.inputs[0])
+                .expect("checked graph: inputs exist");
+            let out = node.output.numel_at(batch);
+            // Tokens: every leading element of a [..., d] input.
+            let tokens = |width: u64| x.numel_at(batch) / width.max(1);
+            let mut c = NodeContribution {
+                id: node.id.clone(),
+                op: node.op.name(),
+                layer_output_elements: if node.op.is_view() { 0 } else { out },
+                largest_parameter_elements: node
+                    .op
+                    .parameter_tensors()
+                    .iter()
+                    .map(|s| s.iter().product::<u64>())
+                    .max()
+                    .unwrap_or(0),
+                ..Default::default()
+            };
+            let mut less_output = false;
+            match &node.op {
+                Op::MultiheadAttention {
+                    embed_dim: d,
+                    num_heads,
+                    ..
+                } => {
+                    let b = x.0[0].at(batch);
+                    let tq = x.0[1].at(batch);
+                    let tk = node
+                        .inputs
+                        .get(1)
+                        .and_then(|m| graph.shape_of(m))
+                        .map_or(tq, |s| s.0[1].at(batch));
+                    // q, k, v, and the context entering the output projection.
+                    c.intermediate_tensors = vec![b * tq * d, b * tk * d, b * tk * d, b * tq * d];
+                    c.score_elements = b * num_heads * tq * tk;
+                }
+                Op::GqaAttention {
+                    embed_dim,
+                    num_heads,
+                    num_kv_heads,
+                    head_dim,
+                    ..
+                } => {
+                    let t = tokens(*embed_dim);
+                    c.intermediate_tensors = vec![
+                        t * num_heads * head_dim,
+                        t * num_kv_heads * head_dim,
+                        t * num_kv_heads * head_dim,
+                        t * num_heads * head_dim,
+                    ];
+                }
+                Op::MlaAttention {
+                    embed_dim,
+                    num_heads: h,
+                    q_lora_rank,
+                    kv_lora_rank,
+                    qk_nope_head_dim,
+                    qk_rope_head_dim,
+                    v_head_dim,
+                    ..
+                } => {
+                    let t = tokens(*embed_dim);
+                    if *q_lora_rank > 0 {
+                        c.intermediate_tensors.push(t * q_lora_rank);
+                    }
+                    c.intermediate_tensors.extend([
+                        t * h * (qk_nope_head_dim + qk_rope_head_dim),
+                        t * (kv_lora_rank + qk_rope_head_dim),
+                        t * h * (qk_nope_head_dim + v_head_dim),
+                        t * h * v_head_dim,
+                    ]);
+                }
+                Op::Moe {
+                    dim,
+                    hidden,
+                    num_experts,
+                    top_k,
+                } => {
+                    let t = tokens(*dim);
+                    // Router logits; per routed token: w1 and w3 outputs, w2 output.
+                    c.intermediate_tensors = vec![
+                        t * num_experts,
+                        t * top_k * hidden,
+                        t * top_k * hidden,
+                        t * top_k * dim,
+                    ];
+                    less_output = true;
+                }
+                Op::Lstm(r) | Op::Gru(r) => {
+                    let gates = if matches!(node.op, Op::Lstm(_)) { 4 } else { 3 };
+                    let steps = tokens(r.input_size);
+                    c.gate_elements = steps * gates * r.hidden_size * r.directions() * r.num_layers;
+                }
+                _ => {}
+            }
+            let internal: u64 = c.intermediate_tensors.iter().sum();
+            c.intermediate_elements = if less_output {
+                internal.saturating_sub(out)
+            } else {
+                internal
+            };
+            c
+        })
+        .collect()
+}
+
+/// The six features of a run.
+pub fn features(graph: &Graph, batch: u64, precision: Precision) -> Features {
+    let ab = precision.activation_bytes();
+    let mut f = Features {
+        model_state: 16 * graph.parameters(),
+        ..Default::default()
+    };
+    let mut largest = 0u64;
+    for c in contributions(graph, batch) {
+        f.layer_outputs += c.layer_output_elements * ab;
+        f.intermediates += c.intermediate_elements * ab;
+        f.attention_scores += c.score_elements * ab;
+        f.recurrent_gates += c.gate_elements * ab;
+        let biggest_activation = c
+            .intermediate_tensors
+            .iter()
+            .copied()
+            .chain([c.layer_output_elements, c.score_elements])
+            .max()
+            .unwrap_or(0);
+        largest = largest
+            .max(biggest_activation * ab)
+            .max(c.largest_parameter_elements * 4);
+    }
+    f.largest_tensor = largest;
+    f
+}
