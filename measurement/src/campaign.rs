@@ -1,0 +1,279 @@
+//! Campaigns: many runs from a TOML plan, each in a fresh child process (`memcal-measure run`),
+//! resumable (a row already on disk is skipped), and robust (one run's crash or OOM never loses
+//! another's row). The plan format is documented in `measurement/README.md`.
+
+use crate::measure::{gib_label, Exit, SPAWN_ENV};
+use memcal::graph::Graph;
+use memcal::run::{RunRow, RunStatus};
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+/// A campaign plan.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Plan {
+    /// Default device for every entry (`cpu`, `cuda:0`); default `cpu`.
+    #[serde(default)]
+    pub device: Option<String>,
+    /// Default precision profile; default by device (`fp32` on CPU, `bf16-autocast` on CUDA).
+    #[serde(default)]
+    pub precision: Option<String>,
+    /// Default regime label; default `<kind>-free`, or `<kind>-edge` for capped runs.
+    #[serde(default)]
+    pub regime: Option<String>,
+    /// Default marker (`after-fit`).
+    #[serde(default)]
+    pub marker: Option<String>,
+    /// The entries.
+    #[serde(rename = "run")]
+    pub runs: Vec<Entry>,
+}
+
+/// One plan entry: a graph and the batches (and caps) to run it at.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Entry {
+    /// Path of the graph file, relative to the current directory.
+    pub graph: PathBuf,
+    /// Batch sizes.
+    pub batches: Vec<u64>,
+    /// Emulated capacities in GiB; each batch runs once per cap. Absent or empty: uncapped.
+    #[serde(default)]
+    pub caps: Vec<f64>,
+    #[serde(default)]
+    pub device: Option<String>,
+    #[serde(default)]
+    pub precision: Option<String>,
+    #[serde(default)]
+    pub regime: Option<String>,
+    #[serde(default)]
+    pub marker: Option<String>,
+}
+
+/// One run of a campaign.
+#[derive(Debug, Clone)]
+pub struct Job {
+    pub graph: PathBuf,
+    pub graph_name: String,
+    pub batch: u64,
+    pub cap_gib: Option<f64>,
+    pub device: String,
+    pub precision: Option<String>,
+    pub regime: Option<String>,
+    pub marker: Option<String>,
+    pub output: PathBuf,
+}
+
+impl Job {
+    pub fn label(&self) -> String {
+        let mut s = format!("{} b{}", self.graph_name, self.batch);
+        if let Some(c) = self.cap_gib {
+            s += &format!(" cap{}", gib_label(c));
+        }
+        s
+    }
+}
+
+/// Reads a plan and expands it into jobs writing under `out`. Errors name the file and field.
+pub fn load_plan(path: &Path, out: &Path) -> Result<Vec<Job>, Exit> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Exit::usage(format!("{}: cannot read: {e}", path.display())))?;
+    let plan: Plan = toml::from_str(&text)
+        .map_err(|e| Exit::usage(format!("{}: malformed campaign plan: {e}", path.display())))?;
+    let mut jobs = Vec::new();
+    for (i, e) in plan.runs.iter().enumerate() {
+        let field = |f: &str| format!("{}: field `run[{i}].{f}`", path.display());
+        if e.batches.is_empty() || e.batches.contains(&0) {
+            return Err(Exit::usage(format!(
+                "{}: needs at least one batch, all positive",
+                field("batches")
+            )));
+        }
+        if let Some(c) = e.caps.iter().find(|c| !(c.is_finite() && **c > 0.0)) {
+            return Err(Exit::usage(format!(
+                "{}: {c} is not a positive number of GiB",
+                field("caps")
+            )));
+        }
+        let graph = Graph::load(&e.graph)
+            .map_err(|err| Exit::usage(format!("{}: {err}", field("graph"))))?;
+        let caps: Vec<Option<f64>> = if e.caps.is_empty() {
+            vec![None]
+        } else {
+            e.caps.iter().map(|c| Some(*c)).collect()
+        };
+        for &batch in &e.batches {
+            for &cap in &caps {
+                let file = match cap {
+                    None => format!("b{batch}.json"),
+                    Some(c) => format!("b{batch}-cap{}.json", gib_label(c)),
+                };
+                jobs.push(Job {
+                    graph: e.graph.clone(),
+                    graph_name: graph.name.clone(),
+                    batch,
+                    cap_gib: cap,
+                    device: e
+                        .device
+                        .clone()
+                        .or_else(|| plan.device.clone())
+                        .unwrap_or_else(|| "cpu".into()),
+                    precision: e.precision.clone().or_else(|| plan.precision.clone()),
+                    regime: e.regime.clone().or_else(|| plan.regime.clone()),
+                    marker: e.marker.clone().or_else(|| plan.marker.clone()),
+                    output: out.join(&graph.name).join(file),
+                });
+            }
+        }
+    }
+    Ok(jobs)
+}
+
+/// What happened to one job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JobResult {
+    Skipped,
+    Completed,
+    Oom,
+    Error(String),
+    /// The child exited without writing a row (a crash, a signal, a usage error).
+    NoRow(String),
+}
+
+/// Runs one job in a child process.
+pub fn run_job(exe: &Path, job: &Job) -> JobResult {
+    if job.output.exists() {
+        return JobResult::Skipped;
+    }
+    let mut cmd = Command::new(exe);
+    cmd.arg("run")
+        .arg("--graph")
+        .arg(&job.graph)
+        .arg("--batch")
+        .arg(job.batch.to_string())
+        .arg("--device")
+        .arg(&job.device)
+        .arg("--output")
+        .arg(&job.output);
+    if let Some(p) = &job.precision {
+        cmd.arg("--precision").arg(p);
+    }
+    if let Some(c) = job.cap_gib {
+        cmd.arg("--cap-gib").arg(gib_label(c));
+    }
+    if let Some(r) = &job.regime {
+        cmd.arg("--regime").arg(r);
+    }
+    if let Some(m) = &job.marker {
+        cmd.arg("--marker").arg(m);
+    }
+    let spawn_ns = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    cmd.env(SPAWN_ENV, spawn_ns.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let out = match cmd.output() {
+        Ok(o) => o,
+        Err(e) => return JobResult::NoRow(format!("cannot start {}: {e}", exe.display())),
+    };
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let tail: String = stderr
+        .lines()
+        .filter(|l| !l.starts_with("memcal-overhead-seconds"))
+        .collect::<Vec<_>>()
+        .join(" | ");
+    let exit = match out.status.code() {
+        Some(c) => format!("exit status {c}"),
+        None => {
+            use std::os::unix::process::ExitStatusExt;
+            format!("killed by signal {}", out.status.signal().unwrap_or(0))
+        }
+    };
+    if !job.output.exists() {
+        return JobResult::NoRow(format!("{exit}, no row written: {tail}"));
+    }
+    let row: Result<RunRow, String> = std::fs::read_to_string(&job.output)
+        .map_err(|e| e.to_string())
+        .and_then(|t| serde_json::from_str(&t).map_err(|e| e.to_string()));
+    match row {
+        Ok(r) => match r.status {
+            RunStatus::Completed => JobResult::Completed,
+            RunStatus::Oom => JobResult::Oom,
+            RunStatus::Error => JobResult::Error(
+                r.error
+                    .map(|f| format!("{}: {}", f.phase, f.message))
+                    .unwrap_or_else(|| exit.clone()),
+            ),
+        },
+        Err(e) => JobResult::Error(format!("{}: unreadable row: {e}", job.output.display())),
+    }
+}
+
+/// Runs a whole campaign with a progress bar; returns the exit status (1 if any run errored or
+/// wrote no row).
+pub fn run_campaign(plan: &Path, out: &Path) -> Result<i32, Exit> {
+    let jobs = load_plan(plan, out)?;
+    let exe = std::env::current_exe()
+        .map_err(|e| Exit::usage(format!("cannot find my own executable: {e}")))?;
+    let pb = indicatif::ProgressBar::new(jobs.len() as u64);
+    pb.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{bar:30} {pos}/{len} [{elapsed_precise}, ETA {eta}] {msg}",
+        )
+        .expect("valid progress template"),
+    );
+    let hidden = pb.is_hidden();
+    let started = Instant::now();
+    let (mut done, mut skipped, mut oom, mut failed) = (0usize, 0usize, 0usize, Vec::new());
+    for (k, job) in jobs.iter().enumerate() {
+        pb.set_message(job.label());
+        let t = Instant::now();
+        let r = run_job(&exe, job);
+        let line = match &r {
+            JobResult::Skipped => {
+                skipped += 1;
+                format!("skipped (row exists): {}", job.output.display())
+            }
+            JobResult::Completed => {
+                done += 1;
+                format!("completed in {:.1}s", t.elapsed().as_secs_f64())
+            }
+            JobResult::Oom => {
+                oom += 1;
+                format!("oom (recorded) in {:.1}s", t.elapsed().as_secs_f64())
+            }
+            JobResult::Error(m) => {
+                failed.push((job.label(), format!("error: {m}")));
+                format!("ERROR: {m}")
+            }
+            JobResult::NoRow(m) => {
+                failed.push((job.label(), format!("no row: {m}")));
+                format!("CRASH: {m}")
+            }
+        };
+        let line = format!("[{}/{}] {}: {line}", k + 1, jobs.len(), job.label());
+        if hidden {
+            eprintln!("{line}");
+        } else {
+            pb.println(line);
+        }
+        pb.inc(1);
+    }
+    pb.finish_and_clear();
+    eprintln!(
+        "campaign {}: {} runs: {done} completed, {oom} oom, {skipped} skipped, {} failed ({:.1}s)",
+        plan.display(),
+        jobs.len(),
+        failed.len(),
+        started.elapsed().as_secs_f64()
+    );
+    for (label, m) in &failed {
+        eprintln!("  failed: {label}: {m}");
+    }
+    Ok(if failed.is_empty() { 0 } else { 1 })
+}

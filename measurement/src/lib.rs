@@ -1,0 +1,17 @@
+//! memcal-measure: the measurement harness of memcal. It builds a `memcal-graph/1` model in tch,
+//! trains three AdamW steps on synthetic inputs, and records the real peak memory of every phase
+//! as a `memcal-run/1` row (see `docs/run-format.md`).
+//!
+//! - [`counters`]: the C++ shim (counting CPU allocator with a cap, CUDA caching allocator stats,
+//!   autocast switches).
+//! - [`builder`]: graph -> tch model, every op of the format.
+//! - [`protocol`]: the phases and the OOM/error handling.
+//! - [`measure`]: the `run` and `environment` commands (row assembly, atomic writing).
+//! - [`campaign`]: many runs from a TOML plan, each in a fresh child process.
+
+pub mod builder;
+pub mod campaign;
+pub mod counters;
+pub mod measure;
+pub mod protocol;
+pub mod sysinfo;

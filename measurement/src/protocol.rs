@@ -1,0 +1,289 @@
+//! The measurement protocol: one run = one graph, one batch, one device, one precision.
+//!
+//! Phases, in order: `model_load`, `inputs`, then for k = 1..3 `stepk.forward`, `stepk.backward`,
+//! `stepk.optimizer` (AdamW step, then `zero_grad`, which sets gradients to None as torch does by
+//! default). For each phase: synchronize, read allocated and reserved, reset the peak, run,
+//! synchronize, read both peaks and both end levels. A torch error inside a phase (tch raises it as
+//! a panic, or returns it) ends the run: an out-of-memory error gives `status: oom`, anything else
+//! `status: error`; the failed phase is recorded with its start levels and wall time, and no phase
+//! after it is written.
+
+use crate::builder::Model;
+use crate::counters::Backend;
+use memcal::graph::Graph;
+use memcal::run::{Failure, Peak, Phase, RunRow, RunStatus};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::time::Instant;
+use tch::nn::OptimizerConfig;
+
+/// Precision profiles.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Precision {
+    /// Everything in float32.
+    Fp32,
+    /// float32 weights, bfloat16 autocast around the forward pass.
+    Bf16Autocast,
+}
+
+impl Precision {
+    pub fn parse(s: &str) -> Result<Precision, String> {
+        match s {
+            "fp32" => Ok(Precision::Fp32),
+            "bf16-autocast" => Ok(Precision::Bf16Autocast),
+            other => Err(format!(
+                "unknown precision `{other}` (known: fp32, bf16-autocast)"
+            )),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::Fp32 => "fp32",
+            Precision::Bf16Autocast => "bf16-autocast",
+        }
+    }
+}
+
+/// Number of AdamW steps in a run.
+pub const STEPS: usize = 3;
+/// Learning rate of the AdamW steps (the value does not change memory).
+pub const LEARNING_RATE: f64 = 1e-4;
+/// Seed of `tch::manual_seed` before the model is built.
+pub const SEED: i64 = 0;
+
+/// What a run produced: the phases, the outcome and the built parameter count.
+pub struct Outcome {
+    pub phases: Vec<Phase>,
+    pub status: RunStatus,
+    pub failure: Option<Failure>,
+    pub built_parameters: Option<u64>,
+}
+
+/// The text of a caught panic (tch's `unwrap` of a torch error carries torch's message).
+fn panic_text(payload: Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else if let Some(s) = payload.downcast_ref::<&str>() {
+        s.to_string()
+    } else {
+        "a panic without a message".to_string()
+    }
+}
+
+/// True when an error text is an out-of-memory error (CUDA caching allocator, or the CPU counting
+/// allocator's cap, or the system allocator).
+pub fn is_oom(text: &str) -> bool {
+    text.to_ascii_lowercase().contains("out of memory")
+}
+
+/// Installs a panic hook that stays quiet for torch errors (they are recorded in the row) and
+/// prints anything else to stderr with its location.
+pub fn install_quiet_panic_hook() {
+    std::panic::set_hook(Box::new(|info| {
+        let msg = info
+            .payload()
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| info.payload().downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_default();
+        if !msg.contains("Torch(") && !is_oom(&msg) {
+            let loc = info
+                .location()
+                .map(|l| format!(" at {}:{}", l.file(), l.line()))
+                .unwrap_or_default();
+            eprintln!("memcal-measure: panic{loc}: {msg}");
+        }
+    }));
+}
+
+struct Runner {
+    backend: Backend,
+    phases: Vec<Phase>,
+    failure: Option<(RunStatus, Failure)>,
+}
+
+impl Runner {
+    /// Runs one phase under the allocator protocol. Returns None when the phase failed (the
+    /// failure is recorded and no further phase may run).
+    fn phase<T>(&mut self, name: &str, f: impl FnOnce() -> anyhow::Result<T>) -> Option<T> {
+        if self.failure.is_some() {
+            return None;
+        }
+        let start = Instant::now();
+        let setup = (|| -> Result<_, String> {
+            self.backend.synchronize()?;
+            let r = self.backend.read()?;
+            self.backend.reset_peak()?;
+            Ok(r)
+        })();
+        let before = match setup {
+            Ok(r) => r,
+            Err(e) => {
+                self.failure = Some((
+                    RunStatus::Error,
+                    Failure {
+                        phase: name.to_string(),
+                        message: format!("reading the allocator: {e}"),
+                    },
+                ));
+                return None;
+            }
+        };
+        let result = match catch_unwind(AssertUnwindSafe(f)) {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(format!("{e:#}")),
+            Err(p) => Err(panic_text(p)),
+        };
+        let finish = self.backend.synchronize().and_then(|_| self.backend.read());
+        let wall = start.elapsed().as_secs_f64();
+        let mut phase = Phase {
+            name: name.to_string(),
+            status: "ok".into(),
+            allocated_start: before.allocated,
+            reserved_start: before.reserved,
+            allocated_peak: None,
+            reserved_peak: None,
+            allocated_end: None,
+            reserved_end: None,
+            wall_seconds: wall,
+        };
+        match (result, finish) {
+            (Ok(v), Ok(after)) => {
+                phase.allocated_peak = Some(after.allocated_peak);
+                phase.reserved_peak = Some(after.reserved_peak);
+                phase.allocated_end = Some(after.allocated);
+                phase.reserved_end = Some(after.reserved);
+                self.phases.push(phase);
+                Some(v)
+            }
+            (Ok(_), Err(e)) | (Err(e), _) => {
+                let status = if is_oom(&e) {
+                    RunStatus::Oom
+                } else {
+                    RunStatus::Error
+                };
+                phase.status = if status == RunStatus::Oom {
+                    "oom"
+                } else {
+                    "error"
+                }
+                .into();
+                self.phases.push(phase);
+                self.failure = Some((
+                    status,
+                    Failure {
+                        phase: name.to_string(),
+                        message: e,
+                    },
+                ));
+                None
+            }
+        }
+    }
+}
+
+/// Runs the protocol for `graph` at `batch`. Never panics on a torch error.
+pub fn run(graph: &Graph, batch: u64, backend: Backend, precision: Precision) -> Outcome {
+    tch::manual_seed(SEED);
+    let mut r = Runner {
+        backend,
+        phases: Vec::new(),
+        failure: None,
+    };
+    let device = backend.tch_device();
+
+    // The optimizer is created with the model (it holds no tensors until its first step).
+    let loaded = r.phase("model_load", || {
+        let model = Model::build(graph, device)?;
+        let opt = tch::nn::AdamW::default().build(&model.vs, LEARNING_RATE)?;
+        Ok((model, opt))
+    });
+    let built_parameters = loaded.as_ref().map(|(m, _)| m.built_parameters());
+    let inputs = loaded
+        .as_ref()
+        .and_then(|(m, _)| r.phase("inputs", || m.inputs(batch)));
+    if let (Some((model, mut opt)), Some(inputs)) = (loaded, inputs) {
+        for k in 1..=STEPS {
+            let loss = r.phase(&format!("step{k}.forward"), || {
+                let autocast = precision == Precision::Bf16Autocast;
+                if autocast {
+                    backend.autocast(true).map_err(anyhow::Error::msg)?;
+                }
+                let out = catch_unwind(AssertUnwindSafe(|| model.forward(&inputs, batch)));
+                if autocast {
+                    backend.autocast(false).map_err(anyhow::Error::msg)?;
+                }
+                match out {
+                    Ok(loss) => Ok(loss),
+                    Err(p) => Err(anyhow::anyhow!(panic_text(p))),
+                }
+            });
+            let Some(loss) = loss else { break };
+            let done = r.phase(&format!("step{k}.backward"), || {
+                loss.f_backward()?;
+                Ok(())
+            });
+            drop(loss);
+            if done.is_none() {
+                break;
+            }
+            let stepped = r.phase(&format!("step{k}.optimizer"), || {
+                opt.step();
+                opt.zero_grad();
+                Ok(())
+            });
+            if stepped.is_none() {
+                break;
+            }
+        }
+    }
+    let (status, failure) = match r.failure {
+        None => (RunStatus::Completed, None),
+        Some((s, f)) => (s, Some(f)),
+    };
+    Outcome {
+        phases: r.phases,
+        status,
+        failure,
+        built_parameters,
+    }
+}
+
+/// The overall peak of completed phases: the highest allocated peak (with its phase) and the
+/// highest reserved peak.
+pub fn overall_peak(phases: &[Phase]) -> Option<Peak> {
+    let mut best: Option<Peak> = None;
+    for p in phases {
+        let (Some(a), Some(rv)) = (p.allocated_peak, p.reserved_peak) else {
+            continue;
+        };
+        match &mut best {
+            None => {
+                best = Some(Peak {
+                    allocated_bytes: a,
+                    reserved_bytes: rv,
+                    phase: p.name.clone(),
+                })
+            }
+            Some(b) => {
+                if a > b.allocated_bytes {
+                    b.allocated_bytes = a;
+                    b.phase = p.name.clone();
+                }
+                b.reserved_bytes = b.reserved_bytes.max(rv);
+            }
+        }
+    }
+    best
+}
+
+/// Fills a row's outcome fields from an [`Outcome`].
+pub fn apply_outcome(row: &mut RunRow, out: &Outcome) {
+    row.phases = out.phases.clone();
+    row.status = out.status;
+    match out.status {
+        RunStatus::Completed => row.peak = overall_peak(&out.phases),
+        RunStatus::Oom => row.oom = out.failure.clone(),
+        RunStatus::Error => row.error = out.failure.clone(),
+    }
+}
