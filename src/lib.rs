@@ -16,5 +16,6 @@ pub mod plan;
 pub mod run;
 pub mod shape;
 pub mod units;
+pub mod zoo;
 
 pub use error::{Error, Result};

@@ -1,0 +1,761 @@
+//! Transformer families: `gpt`, `bert`, `vit`, `t5`, `llama`, `mla`, `mixtral`.
+
+use super::{id, Builder, B};
+use crate::graph::GraphFile;
+use serde_json::{json, Value};
+
+/// Starts a graph: the template (variant `full`) is named `template`; a reduced variant is
+/// `<family>-<variant>`, cut from `template`.
+pub(crate) fn start(family: &str, variant: &str, template: &str, desc: String) -> Builder {
+    if variant == "full" {
+        Builder::new(template, family, variant).describe(desc)
+    } else {
+        Builder::new(&format!("{family}-{variant}"), family, variant)
+            .cut_from(template)
+            .describe(desc)
+    }
+}
+
+/// Size of a plain transformer (GPT, BERT, ViT, T5 use the fields they need).
+#[derive(Debug, Clone, Copy)]
+struct Tf {
+    vocab: u64,
+    positions: u64,
+    t: u64,
+    d: u64,
+    layers: u64,
+    heads: u64,
+    ff: u64,
+}
+
+fn mha(b: &mut Builder, id_: &str, inputs: &[&str], d: u64, heads: u64, causal: bool) -> String {
+    b.node(
+        id_,
+        "multihead_attention",
+        inputs,
+        json!({"embed_dim": d, "num_heads": heads, "causal": causal, "bias": true}),
+    )
+}
+
+fn linear(b: &mut Builder, id_: &str, x: &str, i: u64, o: u64, bias: bool) -> String {
+    if bias {
+        b.node(
+            id_,
+            "linear",
+            &[x],
+            json!({"in_features": i, "out_features": o}),
+        )
+    } else {
+        b.node(
+            id_,
+            "linear",
+            &[x],
+            json!({"in_features": i, "out_features": o, "bias": false}),
+        )
+    }
+}
+
+/// Pre-LN block (GPT-2, ViT): x + attn(ln(x)), then x + mlp(ln(x)) with a GELU MLP.
+fn pre_ln_block(b: &mut Builder, p: &str, x: &str, c: &Tf, causal: bool) -> String {
+    let ln1 = b.node(
+        &id(p, "ln_1"),
+        "layer_norm",
+        &[x],
+        json!({"normalized_shape": c.d}),
+    );
+    let attn = mha(b, &id(p, "attn"), &[&ln1], c.d, c.heads, causal);
+    let x1 = b.node(&id(p, "add_1"), "add", &[x, &attn], Value::Null);
+    let ln2 = b.node(
+        &id(p, "ln_2"),
+        "layer_norm",
+        &[&x1],
+        json!({"normalized_shape": c.d}),
+    );
+    let fc = linear(b, &id(p, "mlp.fc"), &ln2, c.d, c.ff, true);
+    let act = b.node(&id(p, "mlp.gelu"), "gelu", &[&fc], Value::Null);
+    let proj = linear(b, &id(p, "mlp.proj"), &act, c.ff, c.d, true);
+    b.node(&id(p, "add_2"), "add", &[&x1, &proj], Value::Null)
+}
+
+/// Post-LN block (BERT): ln(x + attn(x)), then ln(x + mlp(x)).
+fn post_ln_block(b: &mut Builder, p: &str, x: &str, c: &Tf) -> String {
+    let attn = mha(b, &id(p, "attention"), &[x], c.d, c.heads, false);
+    let x1 = b.node(&id(p, "attention.add"), "add", &[x, &attn], Value::Null);
+    let ln1 = b.node(
+        &id(p, "attention.layer_norm"),
+        "layer_norm",
+        &[&x1],
+        json!({"normalized_shape": c.d}),
+    );
+    let fc = linear(b, &id(p, "intermediate"), &ln1, c.d, c.ff, true);
+    let act = b.node(&id(p, "intermediate.gelu"), "gelu", &[&fc], Value::Null);
+    let out = linear(b, &id(p, "output"), &act, c.ff, c.d, true);
+    let x2 = b.node(&id(p, "output.add"), "add", &[&ln1, &out], Value::Null);
+    b.node(
+        &id(p, "output.layer_norm"),
+        "layer_norm",
+        &[&x2],
+        json!({"normalized_shape": c.d}),
+    )
+}
+
+/// GPT-2 style decoder with a tied LM head.
+fn gpt(variant: &str, c: Tf) -> GraphFile {
+    let desc = format!(
+        "GPT-2 style decoder: {} layers, d={}, {} heads, T={}, vocab {}, eager causal attention, tied LM head",
+        c.layers, c.d, c.heads, c.t, c.vocab
+    );
+    let mut b = start("gpt", variant, "gpt2-small", desc);
+    let tokens = b.int_input("tokens", &[B, c.t], c.vocab);
+    let labels = b.int_input("labels", &[B, c.t], c.vocab);
+    b.node(
+        "wte",
+        "embedding",
+        &[&tokens],
+        json!({"num_embeddings": c.vocab, "embedding_dim": c.d}),
+    );
+    let mut x = b.node(
+        "wpe",
+        "learned_position",
+        &["wte"],
+        json!({"num_positions": c.positions, "dim": c.d}),
+    );
+    for l in 0..c.layers {
+        x = pre_ln_block(&mut b, &format!("h{l}"), &x, &c, true);
+    }
+    let ln = b.node(
+        "ln_f",
+        "layer_norm",
+        &[&x],
+        json!({"normalized_shape": c.d}),
+    );
+    let logits = b.node(
+        "lm_head",
+        "linear",
+        &[&ln],
+        json!({"in_features": c.d, "out_features": c.vocab, "bias": false, "tie": "wte"}),
+    );
+    b.node("loss", "cross_entropy", &[&logits, &labels], Value::Null);
+    b.finish("loss")
+}
+
+/// BERT encoder (post-LN) with the pooler, trained by MSE of the pooled output against a target.
+fn bert(variant: &str, c: Tf) -> GraphFile {
+    let desc = format!(
+        "BERT encoder (post-LN): {} layers, d={}, {} heads, T={}, vocab {}, pooler (token 0 -> linear -> tanh), MSE of the pooled output",
+        c.layers, c.d, c.heads, c.t, c.vocab
+    );
+    let mut b = start("bert", variant, "bert-base-cased", desc);
+    let ids = b.int_input("input_ids", &[B, c.t], c.vocab);
+    let types = b.int_input("token_type_ids", &[B, c.t], 2);
+    let target = b.input("target", &[B, c.d]);
+    b.buffer("embeddings.position_ids", &[1, c.positions], "int64");
+    b.buffer("embeddings.token_type_ids", &[1, c.positions], "int64");
+    let w = b.node(
+        "embeddings.word",
+        "embedding",
+        &[&ids],
+        json!({"num_embeddings": c.vocab, "embedding_dim": c.d}),
+    );
+    let ty = b.node(
+        "embeddings.token_type",
+        "embedding",
+        &[&types],
+        json!({"num_embeddings": 2, "embedding_dim": c.d}),
+    );
+    let sum = b.node("embeddings.add", "add", &[&w, &ty], Value::Null);
+    let pos = b.node(
+        "embeddings.position",
+        "learned_position",
+        &[&sum],
+        json!({"num_positions": c.positions, "dim": c.d}),
+    );
+    let mut x = b.node(
+        "embeddings.layer_norm",
+        "layer_norm",
+        &[&pos],
+        json!({"normalized_shape": c.d}),
+    );
+    for l in 0..c.layers {
+        x = post_ln_block(&mut b, &format!("encoder.layer{l}"), &x, &c);
+    }
+    let cls = b.node("pooler.first", "select_token", &[&x], json!({"index": 0}));
+    let dense = linear(&mut b, "pooler.dense", &cls, c.d, c.d, true);
+    let pooled = b.node("pooler.tanh", "tanh", &[&dense], Value::Null);
+    b.node("loss", "mse", &[&pooled, &target], Value::Null);
+    b.finish("loss")
+}
+
+/// Vision transformer: patch conv, class token, learned positions, pre-LN blocks, head.
+#[derive(Debug, Clone, Copy)]
+struct Vit {
+    image: u64,
+    patch: u64,
+    classes: u64,
+    tf: Tf,
+}
+
+fn vit(variant: &str, v: Vit) -> GraphFile {
+    let c = v.tf;
+    let tokens = (v.image / v.patch) * (v.image / v.patch);
+    let desc = format!(
+        "ViT: {}x{} images, patch {}, {} tokens + class token, {} layers, d={}, {} heads, {} classes",
+        v.image, v.image, v.patch, tokens, c.layers, c.d, c.heads, v.classes
+    );
+    let mut b = start("vit", variant, "vit-b16", desc);
+    let img = b.input("images", &[B, 3, v.image, v.image]);
+    let labels = b.int_input("labels", &[B], v.classes);
+    let conv = b.node(
+        "conv_proj",
+        "conv2d",
+        &[&img],
+        json!({"in_channels": 3, "out_channels": c.d, "kernel_size": v.patch, "stride": v.patch}),
+    );
+    let flat = b.node("flatten", "flatten", &[&conv], json!({"start_dim": 2}));
+    let seq = b.node("to_tokens", "permute", &[&flat], json!({"dims": [0, 2, 1]}));
+    let cls = b.node("class_token", "prepend_token", &[&seq], json!({"dim": c.d}));
+    let mut x = b.node(
+        "encoder.pos_embedding",
+        "learned_position",
+        &[&cls],
+        json!({"num_positions": tokens + 1, "dim": c.d}),
+    );
+    for l in 0..c.layers {
+        x = pre_ln_block(&mut b, &format!("encoder.layer{l}"), &x, &c, false);
+    }
+    let ln = b.node(
+        "encoder.ln",
+        "layer_norm",
+        &[&x],
+        json!({"normalized_shape": c.d}),
+    );
+    let first = b.node("class_output", "select_token", &[&ln], json!({"index": 0}));
+    let head = linear(&mut b, "head", &first, c.d, v.classes, true);
+    b.node("loss", "cross_entropy", &[&head, &labels], Value::Null);
+    b.finish("loss")
+}
+
+/// T5: shared embedding, pre-RMS-norm encoder and decoder without biases, ReLU FF, relative
+/// attention buckets on the first self-attention of each stack, tied LM head.
+#[derive(Debug, Clone, Copy)]
+struct T5 {
+    tf: Tf,
+    t_dec: u64,
+}
+
+fn t5_attn(
+    b: &mut Builder,
+    id_: &str,
+    inputs: &[&str],
+    c: &Tf,
+    causal: bool,
+    buckets: u64,
+) -> String {
+    let attrs = if buckets > 0 {
+        json!({"embed_dim": c.d, "num_heads": c.heads, "causal": causal, "bias": false, "relative_attention_buckets": buckets})
+    } else {
+        json!({"embed_dim": c.d, "num_heads": c.heads, "causal": causal, "bias": false})
+    };
+    b.node(id_, "multihead_attention", inputs, attrs)
+}
+
+fn rms(b: &mut Builder, id_: &str, x: &str, d: u64) -> String {
+    b.node(id_, "rms_norm", &[x], json!({"dim": d}))
+}
+
+fn t5_ff(b: &mut Builder, p: &str, x: &str, c: &Tf) -> String {
+    let ln = rms(b, &id(p, "ff.norm"), x, c.d);
+    let wi = linear(b, &id(p, "ff.wi"), &ln, c.d, c.ff, false);
+    let act = b.node(&id(p, "ff.relu"), "relu", &[&wi], Value::Null);
+    let wo = linear(b, &id(p, "ff.wo"), &act, c.ff, c.d, false);
+    b.node(&id(p, "ff.add"), "add", &[x, &wo], Value::Null)
+}
+
+fn t5(variant: &str, v: T5) -> GraphFile {
+    let c = v.tf;
+    let desc = format!(
+        "T5 encoder-decoder: {}+{} layers, d={}, {} heads, d_ff={}, encoder T={}, decoder T={}, vocab {}, shared embedding, tied LM head",
+        c.layers, c.layers, c.d, c.heads, c.ff, c.t, v.t_dec, c.vocab
+    );
+    let mut b = start("t5", variant, "t5-small", desc);
+    let ids = b.int_input("input_ids", &[B, c.t], c.vocab);
+    let dec_ids = b.int_input("decoder_input_ids", &[B, v.t_dec], c.vocab);
+    let labels = b.int_input("labels", &[B, v.t_dec], c.vocab);
+    let emb = json!({"num_embeddings": c.vocab, "embedding_dim": c.d});
+    let mut x = b.node("shared", "embedding", &[&ids], emb);
+    for l in 0..c.layers {
+        let p = format!("encoder.block{l}");
+        let ln = rms(&mut b, &id(&p, "self_attn.norm"), &x, c.d);
+        let buckets = if l == 0 { 32 } else { 0 };
+        let sa = t5_attn(&mut b, &id(&p, "self_attn"), &[&ln], &c, false, buckets);
+        let x1 = b.node(&id(&p, "self_attn.add"), "add", &[&x, &sa], Value::Null);
+        x = t5_ff(&mut b, &p, &x1, &c);
+    }
+    let enc = rms(&mut b, "encoder.final_norm", &x, c.d);
+    let mut y = b.node(
+        "decoder.embed_tokens",
+        "embedding",
+        &[&dec_ids],
+        json!({"num_embeddings": c.vocab, "embedding_dim": c.d, "tie": "shared"}),
+    );
+    for l in 0..c.layers {
+        let p = format!("decoder.block{l}");
+        let ln = rms(&mut b, &id(&p, "self_attn.norm"), &y, c.d);
+        let buckets = if l == 0 { 32 } else { 0 };
+        let sa = t5_attn(&mut b, &id(&p, "self_attn"), &[&ln], &c, true, buckets);
+        let y1 = b.node(&id(&p, "self_attn.add"), "add", &[&y, &sa], Value::Null);
+        let ln2 = rms(&mut b, &id(&p, "cross_attn.norm"), &y1, c.d);
+        let ca = t5_attn(&mut b, &id(&p, "cross_attn"), &[&ln2, &enc], &c, false, 0);
+        let y2 = b.node(&id(&p, "cross_attn.add"), "add", &[&y1, &ca], Value::Null);
+        y = t5_ff(&mut b, &p, &y2, &c);
+    }
+    let dec = rms(&mut b, "decoder.final_norm", &y, c.d);
+    let logits = b.node(
+        "lm_head",
+        "linear",
+        &[&dec],
+        json!({"in_features": c.d, "out_features": c.vocab, "bias": false, "tie": "shared"}),
+    );
+    b.node("loss", "cross_entropy", &[&logits, &labels], Value::Null);
+    b.finish("loss")
+}
+
+/// SwiGLU feed-forward from linear/silu/mul: down(silu(gate(x)) * up(x)), no biases.
+fn swiglu(b: &mut Builder, p: &str, x: &str, d: u64, hidden: u64) -> String {
+    let gate = linear(b, &id(p, "gate_proj"), x, d, hidden, false);
+    let act = b.node(&id(p, "silu"), "silu", &[&gate], Value::Null);
+    let up = linear(b, &id(p, "up_proj"), x, d, hidden, false);
+    let h = b.node(&id(p, "mul"), "mul", &[&act, &up], Value::Null);
+    linear(b, &id(p, "down_proj"), &h, hidden, d, false)
+}
+
+/// The feed-forward of one decoder layer.
+#[derive(Debug, Clone, Copy)]
+enum Ffn {
+    /// SwiGLU with this hidden width.
+    Dense(u64),
+    /// A `moe` block; `shared` > 0 adds an always-on SwiGLU expert of that hidden width.
+    Moe {
+        experts: u64,
+        hidden: u64,
+        top_k: u64,
+        shared: u64,
+    },
+}
+
+/// The attention of one decoder layer.
+#[derive(Debug, Clone, Copy)]
+enum Attn {
+    Gqa {
+        heads: u64,
+        kv_heads: u64,
+    },
+    Mla {
+        heads: u64,
+        q_lora_rank: u64,
+        kv_lora_rank: u64,
+        nope: u64,
+        rope: u64,
+        v: u64,
+    },
+}
+
+/// A pre-RMS-norm decoder (LLaMA, Mixtral, DeepSeek-style MLA) with an untied LM head.
+#[derive(Debug, Clone, Copy)]
+struct Decoder {
+    vocab: u64,
+    t: u64,
+    d: u64,
+    layers: u64,
+    attn: Attn,
+    /// Feed-forward of the first `dense_layers` layers.
+    first_ffn: Ffn,
+    dense_layers: u64,
+    /// Feed-forward of the remaining layers.
+    ffn: Ffn,
+}
+
+fn decoder(family: &str, variant: &str, template: &str, desc: String, c: Decoder) -> GraphFile {
+    let mut b = start(family, variant, template, desc);
+    let tokens = b.int_input("tokens", &[B, c.t], c.vocab);
+    let labels = b.int_input("labels", &[B, c.t], c.vocab);
+    let mut x = b.node(
+        "embed_tokens",
+        "embedding",
+        &[&tokens],
+        json!({"num_embeddings": c.vocab, "embedding_dim": c.d}),
+    );
+    for l in 0..c.layers {
+        let p = format!("layers{l}");
+        let ln = rms(&mut b, &id(&p, "input_norm"), &x, c.d);
+        let attrs = match c.attn {
+            Attn::Gqa { heads, kv_heads } => (
+                "gqa_attention",
+                json!({"embed_dim": c.d, "num_heads": heads, "num_kv_heads": kv_heads}),
+            ),
+            Attn::Mla {
+                heads,
+                q_lora_rank,
+                kv_lora_rank,
+                nope,
+                rope,
+                v,
+            } => (
+                "mla_attention",
+                json!({"embed_dim": c.d, "num_heads": heads, "q_lora_rank": q_lora_rank,
+                       "kv_lora_rank": kv_lora_rank, "qk_nope_head_dim": nope,
+                       "qk_rope_head_dim": rope, "v_head_dim": v}),
+            ),
+        };
+        let att = b.node(&id(&p, "self_attn"), attrs.0, &[&ln], attrs.1);
+        let x1 = b.node(&id(&p, "attn_add"), "add", &[&x, &att], Value::Null);
+        let ln2 = rms(&mut b, &id(&p, "post_attention_norm"), &x1, c.d);
+        let ffn = if l < c.dense_layers {
+            c.first_ffn
+        } else {
+            c.ffn
+        };
+        let out = match ffn {
+            Ffn::Dense(hidden) => swiglu(&mut b, &id(&p, "mlp"), &ln2, c.d, hidden),
+            Ffn::Moe {
+                experts,
+                hidden,
+                top_k,
+                shared,
+            } => {
+                let moe = b.node(
+                    &id(&p, "moe"),
+                    "moe",
+                    &[&ln2],
+                    json!({"dim": c.d, "hidden": hidden, "num_experts": experts, "top_k": top_k}),
+                );
+                if shared > 0 {
+                    let s = swiglu(&mut b, &id(&p, "shared_experts"), &ln2, c.d, shared);
+                    b.node(&id(&p, "moe_add"), "add", &[&moe, &s], Value::Null)
+                } else {
+                    moe
+                }
+            }
+        };
+        x = b.node(&id(&p, "mlp_add"), "add", &[&x1, &out], Value::Null);
+    }
+    let ln = rms(&mut b, "norm", &x, c.d);
+    let logits = linear(&mut b, "lm_head", &ln, c.d, c.vocab, false);
+    b.node("loss", "cross_entropy", &[&logits, &labels], Value::Null);
+    b.finish("loss")
+}
+
+fn llama(variant: &str, c: Decoder) -> GraphFile {
+    let (heads, kv) = match c.attn {
+        Attn::Gqa { heads, kv_heads } => (heads, kv_heads),
+        Attn::Mla { .. } => unreachable!("llama uses gqa attention"),
+    };
+    let ff = match c.ffn {
+        Ffn::Dense(h) => h,
+        Ffn::Moe { .. } => unreachable!("llama is dense"),
+    };
+    let desc = format!(
+        "LLaMA-style decoder: {} layers, d={}, {heads} heads ({kv} kv heads, sdpa), SwiGLU {ff}, RMSNorm, T={}, vocab {}, untied LM head",
+        c.layers, c.d, c.t, c.vocab
+    );
+    decoder("llama", variant, "llama-full", desc, c)
+}
+
+fn mixtral(variant: &str, c: Decoder) -> GraphFile {
+    let (heads, kv) = match c.attn {
+        Attn::Gqa { heads, kv_heads } => (heads, kv_heads),
+        Attn::Mla { .. } => unreachable!("mixtral uses gqa attention"),
+    };
+    let (e, h, k) = match c.ffn {
+        Ffn::Moe {
+            experts,
+            hidden,
+            top_k,
+            ..
+        } => (experts, hidden, top_k),
+        Ffn::Dense(_) => unreachable!("mixtral is sparse"),
+    };
+    let desc = format!(
+        "Mixtral-style sparse decoder: {} layers, d={}, {heads} heads ({kv} kv heads), MoE {e} SwiGLU experts of {h} (top-{k}), T={}, vocab {}",
+        c.layers, c.d, c.t, c.vocab
+    );
+    decoder("mixtral", variant, "mixtral-full", desc, c)
+}
+
+fn mla(variant: &str, c: Decoder) -> GraphFile {
+    let Attn::Mla {
+        heads,
+        kv_lora_rank,
+        q_lora_rank,
+        ..
+    } = c.attn
+    else {
+        unreachable!("the mla family uses mla attention")
+    };
+    let ffn = match c.ffn {
+        Ffn::Dense(h) => format!("SwiGLU {h}"),
+        Ffn::Moe {
+            experts,
+            hidden,
+            top_k,
+            shared,
+        } => format!(
+            "{} dense SwiGLU layer(s) then MoE {experts} experts of {hidden} (top-{top_k}) + shared SwiGLU {shared}",
+            c.dense_layers
+        ),
+    };
+    let desc = format!(
+        "DeepSeek-V2-style MLA decoder: {} layers, d={}, {heads} heads, kv_lora_rank {kv_lora_rank}, q_lora_rank {q_lora_rank}, {ffn}, T={}, vocab {}",
+        c.layers, c.d, c.t, c.vocab
+    );
+    decoder("mla", variant, "mla-full", desc, c)
+}
+
+/// Every transformer graph.
+pub(crate) fn graphs() -> Vec<GraphFile> {
+    let mut g = Vec::new();
+
+    // GPT-2 small: 124,439,808 parameters.
+    let gpt2 = Tf {
+        vocab: 50257,
+        positions: 1024,
+        t: 1024,
+        d: 768,
+        layers: 12,
+        heads: 12,
+        ff: 3072,
+    };
+    g.push(gpt("full", gpt2));
+    for (v, t, d, layers, heads) in [
+        ("r1", 256, 256, 4, 4),
+        ("r2", 512, 384, 6, 6),
+        ("r3", 512, 512, 8, 8),
+    ] {
+        let c = Tf {
+            vocab: 8192,
+            positions: t,
+            t,
+            d,
+            layers,
+            heads,
+            ff: 4 * d,
+        };
+        g.push(gpt(v, c));
+    }
+
+    // bert-base-cased: 108,310,272 parameters.
+    let bert_base = Tf {
+        vocab: 28996,
+        positions: 512,
+        t: 512,
+        d: 768,
+        layers: 12,
+        heads: 12,
+        ff: 3072,
+    };
+    g.push(bert("full", bert_base));
+    for (v, t, d, layers, heads) in [
+        ("r1", 128, 256, 4, 4),
+        ("r2", 256, 384, 6, 6),
+        ("r3", 512, 512, 8, 8),
+    ] {
+        let c = Tf {
+            vocab: 8192,
+            positions: t,
+            t,
+            d,
+            layers,
+            heads,
+            ff: 4 * d,
+        };
+        g.push(bert(v, c));
+    }
+
+    // ViT-B/16: 86,567,656 parameters.
+    let vit_b16 = Vit {
+        image: 224,
+        patch: 16,
+        classes: 1000,
+        tf: Tf {
+            vocab: 0,
+            positions: 197,
+            t: 197,
+            d: 768,
+            layers: 12,
+            heads: 12,
+            ff: 3072,
+        },
+    };
+    g.push(vit("full", vit_b16));
+    for (v, image, patch, d, layers, heads) in [
+        ("r1", 64, 8, 256, 4, 4),
+        ("r2", 128, 8, 384, 6, 6),
+        ("r3", 128, 8, 512, 8, 8),
+    ] {
+        let t = (image / patch) * (image / patch) + 1;
+        g.push(vit(
+            v,
+            Vit {
+                image,
+                patch,
+                classes: 100,
+                tf: Tf {
+                    vocab: 0,
+                    positions: t,
+                    t,
+                    d,
+                    layers,
+                    heads,
+                    ff: 4 * d,
+                },
+            },
+        ));
+    }
+
+    // T5-small: 60,506,624 parameters.
+    let t5_small = T5 {
+        tf: Tf {
+            vocab: 32128,
+            positions: 512,
+            t: 512,
+            d: 512,
+            layers: 6,
+            heads: 8,
+            ff: 2048,
+        },
+        t_dec: 128,
+    };
+    g.push(t5("full", t5_small));
+    for (v, t, t_dec, d, layers, heads) in [
+        ("r1", 256, 64, 256, 2, 4),
+        ("r2", 512, 128, 384, 4, 6),
+        ("r3", 512, 128, 512, 6, 8),
+    ] {
+        g.push(t5(
+            v,
+            T5 {
+                tf: Tf {
+                    vocab: 8192,
+                    positions: t,
+                    t,
+                    d,
+                    layers,
+                    heads,
+                    ff: 4 * d,
+                },
+                t_dec,
+            },
+        ));
+    }
+
+    // LLaMA-7B: 6,738,415,616 parameters.
+    let dense = |vocab, t, d, layers, heads, kv_heads, ff| Decoder {
+        vocab,
+        t,
+        d,
+        layers,
+        attn: Attn::Gqa { heads, kv_heads },
+        first_ffn: Ffn::Dense(ff),
+        dense_layers: layers,
+        ffn: Ffn::Dense(ff),
+    };
+    g.push(llama("full", dense(32000, 2048, 4096, 32, 32, 32, 11008)));
+    g.push(llama("r1", dense(8192, 256, 256, 4, 4, 2, 688)));
+    g.push(llama("r2", dense(8192, 512, 512, 6, 8, 2, 1376)));
+    g.push(llama("r3", dense(8192, 512, 640, 8, 10, 2, 1728)));
+
+    // Mixtral-8x7B: 46,702,792,704 parameters.
+    let sparse = |vocab, t, d, layers, heads, kv_heads, experts, hidden| Decoder {
+        vocab,
+        t,
+        d,
+        layers,
+        attn: Attn::Gqa { heads, kv_heads },
+        first_ffn: Ffn::Dense(0),
+        dense_layers: 0,
+        ffn: Ffn::Moe {
+            experts,
+            hidden,
+            top_k: 2,
+            shared: 0,
+        },
+    };
+    g.push(mixtral(
+        "full",
+        sparse(32000, 4096, 4096, 32, 32, 8, 8, 14336),
+    ));
+    g.push(mixtral("r1", sparse(8192, 256, 256, 4, 4, 2, 8, 512)));
+    g.push(mixtral("r2", sparse(8192, 512, 384, 4, 6, 2, 8, 768)));
+    g.push(mixtral("r3", sparse(8192, 512, 384, 6, 6, 2, 8, 768)));
+
+    // DeepSeek-V2-Lite-like MLA decoder (27 layers, first dense, then 64 routed + 2 shared).
+    g.push(mla(
+        "full",
+        Decoder {
+            vocab: 102400,
+            t: 4096,
+            d: 2048,
+            layers: 27,
+            attn: Attn::Mla {
+                heads: 16,
+                q_lora_rank: 0,
+                kv_lora_rank: 512,
+                nope: 128,
+                rope: 64,
+                v: 128,
+            },
+            first_ffn: Ffn::Dense(10944),
+            dense_layers: 1,
+            ffn: Ffn::Moe {
+                experts: 64,
+                hidden: 1408,
+                top_k: 6,
+                shared: 2816,
+            },
+        },
+    ));
+    let small_mla = |t, d, layers, heads, q_lora_rank, kv_lora_rank, head, ffn| Decoder {
+        vocab: 8192,
+        t,
+        d,
+        layers,
+        attn: Attn::Mla {
+            heads,
+            q_lora_rank,
+            kv_lora_rank,
+            nope: head,
+            rope: head / 2,
+            v: head,
+        },
+        first_ffn: Ffn::Dense(4 * d),
+        dense_layers: 1,
+        ffn,
+    };
+    g.push(mla(
+        "r1",
+        small_mla(256, 256, 4, 4, 0, 64, 32, Ffn::Dense(688)),
+    ));
+    g.push(mla(
+        "r2",
+        small_mla(512, 384, 6, 6, 0, 128, 32, Ffn::Dense(1024)),
+    ));
+    g.push(mla(
+        "r3",
+        small_mla(
+            512,
+            512,
+            6,
+            8,
+            192,
+            128,
+            64,
+            Ffn::Moe {
+                experts: 8,
+                hidden: 512,
+                top_k: 2,
+                shared: 1024,
+            },
+        ),
+    ));
+    g
+}
