@@ -40,6 +40,13 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Write every graph of the zoo (full-size templates and reduced variants) as
+    /// `<out>/<name>.json`. Deterministic bytes: rerunning changes nothing.
+    Graphs {
+        /// Output folder.
+        #[arg(long, default_value = "data/graphs")]
+        out: PathBuf,
+    },
 }
 
 fn main() -> ExitCode {
@@ -87,6 +94,13 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             } else {
                 print!("{}", memcal::cli_plan::render(&p));
             }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Graphs { out } => {
+            std::fs::create_dir_all(&out)
+                .with_context(|| format!("cannot create {}", out.display()))?;
+            let written = memcal::zoo::write_all(&out)?;
+            println!("wrote {} graphs to {}", written.len(), out.display());
             Ok(ExitCode::SUCCESS)
         }
     }
