@@ -108,6 +108,7 @@ pub fn textbook_activations(layers: u64, batch: u64, seq: u64, hidden: u64, head
 pub fn textbook(graph: &Graph, batch: u64) -> Result<Textbook, NotApplicable> {
     let mut shape: Option<(u64, u64, u64)> = None;
     let mut layers = 0;
+    let mut mixed = false;
     for n in &graph.nodes {
         match &n.op {
             Op::MultiheadAttention {
@@ -124,7 +125,7 @@ pub fn textbook(graph: &Graph, batch: u64) -> Result<Textbook, NotApplicable> {
                 let t = n.output.0[1].as_fixed().unwrap_or(0);
                 let this = (*embed_dim, *num_heads, t);
                 if shape.is_some_and(|s| s != this) {
-                    return Err("attention layers differ in width, heads or sequence".into());
+                    mixed = true;
                 }
                 shape = Some(this);
                 layers += 1;
@@ -144,6 +145,9 @@ pub fn textbook(graph: &Graph, batch: u64) -> Result<Textbook, NotApplicable> {
             }
             _ => {}
         }
+    }
+    if mixed {
+        return Err("attention layers differ in width, heads or sequence".into());
     }
     let (hidden, heads, sequence) = shape
         .ok_or_else(|| "no attention layer; the formula covers transformers only".to_string())?;
