@@ -261,7 +261,13 @@ fn sizes() {
                     };
                     flops += 2 * n.op.parameters() * per;
                 }
-                Op::Lstm(_) | Op::Gru(_) | Op::Linear { .. } => {
+                Op::Lstm(r) | Op::Gru(r) => {
+                    // Autograd keeps the gates and states of every step, layer and direction.
+                    let gates = if matches!(n.op, Op::Lstm(_)) { 6 } else { 5 };
+                    act += rows(&n.output) * r.num_layers * r.directions() * gates * r.hidden_size;
+                    flops += 2 * n.op.parameters() * rows(&n.output);
+                }
+                Op::Linear { .. } => {
                     flops += 2 * n.op.parameters() * rows(&n.output);
                 }
                 _ => {}

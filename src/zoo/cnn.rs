@@ -460,29 +460,29 @@ pub(crate) fn graphs() -> Vec<GraphFile> {
         mlp(
             "r1",
             Mlp {
-                rows: 2048,
+                rows: 4096,
                 features: 256,
-                hidden: 1024,
-                depth: 3,
+                hidden: 512,
+                depth: 4,
                 classes: 100,
             },
         ),
         mlp(
             "r2",
             Mlp {
-                rows: 4096,
+                rows: 8192,
                 features: 256,
-                hidden: 1024,
-                depth: 4,
+                hidden: 640,
+                depth: 3,
                 classes: 100,
             },
         ),
         mlp(
             "r3",
             Mlp {
-                rows: 2048,
-                features: 512,
-                hidden: 2048,
+                rows: 8192,
+                features: 256,
+                hidden: 384,
                 depth: 6,
                 classes: 100,
             },
@@ -500,7 +500,7 @@ pub(crate) fn graphs() -> Vec<GraphFile> {
         },
     ));
     for (v, image, width, blocks) in [
-        ("r1", 64, 32, [2, 2, 2, 2]),
+        ("r1", 128, 32, [3, 4, 6, 3]),
         ("r2", 96, 64, [3, 4, 6, 3]),
         ("r3", 128, 64, [3, 4, 6, 3]),
     ] {
@@ -524,7 +524,7 @@ pub(crate) fn graphs() -> Vec<GraphFile> {
             classes: 1000,
         },
     ));
-    for (v, image, width_pct) in [("r1", 64, 50), ("r2", 96, 100), ("r3", 128, 100)] {
+    for (v, image, width_pct) in [("r1", 128, 100), ("r2", 128, 140), ("r3", 128, 200)] {
         g.push(mobilenet(
             v,
             Mobilenet {
@@ -548,9 +548,9 @@ pub(crate) fn graphs() -> Vec<GraphFile> {
         },
     ));
     for (v, image, base, depth, upsample) in [
-        ("r1", 64, 16, 3, false),
-        ("r2", 128, 16, 4, false),
-        ("r3", 128, 32, 4, true),
+        ("r1", 128, 24, 4, false),
+        ("r2", 128, 32, 4, false),
+        ("r3", 128, 48, 4, true),
     ] {
         g.push(unet(
             v,
@@ -576,9 +576,9 @@ pub(crate) fn graphs() -> Vec<GraphFile> {
         },
     ));
     for (v, samples, channels, proj) in [
-        ("r1", 16000, 128, 256),
-        ("r2", 32000, 256, 384),
-        ("r3", 32000, 512, 768),
+        ("r1", 48000, 256, 256),
+        ("r2", 64000, 384, 384),
+        ("r3", 64000, 512, 768),
     ] {
         g.push(audio(
             v,

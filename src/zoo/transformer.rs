@@ -527,7 +527,7 @@ pub(crate) fn graphs() -> Vec<GraphFile> {
     };
     g.push(gpt("full", gpt2));
     for (v, t, d, layers, heads) in [
-        ("r1", 256, 256, 4, 4),
+        ("r1", 512, 256, 4, 4),
         ("r2", 512, 384, 6, 6),
         ("r3", 512, 512, 8, 8),
     ] {
@@ -555,7 +555,7 @@ pub(crate) fn graphs() -> Vec<GraphFile> {
     };
     g.push(bert("full", bert_base));
     for (v, t, d, layers, heads) in [
-        ("r1", 128, 256, 4, 4),
+        ("r1", 512, 256, 4, 4),
         ("r2", 256, 384, 6, 6),
         ("r3", 512, 512, 8, 8),
     ] {
@@ -588,7 +588,7 @@ pub(crate) fn graphs() -> Vec<GraphFile> {
     };
     g.push(vit("full", vit_b16));
     for (v, image, patch, d, layers, heads) in [
-        ("r1", 64, 8, 256, 4, 4),
+        ("r1", 128, 8, 256, 8, 4),
         ("r2", 128, 8, 384, 6, 6),
         ("r3", 128, 8, 512, 8, 8),
     ] {
@@ -627,9 +627,9 @@ pub(crate) fn graphs() -> Vec<GraphFile> {
     };
     g.push(t5("full", t5_small));
     for (v, t, t_dec, d, layers, heads) in [
-        ("r1", 256, 64, 256, 2, 4),
+        ("r1", 512, 128, 256, 2, 4),
         ("r2", 512, 128, 384, 4, 6),
-        ("r3", 512, 128, 512, 6, 8),
+        ("r3", 512, 256, 512, 4, 8),
     ] {
         g.push(t5(
             v,
@@ -660,9 +660,9 @@ pub(crate) fn graphs() -> Vec<GraphFile> {
         ffn: Ffn::Dense(ff),
     };
     g.push(llama("full", dense(32000, 2048, 4096, 32, 32, 32, 11008)));
-    g.push(llama("r1", dense(8192, 256, 256, 4, 4, 2, 688)));
+    g.push(llama("r1", dense(8192, 512, 256, 4, 4, 2, 688)));
     g.push(llama("r2", dense(8192, 512, 512, 6, 8, 2, 1376)));
-    g.push(llama("r3", dense(8192, 512, 640, 8, 10, 2, 1728)));
+    g.push(llama("r3", dense(8192, 512, 384, 12, 6, 2, 1024)));
 
     // Mixtral-8x7B: 46,702,792,704 parameters.
     let sparse = |vocab, t, d, layers, heads, kv_heads, experts, hidden| Decoder {
@@ -733,7 +733,7 @@ pub(crate) fn graphs() -> Vec<GraphFile> {
     };
     g.push(mla(
         "r1",
-        small_mla(256, 256, 4, 4, 0, 64, 32, Ffn::Dense(688)),
+        small_mla(512, 256, 4, 4, 0, 64, 32, Ffn::Dense(688)),
     ));
     g.push(mla(
         "r2",
@@ -743,17 +743,17 @@ pub(crate) fn graphs() -> Vec<GraphFile> {
         "r3",
         small_mla(
             512,
-            512,
+            384,
             6,
-            8,
+            6,
             192,
             128,
             64,
             Ffn::Moe {
                 experts: 8,
-                hidden: 512,
+                hidden: 384,
                 top_k: 2,
-                shared: 1024,
+                shared: 768,
             },
         ),
     ));
