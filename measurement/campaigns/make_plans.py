@@ -57,10 +57,13 @@ def main():
         cache = {}
         fb = sorted({batch_for(args.memcal, g, t * 1e9, args.factors, cache) for t in (1.0, 1.8, 3.0)})
         free.append((rel, fb, []))
-        for cap in (2, 4):
-            b = batch_for(args.memcal, g, cap * GIB, args.factors, cache)
-            # One batch just under the cap and one just over it.
-            edge.append((rel, sorted({b, b + max(1, b // 4)}), [cap]))
+        # 2 GiB: one batch just under the cap and one just over it.
+        b = batch_for(args.memcal, g, 2 * GIB, args.factors, cache)
+        edge.append((rel, sorted({b, b + max(1, b // 4)}), [2]))
+        # 4 GiB: just over the cap, for the largest variant of each family.
+        if rel.stem.endswith("-r3"):
+            b = batch_for(args.memcal, g, 4 * GIB, args.factors, cache)
+            edge.append((rel, [b + max(1, b // 4)], [4]))
         # After the fit: a batch between the free batches that no earlier row has.
         used = set(fb) | {b for (r, bs, _) in edge if r == rel for b in bs}
         cand = [b for b in range(max(1, fb[0] // 2), fb[-1] + 3) if b not in used]
