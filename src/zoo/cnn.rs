@@ -500,7 +500,7 @@ pub(crate) fn graphs() -> Vec<GraphFile> {
         },
     ));
     for (v, image, width, blocks) in [
-        ("r1", 128, 32, [3, 4, 6, 3]),
+        ("r1", 128, 48, [3, 4, 6, 3]),
         ("r2", 96, 64, [3, 4, 6, 3]),
         ("r3", 128, 64, [3, 4, 6, 3]),
     ] {
@@ -524,7 +524,7 @@ pub(crate) fn graphs() -> Vec<GraphFile> {
             classes: 1000,
         },
     ));
-    for (v, image, width_pct) in [("r1", 128, 100), ("r2", 128, 140), ("r3", 128, 200)] {
+    for (v, image, width_pct) in [("r1", 128, 140), ("r2", 128, 200), ("r3", 128, 260)] {
         g.push(mobilenet(
             v,
             Mobilenet {

@@ -1,0 +1,2 @@
+//! Placeholder; the engine benchmark is being written.
+fn main() {}

@@ -1,0 +1,962 @@
+//! `calibrate`: buckets, fits, held-out refits, the upper bound, card checks and metrics. Pure:
+//! no I/O, and the same rows in any order give the same result to the last bit.
+
+use super::fit::{fit, FitOutcome, Normal};
+use super::time::parse_rfc3339;
+use super::{Dataset, Row};
+use crate::factors::FactorsFile;
+use crate::features::{Precision, FEATURE_NAMES, N_FEATURES};
+use crate::plan::{self, Verdict};
+use crate::run::RunStatus;
+use serde::Serialize;
+use std::cmp::Ordering;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// Relative error within which a prediction counts as "within 25%".
+pub const WITHIN: f64 = 0.25;
+
+/// Where a usable row goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Bucket {
+    /// A training-regime row: in the shipped fit and in every held-out-by-architecture refit
+    /// except its own family's.
+    Fitted,
+    /// A row of a regime outside `training_regimes`: never fitted, predicted by the shipped
+    /// (training-regime) factors.
+    HeldOutRegime,
+    /// Marker `after-fit`, measured after `provenance.fixed_at`: never fitted, predicted by the
+    /// factors in `data/factors.json` as fixed then.
+    AfterFit,
+}
+
+/// Why a row is excluded. Computed by code, first matching reason wins, in this order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ExclusionReason {
+    /// Another row file earlier in path order has the same run id.
+    DuplicateRunId,
+    /// The run failed for a reason other than memory.
+    StatusError,
+    /// The graph file changed since the run (its SHA-256 differs from the recorded one).
+    GraphChanged,
+    /// The harness reported that the built model's parameter count differs from the graph's.
+    GraphMismatch,
+    /// The graph has no batch axis.
+    NoBatchAxis,
+    /// The row's regime is not listed in `data/factors.json`.
+    UnknownRegime,
+    /// `data/factors.json` has no factors for the row's precision profile.
+    NoFactorsForPrecision,
+    /// Marker `after-fit`, but the factors file has no `provenance` (never fixed).
+    AfterFitUnfixed,
+    /// Marker `after-fit`, but the run's timestamp is not later than `provenance.fixed_at`.
+    AfterFitNotLater,
+}
+
+impl ExclusionReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ExclusionReason::DuplicateRunId => "duplicate-run-id",
+            ExclusionReason::StatusError => "status-error",
+            ExclusionReason::GraphChanged => "graph-changed",
+            ExclusionReason::GraphMismatch => "graph-mismatch",
+            ExclusionReason::NoBatchAxis => "no-batch-axis",
+            ExclusionReason::UnknownRegime => "unknown-regime",
+            ExclusionReason::NoFactorsForPrecision => "no-factors-for-precision",
+            ExclusionReason::AfterFitUnfixed => "after-fit-unfixed",
+            ExclusionReason::AfterFitNotLater => "after-fit-not-later",
+        }
+    }
+}
+
+/// An excluded row.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Exclusion {
+    pub run_id: String,
+    pub file: String,
+    pub reason: ExclusionReason,
+    /// The numbers behind the reason, in words.
+    pub detail: String,
+}
+
+/// A prediction method on the page.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Method {
+    /// accelerate's training estimate; fits iff estimate <= card (as printed, no headroom).
+    Accelerate,
+    /// The textbook formula, where it applies; fits iff total <= card.
+    Textbook,
+    /// The shipped factors on the rows they were fitted on (in-sample).
+    PlanShipped,
+    /// Each fitted row predicted by factors refitted without its family.
+    PlanHeldOutArchitecture,
+    /// Non-training-regime rows predicted by the shipped (training-regime) factors.
+    PlanHeldOutRegime,
+    /// After-the-fit rows predicted by the factors as fixed in `data/factors.json`.
+    PlanAfterFit,
+}
+
+impl Method {
+    pub const ALL: [Method; 6] = [
+        Method::Accelerate,
+        Method::Textbook,
+        Method::PlanShipped,
+        Method::PlanHeldOutArchitecture,
+        Method::PlanHeldOutRegime,
+        Method::PlanAfterFit,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Method::Accelerate => "accelerate",
+            Method::Textbook => "textbook",
+            Method::PlanShipped => "plan-shipped",
+            Method::PlanHeldOutArchitecture => "plan-held-out-architecture",
+            Method::PlanHeldOutRegime => "plan-held-out-regime",
+            Method::PlanAfterFit => "plan-after-fit",
+        }
+    }
+
+    /// Out-of-sample plan methods (their missed OOMs are known misses).
+    fn out_of_sample_plan(self) -> bool {
+        matches!(
+            self,
+            Method::PlanHeldOutArchitecture | Method::PlanHeldOutRegime | Method::PlanAfterFit
+        )
+    }
+}
+
+/// What a run says about one card.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Truth {
+    /// Completed with measured peak <= card.
+    Fits,
+    /// Completed with measured peak > card, or ran out of memory at a capacity >= card.
+    DoesNotFit,
+    /// Ran out of memory at a capacity below the card: says nothing about it (not counted).
+    Unknown,
+}
+
+/// The truth rule. A completed run fits a card iff its peak <= card; a run that ran out of
+/// memory at capacity C does not fit C nor any smaller card, and is unknown for larger ones.
+pub fn truth(status: RunStatus, measured: Option<u64>, capacity: u64, card: u64) -> Truth {
+    match (status, measured) {
+        (RunStatus::Completed, Some(m)) => {
+            if m <= card {
+                Truth::Fits
+            } else {
+                Truth::DoesNotFit
+            }
+        }
+        (RunStatus::Oom, _) if card <= capacity => Truth::DoesNotFit,
+        _ => Truth::Unknown,
+    }
+}
+
+/// One card check of one row: the truth and every applicable method's verdict.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Check {
+    pub card_bytes: u64,
+    pub truth: Truth,
+    /// A fit check whose measured peak is within `headroom` (15%) of the card.
+    pub edge: bool,
+    /// Verdicts as "fits" (true) or "does not fit" (false), per method that predicts the row.
+    pub fits: BTreeMap<Method, bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bound_q90: Option<Verdict>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bound_q95: Option<Verdict>,
+}
+
+/// One usable row's results.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RowResult {
+    pub run_id: String,
+    pub file: String,
+    pub graph: String,
+    pub family: String,
+    pub regime: String,
+    pub precision: Precision,
+    pub batch: u64,
+    pub status: RunStatus,
+    pub bucket: Bucket,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub measured_bytes: Option<u64>,
+    /// For out-of-memory runs: the capacity they ran out at.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub oom_capacity_bytes: Option<u64>,
+    /// Weight in the fit (fitted completed rows): 1, or `small_runs.weight` below the threshold.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub weight: Option<f64>,
+    pub features: [u64; N_FEATURES],
+    /// Predicted bytes per method that predicts this row.
+    pub predictions: BTreeMap<Method, f64>,
+    /// The bound (bytes) at q90 and q95 on this row's out-of-sample plan estimate.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bound_q90_bytes: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bound_q95_bytes: Option<f64>,
+    pub checks: Vec<Check>,
+}
+
+/// A card check, named.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct CheckRef {
+    pub run_id: String,
+    pub card_bytes: u64,
+}
+
+/// One method's numbers over a set of rows.
+#[derive(Debug, Clone, PartialEq, Serialize, Default)]
+pub struct MethodMetrics {
+    /// Rows the method predicts.
+    pub rows: u64,
+    /// Completed runs >= `small_runs.threshold_bytes` with a prediction: the error's rows.
+    pub error_rows: u64,
+    /// Median |pred / measured - 1| over those (the mean of the two middle values for even n).
+    pub median_abs_rel_error: Option<f64>,
+    /// Share of those within 25%.
+    pub within_25pct: Option<f64>,
+    /// Checks whose truth is "does not fit".
+    pub did_not_fit_checks: u64,
+    /// Of those, the ones the method called "fits".
+    pub missed_oom: Vec<CheckRef>,
+    /// Checks whose truth is "fits".
+    pub fit_checks: u64,
+    /// Of those, called "does not fit" with the peak within 15% of the card.
+    pub false_alarm_edge: Vec<CheckRef>,
+    /// Of those, called "does not fit" with the peak further below the card: over-estimates.
+    pub false_alarm_over: Vec<CheckRef>,
+    /// Checks with a verdict equal to the truth, over fit + did-not-fit checks.
+    pub correct_checks: u64,
+    pub accuracy: Option<f64>,
+}
+
+/// Counts of the bound's three verdicts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Default)]
+pub struct VerdictCounts {
+    pub fits: u64,
+    pub borderline: u64,
+    pub does_not_fit: u64,
+}
+
+impl VerdictCounts {
+    fn add(&mut self, v: Verdict) {
+        match v {
+            Verdict::Fits => self.fits += 1,
+            Verdict::Borderline => self.borderline += 1,
+            Verdict::DoesNotFit => self.does_not_fit += 1,
+        }
+    }
+}
+
+/// The bound's verdicts at one multiplier.
+#[derive(Debug, Clone, PartialEq, Serialize, Default)]
+pub struct BoundCounts {
+    pub on_did_not_fit: VerdictCounts,
+    pub on_fit: VerdictCounts,
+    /// Did-not-fit checks the bound called "fits".
+    pub missed_oom: Vec<CheckRef>,
+}
+
+/// The bound's verdict counts at q90 and q95.
+#[derive(Debug, Clone, PartialEq, Serialize, Default)]
+pub struct BoundMetrics {
+    pub q90: BoundCounts,
+    pub q95: BoundCounts,
+}
+
+/// One fit's report.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FitReport {
+    pub factors: [f64; N_FEATURES],
+    /// `fit`, or `kept` (no fitted row: the current factors stay).
+    pub source: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<FitOutcome>,
+}
+
+/// Fits of one precision profile.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ProfileFits {
+    /// The factors currently in `data/factors.json` (used for after-the-fit rows).
+    pub file_factors: [f64; N_FEATURES],
+    /// Fitted on every fitted row of the profile (in-sample).
+    pub shipped: FitReport,
+    /// Per family: refitted without that family (absent when no other family has completed runs).
+    pub held_out_architecture: BTreeMap<String, FitReport>,
+}
+
+/// The upper-bound quantiles.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Upper {
+    /// `nearest rank: q_p = sorted[ceil(p * n) - 1]`.
+    pub rule: &'static str,
+    /// (run id, measured / held-out-by-architecture prediction), ascending by ratio then id.
+    pub ratios: Vec<(String, f64)>,
+    pub q90: Option<f64>,
+    pub q95: Option<f64>,
+    /// Fitted completed rows >= threshold without a positive held-out prediction (not in ratios).
+    pub unpredicted: Vec<String>,
+    /// The multipliers the checks used: these quantiles, or the file's where there are none.
+    pub q90_used: f64,
+    pub q95_used: f64,
+}
+
+/// Row totals. inputs = fitted + held_out_regime + after_fit + excluded.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Totals {
+    pub inputs: u64,
+    pub fitted: u64,
+    pub held_out_regime: u64,
+    pub after_fit: u64,
+    pub excluded: u64,
+    pub balanced: bool,
+}
+
+/// A family's known miss.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct KnownMiss {
+    pub family: String,
+    pub method: Method,
+    /// The numbers, in words.
+    pub text: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub median_abs_rel_error: Option<f64>,
+    pub missed_oom: Vec<CheckRef>,
+}
+
+/// A family's numbers.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FamilyReport {
+    pub graphs: Vec<String>,
+    pub rows: u64,
+    pub methods: BTreeMap<Method, MethodMetrics>,
+}
+
+/// The settings the calibration ran with.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Settings {
+    pub headroom: f64,
+    pub small_runs_threshold_bytes: u64,
+    pub small_runs_weight: f64,
+    pub oom_penalty: f64,
+    pub bound_floor_bytes: u64,
+    pub training_regimes: Vec<String>,
+    pub fixed_at: Option<String>,
+    pub feature_names: [&'static str; N_FEATURES],
+}
+
+/// Everything `memcal fit` and the page show, with the row ids behind each number.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Calibration {
+    pub tool_version: &'static str,
+    pub settings: Settings,
+    pub totals: Totals,
+    pub excluded_by_reason: BTreeMap<ExclusionReason, u64>,
+    /// Sorted by file.
+    pub exclusions: Vec<Exclusion>,
+    pub fits: BTreeMap<Precision, ProfileFits>,
+    pub upper: Upper,
+    pub methods: BTreeMap<Method, MethodMetrics>,
+    pub bound: BoundMetrics,
+    pub families: BTreeMap<String, FamilyReport>,
+    pub known_misses: Vec<KnownMiss>,
+    /// Whether `provenance.rows_sha256` of the factors file equals that of today's fitted rows.
+    pub factors_file_rows_match: bool,
+    /// SHA-256 over today's fitted rows (see `rows_sha256`).
+    pub fitted_rows_sha256: String,
+    /// Usable rows, sorted by run id.
+    pub rows: Vec<RowResult>,
+}
+
+/// Nearest-rank empirical quantile of an ascending slice: sorted[ceil(percent * n / 100) - 1].
+pub fn nearest_rank(sorted: &[f64], percent: u32) -> Option<f64> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let n = sorted.len() as u64;
+    let rank = (percent as u64 * n).div_ceil(100).clamp(1, n);
+    Some(sorted[(rank - 1) as usize])
+}
+
+fn cmp_path(a: &str, b: &str) -> Ordering {
+    Path::new(a).cmp(Path::new(b))
+}
+
+fn median(v: &mut [f64]) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    Some(if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    })
+}
+
+/// Running tallies of one method over a set of rows.
+#[derive(Default)]
+struct Acc {
+    rows: u64,
+    errors: Vec<f64>,
+    m: MethodMetrics,
+}
+
+impl Acc {
+    fn finish(mut self) -> MethodMetrics {
+        let mut m = self.m;
+        m.rows = self.rows;
+        m.error_rows = self.errors.len() as u64;
+        if !self.errors.is_empty() {
+            let within = self.errors.iter().filter(|e| **e <= WITHIN).count();
+            m.within_25pct = Some(within as f64 / self.errors.len() as f64);
+        }
+        m.median_abs_rel_error = median(&mut self.errors);
+        let counted = m.fit_checks + m.did_not_fit_checks;
+        if counted > 0 {
+            m.accuracy = Some(m.correct_checks as f64 / counted as f64);
+        }
+        m.missed_oom.sort();
+        m.false_alarm_edge.sort();
+        m.false_alarm_over.sort();
+        m
+    }
+}
+
+fn classify(
+    ds: &Dataset,
+    row: &Row,
+    fixed_at: Option<(i64, u32)>,
+) -> Result<Bucket, (ExclusionReason, String)> {
+    let f = &ds.factors;
+    if row.status == RunStatus::Error {
+        return Err((ExclusionReason::StatusError, "the run failed for a reason other than memory".into()));
+    }
+    if row.graph_changed {
+        let now = ds.graphs.get(&row.graph).map_or("?", |g| g.sha256.as_str());
+        return Err((ExclusionReason::GraphChanged, format!("graph `{}` is now {now}", row.graph)));
+    }
+    if row.graph_mismatch {
+        return Err((ExclusionReason::GraphMismatch, "the harness reported graph_mismatch".into()));
+    }
+    if !row.has_batch_axis {
+        return Err((ExclusionReason::NoBatchAxis, format!("graph `{}` has no batch axis", row.graph)));
+    }
+    if !f.regimes.contains_key(&row.regime) {
+        return Err((ExclusionReason::UnknownRegime, format!("regime `{}` is not in data/factors.json", row.regime)));
+    }
+    if f.factors(row.precision).is_none() {
+        return Err((ExclusionReason::NoFactorsForPrecision, format!("no factors for `{}`", row.precision)));
+    }
+    if row.after_fit {
+        let Some(fixed) = fixed_at else {
+            return Err((ExclusionReason::AfterFitUnfixed, "data/factors.json has no provenance.fixed_at".into()));
+        };
+        let later = parse_rfc3339(&row.timestamp).is_ok_and(|t| t > fixed);
+        if !later {
+            let at = f.provenance.as_ref().map_or("", |p| p.fixed_at.as_str());
+            return Err((
+                ExclusionReason::AfterFitNotLater,
+                format!("timestamp {} is not later than fixed_at {at}", row.timestamp),
+            ));
+        }
+        return Ok(Bucket::AfterFit);
+    }
+    if f.training_regimes.contains(&row.regime) {
+        Ok(Bucket::Fitted)
+    } else {
+        Ok(Bucket::HeldOutRegime)
+    }
+}
+
+/// Runs the whole calibration on a dataset. Pure and deterministic.
+pub fn calibrate(ds: &Dataset) -> Calibration {
+    let f = &ds.factors;
+    let threshold = f.small_runs.threshold_bytes;
+    let fixed_at = f
+        .provenance
+        .as_ref()
+        .and_then(|p| parse_rfc3339(&p.fixed_at).ok());
+
+    // Order by (run id, path): duplicates become neighbours, the first by path first.
+    let mut order: Vec<usize> = (0..ds.rows.len()).collect();
+    order.sort_by(|&a, &b| {
+        let (ra, rb) = (&ds.rows[a], &ds.rows[b]);
+        ra.run_id
+            .cmp(&rb.run_id)
+            .then_with(|| cmp_path(&ra.file, &rb.file))
+    });
+
+    let mut exclusions = Vec::new();
+    let mut usable: Vec<(usize, Bucket)> = Vec::with_capacity(order.len());
+    let mut prev: Option<usize> = None;
+    for &i in &order {
+        let row = &ds.rows[i];
+        let dup = prev.filter(|&p| ds.rows[p].run_id == row.run_id);
+        let result = match dup {
+            Some(p) => Err((
+                ExclusionReason::DuplicateRunId,
+                format!("run id also in {}, which comes first", ds.rows[p].file),
+            )),
+            None => {
+                prev = Some(i);
+                classify(ds, row, fixed_at)
+            }
+        };
+        match result {
+            Ok(b) => usable.push((i, b)),
+            Err((reason, detail)) => exclusions.push(Exclusion {
+                run_id: row.run_id.clone(),
+                file: row.file.clone(),
+                reason,
+                detail,
+            }),
+        }
+    }
+    exclusions.sort_by(|a, b| cmp_path(&a.file, &b.file));
+    let mut excluded_by_reason = BTreeMap::new();
+    for e in &exclusions {
+        *excluded_by_reason.entry(e.reason).or_insert(0u64) += 1;
+    }
+    let count = |b: Bucket| usable.iter().filter(|(_, x)| *x == b).count() as u64;
+    let totals = {
+        let (fitted, regime, after) = (
+            count(Bucket::Fitted),
+            count(Bucket::HeldOutRegime),
+            count(Bucket::AfterFit),
+        );
+        let excluded = exclusions.len() as u64;
+        let inputs = ds.rows.len() as u64;
+        Totals {
+            inputs,
+            fitted,
+            held_out_regime: regime,
+            after_fit: after,
+            excluded,
+            balanced: inputs == fitted + regime + after + excluded,
+        }
+    };
+
+    // Per profile and family: normal equations of the completed runs, constraint vectors of
+    // the out-of-memory runs, both in run-id order.
+    let h = f.headroom;
+    let weight_of = |m: u64| if m < threshold { f.small_runs.weight } else { 1.0 };
+    type Blocks = BTreeMap<String, (Normal, Vec<[f64; N_FEATURES]>)>;
+    let mut blocks: BTreeMap<Precision, Blocks> = BTreeMap::new();
+    for &(i, b) in &usable {
+        if b != Bucket::Fitted {
+            continue;
+        }
+        let r = &ds.rows[i];
+        let x = r.features.as_f64();
+        let e = blocks
+            .entry(r.precision)
+            .or_default()
+            .entry(r.family.clone())
+            .or_default();
+        match (r.status, r.measured_bytes) {
+            (RunStatus::Completed, Some(m)) => e.0.add_run(&x, m as f64, weight_of(m)),
+            (RunStatus::Oom, _) => {
+                let c = r.capacity_bytes as f64;
+                e.1.push(x.map(|v| (1.0 + h) * v / c));
+            }
+            _ => {}
+        }
+    }
+
+    let mut fits: BTreeMap<Precision, ProfileFits> = BTreeMap::new();
+    for p in Precision::ALL {
+        let Some(file_factors) = f.factors(p).copied() else {
+            continue;
+        };
+        let fam = blocks.get(&p);
+        let shipped = match fam {
+            Some(fam) if !fam.is_empty() => {
+                let mut n = Normal::default();
+                let mut ooms = Vec::new();
+                for (nb, ob) in fam.values() {
+                    n.add(nb);
+                    ooms.extend_from_slice(ob);
+                }
+                let out = fit(&n, &ooms, f.oom_penalty, &file_factors);
+                FitReport {
+                    factors: out.factors,
+                    source: "fit",
+                    outcome: Some(out),
+                }
+            }
+            _ => FitReport {
+                factors: file_factors,
+                source: "kept",
+                outcome: None,
+            },
+        };
+        let mut held = BTreeMap::new();
+        if let Some(fam) = fam {
+            for left in fam.keys() {
+                let mut n = Normal::default();
+                let mut ooms = Vec::new();
+                for (name, (nb, ob)) in fam {
+                    if name != left {
+                        n.add(nb);
+                        ooms.extend_from_slice(ob);
+                    }
+                }
+                if n.n == 0 {
+                    continue;
+                }
+                let out = fit(&n, &ooms, f.oom_penalty, &[0.0; N_FEATURES]);
+                held.insert(
+                    left.clone(),
+                    FitReport {
+                        factors: out.factors,
+                        source: "fit",
+                        outcome: Some(out),
+                    },
+                );
+            }
+        }
+        fits.insert(
+            p,
+            ProfileFits {
+                file_factors,
+                shipped,
+                held_out_architecture: held,
+            },
+        );
+    }
+
+    // Predictions.
+    struct Pred {
+        i: usize,
+        bucket: Bucket,
+        preds: BTreeMap<Method, f64>,
+        /// The row's out-of-sample plan estimate (for the bound).
+        oos: Option<f64>,
+    }
+    let mut preds: Vec<Pred> = Vec::with_capacity(usable.len());
+    for &(i, bucket) in &usable {
+        let r = &ds.rows[i];
+        let pf = &fits[&r.precision];
+        let mut m = BTreeMap::new();
+        m.insert(Method::Accelerate, r.accelerate_bytes as f64);
+        if let Some(t) = r.textbook_bytes {
+            m.insert(Method::Textbook, t as f64);
+        }
+        let oos;
+        match bucket {
+            Bucket::Fitted => {
+                m.insert(
+                    Method::PlanShipped,
+                    plan::estimate(&pf.shipped.factors, &r.features),
+                );
+                oos = pf
+                    .held_out_architecture
+                    .get(&r.family)
+                    .map(|fr| plan::estimate(&fr.factors, &r.features));
+                if let Some(e) = oos {
+                    m.insert(Method::PlanHeldOutArchitecture, e);
+                }
+            }
+            Bucket::HeldOutRegime => {
+                let e = plan::estimate(&pf.shipped.factors, &r.features);
+                m.insert(Method::PlanHeldOutRegime, e);
+                oos = Some(e);
+            }
+            Bucket::AfterFit => {
+                let e = plan::estimate(&pf.file_factors, &r.features);
+                m.insert(Method::PlanAfterFit, e);
+                oos = Some(e);
+            }
+        }
+        preds.push(Pred {
+            i,
+            bucket,
+            preds: m,
+            oos,
+        });
+    }
+
+    // The upper bound: measured / held-out-by-architecture over fitted completed runs >= threshold.
+    let mut ratios = Vec::new();
+    let mut unpredicted = Vec::new();
+    for p in &preds {
+        let r = &ds.rows[p.i];
+        if p.bucket != Bucket::Fitted || r.status != RunStatus::Completed {
+            continue;
+        }
+        let Some(m) = r.measured_bytes.filter(|m| *m >= threshold) else {
+            continue;
+        };
+        match p.oos {
+            Some(e) if e > 0.0 => ratios.push((r.run_id.clone(), m as f64 / e)),
+            _ => unpredicted.push(r.run_id.clone()),
+        }
+    }
+    ratios.sort_by(|a, b| a.1.total_cmp(&b.1).then_with(|| a.0.cmp(&b.0)));
+    let sorted: Vec<f64> = ratios.iter().map(|r| r.1).collect();
+    let (q90, q95) = (nearest_rank(&sorted, 90), nearest_rank(&sorted, 95));
+    let upper = Upper {
+        rule: "nearest rank: q_p = sorted[ceil(p * n) - 1]",
+        q90,
+        q95,
+        q90_used: q90.unwrap_or(f.upper.q90),
+        q95_used: q95.unwrap_or(f.upper.q95),
+        ratios,
+        unpredicted,
+    };
+
+    // Checks and metrics.
+    let mut overall: BTreeMap<Method, Acc> = BTreeMap::new();
+    let mut per_family: BTreeMap<String, (Vec<String>, u64, BTreeMap<Method, Acc>)> =
+        BTreeMap::new();
+    let mut bound = BoundMetrics::default();
+    let mut rows_out = Vec::with_capacity(preds.len());
+    for p in preds {
+        let r = &ds.rows[p.i];
+        let fam = per_family.entry(r.family.clone()).or_default();
+        if !fam.0.contains(&r.graph) {
+            fam.0.push(r.graph.clone());
+        }
+        fam.1 += 1;
+        let measured = match r.status {
+            RunStatus::Completed => r.measured_bytes,
+            _ => None,
+        };
+        for (&method, &pred) in &p.preds {
+            for acc in [
+                overall.entry(method).or_default(),
+                fam.2.entry(method).or_default(),
+            ] {
+                acc.rows += 1;
+                if let Some(m) = measured.filter(|m| *m >= threshold) {
+                    acc.errors.push((pred / m as f64 - 1.0).abs());
+                }
+            }
+        }
+        let (q90m, q95m) = if p.bucket == Bucket::AfterFit {
+            (f.upper.q90, f.upper.q95)
+        } else {
+            (upper.q90_used, upper.q95_used)
+        };
+        let b90 = p.oos.map(|e| plan::bound(e, q90m, f.bound_floor_bytes));
+        let b95 = p.oos.map(|e| plan::bound(e, q95m, f.bound_floor_bytes));
+        let cards = &f.regimes[&r.regime].cards;
+        let mut checks = Vec::with_capacity(cards.len());
+        for card in cards {
+            let t = truth(r.status, measured, r.capacity_bytes, card.bytes);
+            let edge = t == Truth::Fits
+                && measured.is_some_and(|m| m as f64 >= card.bytes as f64 * (1.0 - h));
+            let mut fits_by = BTreeMap::new();
+            for (&method, &pred) in &p.preds {
+                let says_fits = match method {
+                    Method::Accelerate | Method::Textbook => pred <= card.bytes as f64,
+                    _ => plan::plan_fits(pred, h, card.bytes),
+                };
+                fits_by.insert(method, says_fits);
+                if t == Truth::Unknown {
+                    continue;
+                }
+                let cref = || CheckRef {
+                    run_id: r.run_id.clone(),
+                    card_bytes: card.bytes,
+                };
+                for acc in [
+                    overall.get_mut(&method).expect("entry made above"),
+                    fam.2.get_mut(&method).expect("entry made above"),
+                ] {
+                    let m = &mut acc.m;
+                    match t {
+                        Truth::DoesNotFit => {
+                            m.did_not_fit_checks += 1;
+                            if says_fits {
+                                m.missed_oom.push(cref());
+                            } else {
+                                m.correct_checks += 1;
+                            }
+                        }
+                        _ => {
+                            m.fit_checks += 1;
+                            if says_fits {
+                                m.correct_checks += 1;
+                            } else if edge {
+                                m.false_alarm_edge.push(cref());
+                            } else {
+                                m.false_alarm_over.push(cref());
+                            }
+                        }
+                    }
+                }
+            }
+            let v90 = p
+                .oos
+                .zip(b90)
+                .map(|(e, b)| plan::bound_verdict(e, b, h, card.bytes));
+            let v95 = p
+                .oos
+                .zip(b95)
+                .map(|(e, b)| plan::bound_verdict(e, b, h, card.bytes));
+            for (v, counts) in [(v90, &mut bound.q90), (v95, &mut bound.q95)] {
+                let Some(v) = v else { continue };
+                match t {
+                    Truth::DoesNotFit => {
+                        counts.on_did_not_fit.add(v);
+                        if v == Verdict::Fits {
+                            counts.missed_oom.push(CheckRef {
+                                run_id: r.run_id.clone(),
+                                card_bytes: card.bytes,
+                            });
+                        }
+                    }
+                    Truth::Fits => counts.on_fit.add(v),
+                    Truth::Unknown => {}
+                }
+            }
+            checks.push(Check {
+                card_bytes: card.bytes,
+                truth: t,
+                edge,
+                fits: fits_by,
+                bound_q90: v90,
+                bound_q95: v95,
+            });
+        }
+        rows_out.push(RowResult {
+            run_id: r.run_id.clone(),
+            file: r.file.clone(),
+            graph: r.graph.clone(),
+            family: r.family.clone(),
+            regime: r.regime.clone(),
+            precision: r.precision,
+            batch: r.batch,
+            status: r.status,
+            bucket: p.bucket,
+            measured_bytes: measured,
+            oom_capacity_bytes: (r.status == RunStatus::Oom).then_some(r.capacity_bytes),
+            weight: (p.bucket == Bucket::Fitted)
+                .then_some(())
+                .and(measured)
+                .map(weight_of),
+            features: r.features.as_array(),
+            predictions: p.preds,
+            bound_q90_bytes: b90,
+            bound_q95_bytes: b95,
+            checks,
+        });
+    }
+    bound.q90.missed_oom.sort();
+    bound.q95.missed_oom.sort();
+
+    let methods: BTreeMap<Method, MethodMetrics> =
+        overall.into_iter().map(|(k, a)| (k, a.finish())).collect();
+    let mut families = BTreeMap::new();
+    let mut known_misses = Vec::new();
+    for (name, (mut graphs, rows, accs)) in per_family {
+        graphs.sort();
+        let ms: BTreeMap<Method, MethodMetrics> =
+            accs.into_iter().map(|(k, a)| (k, a.finish())).collect();
+        for (&method, m) in &ms {
+            if method == Method::PlanHeldOutArchitecture {
+                if let Some(e) = m.median_abs_rel_error.filter(|e| *e > WITHIN) {
+                    known_misses.push(KnownMiss {
+                        family: name.clone(),
+                        method,
+                        text: format!(
+                            "held-out median |error| {:.1}% over {} runs (beyond {:.0}%)",
+                            e * 100.0,
+                            m.error_rows,
+                            WITHIN * 100.0
+                        ),
+                        median_abs_rel_error: Some(e),
+                        missed_oom: Vec::new(),
+                    });
+                }
+            }
+            if method.out_of_sample_plan() && !m.missed_oom.is_empty() {
+                known_misses.push(KnownMiss {
+                    family: name.clone(),
+                    method,
+                    text: format!(
+                        "{} of {} did-not-fit checks called \"fits\" by {}",
+                        m.missed_oom.len(),
+                        m.did_not_fit_checks,
+                        method.as_str()
+                    ),
+                    median_abs_rel_error: m.median_abs_rel_error,
+                    missed_oom: m.missed_oom.clone(),
+                });
+            }
+        }
+        families.insert(
+            name,
+            FamilyReport {
+                graphs,
+                rows,
+                methods: ms,
+            },
+        );
+    }
+
+    let fitted: Vec<(&str, &str)> = usable
+        .iter()
+        .filter(|(_, b)| *b == Bucket::Fitted)
+        .map(|&(i, _)| (ds.rows[i].run_id.as_str(), ds.rows[i].file_sha256.as_str()))
+        .collect();
+    let fitted_rows_sha256 = super::load::rows_sha256(&fitted);
+    let factors_file_rows_match = f
+        .provenance
+        .as_ref()
+        .is_some_and(|p| p.rows_sha256 == fitted_rows_sha256);
+
+    Calibration {
+        tool_version: env!("CARGO_PKG_VERSION"),
+        settings: settings(f),
+        totals,
+        excluded_by_reason,
+        exclusions,
+        fits,
+        upper,
+        methods,
+        bound,
+        families,
+        known_misses,
+        factors_file_rows_match,
+        fitted_rows_sha256,
+        rows: rows_out,
+    }
+}
+
+fn settings(f: &FactorsFile) -> Settings {
+    Settings {
+        headroom: f.headroom,
+        small_runs_threshold_bytes: f.small_runs.threshold_bytes,
+        small_runs_weight: f.small_runs.weight,
+        oom_penalty: f.oom_penalty,
+        bound_floor_bytes: f.bound_floor_bytes,
+        training_regimes: f.training_regimes.clone(),
+        fixed_at: f.provenance.as_ref().map(|p| p.fixed_at.clone()),
+        feature_names: FEATURE_NAMES,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nearest_rank_by_hand() {
+        let v: Vec<f64> = (1..=10).map(|i| i as f64).collect();
+        // ceil(0.9 * 10) = 9 -> 9th value; ceil(0.95 * 10) = 10 -> 10th.
+        assert_eq!(nearest_rank(&v, 90), Some(9.0));
+        assert_eq!(nearest_rank(&v, 95), Some(10.0));
+        assert_eq!(nearest_rank(&[], 95), None);
+        assert_eq!(nearest_rank(&[3.0], 90), Some(3.0));
+    }
+}

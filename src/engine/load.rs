@@ -1,0 +1,278 @@
+//! `load`: reads `data/factors.json`, `data/graphs/*.json` and every row under `data/runs/`,
+//! validates each row (errors name the file and the field) and joins it to its graph.
+
+use super::time::parse_rfc3339;
+use super::{Dataset, GraphInfo, Row};
+use crate::baselines;
+use crate::error::{Error, Result};
+use crate::factors::FactorsFile;
+use crate::features::{self, Features, Precision};
+use crate::graph::{self, sha256_hex, Graph};
+use crate::run::{RunRow, RunStatus, RUN_FORMAT};
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+
+/// The marker of rows measured after the factors were fixed.
+pub const AFTER_FIT: &str = "after-fit";
+
+/// SHA-256 over the fitted rows: the hex digest of the lines `"{run_id}\t{file_sha256}\n"`,
+/// one per row, sorted by run id (then by file hash).
+pub fn rows_sha256(rows: &[(&str, &str)]) -> String {
+    let mut v = rows.to_vec();
+    v.sort();
+    let mut text = String::with_capacity(v.len() * 100);
+    for (id, sha) in v {
+        text.push_str(id);
+        text.push('\t');
+        text.push_str(sha);
+        text.push('\n');
+    }
+    sha256_hex(text.as_bytes())
+}
+
+fn field(path: &Path, field: &str, message: impl Into<String>) -> Error {
+    Error::Field {
+        path: path.to_path_buf(),
+        field: field.to_string(),
+        message: message.into(),
+    }
+}
+
+/// Parses and validates one row file's bytes; `path` names it in errors.
+pub fn parse_row(bytes: &[u8], path: &Path) -> Result<RunRow> {
+    let text = std::str::from_utf8(bytes).map_err(|e| Error::Parse {
+        path: path.to_path_buf(),
+        what: "run row",
+        message: format!("not UTF-8 text ({e})"),
+    })?;
+    let de = &mut serde_json::Deserializer::from_str(text);
+    let row: RunRow = serde_path_to_error::deserialize(de).map_err(|e| {
+        let at = e.path().to_string();
+        let inner = e.into_inner();
+        let msg = inner.to_string();
+        // serde reports a missing field at its parent; name the field itself.
+        let name = msg
+            .strip_prefix("missing field `")
+            .and_then(|rest| rest.split('`').next())
+            .map(|m| {
+                if at == "." || at.is_empty() {
+                    m.to_string()
+                } else {
+                    format!("{at}.{m}")
+                }
+            });
+        let f = name.unwrap_or_else(|| if at.is_empty() { ".".into() } else { at });
+        field(path, &f, msg)
+    })?;
+    if row.format != RUN_FORMAT {
+        return Err(field(
+            path,
+            "format",
+            format!("expected \"{RUN_FORMAT}\", found \"{}\"", row.format),
+        ));
+    }
+    if row.run_id.trim().is_empty() {
+        return Err(field(path, "run_id", "must not be empty"));
+    }
+    if row.graph.name.trim().is_empty() {
+        return Err(field(path, "graph.name", "must not be empty"));
+    }
+    if row.graph.sha256.len() != 64 || !row.graph.sha256.bytes().all(|c| c.is_ascii_hexdigit()) {
+        return Err(field(path, "graph.sha256", "must be 64 hex digits"));
+    }
+    if row.batch == 0 {
+        return Err(field(path, "batch", "must be a positive integer"));
+    }
+    row.precision
+        .parse::<Precision>()
+        .map_err(|m| field(path, "precision", m))?;
+    if row.regime.trim().is_empty() {
+        return Err(field(path, "regime", "must not be empty"));
+    }
+    if let Some(m) = &row.marker {
+        if m != AFTER_FIT {
+            return Err(field(
+                path,
+                "marker",
+                format!("the only marker is \"{AFTER_FIT}\", found \"{m}\""),
+            ));
+        }
+    }
+    parse_rfc3339(&row.timestamp).map_err(|m| field(path, "timestamp", m))?;
+    let cap = row
+        .device
+        .emulated_capacity_bytes
+        .unwrap_or(row.device.capacity_bytes);
+    if cap == 0 {
+        return Err(field(
+            path,
+            "device.capacity_bytes",
+            "the capacity the run ran under must be positive",
+        ));
+    }
+    match row.status {
+        RunStatus::Completed => {
+            let Some(peak) = &row.peak else {
+                return Err(field(path, "peak", "a completed run must record its peak"));
+            };
+            if peak.allocated_bytes == 0 {
+                return Err(field(
+                    path,
+                    "peak.allocated_bytes",
+                    "a completed run's peak must be positive",
+                ));
+            }
+            if row.oom.is_some() {
+                return Err(field(path, "oom", "a completed run has no out-of-memory failure"));
+            }
+            if row.error.is_some() {
+                return Err(field(path, "error", "a completed run has no error"));
+            }
+        }
+        RunStatus::Oom => {
+            if row.peak.is_some() {
+                return Err(field(
+                    path,
+                    "peak",
+                    "an out-of-memory run cannot claim a peak (it never finished)",
+                ));
+            }
+            if row.oom.is_none() {
+                return Err(field(
+                    path,
+                    "oom",
+                    "an out-of-memory run must say where it ran out",
+                ));
+            }
+        }
+        RunStatus::Error => {
+            if row.peak.is_some() {
+                return Err(field(path, "peak", "a failed run cannot claim a peak"));
+            }
+            if row.error.is_none() {
+                return Err(field(path, "error", "a failed run must say what failed"));
+            }
+        }
+    }
+    Ok(row)
+}
+
+/// Turns a parsed row into an engine row, joined to its graph.
+fn join(
+    row: RunRow,
+    rel: String,
+    file_sha256: String,
+    path: &Path,
+    graphs: &BTreeMap<String, (Graph, GraphInfo)>,
+    cache: &mut HashMap<(String, u64, Precision), (Features, u64, Option<u64>)>,
+) -> Result<Row> {
+    let Some((g, info)) = graphs.get(&row.graph.name) else {
+        return Err(field(
+            path,
+            "graph.name",
+            format!(
+                "names graph `{}`, which is not in data/graphs/ (no {}.json)",
+                row.graph.name, row.graph.name
+            ),
+        ));
+    };
+    let precision: Precision = row.precision.parse().expect("validated in parse_row");
+    let key = (row.graph.name.clone(), row.batch, precision);
+    let (features, accelerate_bytes, textbook_bytes) = *cache.entry(key).or_insert_with(|| {
+        (
+            features::features(g, row.batch, precision),
+            baselines::accelerate(g, precision).training_bytes,
+            baselines::textbook(g, row.batch).ok().map(|t| t.total_bytes),
+        )
+    });
+    Ok(Row {
+        file: rel,
+        file_sha256,
+        graph_changed: row.graph.sha256 != g.sha256,
+        run_id: row.run_id,
+        family: info.family.clone(),
+        graph: row.graph.name,
+        regime: row.regime,
+        precision,
+        batch: row.batch,
+        status: row.status,
+        measured_bytes: row.peak.map(|p| p.allocated_bytes),
+        capacity_bytes: row
+            .device
+            .emulated_capacity_bytes
+            .unwrap_or(row.device.capacity_bytes),
+        after_fit: row.marker.as_deref() == Some(AFTER_FIT),
+        timestamp: row.timestamp,
+        graph_mismatch: row.graph_mismatch,
+        has_batch_axis: info.has_batch_axis,
+        features,
+        accelerate_bytes,
+        textbook_bytes,
+    })
+}
+
+/// Reads `data_dir/factors.json`, `data_dir/graphs/*.json` and every `data_dir/runs/**/*.json`
+/// (sorted paths). A missing `graphs/` or `runs/` folder counts as empty.
+pub fn load(data_dir: &Path) -> Result<Dataset> {
+    let factors_path = data_dir.join("factors.json");
+    let factors = FactorsFile::load(&factors_path)?;
+    if let Some(p) = &factors.provenance {
+        parse_rfc3339(&p.fixed_at).map_err(|m| field(&factors_path, "provenance.fixed_at", m))?;
+    }
+    let graphs_dir = data_dir.join("graphs");
+    let loaded = if graphs_dir.is_dir() {
+        graph::load_dir(&graphs_dir)?
+    } else {
+        Vec::new()
+    };
+    let mut graphs = BTreeMap::new();
+    for g in loaded {
+        let info = GraphInfo {
+            family: g.family.clone(),
+            sha256: g.sha256.clone(),
+            parameters: g.parameters(),
+            has_batch_axis: g.has_batch_axis(),
+            textbook_not_applicable: baselines::textbook(&g, 1).err(),
+        };
+        graphs.insert(g.name.clone(), (g, info));
+    }
+
+    let runs_dir = data_dir.join("runs");
+    let mut paths = Vec::new();
+    if runs_dir.is_dir() {
+        for entry in walkdir::WalkDir::new(&runs_dir).sort_by_file_name() {
+            let entry = entry.map_err(|e| Error::Io {
+                path: e.path().unwrap_or(&runs_dir).to_path_buf(),
+                source: e
+                    .into_io_error()
+                    .unwrap_or_else(|| std::io::Error::other("walk failed")),
+            })?;
+            if entry.file_type().is_file() && entry.path().extension().is_some_and(|x| x == "json")
+            {
+                paths.push(entry.into_path());
+            }
+        }
+    }
+    let mut rows = Vec::with_capacity(paths.len());
+    let mut cache = HashMap::new();
+    for path in paths {
+        let bytes = std::fs::read(&path).map_err(|source| Error::Io {
+            path: path.clone(),
+            source,
+        })?;
+        let row = parse_row(&bytes, &path)?;
+        let rel = path
+            .strip_prefix(data_dir)
+            .unwrap_or(&path)
+            .components()
+            .map(|c| c.as_os_str().to_string_lossy().into_owned())
+            .collect::<Vec<_>>()
+            .join("/");
+        rows.push(join(row, rel, sha256_hex(&bytes), &path, &graphs, &mut cache)?);
+    }
+    Ok(Dataset {
+        factors,
+        rows,
+        graphs: graphs.into_iter().map(|(k, (_, i))| (k, i)).collect(),
+    })
+}

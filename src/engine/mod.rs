@@ -1,0 +1,88 @@
+//! The calibration engine: reads every measured run row, puts each in exactly one bucket (fitted,
+//! held out by regime, after the fit, or excluded with a reason), refits the planner's six
+//! factors per precision profile with Clarabel, refits them with each architecture family held
+//! out, derives the upper-bound quantiles, checks every method's card verdicts against what the
+//! runs did, and reports all of it. `docs/engine.md` documents every rule.
+//!
+//! [`load`] does the I/O and the validation; [`calibrate`] is pure; [`write_calibration_json`],
+//! [`summary_table`] and [`refit_factors_file`] present the result.
+
+mod calibrate;
+pub mod fit;
+mod load;
+mod output;
+pub mod time;
+
+pub use calibrate::{
+    calibrate, nearest_rank, truth, Bucket, Calibration, Check, CheckRef, Exclusion,
+    ExclusionReason, FamilyReport, FitReport, KnownMiss, Method, MethodMetrics, ProfileFits,
+    RowResult, Settings, Totals, Truth, Upper, VerdictCounts, BoundMetrics,
+};
+pub use load::{load, parse_row, rows_sha256};
+pub use output::{refit_factors_file, summary_table, write_calibration_json};
+
+use crate::factors::FactorsFile;
+use crate::features::{Features, Precision};
+use crate::run::RunStatus;
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// One run row, read, checked and joined to its graph: everything the engine needs of it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Row {
+    /// The row file, relative to the data folder, `/`-separated (e.g. `runs/cpu-free/x.json`).
+    pub file: String,
+    /// SHA-256 (hex) of the row file's bytes.
+    pub file_sha256: String,
+    pub run_id: String,
+    /// The graph's name.
+    pub graph: String,
+    /// The graph's architecture family (the unit of "held out by architecture").
+    pub family: String,
+    pub regime: String,
+    pub precision: Precision,
+    pub batch: u64,
+    pub status: RunStatus,
+    /// Measured peak allocated bytes (completed runs only).
+    pub measured_bytes: Option<u64>,
+    /// The capacity the run ran under: the emulated capacity if any, else the device's.
+    pub capacity_bytes: u64,
+    /// True when the row carries the marker `after-fit`.
+    pub after_fit: bool,
+    /// RFC 3339 start time of the run.
+    pub timestamp: String,
+    /// The graph file's SHA-256 differs from the one the run recorded.
+    pub graph_changed: bool,
+    /// The harness reported that the built model's parameters differ from the graph's.
+    pub graph_mismatch: bool,
+    /// The graph has a batch axis.
+    pub has_batch_axis: bool,
+    /// The six features at the row's batch and precision, from the current graph file.
+    pub features: Features,
+    /// accelerate's training estimate for the graph at the row's precision.
+    pub accelerate_bytes: u64,
+    /// The textbook formula's total, where it applies.
+    pub textbook_bytes: Option<u64>,
+}
+
+/// What the engine knows of a graph.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct GraphInfo {
+    pub family: String,
+    pub sha256: String,
+    pub parameters: u64,
+    pub has_batch_axis: bool,
+    /// Why the textbook formula does not apply, if it does not.
+    pub textbook_not_applicable: Option<String>,
+}
+
+/// Everything [`calibrate`] works on.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Dataset {
+    /// The current `data/factors.json`.
+    pub factors: FactorsFile,
+    /// Every row file, in path order.
+    pub rows: Vec<Row>,
+    /// The graphs under `data/graphs/`, by name.
+    pub graphs: BTreeMap<String, GraphInfo>,
+}

@@ -1,0 +1,175 @@
+//! Presenting a calibration: its JSON, the table `memcal fit` prints, and the refitted factors
+//! file.
+
+use super::calibrate::{Calibration, Method, MethodMetrics};
+use super::Dataset;
+use crate::factors::{FactorsFile, Profile, Provenance};
+use crate::features::FEATURE_NAMES;
+use std::fmt::Write;
+
+/// The calibration as pretty JSON with a trailing newline. Deterministic: maps are BTreeMaps,
+/// lists are sorted, floats are printed by serde_json (shortest round-trip form).
+pub fn write_calibration_json(cal: &Calibration) -> String {
+    let mut s = serde_json::to_string_pretty(cal).expect("calibration serialises");
+    s.push('\n');
+    s
+}
+
+fn pct(v: Option<f64>) -> String {
+    v.map_or_else(|| "n/a".into(), |x| format!("{:.1}%", x * 100.0))
+}
+
+fn gb(v: u64) -> String {
+    format!("{:.2} GB", v as f64 / 1e9)
+}
+
+fn method_line(name: &str, m: &MethodMetrics) -> String {
+    format!(
+        "{name:<28} {:>7} {:>7} {:>9} {:>9} {:>11} {:>10} {:>9} {:>9}",
+        m.rows,
+        m.error_rows,
+        pct(m.median_abs_rel_error),
+        pct(m.within_25pct),
+        format!("{}/{}", m.missed_oom.len(), m.did_not_fit_checks),
+        format!("{}/{}", m.false_alarm_edge.len(), m.fit_checks),
+        m.false_alarm_over.len(),
+        pct(m.accuracy),
+    )
+}
+
+/// The summary `memcal fit` prints.
+pub fn summary_table(cal: &Calibration) -> String {
+    let mut s = String::new();
+    let t = &cal.totals;
+    let _ = writeln!(
+        s,
+        "rows: {} in = {} fitted + {} held out by regime + {} after the fit + {} excluded{}",
+        t.inputs,
+        t.fitted,
+        t.held_out_regime,
+        t.after_fit,
+        t.excluded,
+        if t.balanced { "" } else { "  (DOES NOT ADD UP)" }
+    );
+    for (reason, n) in &cal.excluded_by_reason {
+        let _ = writeln!(s, "  excluded, {}: {n}", reason.as_str());
+    }
+    let _ = writeln!(s);
+    let _ = writeln!(s, "factors ({}):", FEATURE_NAMES.join(", "));
+    for (p, pf) in &cal.fits {
+        let fmt = |a: &[f64; 6]| {
+            a.iter()
+                .map(|v| format!("{v:.4}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        let detail = match &pf.shipped.outcome {
+            Some(o) => format!(
+                "{} completed + {} OOM runs, {} OOM short, solver {}{}",
+                o.completed_runs,
+                o.oom_runs,
+                o.oom_short,
+                o.solver_status,
+                if o.unsupported_features.is_empty() {
+                    String::new()
+                } else {
+                    format!(", kept (no data): {}", o.unsupported_features.join(" "))
+                }
+            ),
+            None => "no fitted rows: current factors kept".into(),
+        };
+        let _ = writeln!(
+            s,
+            "  {p:<14} shipped (in-sample) [{}]  ({detail})",
+            fmt(&pf.shipped.factors)
+        );
+        let _ = writeln!(s, "  {:<14} in data/factors.json  [{}]", "", fmt(&pf.file_factors));
+        let _ = writeln!(
+            s,
+            "  {:<14} held-out-by-architecture refits: {}",
+            "",
+            pf.held_out_architecture.len()
+        );
+    }
+    let u = &cal.upper;
+    let _ = writeln!(
+        s,
+        "\nupper bound over {} fitted runs >= {} (measured / held-out prediction, nearest rank): q90 {}  q95 {}{}",
+        u.ratios.len(),
+        gb(cal.settings.small_runs_threshold_bytes),
+        u.q90.map_or("n/a".into(), |v| format!("{v:.3}")),
+        u.q95.map_or("n/a".into(), |v| format!("{v:.3}")),
+        if u.unpredicted.is_empty() {
+            String::new()
+        } else {
+            format!("  ({} runs without a held-out prediction)", u.unpredicted.len())
+        }
+    );
+    let _ = writeln!(s);
+    let _ = writeln!(
+        s,
+        "{:<28} {:>7} {:>7} {:>9} {:>9} {:>11} {:>10} {:>9} {:>9}",
+        "method", "rows", "err>=1G", "median|e|", "within25", "missed OOM", "edge", "over-est", "accuracy"
+    );
+    for method in Method::ALL {
+        match cal.methods.get(&method) {
+            Some(m) => {
+                let _ = writeln!(s, "{}", method_line(method.as_str(), m));
+            }
+            None => {
+                let _ = writeln!(s, "{:<28} {:>7}", method.as_str(), "n/a");
+            }
+        }
+    }
+    let _ = writeln!(s);
+    for (name, b) in [("q90", &cal.bound.q90), ("q95", &cal.bound.q95)] {
+        let _ = writeln!(
+            s,
+            "bound at {name}: on did-not-fit checks {} fits / {} borderline / {} does not fit; on fit checks {} / {} / {}",
+            b.on_did_not_fit.fits,
+            b.on_did_not_fit.borderline,
+            b.on_did_not_fit.does_not_fit,
+            b.on_fit.fits,
+            b.on_fit.borderline,
+            b.on_fit.does_not_fit
+        );
+    }
+    if cal.known_misses.is_empty() {
+        let _ = writeln!(s, "\nknown misses: none");
+    } else {
+        let _ = writeln!(s, "\nknown misses:");
+        for k in &cal.known_misses {
+            let _ = writeln!(s, "  {}: {}", k.family, k.text);
+        }
+    }
+    s
+}
+
+/// The factors file with the calibration's shipped factors (each profile that has fitted rows;
+/// the others keep theirs), the quantiles (where there are any) and new provenance.
+pub fn refit_factors_file(ds: &Dataset, cal: &Calibration, now_rfc3339: &str) -> FactorsFile {
+    let mut f = ds.factors.clone();
+    for (p, pf) in &cal.fits {
+        if pf.shipped.source == "fit" {
+            f.profiles.insert(
+                p.as_str().to_string(),
+                Profile {
+                    factors: pf.shipped.factors,
+                },
+            );
+        }
+    }
+    if let Some(q) = cal.upper.q90 {
+        f.upper.q90 = q;
+    }
+    if let Some(q) = cal.upper.q95 {
+        f.upper.q95 = q;
+    }
+    f.provenance = Some(Provenance {
+        fixed_at: now_rfc3339.to_string(),
+        rows_sha256: cal.fitted_rows_sha256.clone(),
+        rows: cal.totals.fitted,
+        tool_version: env!("CARGO_PKG_VERSION").to_string(),
+    });
+    f
+}
