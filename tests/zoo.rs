@@ -282,3 +282,49 @@ fn sizes() {
         );
     }
 }
+
+/// T5's decoder reads the shared table through an embedding `tie`: it owns no parameters, and a
+/// tie to a missing, mismatched or itself-tied embedding is rejected.
+#[test]
+fn embedding_ties_are_checked() {
+    let t5 = memcal::zoo::all()
+        .into_iter()
+        .find(|g| g.name == "t5-small")
+        .unwrap();
+    let path = Path::new("t5-small.json");
+    let dec = t5
+        .nodes
+        .iter()
+        .position(|n| n.id == "decoder.embed_tokens")
+        .unwrap();
+    let untied = {
+        let mut f = t5.clone();
+        f.nodes[dec].attributes.remove("tie");
+        Graph::check(&f, path).unwrap().parameters()
+    };
+    assert_eq!(untied - params("t5-small"), 32128 * 512);
+
+    let mut wrong_dim = t5.clone();
+    wrong_dim.nodes[dec]
+        .attributes
+        .insert("embedding_dim".into(), 256.into());
+    assert!(Graph::check(&wrong_dim, path).is_err());
+
+    let mut chained = t5.clone();
+    let lm = chained
+        .nodes
+        .iter()
+        .position(|n| n.id == "lm_head")
+        .unwrap();
+    chained.nodes[lm]
+        .attributes
+        .insert("tie".into(), "decoder.embed_tokens".into());
+    let err = Graph::check(&chained, path).unwrap_err().to_string();
+    assert!(err.contains("itself tied"), "{err}");
+
+    let mut missing = t5;
+    missing.nodes[dec]
+        .attributes
+        .insert("tie".into(), "nope".into());
+    assert!(Graph::check(&missing, path).is_err());
+}
