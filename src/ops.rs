@@ -338,7 +338,7 @@ fn conv(a: &mut Attrs) -> Result<Conv, String> {
         groups: a.size_or("groups", 1)?,
         bias: a.flag_or("bias", true)?,
     };
-    if c.in_channels % c.groups != 0 || c.out_channels % c.groups != 0 {
+    if !c.in_channels.is_multiple_of(c.groups) || !c.out_channels.is_multiple_of(c.groups) {
         return Err(format!(
             "groups = {} must divide in_channels = {} and out_channels = {}",
             c.groups, c.in_channels, c.out_channels
@@ -421,7 +421,7 @@ impl Op {
             "group_norm" => {
                 let num_groups = a.size("num_groups")?;
                 let num_channels = a.size("num_channels")?;
-                if num_channels % num_groups != 0 {
+                if !num_channels.is_multiple_of(num_groups) {
                     return Err(format!(
                         "num_groups = {num_groups} must divide num_channels = {num_channels}"
                     ));
@@ -507,7 +507,7 @@ impl Op {
             "multihead_attention" => {
                 let embed_dim = a.size("embed_dim")?;
                 let num_heads = a.size("num_heads")?;
-                if embed_dim % num_heads != 0 {
+                if !embed_dim.is_multiple_of(num_heads) {
                     return Err(format!(
                         "num_heads = {num_heads} must divide embed_dim = {embed_dim}"
                     ));
@@ -524,12 +524,12 @@ impl Op {
                 let embed_dim = a.size("embed_dim")?;
                 let num_heads = a.size("num_heads")?;
                 let num_kv_heads = a.size("num_kv_heads")?;
-                if num_heads % num_kv_heads != 0 {
+                if !num_heads.is_multiple_of(num_kv_heads) {
                     return Err(format!(
                         "num_kv_heads = {num_kv_heads} must divide num_heads = {num_heads}"
                     ));
                 }
-                if a.map.get("head_dim").is_none() && embed_dim % num_heads != 0 {
+                if a.map.get("head_dim").is_none() && !embed_dim.is_multiple_of(num_heads) {
                     return Err(format!(
                         "num_heads = {num_heads} must divide embed_dim = {embed_dim} (or give head_dim)"
                     ));
@@ -976,7 +976,7 @@ impl Op {
                             "inputs must agree on every dimension but {a}: expected {x}, found {other}"
                         ));
                     }
-                    out.0[a] = out.0[a].add(other.0[a]).ok_or_else(|| {
+                    out.0[a] = out.0[a].plus(other.0[a]).ok_or_else(|| {
                         format!(
                             "cannot concatenate {} and {} along dimension {a}",
                             out.0[a], other.0[a]
@@ -987,7 +987,7 @@ impl Op {
             Op::Upsample { scale_factor } => {
                 expect_rank(&[4])?;
                 for i in 2..4 {
-                    out.0[i] = x.0[i].mul(Dim::fixed(*scale_factor));
+                    out.0[i] = x.0[i].times(Dim::fixed(*scale_factor));
                 }
             }
             Op::MaxPool(p) | Op::AvgPool(p) => {
@@ -1010,7 +1010,7 @@ impl Op {
                         "start_dim {start_dim} comes after end_dim {end_dim} for shape {x}"
                     ));
                 }
-                let merged = x.0[s..=e].iter().fold(Dim::fixed(1), |a, d| a.mul(*d));
+                let merged = x.0[s..=e].iter().fold(Dim::fixed(1), |a, d| a.times(*d));
                 out.0.splice(s..=e, [merged]);
             }
             Op::Reshape { shape } => {
@@ -1018,13 +1018,13 @@ impl Op {
                 let mut known = Dim::fixed(1);
                 for d in shape {
                     match d {
-                        ReshapeDim::Batch => known = known.mul(Dim::batch()),
-                        ReshapeDim::Fixed(n) => known = known.mul(Dim::fixed(*n)),
+                        ReshapeDim::Batch => known = known.times(Dim::batch()),
+                        ReshapeDim::Fixed(n) => known = known.times(Dim::fixed(*n)),
                         ReshapeDim::Infer => {}
                     }
                 }
                 let inferred = if shape.contains(&ReshapeDim::Infer) {
-                    total.div(known)
+                    total.divided_by(known)
                 } else {
                     (known == total).then_some(Dim::fixed(1))
                 };
@@ -1122,7 +1122,7 @@ impl Op {
             Op::PrependToken { dim } => {
                 expect_rank(&[3])?;
                 expect_last(*dim, "dim")?;
-                out.0[1] = x.0[1].add(Dim::fixed(1)).ok_or_else(|| {
+                out.0[1] = x.0[1].plus(Dim::fixed(1)).ok_or_else(|| {
                     format!("the token dimension must be a fixed size, found {x}")
                 })?;
             }

@@ -34,7 +34,7 @@ impl Dim {
     }
 
     /// Product of two dimensions.
-    pub fn mul(self, other: Dim) -> Dim {
+    pub fn times(self, other: Dim) -> Dim {
         Dim {
             coef: self.coef.saturating_mul(other.coef),
             pow: self.pow + other.pow,
@@ -42,7 +42,7 @@ impl Dim {
     }
 
     /// Sum of two dimensions of the same kind (both fixed, or both the same power of `B`).
-    pub fn add(self, other: Dim) -> Option<Dim> {
+    pub fn plus(self, other: Dim) -> Option<Dim> {
         (self.pow == other.pow).then(|| Dim {
             coef: self.coef + other.coef,
             pow: self.pow,
@@ -50,8 +50,8 @@ impl Dim {
     }
 
     /// Exact quotient, if it exists.
-    pub fn div(self, other: Dim) -> Option<Dim> {
-        if other.coef == 0 || other.pow > self.pow || self.coef % other.coef != 0 {
+    pub fn divided_by(self, other: Dim) -> Option<Dim> {
+        if other.coef == 0 || other.pow > self.pow || !self.coef.is_multiple_of(other.coef) {
             return None;
         }
         Some(Dim {
@@ -93,7 +93,7 @@ impl Shape {
 
     /// Number of elements, symbolically.
     pub fn numel(&self) -> Dim {
-        self.0.iter().fold(Dim::fixed(1), |acc, d| acc.mul(*d))
+        self.0.iter().fold(Dim::fixed(1), |acc, d| acc.times(*d))
     }
 
     /// Number of elements at a batch.
@@ -138,12 +138,12 @@ mod tests {
 
     #[test]
     fn dims_multiply_divide_and_print() {
-        let bt = Dim::batch().mul(Dim::fixed(512));
+        let bt = Dim::batch().times(Dim::fixed(512));
         assert_eq!(bt.to_string(), "512B");
         assert_eq!(bt.at(8), 4096);
-        assert_eq!(bt.div(Dim::fixed(512)), Some(Dim::batch()));
-        assert_eq!(bt.div(Dim::fixed(3)), None);
-        assert_eq!(Dim::fixed(3).div(Dim::batch()), None);
+        assert_eq!(bt.divided_by(Dim::fixed(512)), Some(Dim::batch()));
+        assert_eq!(bt.divided_by(Dim::fixed(3)), None);
+        assert_eq!(Dim::fixed(3).divided_by(Dim::batch()), None);
         let s = Shape(vec![Dim::batch(), Dim::fixed(4), Dim::fixed(5)]);
         assert_eq!(s.numel_at(2), 40);
         assert_eq!(s.to_string(), "[B, 4, 5]");
