@@ -7,6 +7,7 @@
 
 pub mod baselines;
 pub mod cli_plan;
+pub mod engine;
 pub mod error;
 pub mod factors;
 pub mod features;

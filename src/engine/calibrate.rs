@@ -437,34 +437,58 @@ fn classify(
 ) -> Result<Bucket, (ExclusionReason, String)> {
     let f = &ds.factors;
     if row.status == RunStatus::Error {
-        return Err((ExclusionReason::StatusError, "the run failed for a reason other than memory".into()));
+        return Err((
+            ExclusionReason::StatusError,
+            "the run failed for a reason other than memory".into(),
+        ));
     }
     if row.graph_changed {
         let now = ds.graphs.get(&row.graph).map_or("?", |g| g.sha256.as_str());
-        return Err((ExclusionReason::GraphChanged, format!("graph `{}` is now {now}", row.graph)));
+        return Err((
+            ExclusionReason::GraphChanged,
+            format!("graph `{}` is now {now}", row.graph),
+        ));
     }
     if row.graph_mismatch {
-        return Err((ExclusionReason::GraphMismatch, "the harness reported graph_mismatch".into()));
+        return Err((
+            ExclusionReason::GraphMismatch,
+            "the harness reported graph_mismatch".into(),
+        ));
     }
     if !row.has_batch_axis {
-        return Err((ExclusionReason::NoBatchAxis, format!("graph `{}` has no batch axis", row.graph)));
+        return Err((
+            ExclusionReason::NoBatchAxis,
+            format!("graph `{}` has no batch axis", row.graph),
+        ));
     }
     if !f.regimes.contains_key(&row.regime) {
-        return Err((ExclusionReason::UnknownRegime, format!("regime `{}` is not in data/factors.json", row.regime)));
+        return Err((
+            ExclusionReason::UnknownRegime,
+            format!("regime `{}` is not in data/factors.json", row.regime),
+        ));
     }
     if f.factors(row.precision).is_none() {
-        return Err((ExclusionReason::NoFactorsForPrecision, format!("no factors for `{}`", row.precision)));
+        return Err((
+            ExclusionReason::NoFactorsForPrecision,
+            format!("no factors for `{}`", row.precision),
+        ));
     }
     if row.after_fit {
         let Some(fixed) = fixed_at else {
-            return Err((ExclusionReason::AfterFitUnfixed, "data/factors.json has no provenance.fixed_at".into()));
+            return Err((
+                ExclusionReason::AfterFitUnfixed,
+                "data/factors.json has no provenance.fixed_at".into(),
+            ));
         };
         let later = parse_rfc3339(&row.timestamp).is_ok_and(|t| t > fixed);
         if !later {
             let at = f.provenance.as_ref().map_or("", |p| p.fixed_at.as_str());
             return Err((
                 ExclusionReason::AfterFitNotLater,
-                format!("timestamp {} is not later than fixed_at {at}", row.timestamp),
+                format!(
+                    "timestamp {} is not later than fixed_at {at}",
+                    row.timestamp
+                ),
             ));
         }
         return Ok(Bucket::AfterFit);
@@ -547,7 +571,13 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
     // Per profile and family: normal equations of the completed runs, constraint vectors of
     // the out-of-memory runs, both in run-id order.
     let h = f.headroom;
-    let weight_of = |m: u64| if m < threshold { f.small_runs.weight } else { 1.0 };
+    let weight_of = |m: u64| {
+        if m < threshold {
+            f.small_runs.weight
+        } else {
+            1.0
+        }
+    };
     type Blocks = BTreeMap<String, (Normal, Vec<[f64; N_FEATURES]>)>;
     let mut blocks: BTreeMap<Precision, Blocks> = BTreeMap::new();
     for &(i, b) in &usable {

@@ -123,7 +123,14 @@ pub fn fit(
 ) -> FitOutcome {
     // Column norms of R: √(Σ w z_k²); zero for a feature no completed run has.
     let norm: Vec<f64> = (0..N_FEATURES)
-        .map(|k| normal.r.iter().map(|row| row[k] * row[k]).sum::<f64>().sqrt())
+        .map(|k| {
+            normal
+                .r
+                .iter()
+                .map(|row| row[k] * row[k])
+                .sum::<f64>()
+                .sqrt()
+        })
         .collect();
     let free: Vec<usize> = (0..N_FEATURES).filter(|&k| norm[k] > 0.0).collect();
     let unsupported_features = (0..N_FEATURES)
@@ -303,7 +310,9 @@ mod tests {
         for _ in 0..50 {
             let mut x = [0.0; N_FEATURES];
             for v in &mut x {
-                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                s = s
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
                 *v = ((s >> 33) % 1000) as f64 * 1e6;
             }
             let m = dot(&truth, &x);
@@ -311,7 +320,12 @@ mod tests {
         }
         let out = fit(&n, &[], 10.0, &[0.0; N_FEATURES]);
         for k in 0..N_FEATURES {
-            assert!((out.factors[k] - truth[k]).abs() < 1e-6, "{:?} {:?}", out.factors, out);
+            assert!(
+                (out.factors[k] - truth[k]).abs() < 1e-6,
+                "{:?} {:?}",
+                out.factors,
+                out
+            );
         }
     }
 }

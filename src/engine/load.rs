@@ -123,7 +123,11 @@ pub fn parse_row(bytes: &[u8], path: &Path) -> Result<RunRow> {
                 ));
             }
             if row.oom.is_some() {
-                return Err(field(path, "oom", "a completed run has no out-of-memory failure"));
+                return Err(field(
+                    path,
+                    "oom",
+                    "a completed run has no out-of-memory failure",
+                ));
             }
             if row.error.is_some() {
                 return Err(field(path, "error", "a completed run has no error"));
@@ -182,7 +186,9 @@ fn join(
         (
             features::features(g, row.batch, precision),
             baselines::accelerate(g, precision).training_bytes,
-            baselines::textbook(g, row.batch).ok().map(|t| t.total_bytes),
+            baselines::textbook(g, row.batch)
+                .ok()
+                .map(|t| t.total_bytes),
         )
     });
     Ok(Row {
@@ -268,7 +274,14 @@ pub fn load(data_dir: &Path) -> Result<Dataset> {
             .map(|c| c.as_os_str().to_string_lossy().into_owned())
             .collect::<Vec<_>>()
             .join("/");
-        rows.push(join(row, rel, sha256_hex(&bytes), &path, &graphs, &mut cache)?);
+        rows.push(join(
+            row,
+            rel,
+            sha256_hex(&bytes),
+            &path,
+            &graphs,
+            &mut cache,
+        )?);
     }
     Ok(Dataset {
         factors,

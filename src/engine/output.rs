@@ -49,7 +49,11 @@ pub fn summary_table(cal: &Calibration) -> String {
         t.held_out_regime,
         t.after_fit,
         t.excluded,
-        if t.balanced { "" } else { "  (DOES NOT ADD UP)" }
+        if t.balanced {
+            ""
+        } else {
+            "  (DOES NOT ADD UP)"
+        }
     );
     for (reason, n) in &cal.excluded_by_reason {
         let _ = writeln!(s, "  excluded, {}: {n}", reason.as_str());
@@ -83,7 +87,12 @@ pub fn summary_table(cal: &Calibration) -> String {
             "  {p:<14} shipped (in-sample) [{}]  ({detail})",
             fmt(&pf.shipped.factors)
         );
-        let _ = writeln!(s, "  {:<14} in data/factors.json  [{}]", "", fmt(&pf.file_factors));
+        let _ = writeln!(
+            s,
+            "  {:<14} in data/factors.json  [{}]",
+            "",
+            fmt(&pf.file_factors)
+        );
         let _ = writeln!(
             s,
             "  {:<14} held-out-by-architecture refits: {}",
@@ -109,7 +118,15 @@ pub fn summary_table(cal: &Calibration) -> String {
     let _ = writeln!(
         s,
         "{:<28} {:>7} {:>7} {:>9} {:>9} {:>11} {:>10} {:>9} {:>9}",
-        "method", "rows", "err>=1G", "median|e|", "within25", "missed OOM", "edge", "over-est", "accuracy"
+        "method",
+        "rows",
+        "err>=1G",
+        "median|e|",
+        "within25",
+        "missed OOM",
+        "edge",
+        "over-est",
+        "accuracy"
     );
     for method in Method::ALL {
         match cal.methods.get(&method) {

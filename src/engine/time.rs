@@ -106,7 +106,10 @@ mod tests {
             parse_rfc3339("2026-11-29T17:09:34Z").unwrap(),
             parse_rfc3339("2026-11-29T18:09:34+01:00").unwrap()
         );
-        assert_eq!(parse_rfc3339("2000-03-01T00:00:00.25Z").unwrap(), (951_868_800, 250_000_000));
+        assert_eq!(
+            parse_rfc3339("2000-03-01T00:00:00.25Z").unwrap(),
+            (951_868_800, 250_000_000)
+        );
         assert!(parse_rfc3339("2026-02-30T00:00:00Z").is_err());
         assert!(parse_rfc3339("yesterday").is_err());
         assert!(parse_rfc3339("2026-11-29T17:09:34").is_err());
