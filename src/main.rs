@@ -47,6 +47,59 @@ enum Command {
         #[arg(long, default_value = "data/graphs")]
         out: PathBuf,
     },
+    /// Run the calibration engine on data/: load and account for every row, fit the factors,
+    /// refit held out by architecture and by regime, compute every metric. Prints a summary and
+    /// writes calibration.json (every number the site shows, with the row ids behind it).
+    Fit {
+        /// The data folder (factors.json, graphs/, runs/).
+        #[arg(long, default_value = "data")]
+        data: PathBuf,
+        /// Where to write calibration.json.
+        #[arg(long, default_value = "calibration.json")]
+        out: PathBuf,
+        /// Also rewrite data/factors.json with the refitted factors, the quantiles and their
+        /// provenance (fixed_at = now, the SHA-256 of the fitted rows, the tool version). The
+        /// only way the factors file changes.
+        #[arg(long)]
+        write_factors: bool,
+        /// Print calibration.json to stdout instead of the summary table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Compare the estimation error of two states of data/ (a git ref or a folder each) and
+    /// print a Markdown report fit for a pull-request comment.
+    Diff {
+        /// The state before: a git ref (branch, tag, commit) or a folder.
+        #[arg(long)]
+        base: String,
+        /// The state after: a git ref or a folder; default: the working tree's data/.
+        #[arg(long, default_value = "data")]
+        head: String,
+        /// The repository the refs belong to.
+        #[arg(long, default_value = ".")]
+        repo: PathBuf,
+        /// Print JSON instead of Markdown.
+        #[arg(long)]
+        json: bool,
+        /// Exit 1 when a threshold is crossed: `new-missed-oom` (a did-not-fit check that a plan
+        /// method now calls "fits") or `held-out-median-worse=<points>`. Repeatable.
+        #[arg(long = "fail-on")]
+        fail_on: Vec<memcal::review::FailOn>,
+    },
+    /// Walk the git history of data/factors.json: each change with its factors, the rows'
+    /// SHA-256 it claims and the held-out error at that time; then check that the current
+    /// factors reproduce from the rows they claim (exit 1 if they do not).
+    Audit {
+        /// The repository.
+        #[arg(long, default_value = ".")]
+        repo: PathBuf,
+        /// The data folder whose factors are checked.
+        #[arg(long, default_value = "data")]
+        data: PathBuf,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 fn main() -> ExitCode {
@@ -61,6 +114,14 @@ fn main() -> ExitCode {
             ExitCode::from(code as u8)
         }
     }
+}
+
+/// Writes a file through a temporary sibling and a rename, so a reader never sees half of it.
+fn write_atomic(path: &std::path::Path, bytes: &[u8]) -> anyhow::Result<()> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, bytes).with_context(|| format!("cannot write {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(())
 }
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -102,6 +163,68 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let written = memcal::zoo::write_all(&out)?;
             println!("wrote {} graphs to {}", written.len(), out.display());
             Ok(ExitCode::SUCCESS)
+        }
+        Command::Fit {
+            data,
+            out,
+            write_factors,
+            json,
+        } => {
+            let ds = memcal::engine::load(&data)?;
+            let cal = memcal::engine::calibrate(&ds);
+            let text = memcal::engine::write_calibration_json(&cal);
+            write_atomic(&out, text.as_bytes())?;
+            if json {
+                print!("{text}");
+            } else {
+                print!("{}", memcal::engine::summary_table(&cal));
+                println!("\nwrote {}", out.display());
+            }
+            if write_factors {
+                let f = memcal::engine::refit_factors_file(&ds, &cal, &memcal::clock::now());
+                let path = data.join("factors.json");
+                write_atomic(&path, f.to_json().as_bytes())?;
+                eprintln!(
+                    "rewrote {} (fixed_at {}); commit it before measuring after-the-fit rows",
+                    path.display(),
+                    f.provenance.as_ref().map_or("-", |p| p.fixed_at.as_str())
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Diff {
+            base,
+            head,
+            repo,
+            json,
+            fail_on,
+        } => {
+            let b = memcal::review::evaluate(&memcal::review::DataState::open(&base, &repo)?)?;
+            let h = memcal::review::evaluate(&memcal::review::DataState::open(&head, &repo)?)?;
+            let d = memcal::review::diff(&b, &h, &fail_on);
+            if json {
+                println!("{}", serde_json::to_string_pretty(&d)?);
+            } else {
+                print!("{}", memcal::review::diff_markdown(&d));
+            }
+            Ok(if d.failures.is_empty() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            })
+        }
+        Command::Audit { repo, data, json } => {
+            let a = memcal::review::audit(&repo, &data)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&a)?);
+            } else {
+                print!("{}", memcal::review::audit_text(&a));
+            }
+            Ok(if a.current.reproduces {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            })
         }
     }
 }
