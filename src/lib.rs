@@ -7,6 +7,7 @@
 
 pub mod baselines;
 pub mod cli_plan;
+pub mod clock;
 pub mod engine;
 pub mod error;
 pub mod factors;
@@ -14,6 +15,7 @@ pub mod features;
 pub mod graph;
 pub mod ops;
 pub mod plan;
+pub mod review;
 pub mod run;
 pub mod shape;
 pub mod units;
