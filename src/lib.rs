@@ -18,6 +18,7 @@ pub mod plan;
 pub mod review;
 pub mod run;
 pub mod shape;
+pub mod simulate;
 pub mod units;
 pub mod zoo;
 

@@ -1,0 +1,865 @@
+//! A second estimator: a static simulation of the training step the harness runs (three AdamW
+//! steps), op by op, with no fitted factor. It knows what autograd saves for every op (the rule
+//! table in [`rules`]), tracks every tensor by identity (a tensor saved by two ops, or a skip
+//! used twice, is one buffer; a view shares its base's buffer) and frees each one when its last
+//! holder lets go. The result is a liveness timeline with the peak, the phase and the op at
+//! which it occurs, and what is alive there. `docs/simulator.md` describes the model, its rule
+//! table with sources, and the measured comparisons.
+//!
+//! The protocol simulated is `memcal-measure`'s (`measurement/src/protocol.rs`): `model_load`
+//! (parameters, 4 bytes each, and batch-norm running statistics), `inputs`, then for each of
+//! three steps `forward`, `backward` (the loss is dropped after it), `optimizer` (libtorch's
+//! AdamW step, then `zero_grad`, which sets gradients to None: gradients are allocated again by
+//! every backward and freed by every optimizer phase; Adam's two states are allocated lazily,
+//! parameter by parameter, in step 1's optimizer phase and kept from then on).
+
+pub mod render;
+pub mod rules;
+
+use crate::graph::Graph;
+use crate::ops::Op;
+use crate::features::Precision;
+use rules::{Backend, Grad, Output, Saved};
+use serde::Serialize;
+use std::collections::HashMap;
+
+pub use render::render_timeline;
+
+/// Number of training steps simulated (the harness's protocol).
+pub const STEPS: u32 = 3;
+
+/// What a live byte is, for the breakdown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    /// Trainable parameters and module buffers (batch-norm running statistics).
+    Parameters,
+    /// Graph inputs (synthetic data and labels).
+    Inputs,
+    /// Parameter gradients.
+    Gradients,
+    /// Adam's exp_avg and exp_avg_sq.
+    OptimizerState,
+    /// Forward activations still alive: saved for backward, or awaiting a later op.
+    SavedActivations,
+    /// Gradients of activations in backward.
+    ActivationGradients,
+    /// Temporaries inside one op (forward, backward or the optimizer update).
+    Transients,
+}
+
+const KINDS: [Kind; 7] = [
+    Kind::Parameters,
+    Kind::Inputs,
+    Kind::Gradients,
+    Kind::OptimizerState,
+    Kind::SavedActivations,
+    Kind::ActivationGradients,
+    Kind::Transients,
+];
+
+/// Live bytes by kind.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Breakdown {
+    pub parameters: u64,
+    pub inputs: u64,
+    pub gradients: u64,
+    pub optimizer_state: u64,
+    pub saved_activations: u64,
+    pub activation_gradients: u64,
+    pub transients: u64,
+}
+
+impl Breakdown {
+    pub fn total(&self) -> u64 {
+        self.parameters
+            + self.inputs
+            + self.gradients
+            + self.optimizer_state
+            + self.saved_activations
+            + self.activation_gradients
+            + self.transients
+    }
+
+    fn slot(&mut self, k: Kind) -> &mut u64 {
+        match k {
+            Kind::Parameters => &mut self.parameters,
+            Kind::Inputs => &mut self.inputs,
+            Kind::Gradients => &mut self.gradients,
+            Kind::OptimizerState => &mut self.optimizer_state,
+            Kind::SavedActivations => &mut self.saved_activations,
+            Kind::ActivationGradients => &mut self.activation_gradients,
+            Kind::Transients => &mut self.transients,
+        }
+    }
+
+    /// (name, bytes) pairs in a fixed order.
+    pub fn entries(&self) -> [(&'static str, u64); 7] {
+        [
+            ("parameters", self.parameters),
+            ("inputs", self.inputs),
+            ("gradients", self.gradients),
+            ("optimizer_state", self.optimizer_state),
+            ("saved_activations", self.saved_activations),
+            ("activation_gradients", self.activation_gradients),
+            ("transients", self.transients),
+        ]
+    }
+}
+
+/// One point of the timeline: an op of the forward or backward pass, or one parameter's update
+/// in the optimizer phase, or the end of a setup phase.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Event {
+    /// 0 for `model_load` and `inputs`, 1..=3 for the steps.
+    pub step: u32,
+    /// `model_load`, `inputs`, `step2.backward`, ...
+    pub phase: String,
+    /// The node id (forward, backward), `<node>#<i>` (the i-th parameter tensor of a node, in
+    /// the optimizer and at load), or `-` for the end of `inputs`.
+    pub node: String,
+    /// Live bytes at the highest point of this event (with its transients).
+    pub bytes: u64,
+    /// Live bytes once it is done.
+    pub after: u64,
+}
+
+/// One phase's simulated levels, comparable to a measured `memcal-run/1` phase.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PhaseSummary {
+    pub name: String,
+    pub start: u64,
+    pub peak: u64,
+    pub end: u64,
+    /// The event at which the phase peaks.
+    pub peak_node: String,
+}
+
+/// Which rule a node used.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NodeRule {
+    pub id: String,
+    pub op: &'static str,
+    pub source: &'static str,
+    pub note: &'static str,
+}
+
+/// The result of a simulation.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Simulation {
+    pub graph: String,
+    pub batch: u64,
+    pub precision: Precision,
+    pub backend: &'static str,
+    /// Trainable parameters.
+    pub parameters: u64,
+    /// The highest live bytes over the three steps.
+    pub peak_bytes: u64,
+    /// Step of the peak (0: setup).
+    pub peak_step: u32,
+    /// Phase of the peak, e.g. `step2.backward`.
+    pub peak_phase: String,
+    /// The op (or parameter) at which the peak occurs.
+    pub peak_node: String,
+    /// What is alive at the peak.
+    pub breakdown: Breakdown,
+    pub phases: Vec<PhaseSummary>,
+    pub timeline: Vec<Event>,
+    /// The rule each node used and its source.
+    pub rules: Vec<NodeRule>,
+}
+
+impl Simulation {
+    /// The summary of a phase by name.
+    pub fn phase(&self, name: &str) -> Option<&PhaseSummary> {
+        self.phases.iter().find(|p| p.name == name)
+    }
+}
+
+/// A buffer: bytes, kind, and how many holders it has.
+struct Buf {
+    bytes: u64,
+    kind: Kind,
+    refs: u32,
+}
+
+/// The live memory: every buffer by id, and the running totals.
+struct Mem {
+    bufs: Vec<Buf>,
+    live: Breakdown,
+}
+
+type BufId = usize;
+
+impl Mem {
+    fn alloc(&mut self, bytes: u64, kind: Kind) -> BufId {
+        self.bufs.push(Buf {
+            bytes,
+            kind,
+            refs: 1,
+        });
+        *self.live.slot(kind) += bytes;
+        self.bufs.len() - 1
+    }
+
+    fn retain(&mut self, id: BufId) {
+        debug_assert!(self.bufs[id].refs > 0, "retain of a freed buffer");
+        self.bufs[id].refs += 1;
+    }
+
+    fn release(&mut self, id: BufId) {
+        let b = &mut self.bufs[id];
+        debug_assert!(b.refs > 0, "double release");
+        b.refs -= 1;
+        if b.refs == 0 {
+            let (bytes, kind) = (b.bytes, b.kind);
+            *self.live.slot(kind) -= bytes;
+        }
+    }
+
+    fn total(&self) -> u64 {
+        self.live.total()
+    }
+}
+
+/// A graph value in the forward pass.
+#[derive(Clone, Copy)]
+struct Value {
+    buf: BufId,
+    contiguous: bool,
+    requires_grad: bool,
+}
+
+/// A trainable parameter tensor, in the harness's creation order.
+struct Param {
+    label: String,
+    bytes: u64,
+    init_transient: u64,
+}
+
+/// Records events, phase summaries and the peak.
+struct Recorder {
+    step: u32,
+    phase: String,
+    phase_start: u64,
+    phase_peak: u64,
+    phase_peak_node: String,
+    events: Vec<Event>,
+    phases: Vec<PhaseSummary>,
+    peak: u64,
+    peak_step: u32,
+    peak_phase: String,
+    peak_node: String,
+    peak_breakdown: Breakdown,
+}
+
+impl Recorder {
+    fn begin(&mut self, step: u32, phase: String, mem: &Mem) {
+        self.step = step;
+        self.phase = phase;
+        self.phase_start = mem.total();
+        self.phase_peak = mem.total();
+        self.phase_peak_node = "-".into();
+    }
+
+    /// Notes the current level as a high point of `node`.
+    fn high(&mut self, node: &str, mem: &Mem) -> u64 {
+        self.high_plus(node, mem, 0)
+    }
+
+    /// Notes the current level plus `extra` transient bytes as a high point of `node`.
+    fn high_plus(&mut self, node: &str, mem: &Mem, extra: u64) -> u64 {
+        let now = mem.total() + extra;
+        if now > self.phase_peak {
+            self.phase_peak = now;
+            self.phase_peak_node = node.to_string();
+        }
+        if now > self.peak {
+            self.peak = now;
+            self.peak_step = self.step;
+            self.peak_phase = self.phase.clone();
+            self.peak_node = node.to_string();
+            self.peak_breakdown = mem.live;
+            self.peak_breakdown.transients += extra;
+        }
+        now
+    }
+
+    fn event(&mut self, node: &str, bytes: u64, mem: &Mem) {
+        self.events.push(Event {
+            step: self.step,
+            phase: self.phase.clone(),
+            node: node.to_string(),
+            bytes,
+            after: mem.total(),
+        });
+    }
+
+    fn end(&mut self, mem: &Mem) {
+        self.phases.push(PhaseSummary {
+            name: self.phase.clone(),
+            start: self.phase_start,
+            peak: self.phase_peak,
+            end: mem.total(),
+            peak_node: self.phase_peak_node.clone(),
+        });
+    }
+}
+
+/// Simulates three training steps of `graph` at `batch` under `precision`'s rule table.
+/// An error for a precision with no rule table (bf16-autocast is not yet derived) or a batch of 0.
+pub fn simulate(graph: &Graph, batch: u64, precision: Precision) -> Result<Simulation, String> {
+    let backend = Backend::for_precision(precision)?;
+    if batch == 0 {
+        return Err("batch must be a positive integer".into());
+    }
+    Sim::new(graph, batch, backend).run(precision)
+}
+
+struct Sim<'a> {
+    graph: &'a Graph,
+    batch: u64,
+    backend: Backend,
+    rules: Vec<rules::OpRule>,
+    /// Parameters in creation order, and for each node the indices of the parameter tensors its
+    /// backward produces gradients for (a tie points at the owner's table).
+    params: Vec<Param>,
+    node_params: Vec<Vec<usize>>,
+    /// Index of each node by id.
+    index: HashMap<&'a str, usize>,
+    /// Does the node's output depend on a parameter (is it in the autograd graph)?
+    requires_grad: Vec<bool>,
+    /// Does the node's output reach the loss?
+    reaches_loss: Vec<bool>,
+    /// Last forward use (node index) of every value name.
+    last_use: HashMap<&'a str, usize>,
+    mem: Mem,
+    rec: Recorder,
+}
+
+impl<'a> Sim<'a> {
+    fn new(graph: &'a Graph, batch: u64, backend: Backend) -> Sim<'a> {
+        let index: HashMap<&str, usize> = graph
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.id.as_str(), i))
+            .collect();
+        let rules = graph
+            .nodes
+            .iter()
+            .map(|n| rules::rule(graph, n, batch, backend))
+            .collect();
+
+        // Parameters in the harness's creation order: owning embedding tables first (in node
+        // order), then every other node's tensors in node order.
+        let mut params = Vec::new();
+        let mut node_params = vec![Vec::new(); graph.nodes.len()];
+        let mut table_of: HashMap<&str, usize> = HashMap::new();
+        for (k, n) in graph.nodes.iter().enumerate() {
+            if let Op::Embedding { tie: None, .. } = n.op {
+                for (i, shape) in n.op.parameter_tensors().iter().enumerate() {
+                    let bytes = shape.iter().product::<u64>() * 4;
+                    table_of.insert(n.id.as_str(), params.len());
+                    node_params[k].push(params.len());
+                    params.push(Param {
+                        label: format!("{}#{i}", n.id),
+                        bytes,
+                        init_transient: 0,
+                    });
+                }
+            }
+        }
+        for (k, n) in graph.nodes.iter().enumerate() {
+            if let Op::Embedding { tie: None, .. } = n.op {
+                continue;
+            }
+            let tensors = n.op.parameter_tensors();
+            let count = tensors.len();
+            for (i, shape) in tensors.iter().enumerate() {
+                let bytes = shape.iter().product::<u64>() * 4;
+                // tch's `randn * std + mean` init holds a second copy while it runs.
+                let randn_scaled = match &n.op {
+                    Op::LearnedPosition { .. } | Op::PrependToken { .. } => true,
+                    Op::MultiheadAttention {
+                        relative_attention_buckets,
+                        ..
+                    } => *relative_attention_buckets > 0 && i + 1 == count,
+                    _ => false,
+                };
+                node_params[k].push(params.len());
+                params.push(Param {
+                    label: format!("{}#{i}", n.id),
+                    bytes,
+                    init_transient: if randn_scaled { bytes } else { 0 },
+                });
+            }
+            let tie = match &n.op {
+                Op::Linear { tie: Some(t), .. } | Op::Embedding { tie: Some(t), .. } => Some(t),
+                _ => None,
+            };
+            if let Some(&p) = tie.and_then(|t| table_of.get(t.as_str())) {
+                node_params[k].push(p);
+            }
+        }
+
+        let mut requires_grad = vec![false; graph.nodes.len()];
+        for (k, n) in graph.nodes.iter().enumerate() {
+            let from_inputs = n
+                .inputs
+                .iter()
+                .any(|i| index.get(i.as_str()).is_some_and(|&j| requires_grad[j]));
+            requires_grad[k] = from_inputs || !node_params[k].is_empty();
+        }
+        let mut reaches_loss = vec![false; graph.nodes.len()];
+        if let Some(&l) = index.get(graph.loss.as_str()) {
+            reaches_loss[l] = true;
+        }
+        for k in (0..graph.nodes.len()).rev() {
+            if reaches_loss[k] {
+                for i in &graph.nodes[k].inputs {
+                    if let Some(&j) = index.get(i.as_str()) {
+                        reaches_loss[j] = true;
+                    }
+                }
+            }
+        }
+        let mut last_use = HashMap::new();
+        for (k, n) in graph.nodes.iter().enumerate() {
+            for i in &n.inputs {
+                last_use.insert(i.as_str(), k);
+            }
+        }
+        Sim {
+            graph,
+            batch,
+            backend,
+            rules,
+            params,
+            node_params,
+            index,
+            requires_grad,
+            reaches_loss,
+            last_use,
+            mem: Mem {
+                bufs: Vec::new(),
+                live: Breakdown::default(),
+            },
+            rec: Recorder {
+                step: 0,
+                phase: String::new(),
+                phase_start: 0,
+                phase_peak: 0,
+                phase_peak_node: String::new(),
+                events: Vec::new(),
+                phases: Vec::new(),
+                peak: 0,
+                peak_step: 0,
+                peak_phase: String::new(),
+                peak_node: String::new(),
+                peak_breakdown: Breakdown::default(),
+            },
+        }
+    }
+
+    fn run(mut self, precision: Precision) -> Result<Simulation, String> {
+        // model_load: parameters (and batch-norm running statistics) in creation order.
+        self.rec.begin(0, "model_load".into(), &self.mem);
+        for n in &self.graph.nodes {
+            if let Op::BatchNorm { num_features } = n.op {
+                // running_mean and running_var (the harness registers no batch counter).
+                self.mem.alloc(2 * num_features * 4, Kind::Parameters);
+            }
+        }
+                for p in &self.params {
+            let t = self.mem.alloc(p.init_transient, Kind::Transients);
+            self.mem.alloc(p.bytes, Kind::Parameters);
+            let high = self.rec.high(&p.label, &self.mem);
+            self.mem.release(t);
+            self.rec.event(&p.label, high, &self.mem);
+        }
+        self.rec.end(&self.mem);
+
+        // inputs
+        self.rec.begin(0, "inputs".into(), &self.mem);
+        let mut inputs: HashMap<&str, Value> = HashMap::new();
+        for i in &self.graph.inputs {
+            let bytes =
+                i.shape.numel_at(self.batch) * rules::input_element_bytes(i.dtype, self.backend);
+            let buf = self.mem.alloc(bytes, Kind::Inputs);
+            inputs.insert(
+                i.name.as_str(),
+                Value {
+                    buf,
+                    contiguous: true,
+                    requires_grad: false,
+                },
+            );
+        }
+        let high = self.rec.high("-", &self.mem);
+        self.rec.event("-", high, &self.mem);
+        self.rec.end(&self.mem);
+
+        let mut grads: Vec<Option<BufId>> = vec![None; self.params.len()];
+        let mut states: Vec<Option<(BufId, BufId)>> = vec![None; self.params.len()];
+        for step in 1..=STEPS {
+            let (saved, loss_buf) = self.forward(step, &inputs)?;
+            self.backward(step, saved, &mut grads);
+            if let Some(l) = loss_buf {
+                self.mem.release(l);
+            }
+            self.optimizer(step, &mut grads, &mut states);
+        }
+
+        let rules = self
+            .graph
+            .nodes
+            .iter()
+            .zip(&self.rules)
+            .map(|(n, r)| NodeRule {
+                id: n.id.clone(),
+                op: n.op.name(),
+                source: r.source.as_str(),
+                note: r.note,
+            })
+            .collect();
+        Ok(Simulation {
+            graph: self.graph.name.clone(),
+            batch: self.batch,
+            precision,
+            backend: self.backend.as_str(),
+            parameters: self.graph.parameters(),
+            peak_bytes: self.rec.peak,
+            peak_step: self.rec.peak_step,
+            peak_phase: self.rec.peak_phase,
+            peak_node: self.rec.peak_node,
+            breakdown: self.rec.peak_breakdown,
+            phases: self.rec.phases,
+            timeline: self.rec.events,
+            rules,
+        })
+    }
+
+    /// The forward pass. Returns, per node, the buffers its backward holds (saved tensors), and
+    /// the loss value's buffer (held until the loss is dropped after backward).
+    #[allow(clippy::type_complexity)]
+    fn forward(
+        &mut self,
+        step: u32,
+        inputs: &HashMap<&str, Value>,
+    ) -> Result<(Vec<Vec<BufId>>, Option<BufId>), String> {
+        self.rec
+            .begin(step, format!("step{step}.forward"), &self.mem);
+        let graph = self.graph;
+        let mut env: HashMap<&str, Value> = HashMap::new();
+        let mut values: Vec<Option<Value>> = vec![None; graph.nodes.len()];
+        let mut saved_by: Vec<Vec<BufId>> = vec![Vec::new(); graph.nodes.len()];
+        let lookup = |env: &HashMap<&str, Value>, name: &str| -> Result<Value, String> {
+            env.get(name)
+                .or_else(|| inputs.get(name))
+                .copied()
+                .ok_or_else(|| format!("value `{name}` is not available (simulator bug)"))
+        };
+        for (k, node) in graph.nodes.iter().enumerate() {
+            let rule = &self.rules[k];
+            let ins: Vec<Value> = node
+                .inputs
+                .iter()
+                .map(|n| lookup(&env, n))
+                .collect::<Result<_, _>>()?;
+            let x0 = ins[0];
+            let in_bytes = |i: usize| -> u64 {
+                graph.shape_of(&node.inputs[i]).map_or(0, |s| {
+                    s.numel_at(self.batch) * self.backend.activation_bytes()
+                })
+            };
+            let autograd = self.requires_grad[k] && self.reaches_loss[k];
+            let mut transients = Vec::new();
+            // The output.
+            let (out_buf, out_contig) = match rule.output {
+                Output::New(bytes) => (
+                    self.mem.alloc(bytes, Kind::SavedActivations),
+                    rule.output_contiguous.unwrap_or(x0.contiguous),
+                ),
+                Output::View => {
+                    self.mem.retain(x0.buf);
+                    (x0.buf, rule.output_contiguous.unwrap_or(x0.contiguous))
+                }
+                Output::ReshapeView => {
+                    if x0.contiguous {
+                        self.mem.retain(x0.buf);
+                        (x0.buf, true)
+                    } else {
+                        (self.mem.alloc(in_bytes(0), Kind::SavedActivations), true)
+                    }
+                }
+            };
+            // A contiguous working copy of a non-contiguous input, for ops that need one.
+            if rule.needs_contiguous_input && !x0.contiguous {
+                transients.push(self.mem.alloc(in_bytes(0), Kind::Transients));
+            }
+            // linear on a non-contiguous input goes through matmul: 12 bytes of scalars (measured).
+            if matches!(node.op, Op::Linear { .. }) && !x0.contiguous {
+                transients.push(self.mem.alloc(12, Kind::Transients));
+            }
+            transients.push(self.mem.alloc(rule.forward_transient, Kind::Transients));
+            // Saved tensors (only when the node is part of the autograd graph).
+            let mut held = Vec::new();
+            if autograd {
+                for s in &rule.saved {
+                    match s {
+                        Saved::Input(i) => {
+                            self.mem.retain(ins[*i].buf);
+                            held.push(ins[*i].buf);
+                        }
+                        Saved::InputFor(i, j) => {
+                            if ins[*j].requires_grad {
+                                self.mem.retain(ins[*i].buf);
+                                held.push(ins[*i].buf);
+                            }
+                        }
+                        Saved::InputContiguous(i) => {
+                            if ins[*i].contiguous {
+                                self.mem.retain(ins[*i].buf);
+                                held.push(ins[*i].buf);
+                            } else {
+                                held.push(self.mem.alloc(in_bytes(*i), Kind::SavedActivations));
+                            }
+                        }
+                        Saved::Out => {
+                            self.mem.retain(out_buf);
+                            held.push(out_buf);
+                        }
+                        Saved::Internal { bytes, .. } => {
+                            held.push(self.mem.alloc(*bytes, Kind::SavedActivations));
+                        }
+                    }
+                }
+            } else {
+                // Outside autograd, internal tensors still exist while the op runs.
+                for s in &rule.saved {
+                    if let Saved::Internal { bytes, .. } = s {
+                        transients.push(self.mem.alloc(*bytes, Kind::Transients));
+                    }
+                }
+            }
+            let high = self.rec.high(&node.id, &self.mem);
+            for t in transients {
+                self.mem.release(t);
+            }
+            saved_by[k] = held;
+            let v = Value {
+                buf: out_buf,
+                contiguous: out_contig,
+                requires_grad: self.requires_grad[k],
+            };
+            env.insert(node.id.as_str(), v);
+            values[k] = Some(v);
+            // Release values whose last use is this node (never graph inputs, never the loss).
+            for name in &node.inputs {
+                if self.last_use.get(name.as_str()) == Some(&k) && name != &graph.loss {
+                    if let Some(v) = env.remove(name.as_str()) {
+                        self.mem.release(v.buf);
+                    }
+                }
+            }
+            self.rec.event(&node.id, high, &self.mem);
+        }
+        // Values never used by a later op are dropped when the forward returns; the loss is
+        // handed back to the caller.
+        let mut loss_buf = None;
+        let mut rest: Vec<(&str, Value)> = env.drain().collect();
+        rest.sort_by_key(|(n, _)| self.index.get(n).copied());
+        for (name, v) in rest {
+            if name == graph.loss {
+                loss_buf = Some(v.buf);
+            } else {
+                self.mem.release(v.buf);
+            }
+        }
+        self.rec.end(&self.mem);
+        Ok((saved_by, loss_buf))
+    }
+
+    fn backward(&mut self, step: u32, mut saved_by: Vec<Vec<BufId>>, grads: &mut [Option<BufId>]) {
+        self.rec
+            .begin(step, format!("step{step}.backward"), &self.mem);
+        let graph = self.graph;
+        let e = self.backend.activation_bytes();
+        // Gradient buffer of each node's output.
+        let mut out_grad: Vec<Option<BufId>> = vec![None; graph.nodes.len()];
+        // The root gradient (ones, 4 bytes) is held by the engine until backward ends.
+        let root = self.mem.alloc(4, Kind::ActivationGradients);
+        if let Some(&l) = self.index.get(graph.loss.as_str()) {
+            self.mem.retain(root);
+            out_grad[l] = Some(root);
+        }
+        // Contiguity of each node's output, for the gradient views (recomputed cheaply).
+        for k in (0..graph.nodes.len()).rev() {
+            let Some(g_out) = out_grad[k].take() else {
+                // Not on a path to the loss, or no gradient flows here.
+                for b in std::mem::take(&mut saved_by[k]) {
+                    self.mem.release(b);
+                }
+                continue;
+            };
+            let node = &graph.nodes[k];
+            let rule = self.rules[k].clone();
+            let input_grad = node
+                .inputs
+                .first()
+                .and_then(|n| self.index.get(n.as_str()))
+                .is_some_and(|&j| self.requires_grad[j])
+                && rule.grads.first() != Some(&Grad::None);
+            let extra = if input_grad {
+                rule.input_grad_transient
+            } else {
+                0
+            };
+            let mut transients = Vec::new();
+            let mut early_high = 0;
+            let mut done_params = Vec::new();
+            if let Some((peak_extra, early)) = &rule.backward_peak {
+                // A compound op: its inner peak, with the gradients of the parameters used last
+                // in forward already made; then what it saved and its incoming gradient go.
+                let mut t = Vec::new();
+                for &i in early {
+                    if let Some(&p) = self.node_params[k].get(i) {
+                        t.extend(self.param_grad(p, grads));
+                        done_params.push(p);
+                    }
+                }
+                early_high = self.rec.high_plus(&node.id, &self.mem, *peak_extra);
+                for b in t {
+                    self.mem.release(b);
+                }
+                for b in std::mem::take(&mut saved_by[k]) {
+                    self.mem.release(b);
+                }
+            } else {
+                transients.push(
+                    self.mem
+                        .alloc(rule.backward_transient + extra, Kind::Transients),
+                );
+            }
+            // Gradients for the inputs.
+            let mut produced: Vec<(usize, BufId)> = Vec::new();
+            for (i, name) in node.inputs.iter().enumerate() {
+                let Some(&j) = self.index.get(name.as_str()) else {
+                    continue; // graph inputs never require grad
+                };
+                if !self.requires_grad[j] {
+                    continue;
+                }
+                let g = match rule.grads.get(i).copied().unwrap_or(Grad::New) {
+                    Grad::None => continue,
+                    Grad::New => {
+                        let bytes = graph
+                            .shape_of(name)
+                            .map_or(0, |s| s.numel_at(self.batch) * e);
+                        self.mem.alloc(bytes, Kind::ActivationGradients)
+                    }
+                    Grad::OfOutput => {
+                        self.mem.retain(g_out);
+                        g_out
+                    }
+                };
+                produced.push((j, g));
+            }
+            // Parameter gradients: the first contribution becomes `.grad`; a later one (a tied
+            // table used twice) is added in place and its buffer freed.
+            for p in self.node_params[k].clone() {
+                if !done_params.contains(&p) {
+                    transients.extend(self.param_grad(p, grads));
+                }
+            }
+            let mut high = self.rec.high(&node.id, &self.mem).max(early_high);
+            for t in transients {
+                self.mem.release(t);
+            }
+            self.mem.release(g_out);
+            for b in std::mem::take(&mut saved_by[k]) {
+                self.mem.release(b);
+            }
+            // Accumulate into the inputs' gradient buffers.
+            for (j, g) in produced {
+                match out_grad[j] {
+                    None => out_grad[j] = Some(g),
+                    Some(old) => {
+                        if self.mem.bufs[old].refs == 1 && old != g {
+                            // In place into the existing buffer; the new one is freed.
+                            self.mem.release(g);
+                        } else {
+                            let bytes = self.mem.bufs[old].bytes.max(self.mem.bufs[g].bytes);
+                            let sum = self.mem.alloc(bytes, Kind::ActivationGradients);
+                            high = high.max(self.rec.high(&node.id, &self.mem));
+                            self.mem.release(old);
+                            self.mem.release(g);
+                            out_grad[j] = Some(sum);
+                        }
+                    }
+                }
+            }
+            self.rec.event(&node.id, high, &self.mem);
+        }
+        for g in out_grad.into_iter().flatten() {
+            self.mem.release(g);
+        }
+        self.mem.release(root);
+        self.rec.end(&self.mem);
+    }
+
+    /// Makes parameter `p`'s gradient: the first contribution becomes `.grad`; a later one (a
+    /// tied table used twice) is a transient added in place, returned to be freed.
+    fn param_grad(&mut self, p: usize, grads: &mut [Option<BufId>]) -> Option<BufId> {
+        let bytes = self.params[p].bytes;
+        match grads[p] {
+            None => {
+                grads[p] = Some(self.mem.alloc(bytes, Kind::Gradients));
+                None
+            }
+            Some(_) => Some(self.mem.alloc(bytes, Kind::Transients)),
+        }
+    }
+
+    fn optimizer(
+        &mut self,
+        step: u32,
+        grads: &mut [Option<BufId>],
+        states: &mut [Option<(BufId, BufId)>],
+    ) {
+        self.rec
+            .begin(step, format!("step{step}.optimizer"), &self.mem);
+        for p in 0..self.params.len() {
+            if grads[p].is_none() {
+                continue; // libtorch's AdamW skips a parameter without a gradient
+            }
+            let bytes = self.params[p].bytes;
+            if states[p].is_none() {
+                let a = self.mem.alloc(bytes, Kind::OptimizerState);
+                let b = self.mem.alloc(bytes, Kind::OptimizerState);
+                states[p] = Some((a, b));
+            }
+            let t = self
+                .mem
+                .alloc(rules::adamw_transient(bytes), Kind::Transients);
+            let label = self.params[p].label.clone();
+            let high = self.rec.high(&label, &self.mem);
+            self.mem.release(t);
+            self.rec.event(&label, high, &self.mem);
+        }
+        // zero_grad(): gradients set to None.
+        for g in grads.iter_mut() {
+            if let Some(b) = g.take() {
+                self.mem.release(b);
+            }
+        }
+        self.rec.event("zero_grad", self.mem.total(), &self.mem);
+        self.rec.end(&self.mem);
+    }
+}
+
+/// The kinds, in breakdown order (for renderers).
+pub fn kinds() -> &'static [Kind] {
+    &KINDS
+}

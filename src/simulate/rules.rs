@@ -1,0 +1,573 @@
+//! The per-op rule table: for one backend and precision, what each op of `memcal-graph/1`
+//! allocates in the forward pass, what autograd saves for backward, and what the op holds
+//! transiently in its forward and its backward. Every rule says where it comes from
+//! ([`Source`]); `docs/simulator.md` lists the table with the measured comparisons.
+//!
+//! Only `cpu-fp32` (torch on CPU, float32, as `memcal-measure` runs it through tch) is derived.
+//! `cuda-bf16-autocast` is not: [`Backend::for_precision`] says so with an error.
+
+use crate::graph::{DType, Graph, Node};
+use crate::ops::{Activation, Op};
+use serde::Serialize;
+
+/// A backend and precision with a rule table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Backend {
+    /// torch on CPU, everything float32 (the harness's `--device cpu --precision fp32`).
+    #[serde(rename = "cpu-fp32")]
+    CpuFp32,
+}
+
+impl Backend {
+    /// The backend whose rules simulate a run at `precision`. Only fp32 (CPU) is derived.
+    pub fn for_precision(precision: crate::features::Precision) -> Result<Backend, String> {
+        match precision {
+            crate::features::Precision::Fp32 => Ok(Backend::CpuFp32),
+            crate::features::Precision::Bf16Autocast => Err(
+                "the simulator has no rule table for cuda-bf16-autocast yet (not yet derived: \
+                 only cpu-fp32 is); use `memcal plan` without --timeline for bf16-autocast"
+                    .to_string(),
+            ),
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Backend::CpuFp32 => "cpu-fp32",
+        }
+    }
+
+    /// Bytes per activation element.
+    pub fn activation_bytes(self) -> u64 {
+        match self {
+            Backend::CpuFp32 => 4,
+        }
+    }
+}
+
+/// Where a rule comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Source {
+    /// Checked against `memcal-measure` runs of single-op fixtures (`tests/fixtures/sim/`).
+    Measured,
+    /// Read off torch's sources (derivatives.yaml, the ATen CPU kernels) and, for compound ops,
+    /// the harness's own forward (`measurement/src/builder.rs`); not yet checked by a run.
+    TorchSource,
+    /// A plausible guess, neither measured nor read off a source.
+    Assumed,
+}
+
+impl Source {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::Measured => "measured",
+            Source::TorchSource => "torch source",
+            Source::Assumed => "assumed",
+        }
+    }
+}
+
+/// What the forward pass produces as the node's value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Output {
+    /// A new buffer of this many bytes.
+    New(u64),
+    /// A view of input 0 (no new memory; it keeps input 0's buffer alive).
+    View,
+    /// `reshape`/`flatten`: a view of a contiguous input, a new contiguous copy otherwise.
+    ReshapeView,
+}
+
+/// One tensor autograd saves for the node's backward.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Saved {
+    /// Input `i` as it is (its buffer is kept alive; nothing new).
+    Input(usize),
+    /// Input `i` if input `j` requires grad (`mul` saves each factor for the other's gradient).
+    InputFor(usize, usize),
+    /// Input `i`, or a new contiguous copy of it when it is not contiguous (linear after permute).
+    InputContiguous(usize),
+    /// The node's own output.
+    Out,
+    /// A tensor made inside the op and kept for backward (statistics, masks, indices, copies,
+    /// workspaces), with its size in bytes.
+    Internal { what: &'static str, bytes: u64 },
+}
+
+/// How the gradient with respect to one input is produced in backward.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Grad {
+    /// A new buffer the size of the input.
+    New,
+    /// The output's gradient buffer itself, or a view of it (add, views, concat slices): no
+    /// new memory, and it keeps that buffer alive.
+    OfOutput,
+    /// Not differentiable (labels, indices).
+    None,
+}
+
+/// The rule for one node at one batch.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OpRule {
+    pub output: Output,
+    /// Whether the output is contiguous; `None`: as input 0 (elementwise ops keep its layout).
+    pub output_contiguous: Option<bool>,
+    pub saved: Vec<Saved>,
+    /// Bytes held only while the forward op runs, on top of its output and saved tensors.
+    pub forward_transient: u64,
+    /// Bytes held only while the backward op runs, on top of the gradient it receives, the
+    /// gradients it produces (inputs and parameters) and what it saved.
+    pub backward_transient: u64,
+    /// For a compound op, whose inner autograd nodes free their saved tensors one by one: the
+    /// backward's highest point in bytes over the level before it (which holds the incoming
+    /// gradient and everything the op saved), and the parameter tensors (indices into the op's
+    /// `parameter_tensors()`) whose gradients exist by then. The engine then frees what the op
+    /// saved and its incoming gradient before it allocates the input's gradient.
+    pub backward_peak: Option<(u64, Vec<usize>)>,
+    /// Added to `backward_transient` when input 0's gradient is computed (not for a first
+    /// layer, whose input is data).
+    pub input_grad_transient: u64,
+    /// One entry per input.
+    pub grads: Vec<Grad>,
+    /// The op reads its input contiguously: a non-contiguous input costs a transient copy.
+    pub needs_contiguous_input: bool,
+    pub source: Source,
+    /// What the rule says, in words (for the docs and `--timeline`).
+    pub note: &'static str,
+}
+
+impl OpRule {
+    fn new(output: Output, saved: Vec<Saved>, grads: Vec<Grad>, source: Source) -> OpRule {
+        OpRule {
+            output,
+            output_contiguous: Some(true),
+            saved,
+            forward_transient: 0,
+            backward_transient: 0,
+            input_grad_transient: 0,
+            backward_peak: None,
+            grads,
+            needs_contiguous_input: false,
+            source,
+            note: "",
+        }
+    }
+
+    fn note(mut self, note: &'static str) -> Self {
+        self.note = note;
+        self
+    }
+
+    fn fwd(mut self, bytes: u64) -> Self {
+        self.forward_transient = bytes;
+        self
+    }
+
+    fn bwd(mut self, bytes: u64) -> Self {
+        self.backward_transient = bytes;
+        self
+    }
+
+    fn keeps_layout(mut self) -> Self {
+        self.output_contiguous = None;
+        self
+    }
+
+    fn contiguous_input(mut self) -> Self {
+        self.needs_contiguous_input = true;
+        self
+    }
+}
+
+/// Sizes the rules need, at a batch.
+struct Sizes<'a> {
+    graph: &'a Graph,
+    node: &'a Node,
+    batch: u64,
+    e: u64,
+}
+
+impl Sizes<'_> {
+    /// Elements of input `i`.
+    fn n_in(&self, i: usize) -> u64 {
+        self.graph
+            .shape_of(&self.node.inputs[i])
+            .map_or(0, |s| s.numel_at(self.batch))
+    }
+    /// Bytes of input `i` as an activation.
+    fn x(&self, i: usize) -> u64 {
+        self.n_in(i) * self.e
+    }
+    /// Bytes of the output as an activation.
+    fn y(&self) -> u64 {
+        self.node.output.numel_at(self.batch) * self.e
+    }
+    /// Size of dimension `d` of input 0.
+    fn dim(&self, d: usize) -> u64 {
+        self.graph
+            .shape_of(&self.node.inputs[0])
+            .and_then(|s| s.0.get(d).map(|x| x.at(self.batch)))
+            .unwrap_or(1)
+    }
+    /// Rows of a `[..., width]` input 0.
+    fn rows(&self, width: u64) -> u64 {
+        self.n_in(0) / width.max(1)
+    }
+}
+
+/// Bytes of a graph input's element (int64 inputs are 8 bytes whatever the precision).
+pub fn input_element_bytes(dtype: DType, backend: Backend) -> u64 {
+    match dtype {
+        DType::Float32 => backend.activation_bytes(),
+        DType::Int64 => 8,
+    }
+}
+
+/// The rule for `node` at `batch` on `backend`.
+pub fn rule(graph: &Graph, node: &Node, batch: u64, backend: Backend) -> OpRule {
+    let s = Sizes {
+        graph,
+        node,
+        batch,
+        e: backend.activation_bytes(),
+    };
+    let e = s.e;
+    let (x, y) = (s.x(0), s.y());
+    let one = vec![Grad::New];
+    use Saved::*;
+    use Source::*;
+    match &node.op {
+        Op::Linear { .. } => OpRule::new(Output::New(y), vec![InputContiguous(0)], one, Measured)
+            .note("saves its input (a contiguous copy when the input is not contiguous); backward: grad input, weight and bias grads"),
+        Op::Embedding { .. } => OpRule::new(Output::New(y), vec![], vec![Grad::None], Measured)
+            .note("saves the (int64) indices, which are a graph input; backward builds a full table-size gradient"),
+        Op::Conv1d(_) | Op::Conv2d(_) | Op::ConvTranspose2d(_) => {
+            let w: u64 = node.op.parameter_tensors().first().map_or(0, |t| t.iter().product::<u64>() * 4);
+            let transposed = matches!(node.op, Op::ConvTranspose2d(_));
+            let mut r = OpRule::new(Output::New(y), vec![Input(0)], one, Measured)
+                .contiguous_input()
+                .bwd(x + y)
+                .note("saves its input; backward holds input- and output-sized scratch (oneDNN reorders), plus a weight-sized one when it computes the input's gradient (conv, not conv_transpose); ~10-20 KB of fixed scratch not counted");
+            r.input_grad_transient = if transposed { 0 } else { w };
+            r
+        }
+        Op::BatchNorm { num_features } => OpRule::new(
+            Output::New(y),
+            vec![Input(0), Internal { what: "save_mean+save_invstd", bytes: 2 * num_features * 4 }],
+            one,
+            Measured,
+        )
+        .contiguous_input()
+        .note("saves its input plus mean and inverse std (2C float32)"),
+        Op::LayerNorm { normalized_shape, .. } => OpRule::new(
+            Output::New(y),
+            vec![Input(0), Internal { what: "mean+rstd", bytes: 2 * s.rows(*normalized_shape) * 4 }],
+            one,
+            Measured,
+        )
+        .contiguous_input()
+        .note("saves its input plus mean and rstd (2 x rows float32)"),
+        Op::RmsNorm { dim } => {
+            let rows = s.rows(*dim) * 4;
+            OpRule::new(
+                Output::New(y),
+                vec![Input(0), Internal { what: "x*rstd", bytes: x }, Internal { what: "rstd", bytes: rows }],
+                one,
+                TorchSource,
+            )
+            .fwd(x + 2 * rows)
+            .bwd((2 * x).saturating_sub(rows))
+            .note("composite (pow, mean, rsqrt, mul, mul): saves its input, x*rstd (a full activation) and rstd; forward holds x^2")
+        }
+        Op::GroupNorm { num_groups, .. } => OpRule::new(
+            Output::New(y),
+            vec![Input(0), Internal { what: "mean+rstd", bytes: 2 * s.dim(0) * num_groups * 4 }],
+            one,
+            Measured,
+        )
+        .contiguous_input()
+        .note("saves its input plus mean and rstd (2 x B x groups float32)"),
+        Op::Activation(Activation::Relu) => {
+            OpRule::new(Output::New(y), vec![Out], one, Measured).keeps_layout().note("saves its output")
+        }
+        Op::Activation(Activation::Tanh) => {
+            OpRule::new(Output::New(y), vec![Out], one, Measured).keeps_layout().note("saves its output")
+        }
+        Op::Activation(Activation::Gelu) | Op::Activation(Activation::Silu) => {
+            OpRule::new(Output::New(y), vec![Input(0)], one, Measured).keeps_layout().note("saves its input")
+        }
+        Op::Dropout { p } if *p == 0.0 => OpRule::new(Output::View, vec![], vec![Grad::OfOutput], TorchSource)
+            .keeps_layout()
+            .note("p = 0 returns its input: no new tensor"),
+        Op::Dropout { .. } => OpRule::new(
+            Output::New(y),
+            vec![Internal { what: "noise (float32, input size)", bytes: x }],
+            one,
+            Measured,
+        )
+        .keeps_layout()
+        .note("CPU has no fused dropout: saves a float32 noise tensor of the input's size (input * noise)"),
+        Op::Add => OpRule::new(Output::New(y), vec![], vec![Grad::OfOutput, Grad::OfOutput], Measured)
+            .keeps_layout()
+            .note("saves nothing; backward passes its gradient to both inputs without a copy"),
+        Op::Mul => OpRule::new(Output::New(y), vec![InputFor(0, 1), InputFor(1, 0)], vec![Grad::New, Grad::New], Measured)
+            .keeps_layout()
+            .note("saves each factor for the other's gradient"),
+        Op::Concat { .. } => OpRule::new(Output::New(y), vec![], vec![Grad::OfOutput; node.inputs.len()], Measured)
+            .note("a new buffer; saves nothing; backward hands out slices (views) of its gradient"),
+        Op::Upsample { .. } => OpRule::new(Output::New(y), vec![], one, Measured).note("nearest: saves nothing"),
+        Op::MaxPool(_) => OpRule::new(
+            Output::New(y),
+            vec![Input(0), Internal { what: "indices (int64)", bytes: node.output.numel_at(batch) * 8 }],
+            one,
+            Measured,
+        )
+        .note("saves its input plus int64 indices of the output's size"),
+        Op::AvgPool(_) => OpRule::new(Output::New(y), vec![Input(0)], one, Measured).note("saves its input"),
+        Op::AdaptiveAvgPool { output_size: 1 } => OpRule::new(Output::New(y), vec![], one, Measured)
+            .fwd(x.saturating_sub(y))
+            .note("output 1 runs as mean(): saves nothing; forward holds an input-sized temporary"),
+        Op::AdaptiveAvgPool { .. } => OpRule::new(Output::New(y), vec![Input(0)], one, TorchSource)
+            .note("saves its input"),
+        Op::Flatten { .. } | Op::Reshape { .. } => {
+            OpRule::new(Output::ReshapeView, vec![], vec![Grad::OfOutput], Measured)
+                .note("a view (a copy if the input is not contiguous); backward reshapes the gradient")
+        }
+        Op::Permute { .. } => {
+            let mut r = OpRule::new(Output::View, vec![], vec![Grad::OfOutput], Measured)
+                .note("a non-contiguous view; backward permutes the gradient back (a view)");
+            r.output_contiguous = Some(is_identity(node));
+            r
+        }
+        Op::SelectToken { .. } => OpRule::new(Output::View, vec![], one, Measured)
+            .note("a strided view (keeps the whole input alive); backward scatters into a zero tensor of the input's size"),
+        Op::Softmax { .. } => OpRule::new(Output::New(y), vec![Out], one, Measured)
+            .contiguous_input()
+            .note("saves its output"),
+        Op::CrossEntropy => {
+            let logits = x;
+            OpRule::new(
+                Output::New(4),
+                vec![Internal { what: "log_softmax output", bytes: logits }, Internal { what: "total_weight", bytes: 4 }],
+                vec![Grad::New, Grad::None],
+                Measured,
+            )
+            .bwd(logits)
+            .contiguous_input()
+            .note("log_softmax + nll_loss: saves the N x V log-softmax output; backward holds it, nll_loss's N x V gradient and log_softmax's N x V gradient at once (3 N V)")
+        }
+        Op::Mse => OpRule::new(
+            Output::New(x),
+            vec![Input(0), Input(1)],
+            vec![Grad::New, Grad::New],
+            Measured,
+        )
+        .fwd(x + 12)
+        .note("saves prediction and target; the loss keeps an input-sized buffer alive until it is dropped; forward holds one more input-sized temporary"),
+        Op::MultiheadAttention { embed_dim: d, num_heads, causal, relative_attention_buckets, bias } => {
+            let b = s.dim(0);
+            let tq = s.dim(1);
+            let tk = node
+                .inputs
+                .get(1)
+                .and_then(|m| graph.shape_of(m))
+                .map_or(tq, |m| m.0[1].at(batch));
+            let aq = b * tq * d * e;
+            let ak = b * tk * d * e;
+            let sc = b * num_heads * tq * tk * e;
+            let mut saved = vec![
+                Input(0),
+                Internal { what: "q (scaled, contiguous copy for bmm)", bytes: aq },
+                Internal { what: "k (contiguous copy for bmm)", bytes: ak },
+                Internal { what: "v (contiguous copy for bmm)", bytes: ak },
+                Internal { what: "attention weights B x H x Tq x Tk", bytes: sc },
+                Internal { what: "context (contiguous, out_proj input)", bytes: aq },
+            ];
+            if node.inputs.len() > 1 {
+                saved.push(Input(1));
+            }
+            if *causal {
+                saved.push(Internal { what: "causal mask (bool Tq x Tk)", bytes: tq * tk });
+            }
+            let mut fwd = 2 * aq + 2 * ak + sc;
+            if *relative_attention_buckets > 0 {
+                saved.push(Internal { what: "bucket indices (int64 Tq x Tk)", bytes: tq * tk * 8 });
+                fwd += num_heads * tq * tk * e;
+            }
+            let grads = vec![Grad::New; node.inputs.len()];
+            // Backward, stage by stage (derived from the harness's forward and torch's
+            // backward formulas, checked against runs): out_proj (+ its input's gradient),
+            // attn @ v (+ a copy of the gradient, the weights' and v's gradients, less the
+            // context and incoming gradient already freed), softmax (+ the scores' gradient).
+            let extra = aq.max(sc + ak - aq.min(sc + ak)).max((2 * sc).saturating_sub(2 * aq));
+            let o_proj = if *bias { vec![6, 7] } else { vec![3] };
+            let mut r = OpRule::new(Output::New(aq), saved, grads, Measured)
+                .fwd(fwd)
+                .note("eager attention as the harness runs it: saves input, q, k, v copies, B x H x Tq x Tk weights and the context; forward also holds q*scale, k, v projections, raw scores and the attention output until it returns; backward peaks at attn @ v or softmax");
+            r.backward_peak = Some((extra, o_proj));
+            r
+        }
+        Op::GqaAttention { embed_dim, num_heads, num_kv_heads, head_dim, bias, .. } => {
+            let t = s.rows(*embed_dim);
+            let q = t * num_heads * head_dim * e;
+            let kv = t * num_kv_heads * head_dim * e;
+            let repeated = num_heads > num_kv_heads;
+            let (ks, vs) = if repeated { (q, q) } else { (kv, kv) };
+            let lse = s.dim(0) * num_heads * s.dim(1) * 4;
+            let saved = vec![
+                Input(0),
+                Internal { what: "q projection", bytes: q },
+                Internal { what: "k (repeated to all heads)", bytes: ks },
+                Internal { what: "v (repeated to all heads)", bytes: vs },
+                Internal { what: "sdpa output (out_proj input)", bytes: q },
+                Internal { what: "logsumexp B x H x T float32", bytes: lse },
+            ];
+            let fwd = if repeated { 2 * kv } else { 0 };
+            // Backward: out_proj (+ the context's gradient), then flash sdpa backward (+ q, k, v
+            // gradients while the context's gradient is alive, less the incoming gradient).
+            let extra = q.max((2 * q + ks + vs).saturating_sub(y));
+            let o_proj = if *bias { vec![6, 7] } else { vec![3] };
+            let mut r = OpRule::new(Output::New(y), saved, one, Measured)
+                .fwd(fwd)
+                .note("q, k, v projections, k/v repeated to all heads, CPU flash sdpa: saves q, k, v, the output and B x H x T logsumexp; backward peaks in sdpa's backward (~32 KB of per-thread scratch not counted)");
+            r.backward_peak = Some((extra, o_proj));
+            r
+        }
+        Op::MlaAttention {
+            embed_dim,
+            num_heads: h,
+            q_lora_rank,
+            kv_lora_rank,
+            qk_nope_head_dim: nope,
+            qk_rope_head_dim: rope,
+            v_head_dim,
+            ..
+        } => {
+            let t = s.rows(*embed_dim);
+            let q = t * h * (nope + rope) * e;
+            let kva = t * (kv_lora_rank + rope) * e;
+            let c = t * kv_lora_rank * e;
+            let kvb = t * h * (nope + v_head_dim) * e;
+            let out = t * h * v_head_dim * e;
+            let lse = s.dim(0) * h * s.dim(1) * 4;
+            let rows = t * 4;
+            let mut saved = vec![Input(0)];
+            if *q_lora_rank > 0 {
+                let r = t * q_lora_rank * e;
+                saved.push(Internal { what: "q_a output, its rms normalisation and rms output", bytes: 3 * r + rows });
+            }
+            saved.extend([
+                Internal { what: "q", bytes: q },
+                Internal { what: "kv_a output", bytes: kva },
+                Internal { what: "kv rms normalisation and output", bytes: 2 * c + rows },
+                Internal { what: "kv_b output (v is a view of it)", bytes: kvb },
+                Internal { what: "k (cat of nope and rope parts)", bytes: q },
+                Internal { what: "sdpa output", bytes: out },
+                Internal { what: "logsumexp", bytes: lse },
+            ]);
+            OpRule::new(Output::New(y), saved, one, Assumed)
+                .fwd(c)
+                .bwd(2 * q + kvb)
+                .note("low-rank q and kv projections with rms norms, CPU flash sdpa; saves every projection output, the normalisations, k, the output and logsumexp")
+        }
+        Op::Moe { dim, hidden, num_experts, top_k } => {
+            let t = s.rows(*dim);
+            let routed = t * top_k;
+            let saved = vec![
+                Input(0),
+                Internal { what: "router softmax", bytes: t * num_experts * e },
+                Internal { what: "top-k values, renormalised values, indices", bytes: routed * (2 * e + 8) + t * e },
+                Internal { what: "routing positions (int64)", bytes: routed * 16 },
+                Internal { what: "expert inputs (gathered rows)", bytes: routed * dim * e },
+                Internal { what: "w1 output, silu output, w3 output, gated hidden", bytes: 4 * routed * hidden * e },
+                Internal { what: "w2 output and routing weight", bytes: routed * (dim + 1) * e },
+            ];
+            let per_expert = routed.div_ceil(*num_experts);
+            OpRule::new(Output::New(y), saved, one, Assumed)
+                .fwd(t * num_experts * e + per_expert * dim * e)
+                .bwd(t * dim * e + per_expert * (dim + 3 * hidden) * e)
+                .note("router, top-k, SwiGLU experts on their routed tokens (uniform routing assumed): saves the gathered rows and every expert hidden state")
+        }
+        Op::Lstm(r) | Op::Gru(r) => {
+            let lstm = matches!(node.op, Op::Lstm(_));
+            let (b, t) = (s.dim(0), s.dim(1));
+            let h = r.hidden_size;
+            let dirs = r.directions();
+            let bth = b * t * h * e;
+            let layers = r.num_layers;
+            let mut saved = vec![Out];
+            saved.push(Internal { what: "time-major copy of the input", bytes: x });
+            if layers > 1 {
+                saved.push(Internal { what: "inner layers' outputs", bytes: (layers - 1) * bth * dirs });
+            }
+            let states = layers * dirs * b * h * e;
+            if lstm {
+                // 15.75 x B x T x H x 4 bytes per layer and direction.
+                saved.push(Internal { what: "oneDNN workspace (15.5 BTH per layer)", bytes: layers * dirs * bth * 31 / 2 });
+                saved.push(Internal { what: "zero initial state (h0 = c0)", bytes: states });
+            } else {
+                let mut ws = layers * dirs * 7 * bth;
+                // B x T x E per layer (its input).
+                ws += (layers - 1) * bth * dirs;
+                saved.push(Internal { what: "oneDNN workspace (7 BTH per layer) and layer inputs", bytes: ws });
+            }
+            // The largest layer's weights (oneDNN reorders them in both passes).
+            let gates = if lstm { 4 } else { 3 };
+            // The largest layer's weights W_ih and W_hh, which oneDNN reorders (measured, with
+            // ~19 KB of fixed scratch not counted).
+            let widest_input = if layers > 1 { r.input_size.max(h * dirs) } else { r.input_size };
+            let w_hh = gates * h * (widest_input + h) * 4;
+            let (fwd, bwd) = if lstm {
+                (2 * states + bth * dirs * 33 / 8 + w_hh, bth * dirs * 171 / 32 + w_hh)
+            } else {
+                (states + bth * dirs * 3, bth * dirs / 2)
+            };
+            let mut rule = OpRule::new(Output::New(y), saved, one, Measured)
+                .fwd(fwd)
+                .bwd(bwd)
+                .note(if lstm {
+                    "oneDNN LSTM: saves 15.5 x B x T x H float32 workspace per layer, its output and a time-major copy of its input; the output is a transposed (non-contiguous) view"
+                } else {
+                    "oneDNN GRU: saves 7 x B x T x H + B x T x E per layer, its output and a time-major copy of its input; the output is a transposed view"
+                });
+            rule.output_contiguous = Some(false);
+            rule
+        }
+        Op::LearnedPosition { .. } => OpRule::new(Output::New(y), vec![], vec![Grad::OfOutput], Assumed)
+            .keeps_layout()
+            .bwd(s.dim(1) * s.dim(2) * e)
+            .note("x + table[0..T]: saves nothing; the table's gradient is a batch sum (T x d) scattered into a table-size buffer"),
+        Op::PrependToken { .. } => OpRule::new(Output::New(y), vec![], vec![Grad::OfOutput], Assumed)
+            .note("cat(class token expanded, x): saves nothing; x's gradient is a slice of the output's"),
+    }
+}
+
+fn is_identity(node: &Node) -> bool {
+    match &node.op {
+        Op::Permute { dims } => {
+            let r = dims.len() as i64;
+            dims.iter()
+                .enumerate()
+                .all(|(i, d)| (if *d < 0 { d + r } else { *d }) == i as i64)
+        }
+        _ => false,
+    }
+}
+
+/// A parameter tensor's initialisation transient in `model_load` (tch's `randn * std + mean`
+/// holds a second copy): bytes.
+pub fn init_transient(op: &Op, param_bytes: u64) -> u64 {
+    match op {
+        Op::LearnedPosition { .. } | Op::PrependToken { .. } => param_bytes,
+        Op::MultiheadAttention { .. } if param_bytes > 0 => 0,
+        _ => 0,
+    }
+}
+
+/// Bytes the AdamW step (libtorch's C++ AdamW, which tch runs) holds beyond its states while it
+/// updates one parameter of `bytes` bytes: `exp_avg_sq.sqrt()` and its quotient by the bias
+/// correction exist together, plus three float32 scalars (measured).
+pub fn adamw_transient(bytes: u64) -> u64 {
+    2 * bytes + 12
+}
