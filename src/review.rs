@@ -171,6 +171,8 @@ pub struct VerdictChange {
     pub run_id: String,
     pub card_bytes: u64,
     pub method: &'static str,
+    /// What the run says about the card, before (absent if the check did not exist) and after.
+    pub truth_before: Option<&'static str>,
     pub truth: &'static str,
     pub before: Option<&'static str>,
     pub after: Option<&'static str>,
@@ -341,15 +343,21 @@ pub fn diff(base: &Evaluated, head: &Evaluated, fail_on: &[FailOn]) -> DiffRepor
             for m in Method::ALL {
                 let after = hc.fits.get(&m).copied();
                 let before = bc.and_then(|c| c.fits.get(&m).copied());
-                if after != before {
+                let truth_before = bc.map(|c| c.truth);
+                if after != before || truth_before != Some(hc.truth) {
+                    let missed = |t: Option<Truth>, call: Option<bool>| {
+                        t == Some(Truth::DoesNotFit) && call == Some(true)
+                    };
                     verdict_changes.push(VerdictChange {
                         run_id: id.to_string(),
                         card_bytes: hc.card_bytes,
                         method: m.as_str(),
+                        truth_before: truth_before.map(truth_str),
                         truth: truth_str(hc.truth),
                         before: before.map(verdict_str),
                         after: after.map(verdict_str),
-                        new_missed_oom: hc.truth == Truth::DoesNotFit && after == Some(true),
+                        new_missed_oom: missed(Some(hc.truth), after)
+                            && !missed(truth_before, before),
                     });
                 }
             }
@@ -526,10 +534,11 @@ pub fn diff_markdown(d: &DiffReport) -> String {
             };
             let _ = writeln!(
                 s,
-                "| {} | {} | {} | {} | {} | {}{flag} |",
+                "| {} | {} | {} | {} | {} | {} | {}{flag} |",
                 v.run_id,
                 v.card_bytes,
                 v.method,
+                v.truth_before.unwrap_or("-"),
                 v.truth,
                 v.before.unwrap_or("-"),
                 v.after.unwrap_or("-")
