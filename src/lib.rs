@@ -16,6 +16,7 @@ pub mod graph;
 pub mod ops;
 pub mod plan;
 pub mod review;
+pub mod report;
 pub mod run;
 pub mod shape;
 pub mod simulate;

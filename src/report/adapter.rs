@@ -1,0 +1,1291 @@
+//! The adapter from the engine's [`Calibration`] to the view model. It selects and formats the
+//! engine's numbers; it computes no metric. Where the engine does not report something the
+//! page would show, the page leaves it out (see `docs/site.md`, "Missing from the engine").
+
+use super::charts::ratio::RatioChart;
+use super::charts::scatter::{ScatterChart, ScatterPoint};
+use super::charts::Chart;
+use super::format as fmt;
+use super::view::*;
+use crate::engine::{
+    Bucket, Calibration, CheckRef, ExclusionReason, Method, MethodMetrics, RowResult, Truth,
+};
+use crate::factors::FactorsFile;
+use crate::features::FEATURE_NAMES;
+use crate::plan::Verdict;
+use crate::run::RunStatus;
+use crate::units;
+use std::collections::BTreeMap;
+
+/// More rows than this and the runs table is split into one page per family.
+pub const RUNS_PER_PAGE_LIMIT: usize = 2000;
+
+/// The site's title.
+pub const TITLE: &str = "Memory calibration";
+
+/// Prose, already rendered to HTML, by block name (`headline`, `methods`, ...), and the
+/// maintainers' notes on known misses by family.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProseInput {
+    pub blocks: BTreeMap<String, String>,
+    pub misses: BTreeMap<String, String>,
+}
+
+/// The methods drawn as scatter charts, in page order.
+const SCATTER_METHODS: [Method; 4] = [
+    Method::Accelerate,
+    Method::Textbook,
+    Method::PlanHeldOutArchitecture,
+    Method::PlanShipped,
+];
+
+/// The human name of a method.
+pub fn method_name(m: Method) -> &'static str {
+    match m {
+        Method::Accelerate => "accelerate estimate-memory",
+        Method::Textbook => "textbook formula",
+        Method::PlanShipped => "plan, shipped factors (in-sample)",
+        Method::PlanHeldOutArchitecture => "plan, held out by architecture",
+        Method::PlanHeldOutRegime => "plan, held out by regime",
+        Method::PlanAfterFit => "plan, after the fit",
+    }
+}
+
+fn bucket_name(b: Bucket) -> &'static str {
+    match b {
+        Bucket::Fitted => "fitted",
+        Bucket::HeldOutRegime => "held out by regime",
+        Bucket::AfterFit => "after the fit",
+    }
+}
+
+fn reason_name(r: ExclusionReason) -> &'static str {
+    match r {
+        ExclusionReason::DuplicateRunId => "duplicate run id",
+        ExclusionReason::StatusError => "failed for a reason other than memory",
+        ExclusionReason::GraphChanged => "graph changed since the run",
+        ExclusionReason::GraphMismatch => "built model differs from the graph",
+        ExclusionReason::NoBatchAxis => "graph has no batch axis",
+        ExclusionReason::UnknownRegime => "regime not in the factors file",
+        ExclusionReason::NoFactorsForPrecision => "no factors for the precision",
+        ExclusionReason::AfterFitUnfixed => "after-fit row, factors never fixed",
+        ExclusionReason::AfterFitNotLater => "after-fit row measured before the fit",
+    }
+}
+
+fn status_name(s: RunStatus) -> &'static str {
+    match s {
+        RunStatus::Completed => "completed",
+        RunStatus::Oom => "out of memory",
+        RunStatus::Error => "error",
+    }
+}
+
+fn verdict_name(v: Verdict) -> &'static str {
+    v.as_str()
+}
+
+/// Everything the adapter looks up besides the calibration.
+struct Ctx<'a> {
+    cal: &'a Calibration,
+    factors: &'a FactorsFile,
+    prose: &'a ProseInput,
+    /// Family -> page file.
+    family_files: BTreeMap<String, String>,
+    /// Families in chart-legend order.
+    families: Vec<String>,
+}
+
+impl Ctx<'_> {
+    /// `CPU` or `GPU` for a regime; a CPU regime is never labelled a GPU result.
+    fn device(&self, regime: &str) -> &'static str {
+        match self.factors.regimes.get(regime).map(|r| r.device.as_str()) {
+            Some("cpu") => "CPU",
+            Some("cuda") => "GPU",
+            _ => "unknown device",
+        }
+    }
+
+    /// `cpu-free (CPU)`.
+    fn regime_label(&self, regime: &str) -> String {
+        format!("{regime} ({})", self.device(regime))
+    }
+
+    /// The card's printed name in the regime's list or the planner's, else its size.
+    fn card_name(&self, regime: &str, bytes: u64) -> String {
+        let listed = self
+            .factors
+            .regimes
+            .get(regime)
+            .into_iter()
+            .flat_map(|r| r.cards.iter())
+            .chain(self.factors.cards.iter())
+            .find(|c| c.bytes == bytes);
+        match listed {
+            Some(c) => c.name.clone(),
+            None => units::both(bytes as f64),
+        }
+    }
+
+    fn family_href(&self, family: &str) -> String {
+        self.family_files
+            .get(family)
+            .cloned()
+            .unwrap_or_else(|| "index.html".to_string())
+    }
+
+    fn block(&self, name: &str) -> String {
+        self.prose.blocks.get(name).cloned().unwrap_or_default()
+    }
+
+    fn row(&self, run_id: &str) -> Option<&RowResult> {
+        self.cal
+            .rows
+            .binary_search_by(|r| r.run_id.as_str().cmp(run_id))
+            .ok()
+            .map(|i| &self.cal.rows[i])
+    }
+
+    /// `run-id on 8 GiB`.
+    fn check_ref(&self, c: &CheckRef) -> String {
+        let regime = self.row(&c.run_id).map_or("", |r| r.regime.as_str());
+        format!("{} on {}", c.run_id, self.card_name(regime, c.card_bytes))
+    }
+}
+
+fn col(label: &str, numeric: bool) -> Column {
+    Column {
+        label: label.to_string(),
+        numeric,
+    }
+}
+
+fn table(id: &str, caption: &str, columns: Vec<Column>, empty: &str) -> Table {
+    Table {
+        id: id.to_string(),
+        caption: caption.to_string(),
+        columns,
+        rows: Vec::new(),
+        empty_text: empty.to_string(),
+        sortable: false,
+    }
+}
+
+fn fact(label: &str, value: impl Into<String>) -> Fact {
+    Fact {
+        label: label.to_string(),
+        value: value.into(),
+    }
+}
+
+fn opt_pct(v: Option<f64>) -> Cell {
+    match v {
+        Some(x) => Cell::num(fmt::pct(x), fmt::pct_key(x)),
+        None => Cell::num("—", ""),
+    }
+}
+
+fn count_cell(n: u64) -> Cell {
+    Cell::num(fmt::count(n), n.to_string())
+}
+
+fn bytes_cell(b: Option<f64>) -> Cell {
+    match b {
+        Some(x) => Cell::num(fmt::bytes(x), fmt::bytes_key(x)),
+        None => Cell::num("—", ""),
+    }
+}
+
+/// The columns of a method-metrics table after its first (row header) column.
+fn metrics_columns(first: &str) -> Vec<Column> {
+    vec![
+        col(first, false),
+        col("Rows predicted", true),
+        col("Rows in the error", true),
+        col("Median |error|", true),
+        col("Within ±25%", true),
+        col("Did-not-fit checks", true),
+        col("Missed (called fits)", true),
+        col("Fit checks", true),
+        col("False alarms near the card", true),
+        col("False alarms, over-estimates", true),
+        col("Accuracy over all checks", true),
+    ]
+}
+
+fn metrics_cells(head: Cell, m: &MethodMetrics) -> Vec<Cell> {
+    let missed = m.missed_oom.len() as u64;
+    vec![
+        head,
+        count_cell(m.rows),
+        count_cell(m.error_rows),
+        opt_pct(m.median_abs_rel_error),
+        opt_pct(m.within_25pct),
+        count_cell(m.did_not_fit_checks),
+        if missed > 0 {
+            count_cell(missed).class("bad")
+        } else {
+            count_cell(missed)
+        },
+        count_cell(m.fit_checks),
+        count_cell(m.false_alarm_edge.len() as u64),
+        count_cell(m.false_alarm_over.len() as u64),
+        opt_pct(m.accuracy),
+    ]
+}
+
+/// The engine's numbers of one method, as one sentence.
+fn method_sentence(m: &MethodMetrics, threshold: u64) -> String {
+    let mut parts = Vec::new();
+    match (m.median_abs_rel_error, m.within_25pct) {
+        (Some(med), Some(within)) => parts.push(format!(
+            "median error {} over {} of at least {}, {} of them within ±25%",
+            fmt::pct(med),
+            fmt::plural(m.error_rows, "completed run"),
+            units::gb(threshold as f64),
+            fmt::pct(within)
+        )),
+        _ => parts.push(format!(
+            "predicts {}, none a completed run of at least {}",
+            fmt::runs(m.rows),
+            units::gb(threshold as f64)
+        )),
+    }
+    parts.push(format!(
+        "called {} of {} did-not-fit checks \"fits\"",
+        fmt::count(m.missed_oom.len() as u64),
+        fmt::count(m.did_not_fit_checks)
+    ));
+    parts.push(format!(
+        "on {} fit checks raised {} near the card and {} further below it",
+        fmt::count(m.fit_checks),
+        fmt::plural(m.false_alarm_edge.len() as u64, "false alarm"),
+        fmt::count(m.false_alarm_over.len() as u64),
+    ));
+    format!("{}.", parts.join("; "))
+}
+
+/// The measured value a chart draws: the peak, or the capacity an out-of-memory run failed on.
+fn measured_point(r: &RowResult) -> Option<(f64, bool)> {
+    match (r.status, r.measured_bytes, r.oom_capacity_bytes) {
+        (RunStatus::Completed, Some(m), _) => Some((m as f64, false)),
+        (RunStatus::Oom, _, Some(c)) => Some((c as f64, true)),
+        _ => None,
+    }
+}
+
+fn scatter(
+    ctx: &Ctx,
+    method: Method,
+    file: String,
+    title: String,
+    rows: &[&RowResult],
+) -> ScatterChart {
+    ScatterChart {
+        file,
+        title,
+        x_label: format!("predicted by {}, GB", method_name(method)),
+        families: ctx.families.clone(),
+        points: rows
+            .iter()
+            .filter_map(|r| {
+                let p = *r.predictions.get(&method)?;
+                let (m, oom) = measured_point(r)?;
+                Some(ScatterPoint {
+                    run_id: r.run_id.clone(),
+                    family: r.family.clone(),
+                    predicted_bytes: p,
+                    measured_bytes: m,
+                    oom,
+                })
+            })
+            .collect(),
+    }
+}
+
+fn chart_ref(c: &ScatterChart, what: &str) -> ChartRef {
+    ChartRef {
+        src: format!("charts/{}", c.file),
+        alt: format!(
+            "Log-log scatter of measured peak against {what} for {}, coloured by architecture family, with the line measured = predicted and a band of ±25%; out-of-memory runs are crosses at the capacity they failed on.",
+            fmt::runs(c.points.len() as u64)
+        ),
+        caption: c.title.clone(),
+    }
+}
+
+/// The columns of the runs table.
+fn runs_columns(with_family: bool) -> Vec<Column> {
+    let mut c = vec![col("Run", false), col("Graph", false)];
+    if with_family {
+        c.push(col("Family", false));
+    }
+    c.extend([
+        col("Regime", false),
+        col("Precision", false),
+        col("Batch", true),
+        col("Status", false),
+        col("Bucket", false),
+        col("Measured peak", true),
+        col("Out of memory at", true),
+    ]);
+    for m in Method::ALL {
+        c.push(col(method_name(m), true));
+    }
+    c.push(col("Bound at q95", true));
+    c
+}
+
+fn runs_row(ctx: &Ctx, r: &RowResult, with_family: bool) -> Vec<Cell> {
+    let mut cells = vec![Cell::text(&r.run_id), Cell::text(&r.graph)];
+    if with_family {
+        cells.push(Cell::text(&r.family).link(ctx.family_href(&r.family)));
+    }
+    cells.extend([
+        Cell::text(ctx.regime_label(&r.regime)),
+        Cell::text(r.precision.as_str()),
+        Cell::num(fmt::count(r.batch), r.batch.to_string()),
+        Cell::text(status_name(r.status)),
+        Cell::text(bucket_name(r.bucket)),
+        bytes_cell(r.measured_bytes.map(|b| b as f64)),
+        bytes_cell(r.oom_capacity_bytes.map(|b| b as f64)),
+    ]);
+    for m in Method::ALL {
+        cells.push(bytes_cell(r.predictions.get(&m).copied()));
+    }
+    cells.push(bytes_cell(r.bound_q95_bytes));
+    cells
+}
+
+fn runs_table(ctx: &Ctx, id: &str, caption: &str, rows: &[&RowResult], with_family: bool) -> Table {
+    let mut t = table(id, caption, runs_columns(with_family), "No runs yet.");
+    t.sortable = true;
+    t.rows = rows.iter().map(|r| runs_row(ctx, r, with_family)).collect();
+    t
+}
+
+fn downloads() -> Vec<Link> {
+    vec![
+        Link {
+            href: "memory-calibration.json".into(),
+            text: "memory-calibration.json (rows, features, predictions)".into(),
+        },
+        Link {
+            href: "memory-calibration.csv".into(),
+            text: "memory-calibration.csv".into(),
+        },
+    ]
+}
+
+fn nav(runs_pages: &[Link]) -> Vec<Link> {
+    let mut v: Vec<Link> = [
+        ("index.html#headline", "Headline"),
+        (
+            "index.html#predicted-against-measured",
+            "Predicted against measured",
+        ),
+        ("index.html#four-ways", "Four ways"),
+        ("index.html#did-not-fit", "Did not fit"),
+        ("index.html#upper-bound", "Upper bound"),
+        ("index.html#how", "How"),
+        ("index.html#out-of-sample", "Out of sample"),
+        ("index.html#known-misses", "Known misses"),
+        ("index.html#not-counted", "Not counted"),
+        ("index.html#all-runs", "All runs"),
+    ]
+    .iter()
+    .map(|(h, t)| Link {
+        href: h.to_string(),
+        text: t.to_string(),
+    })
+    .collect();
+    if let [one] = runs_pages {
+        v.push(one.clone());
+    }
+    v
+}
+
+/// Builds the whole view model from the engine's calibration, the factors file it ran with
+/// and the rendered prose.
+pub fn from_calibration(cal: &Calibration, factors: &FactorsFile, prose: &ProseInput) -> Site {
+    from_calibration_paged(cal, factors, prose, RUNS_PER_PAGE_LIMIT)
+}
+
+/// [`from_calibration`] with the runs table split by family above `runs_per_page` rows.
+pub fn from_calibration_paged(
+    cal: &Calibration,
+    factors: &FactorsFile,
+    prose: &ProseInput,
+    runs_per_page: usize,
+) -> Site {
+    // Families: the engine's list, sorted (BTreeMap), plus any family a row names.
+    let mut families: Vec<String> = cal.families.keys().cloned().collect();
+    for r in &cal.rows {
+        if !families.contains(&r.family) {
+            families.push(r.family.clone());
+        }
+    }
+    families.sort();
+    let mut family_files = BTreeMap::new();
+    let mut used = std::collections::BTreeSet::new();
+    for f in &families {
+        let base = format!("family-{}", fmt::slug(f));
+        let mut name = format!("{base}.html");
+        let mut k = 2;
+        while used.contains(&name) {
+            name = format!("{base}-{k}.html");
+            k += 1;
+        }
+        used.insert(name.clone());
+        family_files.insert(f.clone(), name);
+    }
+    let ctx = Ctx {
+        cal,
+        factors,
+        prose,
+        family_files,
+        families,
+    };
+    let all_rows: Vec<&RowResult> = cal.rows.iter().collect();
+    let empty = cal.totals.inputs == 0;
+
+    // Charts.
+    let mut charts = Vec::new();
+    let mut scatter_refs = Vec::new();
+    if !cal.rows.is_empty() {
+        for m in SCATTER_METHODS {
+            let c = scatter(
+                &ctx,
+                m,
+                format!("scatter-{}.svg", m.as_str()),
+                format!("Predicted against measured: {}", method_name(m)),
+                &all_rows,
+            );
+            if c.points.is_empty() {
+                continue;
+            }
+            scatter_refs.push(chart_ref(&c, method_name(m)));
+            charts.push(Chart::Scatter(c));
+        }
+    }
+
+    // Runs pages.
+    let mut runs_pages: Vec<RunsPage> = Vec::new();
+    let split = cal.rows.len() > runs_per_page;
+    let page_links: Vec<Link> = if split {
+        ctx.families
+            .iter()
+            .map(|f| Link {
+                href: format!("runs-{}", ctx.family_files[f].trim_start_matches("family-")),
+                text: format!("Runs of {f}"),
+            })
+            .collect()
+    } else {
+        vec![Link {
+            href: "runs.html".into(),
+            text: "Runs table".into(),
+        }]
+    };
+    let nav_links = nav(&page_links);
+    if split {
+        for (f, link) in ctx.families.iter().zip(&page_links) {
+            let rows: Vec<&RowResult> = cal.rows.iter().filter(|r| &r.family == f).collect();
+            runs_pages.push(RunsPage {
+                meta: PageMeta {
+                    file: link.href.clone(),
+                    title: format!("Runs of {f} — {TITLE}"),
+                    nav: nav_links.clone(),
+                },
+                heading: format!("Runs of {f}"),
+                intro: format!(
+                    "{} of family {f}; the runs table is split by family because there are {} in all.",
+                    fmt::runs(rows.len() as u64),
+                    fmt::runs(cal.rows.len() as u64)
+                ),
+                others: page_links.clone(),
+                downloads: downloads(),
+                table: runs_table(&ctx, "runs", &format!("Every counted run of {f}"), &rows, false),
+            });
+        }
+    } else {
+        runs_pages.push(RunsPage {
+            meta: PageMeta {
+                file: "runs.html".into(),
+                title: format!("All runs — {TITLE}"),
+                nav: nav_links.clone(),
+            },
+            heading: "All runs".into(),
+            intro: format!(
+                "{} counted; click a column heading to sort. Sizes are in GB (10⁹ bytes).",
+                fmt::runs(cal.rows.len() as u64)
+            ),
+            others: Vec::new(),
+            downloads: downloads(),
+            table: runs_table(&ctx, "runs", "Every counted run", &all_rows, true),
+        });
+    }
+
+    // Family pages.
+    let mut family_pages = Vec::new();
+    for f in &ctx.families {
+        let rows: Vec<&RowResult> = cal.rows.iter().filter(|r| &r.family == f).collect();
+        let report = cal.families.get(f);
+        let held = report.and_then(|r| r.methods.get(&Method::PlanHeldOutArchitecture));
+        let mut facts = vec![fact("Runs counted", fmt::count(rows.len() as u64))];
+        if let Some(r) = report {
+            facts.push(fact("Graphs", r.graphs.join(", ")));
+        }
+        if let Some(m) = held {
+            facts.push(fact(
+                "Held-out-by-architecture median |error|",
+                fmt::or_dash(m.median_abs_rel_error.map(fmt::pct)),
+            ));
+            facts.push(fact(
+                "Held-out-by-architecture within ±25%",
+                fmt::or_dash(m.within_25pct.map(fmt::pct)),
+            ));
+            facts.push(fact(
+                "Held-out did-not-fit checks called fits",
+                format!(
+                    "{} of {}",
+                    fmt::count(m.missed_oom.len() as u64),
+                    fmt::count(m.did_not_fit_checks)
+                ),
+            ));
+        }
+        let file = ctx.family_files[f].clone();
+        let chart_file = format!("{}.svg", file.trim_end_matches(".html"));
+        let c = scatter(
+            &ctx,
+            Method::PlanHeldOutArchitecture,
+            chart_file,
+            format!("{f}: plan held out by architecture against measured"),
+            &rows,
+        );
+        let chart = if c.points.is_empty() {
+            None
+        } else {
+            let r = chart_ref(&c, method_name(Method::PlanHeldOutArchitecture));
+            charts.push(Chart::Scatter(c));
+            Some(r)
+        };
+        family_pages.push(FamilyPage {
+            meta: PageMeta {
+                file,
+                title: format!("Family {f} — {TITLE}"),
+                nav: nav_links.clone(),
+            },
+            family: f.clone(),
+            facts,
+            chart,
+            note_html: prose.misses.get(f).cloned(),
+            runs: runs_table(
+                &ctx,
+                "runs",
+                &format!("Every counted run of {f}"),
+                &rows,
+                false,
+            ),
+        });
+    }
+
+    // Section 5's chart.
+    let upper_chart = if cal.upper.ratios.is_empty() {
+        None
+    } else {
+        let c = RatioChart {
+            file: "upper-bound-ratios.svg".into(),
+            title: "Measured / held-out prediction, every fitted run".into(),
+            ratios: cal.upper.ratios.iter().map(|(_, r)| *r).collect(),
+            q90: cal.upper.q90_used,
+            q95: cal.upper.q95_used,
+            q90_label: format!("q90 = {}", fmt::ratio(cal.upper.q90_used)),
+            q95_label: format!("q95 = {}", fmt::ratio(cal.upper.q95_used)),
+        };
+        charts.push(Chart::Ratio(c));
+        Some(ChartRef {
+            src: "charts/upper-bound-ratios.svg".into(),
+            alt: format!(
+                "Each of {} as a dot at its ratio of measured peak to held-out prediction, in ratio order, with vertical lines at ratio 1, q90 = {} and q95 = {}.",
+                fmt::runs(cal.upper.ratios.len() as u64),
+                fmt::ratio(cal.upper.q90_used),
+                fmt::ratio(cal.upper.q95_used)
+            ),
+            caption: "The distribution the upper-bound multipliers are read from.".into(),
+        })
+    };
+    charts.sort_by(|a, b| a.file().cmp(b.file()));
+
+    let index = IndexPage {
+        meta: PageMeta {
+            file: "index.html".into(),
+            title: TITLE.into(),
+            nav: nav_links.clone(),
+        },
+        empty,
+        empty_text: "No measured rows yet: the sections below fill in once run rows are added under data/runs/ and the site is rebuilt.".into(),
+        prose: Prose {
+            headline: ctx.block("headline"),
+            scatter: ctx.block("scatter"),
+            methods: ctx.block("methods"),
+            did_not_fit: ctx.block("did_not_fit"),
+            upper: ctx.block("upper"),
+            how: ctx.block("how"),
+            out_of_sample: ctx.block("out_of_sample"),
+            misses: ctx.block("misses"),
+            excluded: ctx.block("excluded"),
+            runs: ctx.block("runs"),
+        },
+        headline: headline(&ctx),
+        scatter: scatter_refs,
+        methods: methods_table(&ctx),
+        did_not_fit: did_not_fit_table(&ctx),
+        upper: UpperView {
+            chart: upper_chart,
+            multipliers: multipliers_table(&ctx),
+            counts: bound_counts_table(&ctx),
+        },
+        how: how(&ctx),
+        out_of_sample: out_of_sample(&ctx),
+        misses: misses(&ctx),
+        excluded: excluded_table(&ctx),
+        all_runs: AllRunsView {
+            summary: format!(
+                "{} counted, {} not counted. The runs table lists every counted run with every method's prediction.",
+                fmt::runs(cal.rows.len() as u64),
+                fmt::runs(cal.totals.excluded)
+            ),
+            pages: page_links,
+            downloads: downloads(),
+        },
+    };
+    Site {
+        counted_rows: cal.rows.len(),
+        index,
+        runs: runs_pages,
+        families: family_pages,
+        charts,
+        download_json: download_json(cal),
+        download_csv: download_csv(&ctx),
+    }
+}
+
+fn headline(ctx: &Ctx) -> Headline {
+    let cal = ctx.cal;
+    let t = &cal.totals;
+    let facts = vec![
+        fact("Run rows read", fmt::count(t.inputs)),
+        fact("Fitted", fmt::count(t.fitted)),
+        fact("Held out by regime", fmt::count(t.held_out_regime)),
+        fact("After the fit", fmt::count(t.after_fit)),
+        fact("Not counted", fmt::count(t.excluded)),
+        fact(
+            "Architecture families",
+            fmt::count(ctx.families.len() as u64),
+        ),
+        fact("memcal version", cal.tool_version),
+    ];
+    let regimes = ctx
+        .factors
+        .regimes
+        .iter()
+        .map(|(label, r)| RegimeLine {
+            label: label.clone(),
+            device: ctx.device(label).to_string(),
+            description: r.description.clone(),
+            rows: if ctx.cal.settings.training_regimes.contains(label) {
+                "a training regime (its rows are fitted)".to_string()
+            } else {
+                "held out (its rows are never fitted)".to_string()
+            },
+        })
+        .collect();
+    let cards = ctx
+        .factors
+        .cards
+        .iter()
+        .map(|c| format!("{} ({})", c.name, units::both(c.bytes as f64)))
+        .collect();
+    let methods = Method::ALL
+        .iter()
+        .filter_map(|m| {
+            let mm = cal.methods.get(m)?;
+            Some(MethodLine {
+                method: method_name(*m).to_string(),
+                sentence: method_sentence(mm, cal.settings.small_runs_threshold_bytes),
+            })
+        })
+        .collect();
+    Headline {
+        facts,
+        regimes,
+        cards,
+        methods,
+        cpu_only: !cal.rows.is_empty() && cal.rows.iter().all(|r| ctx.device(&r.regime) == "CPU"),
+    }
+}
+
+fn methods_table(ctx: &Ctx) -> Table {
+    let mut t = table(
+        "methods",
+        "Each method's error and card checks, over the rows it predicts",
+        metrics_columns("Method"),
+        "No method has predicted a row yet.",
+    );
+    for m in Method::ALL {
+        if let Some(mm) = ctx.cal.methods.get(&m) {
+            t.rows.push(metrics_cells(Cell::text(method_name(m)), mm));
+        }
+    }
+    t
+}
+
+fn did_not_fit_table(ctx: &Ctx) -> Table {
+    let mut columns = vec![
+        col("Run", false),
+        col("Regime", false),
+        col("Card", false),
+        col("What happened", false),
+    ];
+    for m in Method::ALL {
+        columns.push(col(method_name(m), false));
+    }
+    columns.push(col("Bound at q90", false));
+    columns.push(col("Bound at q95", false));
+    let mut t = table(
+        "did-not-fit",
+        "Every check where the run did not fit the card, and what each method said",
+        columns,
+        "No run has failed to fit a card yet.",
+    );
+    let verdict_cell = |v: Option<Verdict>| match v {
+        None => Cell::text("—"),
+        Some(Verdict::Fits) => Cell::text(verdict_name(Verdict::Fits)).class("bad"),
+        Some(Verdict::Borderline) => Cell::text(verdict_name(Verdict::Borderline)).class("warn"),
+        Some(Verdict::DoesNotFit) => Cell::text(verdict_name(Verdict::DoesNotFit)).class("good"),
+    };
+    for r in &ctx.cal.rows {
+        for c in r.checks.iter().filter(|c| c.truth == Truth::DoesNotFit) {
+            let what = match (r.status, r.measured_bytes, r.oom_capacity_bytes) {
+                (RunStatus::Oom, _, Some(cap)) => {
+                    format!("ran out of memory at {}", ctx.card_name(&r.regime, cap))
+                }
+                (_, Some(m), _) => format!("peaked at {}", units::both(m as f64)),
+                _ => status_name(r.status).to_string(),
+            };
+            let mut row = vec![
+                Cell::text(&r.run_id),
+                Cell::text(ctx.regime_label(&r.regime)),
+                Cell::text(ctx.card_name(&r.regime, c.card_bytes)),
+                Cell::text(what),
+            ];
+            for m in Method::ALL {
+                row.push(match c.fits.get(&m) {
+                    None => Cell::text("—"),
+                    Some(true) => Cell::text("fits").class("bad"),
+                    Some(false) => Cell::text("does not fit").class("good"),
+                });
+            }
+            row.push(verdict_cell(c.bound_q90));
+            row.push(verdict_cell(c.bound_q95));
+            t.rows.push(row);
+        }
+    }
+    t
+}
+
+fn multipliers_table(ctx: &Ctx) -> Table {
+    let u = &ctx.cal.upper;
+    let mut t = table(
+        "multipliers",
+        "The upper-bound multipliers",
+        vec![
+            col("Multiplier", false),
+            col("From today's held-out ratios", true),
+            col("Used by the checks", true),
+            col("In data/factors.json", true),
+        ],
+        "",
+    );
+    let q = |v: Option<f64>| match v {
+        Some(x) => Cell::num(fmt::ratio(x), fmt::ratio(x)),
+        None => Cell::num("none (no ratios)", ""),
+    };
+    t.rows.push(vec![
+        Cell::text("q90"),
+        q(u.q90),
+        Cell::num(fmt::ratio(u.q90_used), fmt::ratio(u.q90_used)),
+        Cell::num(
+            fmt::ratio(ctx.factors.upper.q90),
+            fmt::ratio(ctx.factors.upper.q90),
+        ),
+    ]);
+    t.rows.push(vec![
+        Cell::text("q95"),
+        q(u.q95),
+        Cell::num(fmt::ratio(u.q95_used), fmt::ratio(u.q95_used)),
+        Cell::num(
+            fmt::ratio(ctx.factors.upper.q95),
+            fmt::ratio(ctx.factors.upper.q95),
+        ),
+    ]);
+    t
+}
+
+fn bound_counts_table(ctx: &Ctx) -> Table {
+    let mut t = table(
+        "bound-counts",
+        "The bound's three verdicts on did-not-fit and fit checks",
+        vec![
+            col("Multiplier", false),
+            col("Did not fit: called fits", true),
+            col("Did not fit: borderline", true),
+            col("Did not fit: does not fit", true),
+            col("Fit: fits", true),
+            col("Fit: borderline", true),
+            col("Fit: does not fit", true),
+        ],
+        "",
+    );
+    for (name, b) in [("q90", &ctx.cal.bound.q90), ("q95", &ctx.cal.bound.q95)] {
+        let dnf = &b.on_did_not_fit;
+        let fit = &b.on_fit;
+        let missed = count_cell(dnf.fits);
+        t.rows.push(vec![
+            Cell::text(name),
+            if dnf.fits > 0 {
+                missed.class("bad")
+            } else {
+                missed
+            },
+            count_cell(dnf.borderline),
+            count_cell(dnf.does_not_fit),
+            count_cell(fit.fits),
+            count_cell(fit.borderline),
+            count_cell(fit.does_not_fit),
+        ]);
+    }
+    t
+}
+
+fn how(ctx: &Ctx) -> HowView {
+    let cal = ctx.cal;
+    let s = &cal.settings;
+    let mut columns = vec![col("Feature", false)];
+    for (p, pf) in &cal.fits {
+        columns.push(col(&format!("{p}: today ({})", pf.shipped.source), true));
+        columns.push(col(&format!("{p}: in data/factors.json"), true));
+    }
+    let mut factors = table(
+        "factors",
+        "The factors, per precision profile",
+        columns,
+        "No precision profile has been fitted yet.",
+    );
+    for (i, name) in s.feature_names.iter().enumerate() {
+        let mut row = vec![Cell::text(*name)];
+        for pf in cal.fits.values() {
+            let a = pf.shipped.factors[i];
+            let b = pf.file_factors[i];
+            row.push(Cell::num(fmt::factor(a), fmt::factor(a)));
+            row.push(Cell::num(fmt::factor(b), fmt::factor(b)));
+        }
+        factors.rows.push(row);
+    }
+    if cal.fits.is_empty() {
+        // Still show the shipped file's factors.
+        let mut columns = vec![col("Feature", false)];
+        for p in ctx.factors.profiles.keys() {
+            columns.push(col(&format!("{p}: in data/factors.json"), true));
+        }
+        factors.columns = columns;
+        for (i, name) in FEATURE_NAMES.iter().enumerate() {
+            let mut row = vec![Cell::text(*name)];
+            for p in ctx.factors.profiles.values() {
+                row.push(Cell::num(
+                    fmt::factor(p.factors[i]),
+                    fmt::factor(p.factors[i]),
+                ));
+            }
+            factors.rows.push(row);
+        }
+    }
+    let settings = vec![
+        fact("Headroom", fmt::pct(s.headroom)),
+        fact("Bound floor", units::both(s.bound_floor_bytes as f64)),
+        fact(
+            "Small runs",
+            format!(
+                "below {}, weighed {}",
+                units::gb(s.small_runs_threshold_bytes as f64),
+                s.small_runs_weight
+            ),
+        ),
+        fact("Out-of-memory penalty", format!("{}", s.oom_penalty)),
+        fact("Training regimes", s.training_regimes.join(", ")),
+        fact(
+            "Factors fixed at",
+            s.fixed_at.clone().unwrap_or_else(|| "not fixed yet".into()),
+        ),
+        fact("Quantile rule", cal.upper.rule),
+    ];
+    let mut fit = vec![
+        fact("Rows fitted", fmt::count(cal.totals.fitted)),
+        fact("SHA-256 of the fitted rows", cal.fitted_rows_sha256.clone()),
+        fact(
+            "data/factors.json fitted on these rows",
+            if cal.factors_file_rows_match {
+                "yes"
+            } else {
+                "no"
+            },
+        ),
+    ];
+    for (p, pf) in &cal.fits {
+        let v = match &pf.shipped.outcome {
+            Some(o) => format!(
+                "{} and {}, {} short; solver {} after {}",
+                fmt::plural(o.completed_runs, "completed run"),
+                fmt::plural(o.oom_runs, "out-of-memory run"),
+                fmt::plural(o.oom_short, "constraint"),
+                o.solver_status,
+                fmt::plural(o.solves as u64, "solve")
+            ),
+            None => format!("{} (no fitted row)", pf.shipped.source),
+        };
+        fit.push(fact(&format!("Fit of {p}"), v));
+    }
+    let mut splits = table(
+        "splits",
+        "Where every row goes",
+        vec![
+            col("Bucket", false),
+            col("Rows", true),
+            col("Predicted by", false),
+        ],
+        "",
+    );
+    let t = &cal.totals;
+    for (name, n, by) in [
+        (
+            "fitted",
+            t.fitted,
+            "the shipped factors (in-sample) and the factors refitted without its family",
+        ),
+        (
+            "held out by regime",
+            t.held_out_regime,
+            "the shipped factors, fitted on the training regimes",
+        ),
+        (
+            "after the fit",
+            t.after_fit,
+            "the factors in data/factors.json as fixed",
+        ),
+        ("not counted", t.excluded, "nothing (see Not counted)"),
+        ("all rows read", t.inputs, "—"),
+    ] {
+        splits
+            .rows
+            .push(vec![Cell::text(name), count_cell(n), Cell::text(by)]);
+    }
+    let mut refits = Vec::new();
+    for (p, pf) in &cal.fits {
+        for (fam, r) in &pf.held_out_architecture {
+            refits.push((p.as_str().to_string(), fam.clone(), r));
+        }
+    }
+    let mut accelerate = table(
+        "accelerate",
+        "accelerate's estimate-memory, reproduced per graph and precision (as it prints, 1024-based units)",
+        vec![
+            col("Graph", false),
+            col("Precision", false),
+            col("Training estimate, as printed", true),
+            col("Training estimate", true),
+        ],
+        "No graph has a run yet.",
+    );
+    let mut seen = BTreeMap::new();
+    for r in &cal.rows {
+        if let Some(b) = r.predictions.get(&Method::Accelerate) {
+            seen.entry((r.graph.clone(), r.precision.as_str()))
+                .or_insert(*b);
+        }
+    }
+    for ((g, p), b) in seen {
+        accelerate.rows.push(vec![
+            Cell::text(g),
+            Cell::text(p),
+            Cell::num(units::accelerate_convert_bytes(b), fmt::bytes_key(b)),
+            Cell::num(units::both(b), fmt::bytes_key(b)),
+        ]);
+    }
+    let mut injected = table(
+        "injected",
+        "Numbers placed into this page's sentences, and the engine field each comes from",
+        vec![
+            col("Number", false),
+            col("Value", true),
+            col("Engine field", false),
+        ],
+        "",
+    );
+    let inj: Vec<(&str, String, &str)> = vec![
+        ("rows read", fmt::count(t.inputs), "totals.inputs"),
+        ("rows fitted", fmt::count(t.fitted), "totals.fitted"),
+        (
+            "rows not counted",
+            fmt::count(t.excluded),
+            "totals.excluded",
+        ),
+        ("q90 used", fmt::ratio(cal.upper.q90_used), "upper.q90_used"),
+        ("q95 used", fmt::ratio(cal.upper.q95_used), "upper.q95_used"),
+        ("headroom", fmt::pct(s.headroom), "settings.headroom"),
+        (
+            "small-run threshold",
+            units::gb(s.small_runs_threshold_bytes as f64),
+            "settings.small_runs_threshold_bytes",
+        ),
+    ];
+    for (n, v, f) in inj {
+        injected
+            .rows
+            .push(vec![Cell::text(n), Cell::num(v.clone(), v), Cell::text(f)]);
+    }
+    let mut refit_table = table(
+        "refits",
+        "The held-out-by-architecture refits: each family's factors fitted without it",
+        vec![
+            col("Precision", false),
+            col("Family held out", false),
+            col("Source", false),
+            col("Completed runs", true),
+            col("Out-of-memory runs", true),
+            col("Solver", false),
+        ],
+        "No refit yet.",
+    );
+    for (p, fam, r) in refits {
+        let (c, o, st) = match &r.outcome {
+            Some(o) => (
+                count_cell(o.completed_runs),
+                count_cell(o.oom_runs),
+                o.solver_status.clone(),
+            ),
+            None => (Cell::num("—", ""), Cell::num("—", ""), "—".to_string()),
+        };
+        refit_table.rows.push(vec![
+            Cell::text(p),
+            Cell::text(&fam).link(ctx.family_href(&fam)),
+            Cell::text(r.source),
+            c,
+            o,
+            Cell::text(st),
+        ]);
+    }
+    HowView {
+        formula: "estimate = Σ factorᵢ × featureᵢ over the six features; bound = max(floor, estimate × q95); the plan fits a card when estimate × (1 + headroom) ≤ card".into(),
+        factors,
+        settings,
+        fit,
+        splits,
+        refits: refit_table,
+        accelerate,
+        injected,
+    }
+}
+
+fn out_of_sample(ctx: &Ctx) -> Vec<Table> {
+    let cal = ctx.cal;
+    let mut arch = table(
+        "oos-architecture",
+        "By architecture: each family predicted by factors refitted without it",
+        metrics_columns("Family"),
+        "No family has held-out predictions yet.",
+    );
+    for (f, rep) in &cal.families {
+        if let Some(m) = rep.methods.get(&Method::PlanHeldOutArchitecture) {
+            arch.rows
+                .push(metrics_cells(Cell::text(f).link(ctx.family_href(f)), m));
+        }
+    }
+    let mut by_regime = table(
+        "oos-regime",
+        "By regime: rows of regimes outside the training regimes, predicted by the shipped factors",
+        metrics_columns("Method"),
+        "No held-out regime has rows yet.",
+    );
+    if let Some(m) = cal.methods.get(&Method::PlanHeldOutRegime) {
+        if m.rows > 0 {
+            by_regime.rows.push(metrics_cells(
+                Cell::text(method_name(Method::PlanHeldOutRegime)),
+                m,
+            ));
+        }
+    }
+    let mut after = table(
+        "oos-after-fit",
+        "After the fit: rows measured after the factors were fixed",
+        metrics_columns("Method"),
+        "No row has been measured after the fit yet.",
+    );
+    if let Some(m) = cal.methods.get(&Method::PlanAfterFit) {
+        if m.rows > 0 {
+            after.rows.push(metrics_cells(
+                Cell::text(method_name(Method::PlanAfterFit)),
+                m,
+            ));
+        }
+    }
+    vec![arch, by_regime, after]
+}
+
+fn misses(ctx: &Ctx) -> Vec<MissGroup> {
+    let mut by_family: BTreeMap<&str, Vec<&crate::engine::KnownMiss>> = BTreeMap::new();
+    for k in &ctx.cal.known_misses {
+        by_family.entry(k.family.as_str()).or_default().push(k);
+    }
+    by_family
+        .into_iter()
+        .map(|(f, list)| {
+            let mut t = table(
+                &format!("misses-{}", fmt::slug(f)),
+                &format!("Known misses of {f}"),
+                vec![
+                    col("Method", false),
+                    col("What the engine found", false),
+                    col("Median |error|", true),
+                    col("Did-not-fit checks called fits", false),
+                ],
+                "",
+            );
+            for k in list {
+                t.rows.push(vec![
+                    Cell::text(method_name(k.method)),
+                    Cell::text(&k.text),
+                    opt_pct(k.median_abs_rel_error),
+                    Cell::text(fmt::or_dash(if k.missed_oom.is_empty() {
+                        None
+                    } else {
+                        Some(
+                            k.missed_oom
+                                .iter()
+                                .map(|c| ctx.check_ref(c))
+                                .collect::<Vec<_>>()
+                                .join("; "),
+                        )
+                    })),
+                ]);
+            }
+            MissGroup {
+                family: f.to_string(),
+                family_href: ctx.family_href(f),
+                note_html: ctx.prose.misses.get(f).cloned(),
+                table: t,
+            }
+        })
+        .collect()
+}
+
+fn excluded_table(ctx: &Ctx) -> Table {
+    let mut t = table(
+        "excluded",
+        "Rows not counted, with the reason the engine found",
+        vec![
+            col("Run", false),
+            col("File", false),
+            col("Reason", false),
+            col("Detail", false),
+        ],
+        "Every row read is counted.",
+    );
+    for e in &ctx.cal.exclusions {
+        t.rows.push(vec![
+            Cell::text(&e.run_id),
+            Cell::text(&e.file),
+            Cell::text(reason_name(e.reason)),
+            Cell::text(&e.detail),
+        ]);
+    }
+    t
+}
+
+/// `memory-calibration.json`: the settings, the feature names and every counted row with its
+/// features and predictions, exactly as the engine reports them.
+fn download_json(cal: &Calibration) -> String {
+    let v = serde_json::json!({
+        "format": "memcal-site-download/1",
+        "tool_version": cal.tool_version,
+        "settings": cal.settings,
+        "totals": cal.totals,
+        "rows": cal.rows,
+        "exclusions": cal.exclusions,
+    });
+    let mut s = serde_json::to_string_pretty(&v).expect("calibration serialises");
+    s.push('\n');
+    s
+}
+
+/// `memory-calibration.csv`: one line per counted row.
+fn download_csv(ctx: &Ctx) -> String {
+    let cal = ctx.cal;
+    let mut head: Vec<String> = [
+        "run_id",
+        "graph",
+        "family",
+        "regime",
+        "device",
+        "precision",
+        "batch",
+        "status",
+        "bucket",
+        "measured_bytes",
+        "oom_capacity_bytes",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    head.extend(
+        cal.settings
+            .feature_names
+            .iter()
+            .map(|f| format!("feature_{f}_bytes")),
+    );
+    head.extend(
+        Method::ALL
+            .iter()
+            .map(|m| format!("predicted_{}_bytes", m.as_str())),
+    );
+    head.push("bound_q90_bytes".into());
+    head.push("bound_q95_bytes".into());
+    let mut out = head.join(",");
+    out.push('\n');
+    let opt = |v: Option<String>| v.unwrap_or_default();
+    for r in &cal.rows {
+        let mut f: Vec<String> = vec![
+            fmt::csv_field(&r.run_id),
+            fmt::csv_field(&r.graph),
+            fmt::csv_field(&r.family),
+            fmt::csv_field(&r.regime),
+            ctx.device(&r.regime).to_string(),
+            r.precision.as_str().to_string(),
+            r.batch.to_string(),
+            status_name(r.status).to_string(),
+            bucket_name(r.bucket).to_string(),
+            opt(r.measured_bytes.map(|b| b.to_string())),
+            opt(r.oom_capacity_bytes.map(|b| b.to_string())),
+        ];
+        f.extend(r.features.iter().map(|b| b.to_string()));
+        f.extend(
+            Method::ALL
+                .iter()
+                .map(|m| opt(r.predictions.get(m).map(|p| format!("{p}")))),
+        );
+        f.push(opt(r.bound_q90_bytes.map(|b| format!("{b}"))));
+        f.push(opt(r.bound_q95_bytes.map(|b| format!("{b}"))));
+        out.push_str(&f.join(","));
+        out.push('\n');
+    }
+    out
+}

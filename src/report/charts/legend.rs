@@ -1,0 +1,47 @@
+//! A legend drawn in its own panel beside the plot, so it never covers a point.
+
+use super::style;
+use plotters::coord::Shift;
+use plotters::prelude::*;
+
+/// The marker of a legend entry.
+pub enum Marker {
+    Dot(RGBColor),
+    Cross(RGBColor),
+    Line(RGBColor),
+    Band(RGBColor),
+}
+
+/// Draws `entries` top-down in `area`.
+pub fn draw<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    entries: &[(Marker, String)],
+) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
+    let font = (style::FONT, style::LABEL_SIZE)
+        .into_font()
+        .color(&style::INK);
+    let x = 8;
+    let mut y = style::MARGIN as i32 + style::CAPTION_SIZE as i32 + 16;
+    for (marker, label) in entries {
+        match marker {
+            Marker::Dot(c) => {
+                area.draw(&Circle::new((x + 6, y), style::POINT_RADIUS, c.filled()))?
+            }
+            Marker::Cross(c) => area.draw(&Cross::new(
+                (x + 6, y),
+                style::OOM_MARKER_SIZE,
+                c.stroke_width(2),
+            ))?,
+            Marker::Line(c) => area.draw(&PathElement::new(
+                vec![(x, y), (x + 14, y)],
+                c.stroke_width(2),
+            ))?,
+            Marker::Band(c) => {
+                area.draw(&Rectangle::new([(x, y - 6), (x + 14, y + 6)], c.filled()))?
+            }
+        }
+        area.draw(&Text::new(label.clone(), (x + 22, y - 7), font.clone()))?;
+        y += style::LEGEND_LINE;
+    }
+    Ok(())
+}

@@ -1,0 +1,137 @@
+//! Predicted against measured on log-log axes: the y = x line, the ±25% band, one colour per
+//! architecture family, and out-of-memory runs drawn at the capacity they failed on with a
+//! cross. Sizes are shown in GB (10^9 bytes).
+
+use super::legend::{self, Marker};
+use super::style;
+use plotters::prelude::*;
+use serde::Serialize;
+
+/// One run on the chart. Bytes as the engine reports them.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ScatterPoint {
+    pub run_id: String,
+    pub family: String,
+    pub predicted_bytes: f64,
+    /// The measured peak, or for an out-of-memory run the capacity it failed on.
+    pub measured_bytes: f64,
+    pub oom: bool,
+}
+
+/// A scatter chart of one method.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ScatterChart {
+    /// File name under `charts/`.
+    pub file: String,
+    pub title: String,
+    /// The x axis label (names the method).
+    pub x_label: String,
+    /// Families in legend order; a family's colour is its index here.
+    pub families: Vec<String>,
+    pub points: Vec<ScatterPoint>,
+}
+
+/// Bytes to GB for the axes.
+fn gb(bytes: f64) -> f64 {
+    bytes / crate::units::GB
+}
+
+/// Draws the chart into an SVG string.
+pub fn render(c: &ScatterChart) -> Result<String, String> {
+    let shown: Vec<&ScatterPoint> = c
+        .points
+        .iter()
+        .filter(|p| p.predicted_bytes > 0.0 && p.measured_bytes > 0.0)
+        .collect();
+    // The axes span every drawn value, padded by half a decade, the same on both axes.
+    let (mut lo, mut hi) = shown.iter().fold((f64::MAX, f64::MIN), |(lo, hi), p| {
+        let (a, b) = (gb(p.predicted_bytes), gb(p.measured_bytes));
+        (lo.min(a).min(b), hi.max(a).max(b))
+    });
+    if shown.is_empty() {
+        (lo, hi) = (0.1, 10.0);
+    }
+    let (lo, hi) = (lo / 1.6, hi * 1.6);
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, style::SCATTER_SIZE).into_drawing_area();
+        let e = |e: DrawingAreaErrorKind<_>| format!("{}: {e}", c.file);
+        root.fill(&style::BACKGROUND).map_err(e)?;
+        let (plot, legend_area) =
+            root.split_horizontally(style::SCATTER_SIZE.0 - style::LEGEND_WIDTH);
+        let mut chart = ChartBuilder::on(&plot)
+            .caption(&c.title, (style::FONT, style::CAPTION_SIZE).into_font())
+            .margin(style::MARGIN)
+            .x_label_area_size(style::X_LABEL_AREA)
+            .y_label_area_size(style::Y_LABEL_AREA)
+            .build_cartesian_2d((lo..hi).log_scale(), (lo..hi).log_scale())
+            .map_err(e)?;
+        chart
+            .configure_mesh()
+            .x_labels(style::LOG_AXIS_LABELS)
+            .y_labels(style::LOG_AXIS_LABELS)
+            .x_desc(&c.x_label)
+            .y_desc("measured peak, GB")
+            .x_label_formatter(&|v| super::tick_label(*v))
+            .y_label_formatter(&|v| super::tick_label(*v))
+            .label_style((style::FONT, style::LABEL_SIZE))
+            .axis_desc_style((style::FONT, style::LABEL_SIZE))
+            .light_line_style(style::BACKGROUND)
+            .bold_line_style(style::GRID)
+            .axis_style(style::INK)
+            .draw()
+            .map_err(e)?;
+        chart
+            .draw_series(std::iter::once(Polygon::new(
+                vec![
+                    (lo, lo * 0.75),
+                    (hi, hi * 0.75),
+                    (hi, hi * 1.25),
+                    (lo, lo * 1.25),
+                ],
+                style::BAND.mix(style::BAND_OPACITY).filled(),
+            )))
+            .map_err(e)?;
+        chart
+            .draw_series(LineSeries::new(vec![(lo, lo), (hi, hi)], style::INK))
+            .map_err(e)?;
+        let mut entries = vec![
+            (Marker::Band(style::BAND), "within ±25%".to_string()),
+            (Marker::Line(style::INK), "measured = predicted".to_string()),
+        ];
+        for (i, family) in c.families.iter().enumerate() {
+            let colour = style::family_colour(i);
+            let mine: Vec<&&ScatterPoint> = shown.iter().filter(|p| &p.family == family).collect();
+            if mine.is_empty() {
+                continue;
+            }
+            entries.push((Marker::Dot(colour), family.clone()));
+            chart
+                .draw_series(mine.iter().filter(|p| !p.oom).map(|p| {
+                    Circle::new(
+                        (gb(p.predicted_bytes), gb(p.measured_bytes)),
+                        style::POINT_RADIUS,
+                        colour.filled(),
+                    )
+                }))
+                .map_err(e)?;
+            chart
+                .draw_series(mine.iter().filter(|p| p.oom).map(|p| {
+                    Cross::new(
+                        (gb(p.predicted_bytes), gb(p.measured_bytes)),
+                        style::OOM_MARKER_SIZE,
+                        colour.stroke_width(2),
+                    )
+                }))
+                .map_err(e)?;
+        }
+        entries.push((Marker::Cross(style::INK), "out of memory".to_string()));
+        entries.push((
+            Marker::Line(style::BACKGROUND),
+            "(at its capacity)".to_string(),
+        ));
+        legend::draw(&legend_area, &entries).map_err(e)?;
+        root.present().map_err(e)?;
+    }
+    Ok(svg)
+}

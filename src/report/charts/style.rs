@@ -1,0 +1,61 @@
+//! The one place that says how charts look: sizes, palette, marker sizes and fonts. Chart
+//! functions read these constants and never pick a colour or a size of their own.
+
+use plotters::style::RGBColor;
+
+/// Width and height of every scatter chart, in SVG user units (pixels).
+pub const SCATTER_SIZE: (u32, u32) = (760, 560);
+/// Width of the legend panel on the right of a chart.
+pub const LEGEND_WIDTH: u32 = 200;
+/// Vertical distance between legend entries.
+pub const LEGEND_LINE: i32 = 22;
+/// Width and height of the ratio distribution chart.
+pub const RATIO_SIZE: (u32, u32) = (760, 420);
+/// Space around the plot area.
+pub const MARGIN: u32 = 12;
+/// Height of the x label area and width of the y label area.
+pub const X_LABEL_AREA: u32 = 44;
+pub const Y_LABEL_AREA: u32 = 64;
+/// How many tick labels a log axis asks for (plotters picks round values near this count).
+pub const LOG_AXIS_LABELS: usize = 6;
+/// Font family and sizes (SVG text; the viewer picks the face).
+pub const FONT: &str = "sans-serif";
+pub const CAPTION_SIZE: u32 = 18;
+pub const LABEL_SIZE: u32 = 14;
+/// Radius of a measured run's dot and size of an out-of-memory run's marker.
+pub const POINT_RADIUS: u32 = 4;
+pub const OOM_MARKER_SIZE: u32 = 6;
+
+/// Page background.
+pub const BACKGROUND: RGBColor = RGBColor(255, 255, 255);
+/// Axes, text and the y = x line.
+pub const INK: RGBColor = RGBColor(33, 37, 41);
+/// The ±25% band.
+pub const BAND: RGBColor = RGBColor(222, 226, 230);
+/// Grid lines.
+pub const GRID: RGBColor = RGBColor(241, 243, 245);
+/// The q90 and q95 markers of the ratio chart.
+pub const Q90: RGBColor = RGBColor(230, 119, 0);
+pub const Q95: RGBColor = RGBColor(201, 42, 42);
+/// Ratio = 1 (measured equals predicted).
+pub const PARITY: RGBColor = RGBColor(73, 80, 87);
+
+/// Colours of architecture families, in the order the families are listed (sorted by name);
+/// the list repeats past its end. Colour-blind-safe (Okabe-Ito, black left out).
+pub const FAMILY_PALETTE: [RGBColor; 7] = [
+    RGBColor(0, 114, 178),
+    RGBColor(230, 159, 0),
+    RGBColor(0, 158, 115),
+    RGBColor(204, 121, 167),
+    RGBColor(86, 180, 233),
+    RGBColor(213, 94, 0),
+    RGBColor(240, 228, 66),
+];
+
+/// The colour of the `index`-th family.
+pub fn family_colour(index: usize) -> RGBColor {
+    FAMILY_PALETTE[index % FAMILY_PALETTE.len()]
+}
+
+/// Opacity of the ±25% band fill.
+pub const BAND_OPACITY: f64 = 0.6;

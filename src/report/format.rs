@@ -1,0 +1,114 @@
+//! Formatting helpers of the view model: numbers in, strings out. Nothing here computes a
+//! metric; each function prints one value the engine computed.
+
+use crate::units;
+
+/// `12.35 GB` (GB = 10^9 bytes).
+pub fn bytes(b: f64) -> String {
+    units::gb(b)
+}
+
+/// A plain integer key for sorting by bytes.
+pub fn bytes_key(b: f64) -> String {
+    format!("{b:.0}")
+}
+
+/// A share printed as a percentage with one decimal: `12.5%`.
+pub fn pct(share: f64) -> String {
+    format!("{:.1}%", share * 100.0)
+}
+
+/// A share as a sort key.
+pub fn pct_key(share: f64) -> String {
+    format!("{:.6}", share)
+}
+
+/// A multiplier or ratio: `1.432`.
+pub fn ratio(r: f64) -> String {
+    format!("{r:.3}")
+}
+
+/// A factor: `1.2000`.
+pub fn factor(f: f64) -> String {
+    format!("{f:.4}")
+}
+
+/// A count with thousands separators: `12,345`.
+pub fn count(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::with_capacity(s.len() + s.len() / 3);
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// `1 run` / `3 runs`.
+pub fn runs(n: u64) -> String {
+    if n == 1 {
+        "1 run".to_string()
+    } else {
+        format!("{} runs", count(n))
+    }
+}
+
+/// `1 false alarm` / `3 false alarms`: a count and a noun that takes an `s` in the plural.
+pub fn plural(n: u64, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{} {noun}s", count(n))
+    }
+}
+
+/// An optional value, or a dash.
+pub fn or_dash(v: Option<String>) -> String {
+    v.unwrap_or_else(|| "—".to_string())
+}
+
+/// A field of a CSV line, quoted when it has to be.
+pub fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
+
+/// A file-name-safe slug: lowercase ASCII letters and digits, other runs of characters as `-`.
+pub fn slug(name: &str) -> String {
+    let mut out = String::new();
+    for c in name.chars() {
+        if c.is_ascii_alphanumeric() {
+            out.push(c.to_ascii_lowercase());
+        } else if !out.ends_with('-') {
+            out.push('-');
+        }
+    }
+    let out = out.trim_matches('-').to_string();
+    if out.is_empty() {
+        "x".to_string()
+    } else {
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats() {
+        assert_eq!(count(1234567), "1,234,567");
+        assert_eq!(count(12), "12");
+        assert_eq!(pct(0.125), "12.5%");
+        assert_eq!(bytes(12.345e9), "12.35 GB");
+        assert_eq!(slug("<script>alert(1)</script>"), "script-alert-1-script");
+        assert_eq!(slug("../.."), "x");
+        assert_eq!(csv_field("a,b"), "\"a,b\"");
+        assert_eq!(csv_field("say \"hi\""), "\"say \"\"hi\"\"\"");
+    }
+}

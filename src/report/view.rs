@@ -1,0 +1,253 @@
+//! The view model: one serialisable struct per page whose fields are already formatted
+//! strings (criterion.rs's html module, mdBook's single render context). Templates only place
+//! these strings; [`from_calibration`](crate::report::adapter::from_calibration) fills them
+//! from the engine's numbers. `--debug-json` writes each page's struct next to the page.
+
+use super::charts::Chart;
+use serde::Serialize;
+
+/// A link in the navigation or a download.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Link {
+    pub href: String,
+    pub text: String,
+}
+
+/// One column of a table.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Column {
+    pub label: String,
+    /// Right-aligned, sorted by each cell's `sort` key as a number.
+    pub numeric: bool,
+}
+
+/// One cell: the text shown and the key the sorting script uses.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Cell {
+    pub text: String,
+    /// A plain number (no unit) for numeric columns; the text otherwise.
+    pub sort: String,
+    /// Optional link target.
+    pub href: Option<String>,
+    /// A CSS class name from a fixed set (`good`, `bad`, `warn`), if any.
+    pub class: Option<String>,
+}
+
+impl Cell {
+    /// A text cell.
+    pub fn text(text: impl Into<String>) -> Cell {
+        let text = text.into();
+        Cell {
+            sort: text.clone(),
+            text,
+            href: None,
+            class: None,
+        }
+    }
+
+    /// A numeric cell: what is shown, and the plain number it sorts by.
+    pub fn num(text: impl Into<String>, sort: impl Into<String>) -> Cell {
+        Cell {
+            text: text.into(),
+            sort: sort.into(),
+            href: None,
+            class: None,
+        }
+    }
+
+    /// Adds a link.
+    pub fn link(mut self, href: impl Into<String>) -> Cell {
+        self.href = Some(href.into());
+        self
+    }
+
+    /// Adds a class.
+    pub fn class(mut self, class: &str) -> Cell {
+        self.class = Some(class.to_string());
+        self
+    }
+}
+
+/// A table with a caption; the first cell of each row is its row header.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Table {
+    /// `id` attribute (unique on its page).
+    pub id: String,
+    pub caption: String,
+    pub columns: Vec<Column>,
+    pub rows: Vec<Vec<Cell>>,
+    /// Shown instead of an empty body.
+    pub empty_text: String,
+    /// Sortable by the inline script.
+    pub sortable: bool,
+}
+
+/// A chart as a page shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ChartRef {
+    /// Path relative to the page, e.g. `charts/scatter-plan-shipped.svg`.
+    pub src: String,
+    /// Text alternative (what the chart shows, in words).
+    pub alt: String,
+    pub caption: String,
+}
+
+/// A label and a value.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Fact {
+    pub label: String,
+    pub value: String,
+}
+
+/// What every page has.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PageMeta {
+    /// The page's file name, e.g. `index.html`.
+    pub file: String,
+    pub title: String,
+    pub nav: Vec<Link>,
+}
+
+/// One method's headline sentence, in parts the template joins.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct MethodLine {
+    pub method: String,
+    /// The engine's sentence of how close the method is.
+    pub sentence: String,
+}
+
+/// A regime as the headline lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RegimeLine {
+    pub label: String,
+    /// `CPU` or `GPU`.
+    pub device: String,
+    pub description: String,
+    pub rows: String,
+}
+
+/// Section 1.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Headline {
+    pub facts: Vec<Fact>,
+    pub regimes: Vec<RegimeLine>,
+    pub cards: Vec<String>,
+    pub methods: Vec<MethodLine>,
+    /// True when every measured row is from a CPU regime.
+    pub cpu_only: bool,
+}
+
+/// Section 5.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct UpperView {
+    pub chart: Option<ChartRef>,
+    pub multipliers: Table,
+    pub counts: Table,
+}
+
+/// Section 6.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct HowView {
+    /// The formula in words and symbols (no numbers).
+    pub formula: String,
+    pub factors: Table,
+    pub settings: Vec<Fact>,
+    pub fit: Vec<Fact>,
+    pub splits: Table,
+    pub refits: Table,
+    pub accelerate: Table,
+    /// Every number injected into this page's sentences, with where it comes from.
+    pub injected: Table,
+}
+
+/// Section 8: one family's known misses.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct MissGroup {
+    pub family: String,
+    pub family_href: String,
+    /// Maintainers' note (`data/prose/misses/<family>.md`), rendered.
+    pub note_html: Option<String>,
+    pub table: Table,
+}
+
+/// Section 10 on the index: where the runs table and the downloads are.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AllRunsView {
+    pub summary: String,
+    pub pages: Vec<Link>,
+    pub downloads: Vec<Link>,
+}
+
+/// Rendered prose blocks (HTML), empty when the file is absent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Default)]
+pub struct Prose {
+    pub headline: String,
+    pub scatter: String,
+    pub methods: String,
+    pub did_not_fit: String,
+    pub upper: String,
+    pub how: String,
+    pub out_of_sample: String,
+    pub misses: String,
+    pub excluded: String,
+    pub runs: String,
+}
+
+/// `index.html`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct IndexPage {
+    pub meta: PageMeta,
+    /// No usable rows yet: the page says so and shows no sections beyond the headline.
+    pub empty: bool,
+    pub empty_text: String,
+    pub prose: Prose,
+    pub headline: Headline,
+    pub scatter: Vec<ChartRef>,
+    pub methods: Table,
+    pub did_not_fit: Table,
+    pub upper: UpperView,
+    pub how: HowView,
+    pub out_of_sample: Vec<Table>,
+    pub misses: Vec<MissGroup>,
+    pub excluded: Table,
+    pub all_runs: AllRunsView,
+}
+
+/// A page of the runs table (all runs, or one family's when the table is split).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RunsPage {
+    pub meta: PageMeta,
+    pub heading: String,
+    pub intro: String,
+    pub others: Vec<Link>,
+    pub downloads: Vec<Link>,
+    pub table: Table,
+}
+
+/// One architecture family's page.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FamilyPage {
+    pub meta: PageMeta,
+    pub family: String,
+    pub facts: Vec<Fact>,
+    pub chart: Option<ChartRef>,
+    pub note_html: Option<String>,
+    pub runs: Table,
+}
+
+/// The whole site: every page's view model, the charts to draw and the downloads to write.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Site {
+    /// Counted rows.
+    pub counted_rows: usize,
+    pub index: IndexPage,
+    pub runs: Vec<RunsPage>,
+    pub families: Vec<FamilyPage>,
+    pub charts: Vec<Chart>,
+    /// `memory-calibration.json`, already serialised.
+    #[serde(skip)]
+    pub download_json: String,
+    /// `memory-calibration.csv`, already serialised.
+    #[serde(skip)]
+    pub download_csv: String,
+}

@@ -1,0 +1,353 @@
+//! `memcal build`: the fixture data dir under `tests/fixtures/site/` is built into a temporary
+//! folder and checked page by page; snapshots pin the view model and the index's `<main>`.
+
+use memcal::report::{build_site, check_site, render_files};
+use std::path::{Path, PathBuf};
+
+fn fixture() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/site")
+}
+
+fn read(dir: &Path, rel: &str) -> String {
+    std::fs::read_to_string(dir.join(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"))
+}
+
+/// The text between `<main` and `</main>`.
+fn main_of(html: &str) -> &str {
+    let start = html.find("<main").expect("a <main>");
+    let end = html.find("</main>").expect("a </main>") + "</main>".len();
+    &html[start..end]
+}
+
+/// Replaces the machine's paths in text with placeholders.
+fn redact(text: &str) -> String {
+    text.replace(env!("CARGO_MANIFEST_DIR"), "[repo]")
+}
+
+fn built() -> (tempfile::TempDir, memcal::report::BuildSummary) {
+    let out = tempfile::tempdir().unwrap();
+    let summary = build_site(&fixture(), out.path(), true).expect("the fixture builds");
+    (out, summary)
+}
+
+#[test]
+fn sections_are_in_order() {
+    let (out, _) = built();
+    let index = read(out.path(), "index.html");
+    let headings = [
+        "Headline",
+        "Predicted against measured",
+        "The four ways to say it",
+        "Every time a run did not fit a card",
+        "The upper bound",
+        "How the numbers are made",
+        "Out of sample",
+        "Known misses",
+        "Not counted",
+        "All runs",
+    ];
+    let mut at = 0;
+    for h in headings {
+        let tag = format!(">{h}</h2>");
+        let i = index[at..]
+            .find(&tag)
+            .unwrap_or_else(|| panic!("heading `{h}` missing or out of order"));
+        at += i + tag.len();
+    }
+}
+
+#[test]
+fn every_chart_is_present_and_drawn() {
+    let (out, summary) = built();
+    let index = read(out.path(), "index.html");
+    for m in [
+        "accelerate",
+        "textbook",
+        "plan-held-out-architecture",
+        "plan-shipped",
+    ] {
+        let rel = format!("charts/scatter-{m}.svg");
+        assert!(
+            index.contains(&format!("src=\"{rel}\"")),
+            "index shows {rel}"
+        );
+        let svg = read(out.path(), &rel);
+        assert!(
+            svg.starts_with("<svg") && svg.contains("<circle"),
+            "{rel} draws points"
+        );
+    }
+    assert!(read(out.path(), "charts/upper-bound-ratios.svg").contains("<circle"));
+    // Every chart an HTML page references exists and is non-empty, and every chart is used.
+    let svgs: Vec<&String> = summary
+        .files
+        .iter()
+        .filter(|f| f.ends_with(".svg"))
+        .collect();
+    assert!(svgs.len() >= 5);
+    let pages: String = summary
+        .files
+        .iter()
+        .filter(|f| f.ends_with(".html"))
+        .map(|f| read(out.path(), f))
+        .collect();
+    for svg in svgs {
+        assert!(!read(out.path(), svg).trim().is_empty(), "{svg} is empty");
+        assert!(
+            pages.contains(&format!("src=\"{svg}\"")),
+            "{svg} is on a page"
+        );
+    }
+    // Out-of-memory runs are drawn as crosses (paths), not dots.
+    let plan = read(out.path(), "charts/scatter-plan-shipped.svg");
+    assert!(plan.contains("out of memory"));
+}
+
+#[test]
+fn names_from_data_are_escaped() {
+    let (out, summary) = built();
+    for f in summary.files.iter().filter(|f| f.ends_with(".html")) {
+        let html = read(out.path(), f);
+        assert!(
+            !html.contains("<script>\n") || html.matches("<script>").count() == 1,
+            "{f}: only the sorting script is a script"
+        );
+        let without_script = html.replace("<script>\n", "");
+        assert!(
+            !without_script.contains("<script>"),
+            "{f}: a name from data became markup"
+        );
+    }
+    let runs = read(out.path(), "runs.html");
+    assert!(
+        runs.contains("&#60;script&#62;") || runs.contains("&lt;script&gt;"),
+        "the graph `<script>` shows as text"
+    );
+    let svg = read(out.path(), "charts/scatter-plan-shipped.svg");
+    assert!(!svg.contains("<script"));
+}
+
+#[test]
+fn downloads_exist_and_parse() {
+    let (out, _) = built();
+    let json: serde_json::Value =
+        serde_json::from_str(&read(out.path(), "memory-calibration.json")).expect("JSON");
+    let rows = json["rows"].as_array().expect("rows");
+    assert!(!rows.is_empty());
+    for r in rows {
+        assert!(r["features"].as_array().is_some_and(|f| f.len() == 6));
+        assert!(r["predictions"].is_object());
+    }
+    let csv = read(out.path(), "memory-calibration.csv");
+    let mut lines = csv.lines();
+    let head: Vec<&str> = lines.next().expect("header").split(',').collect();
+    assert_eq!(head[0], "run_id");
+    let body: Vec<&str> = lines.collect();
+    assert_eq!(body.len(), rows.len(), "one CSV line per row");
+    for l in body {
+        assert_eq!(l.split(',').count(), head.len(), "{l}");
+    }
+}
+
+#[test]
+fn family_pages_exist() {
+    let (out, summary) = built();
+    for fam in ["gpt", "gru", "mlp"] {
+        let page = format!("family-{fam}.html");
+        assert!(summary.files.contains(&page), "{page}");
+        let html = read(out.path(), &page);
+        assert!(html.contains(&format!("<h1>Family {fam}")));
+        assert!(html.contains("<caption>"));
+    }
+    assert!(read(out.path(), "index.html").contains("href=\"family-gpt.html\""));
+}
+
+#[test]
+fn tables_are_accessible_and_sortable() {
+    let (out, _) = built();
+    let runs = read(out.path(), "runs.html");
+    assert!(runs.contains("<caption>"));
+    assert!(runs.contains("<th scope=\"col\""));
+    assert!(runs.contains("<th scope=\"row\""));
+    assert!(runs.contains("class=\"sortable\""));
+    assert!(runs.contains("querySelectorAll(\"table.sortable\")"));
+    // CPU regimes are labelled CPU, never GPU.
+    assert!(runs.contains("cpu-free (CPU)"));
+    assert!(!read(out.path(), "index.html").contains("(GPU)"));
+}
+
+#[test]
+fn builds_are_byte_identical() {
+    let a = tempfile::tempdir().unwrap();
+    let b = tempfile::tempdir().unwrap();
+    let sa = build_site(&fixture(), a.path(), true).unwrap();
+    let sb = build_site(&fixture(), b.path(), true).unwrap();
+    assert_eq!(sa, sb);
+    for f in &sa.files {
+        assert_eq!(
+            std::fs::read(a.path().join(f)).unwrap(),
+            std::fs::read(b.path().join(f)).unwrap(),
+            "{f} differs between two builds"
+        );
+    }
+    // --check agrees with a build without --debug-json, and names the first differing file.
+    let c = tempfile::tempdir().unwrap();
+    build_site(&fixture(), c.path(), false).unwrap();
+    assert_eq!(check_site(&fixture(), c.path()), Ok(()));
+    std::fs::write(c.path().join("index.html"), "changed").unwrap();
+    let err = check_site(&fixture(), c.path()).unwrap_err();
+    assert!(err.starts_with("index.html"), "{err}");
+}
+
+#[test]
+fn stale_files_are_removed_and_others_kept() {
+    let out = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(out.path().join("charts")).unwrap();
+    std::fs::write(out.path().join("charts/old.svg"), "<svg/>").unwrap();
+    std::fs::write(out.path().join("family-old.html"), "old").unwrap();
+    std::fs::write(out.path().join("README.txt"), "keep").unwrap();
+    let s = build_site(&fixture(), out.path(), false).unwrap();
+    assert_eq!(s.removed, vec!["charts/old.svg", "family-old.html"]);
+    assert!(out.path().join("README.txt").exists());
+}
+
+#[test]
+fn an_empty_data_set_builds_a_page_that_says_so() {
+    let data = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        fixture().join("factors.json"),
+        data.path().join("factors.json"),
+    )
+    .unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let s = build_site(data.path(), out.path(), false).unwrap();
+    assert_eq!(s.rows, 0);
+    let index = read(out.path(), "index.html");
+    assert!(index.contains("No measured rows yet"));
+    assert!(index.contains(">All runs</h2>"));
+    assert!(out.path().join("memory-calibration.csv").exists());
+}
+
+#[test]
+fn snapshot_of_the_view_model() {
+    let (site, _) = render_files(&fixture(), false).unwrap();
+    let json = redact(&serde_json::to_string_pretty(&site.index).unwrap());
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    insta::assert_json_snapshot!("site_view_model", v);
+}
+
+#[test]
+fn snapshot_of_the_index_main() {
+    let (_, files) = render_files(&fixture(), false).unwrap();
+    let index = String::from_utf8(files["index.html"].clone()).unwrap();
+    insta::assert_snapshot!("index_main", redact(main_of(&index)));
+}
+
+#[test]
+fn prose_carries_no_numbers_and_no_markup() {
+    // Numbers on a page come from the view model; prose under data/prose/ types none.
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/prose");
+    for entry in walk(&dir) {
+        let text = std::fs::read_to_string(&entry).unwrap();
+        assert!(
+            !text.chars().any(|c| c.is_ascii_digit()),
+            "{} types a number",
+            entry.display()
+        );
+    }
+    // Raw HTML in prose is shown as text, and a family's note reaches its page.
+    let (out, _) = built();
+    let index = read(out.path(), "index.html");
+    assert!(index.contains("<em>emphasis</em>"));
+    assert!(index.contains("&lt;script&gt;alert"));
+    assert!(read(out.path(), "family-gru.html").contains("Fixture note: the recurrent gates"));
+}
+
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else if p.extension().is_some_and(|x| x == "md") {
+            out.push(p);
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn a_large_runs_table_is_split_by_family() {
+    let ds = memcal::engine::load(&fixture()).unwrap();
+    let cal = memcal::engine::calibrate(&ds);
+    let prose = memcal::report::ProseInput::default();
+    let site = memcal::report::adapter::from_calibration_paged(&cal, &ds.factors, &prose, 5);
+    let files: Vec<&str> = site.runs.iter().map(|r| r.meta.file.as_str()).collect();
+    assert_eq!(files, ["runs-gpt.html", "runs-gru.html", "runs-mlp.html"]);
+    let counted: usize = site.runs.iter().map(|r| r.table.rows.len()).sum();
+    assert_eq!(counted, cal.rows.len(), "every run is on exactly one page");
+    let links: Vec<&str> = site
+        .index
+        .all_runs
+        .pages
+        .iter()
+        .map(|l| l.href.as_str())
+        .collect();
+    assert_eq!(links, files);
+    let rendered = memcal::report::render::render(&site, false).unwrap();
+    assert!(rendered.contains_key("runs-gpt.html") && !rendered.contains_key("runs.html"));
+}
+
+#[test]
+fn templates_only_place_strings() {
+    // `if` and `for` only: no arithmetic and no filter but `safe` (HTML the build made).
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("templates");
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|x| x != "html") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        for (open, close) in [("{{", "}}"), ("{%", "%}")] {
+            for chunk in text.split(open).skip(1) {
+                let expr = chunk.split(close).next().unwrap();
+                let name = path.file_name().unwrap().to_string_lossy();
+                assert!(
+                    !expr.contains(['+', '*', '/', '%']) && !expr.contains(" - "),
+                    "{name}: arithmetic in `{expr}`"
+                );
+                for filter in expr.split('|').skip(1) {
+                    assert_eq!(filter.trim(), "safe", "{name}: filter in `{expr}`");
+                }
+                let keyword = expr
+                    .trim()
+                    .trim_start_matches('-')
+                    .split_whitespace()
+                    .next();
+                if open == "{%" {
+                    assert!(
+                        matches!(
+                            keyword,
+                            Some(
+                                "if" | "else"
+                                    | "endif"
+                                    | "for"
+                                    | "endfor"
+                                    | "block"
+                                    | "endblock"
+                                    | "extends"
+                                    | "import"
+                                    | "macro"
+                                    | "endmacro"
+                                    | "call"
+                                    | "endcall"
+                            )
+                        ),
+                        "{name}: tag `{expr}`"
+                    );
+                }
+            }
+        }
+    }
+}
