@@ -21,8 +21,14 @@
 #ifdef MEMCAL_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
-#include <ATen/cuda/CUDAContextLight.h>
 #include <ATen/detail/CUDAHooksInterface.h>
+#include <cuda_runtime_api.h>
+
+// Declared by ATen/cuda/CUDAContextLight.h, which also pulls in cuBLAS/cuSPARSE/cuSOLVER headers
+// that the pip CUDA runtime package does not ship; the symbol is exported by libtorch_cuda.
+namespace at::cuda {
+cudaDeviceProp* getDeviceProperties(c10::DeviceIndex device);
+}
 #endif
 
 namespace {

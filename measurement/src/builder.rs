@@ -761,7 +761,7 @@ fn mha(
             .view([tq, tk, heads])
             .permute([2, 0, 1])
             .unsqueeze(0);
-        scores = scores + bias;
+        scores += bias;
     }
     if causal {
         let mask = Tensor::ones([tq, tk], (Kind::Bool, dev)).triu(1 + tk - tq);

@@ -142,12 +142,25 @@ pub enum JobResult {
     NoRow(String),
 }
 
+/// The executable to start a child with: this one, or, when it was replaced on disk while the
+/// campaign runs (a rebuild), the new file at the same path.
+fn child_exe(exe: &Path) -> PathBuf {
+    if exe.exists() {
+        return exe.to_path_buf();
+    }
+    match exe.to_str().and_then(|s| s.strip_suffix(" (deleted)")) {
+        Some(p) => PathBuf::from(p),
+        None => exe.to_path_buf(),
+    }
+}
+
 /// Runs one job in a child process.
 pub fn run_job(exe: &Path, job: &Job) -> JobResult {
     if job.output.exists() {
         return JobResult::Skipped;
     }
-    let mut cmd = Command::new(exe);
+    let exe = child_exe(exe);
+    let mut cmd = Command::new(&exe);
     cmd.arg("run")
         .arg("--graph")
         .arg(&job.graph)

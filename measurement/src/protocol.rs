@@ -70,6 +70,31 @@ fn panic_text(payload: Box<dyn std::any::Any + Send>) -> String {
     }
 }
 
+/// Torch's error text without the wrappers tch adds (`called Result::unwrap() on an Err value:
+/// Torch("...")`, `Internal torch error: `) and without the C++ stack trace that follows
+/// "Exception raised from".
+pub fn clean_error(text: &str) -> String {
+    let mut t = text.trim().to_string();
+    if let Some(rest) = t.strip_prefix("called `Result::unwrap()` on an `Err` value: ") {
+        t = rest.to_string();
+    }
+    for wrapper in ["Torch(\"", "Shape(\"", "Kind(\""] {
+        if let Some(inner) = t.strip_prefix(wrapper).and_then(|r| r.strip_suffix("\")")) {
+            t = inner
+                .replace("\\n", "\n")
+                .replace("\\\"", "\"")
+                .replace("\\'", "'");
+        }
+    }
+    if let Some(rest) = t.strip_prefix("Internal torch error: ") {
+        t = rest.to_string();
+    }
+    if let Some(at) = t.find("Exception raised from") {
+        t.truncate(at);
+    }
+    t.trim().to_string()
+}
+
 /// True when an error text is an out-of-memory error (CUDA caching allocator, or the CPU counting
 /// allocator's cap, or the system allocator).
 pub fn is_oom(text: &str) -> bool {
@@ -131,8 +156,8 @@ impl Runner {
         };
         let result = match catch_unwind(AssertUnwindSafe(f)) {
             Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => Err(format!("{e:#}")),
-            Err(p) => Err(panic_text(p)),
+            Ok(Err(e)) => Err(clean_error(&format!("{e:#}"))),
+            Err(p) => Err(clean_error(&panic_text(p))),
         };
         let finish = self.backend.synchronize().and_then(|_| self.backend.read());
         let wall = start.elapsed().as_secs_f64();
@@ -285,5 +310,62 @@ pub fn apply_outcome(row: &mut RunRow, out: &Outcome) {
         RunStatus::Completed => row.peak = overall_peak(&out.phases),
         RunStatus::Oom => row.oom = out.failure.clone(),
         RunStatus::Error => row.error = out.failure.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn phase(name: &str, peak: Option<u64>, reserved: Option<u64>) -> Phase {
+        Phase {
+            name: name.into(),
+            status: if peak.is_some() { "ok" } else { "oom" }.into(),
+            allocated_start: 0,
+            reserved_start: 0,
+            allocated_peak: peak,
+            reserved_peak: reserved,
+            allocated_end: peak,
+            reserved_end: reserved,
+            wall_seconds: 0.0,
+        }
+    }
+
+    #[test]
+    fn overall_peak_takes_the_highest_phase() {
+        let p = overall_peak(&[
+            phase("a", Some(5), Some(9)),
+            phase("b", Some(7), Some(8)),
+            phase("c", None, None),
+        ])
+        .unwrap();
+        assert_eq!(
+            (p.allocated_bytes, p.reserved_bytes, p.phase.as_str()),
+            (7, 9, "b")
+        );
+        assert!(overall_peak(&[phase("x", None, None)]).is_none());
+    }
+
+    #[test]
+    fn errors_are_cleaned_and_classified() {
+        let raw = "called `Result::unwrap()` on an `Err` value: Torch(\"CUDA out of memory. Tried to allocate 2.00 GiB\\nException raised from malloc at x.cpp:1\\nframe #0\")";
+        assert_eq!(
+            clean_error(raw),
+            "CUDA out of memory. Tried to allocate 2.00 GiB"
+        );
+        assert!(is_oom(&clean_error(raw)));
+        let cpu = "Internal torch error: CPU out of memory: tried to allocate 24576 bytes\nException raised from allocate";
+        assert_eq!(
+            clean_error(cpu),
+            "CPU out of memory: tried to allocate 24576 bytes"
+        );
+        assert!(!is_oom(
+            "mat1 and mat2 shapes cannot be multiplied (2x3 and 4x5)"
+        ));
+        assert_eq!(
+            Precision::parse("bf16-autocast"),
+            Ok(Precision::Bf16Autocast)
+        );
+        assert!(Precision::parse("fp16").is_err());
     }
 }
