@@ -34,6 +34,20 @@ pub fn render(p: &Plan) -> String {
         );
     }
     let _ = writeln!(s, "\nestimate    {}", both(p.estimate_bytes));
+    match &p.simulated {
+        Ok(sim) => {
+            let _ = writeln!(
+                s,
+                "simulated   {}  (peak in {} at `{}`; no fitted factor)",
+                both(sim.bytes as f64),
+                sim.phase,
+                sim.node
+            );
+        }
+        Err(why) => {
+            let _ = writeln!(s, "simulated   not available ({why})");
+        }
+    }
     let _ = writeln!(
         s,
         "bound       {}  (max(floor, estimate x q95 = {:.2}))",

@@ -39,6 +39,9 @@ enum Command {
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
+        /// Also print the simulated memory curve over the three training steps.
+        #[arg(long)]
+        timeline: bool,
     },
     /// Write every graph of the zoo (full-size templates and reduced variants) as
     /// `<out>/<name>.json`. Deterministic bytes: rerunning changes nothing.
@@ -133,6 +136,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             factors,
             regime,
             json,
+            timeline,
         } => {
             if batch == 0 {
                 return Err(memcal::Error::Invalid("--batch must be at least 1".into()).into());
@@ -150,10 +154,25 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             };
             let p = memcal::plan::plan(&g, batch, precision, &f, &cards)
                 .map_err(memcal::Error::Invalid)?;
+            let sim = if timeline {
+                Some(
+                    memcal::simulate::simulate(&g, batch, precision)
+                        .map_err(memcal::Error::Invalid)?,
+                )
+            } else {
+                None
+            };
             if json {
-                println!("{}", serde_json::to_string_pretty(&p)?);
+                let value = match &sim {
+                    None => serde_json::to_value(&p)?,
+                    Some(s) => serde_json::json!({ "plan": p, "simulation": s }),
+                };
+                println!("{}", serde_json::to_string_pretty(&value)?);
             } else {
                 print!("{}", memcal::cli_plan::render(&p));
+                if let Some(s) = &sim {
+                    print!("\n{}", memcal::simulate::render_timeline(s));
+                }
             }
             Ok(ExitCode::SUCCESS)
         }

@@ -90,6 +90,16 @@ pub struct Plan {
     pub smallest_card_bound: Option<Card>,
     pub accelerate: Accelerate,
     pub textbook: Result<Textbook, String>,
+    /// The simulator's peak and where it falls (no fitted factor), or why it has no rules yet.
+    pub simulated: Result<SimulatedPeak, String>,
+}
+
+/// Where the simulated training step peaks.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SimulatedPeak {
+    pub bytes: u64,
+    pub phase: String,
+    pub node: String,
 }
 
 /// Plans a graph at a batch and precision against the factors file's cards (or `cards`).
@@ -142,6 +152,11 @@ pub fn plan(
         cards: verdicts,
         accelerate: baselines::accelerate(graph, precision),
         textbook: baselines::textbook(graph, batch),
+        simulated: crate::simulate::simulate(graph, batch, precision).map(|s| SimulatedPeak {
+            bytes: s.peak_bytes,
+            phase: s.peak_phase,
+            node: s.peak_node,
+        }),
     })
 }
 
