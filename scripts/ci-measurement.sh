@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# CI for the measurement harness (memcal-measure): installs libtorch 2.11.0 from PyPI (idempotent),
+# builds and tests the harness on CPU, and checks that the CUDA build compiles (headers only: no
+# GPU, no link). Called from .ci/run. Also keeps the harness fmt- and clippy-clean.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+
+scripts/setup-libtorch.sh
+cargo build -p memcal-measure
+cargo test -p memcal-measure
+cargo check -p memcal-measure --features cuda
+cargo fmt -p memcal-measure -- --check
+cargo clippy -p memcal-measure --all-targets -- -D warnings
+echo "ci-measurement: ok"
