@@ -85,6 +85,16 @@ fn verdict_name(v: Verdict) -> &'static str {
     v.as_str()
 }
 
+/// `CPU` or `GPU` for a regime, from `data/factors.json`; a CPU regime is never labelled a GPU
+/// result.
+fn device_label(factors: &FactorsFile, regime: &str) -> &'static str {
+    match factors.regimes.get(regime).map(|r| r.device.as_str()) {
+        Some("cpu") => "CPU",
+        Some("cuda") => "GPU",
+        _ => "unknown device",
+    }
+}
+
 /// Everything the adapter looks up besides the calibration.
 struct Ctx<'a> {
     cal: &'a Calibration,
@@ -94,16 +104,15 @@ struct Ctx<'a> {
     family_files: BTreeMap<String, String>,
     /// Families in chart-legend order.
     families: Vec<String>,
+    /// What the charts' runs are, e.g. `CPU runs`: every counted row's device, when they share
+    /// one; `runs` otherwise.
+    runs_label: String,
 }
 
 impl Ctx<'_> {
     /// `CPU` or `GPU` for a regime; a CPU regime is never labelled a GPU result.
     fn device(&self, regime: &str) -> &'static str {
-        match self.factors.regimes.get(regime).map(|r| r.device.as_str()) {
-            Some("cpu") => "CPU",
-            Some("cuda") => "GPU",
-            _ => "unknown device",
-        }
+        device_label(self.factors, regime)
     }
 
     /// `cpu-free (CPU)`.
@@ -439,12 +448,24 @@ pub fn from_calibration_paged(
         used.insert(name.clone());
         family_files.insert(f.clone(), name);
     }
+    let mut devices: Vec<&str> = Vec::new();
+    for r in &cal.rows {
+        let d = device_label(factors, &r.regime);
+        if !devices.contains(&d) {
+            devices.push(d);
+        }
+    }
+    let runs_label = match devices.as_slice() {
+        [one] => format!("{one} runs"),
+        _ => "runs".to_string(),
+    };
     let ctx = Ctx {
         cal,
         factors,
         prose,
         family_files,
         families,
+        runs_label,
     };
     let all_rows: Vec<&RowResult> = cal.rows.iter().collect();
     let empty = cal.totals.inputs == 0;
@@ -458,7 +479,7 @@ pub fn from_calibration_paged(
                 &ctx,
                 m,
                 format!("scatter-{}.svg", m.as_str()),
-                format!("Predicted against measured: {}", method_name(m)),
+                format!("{}: {}", method_name(m), ctx.runs_label),
                 &all_rows,
             );
             if c.points.is_empty() {
@@ -559,7 +580,11 @@ pub fn from_calibration_paged(
             &ctx,
             Method::PlanHeldOutArchitecture,
             chart_file,
-            format!("{f}: plan held out by architecture against measured"),
+            format!(
+                "{f}: {}, {}",
+                method_name(Method::PlanHeldOutArchitecture),
+                ctx.runs_label
+            ),
             &rows,
         );
         let chart = if c.points.is_empty() {
@@ -595,7 +620,7 @@ pub fn from_calibration_paged(
     } else {
         let c = RatioChart {
             file: "upper-bound-ratios.svg".into(),
-            title: "Measured / held-out prediction, every fitted run".into(),
+            title: format!("Measured / held-out prediction, fitted {}", ctx.runs_label),
             ratios: cal.upper.ratios.iter().map(|(_, r)| *r).collect(),
             q90: cal.upper.q90_used,
             q95: cal.upper.q95_used,
@@ -721,7 +746,7 @@ fn headline(ctx: &Ctx) -> Headline {
         regimes,
         cards,
         methods,
-        cpu_only: !cal.rows.is_empty() && cal.rows.iter().all(|r| ctx.device(&r.regime) == "CPU"),
+        cpu_only: ctx.runs_label == "CPU runs",
     }
 }
 
