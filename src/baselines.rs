@@ -28,6 +28,11 @@ pub struct Accelerate {
     pub printed_training: String,
 }
 
+/// Product of sizes, saturating at `u64::MAX` (absurd graphs never overflow).
+fn prod(sizes: &[u64]) -> u64 {
+    sizes.iter().fold(1u64, |a, v| a.saturating_mul(*v))
+}
+
 /// Reproduces accelerate's estimate (weights built in float32; buffers counted).
 pub fn accelerate(graph: &Graph, precision: Precision) -> Accelerate {
     let dtype_bytes = |d: &str| match d {
@@ -39,12 +44,22 @@ pub fn accelerate(graph: &Graph, precision: Precision) -> Accelerate {
     let extra_buffers: u64 = graph
         .buffers
         .iter()
-        .map(|b| b.shape.iter().product::<u64>() * dtype_bytes(&b.dtype))
-        .sum();
+        .map(|b| prod(&b.shape).saturating_mul(dtype_bytes(&b.dtype)))
+        .fold(0u64, u64::saturating_add);
     let node_bytes = |op: &Op| -> u64 {
-        op.parameters() * 4 + op.buffers().iter().map(|(n, b)| n * b).sum::<u64>()
+        op.parameters().saturating_mul(4).saturating_add(
+            op.buffers()
+                .iter()
+                .map(|(n, b)| n.saturating_mul(*b))
+                .fold(0u64, u64::saturating_add),
+        )
     };
-    let total_bytes = graph.nodes.iter().map(|n| node_bytes(&n.op)).sum::<u64>() + extra_buffers;
+    let total_bytes = graph
+        .nodes
+        .iter()
+        .map(|n| node_bytes(&n.op))
+        .fold(0u64, u64::saturating_add)
+        .saturating_add(extra_buffers);
     let largest_layer_bytes = graph
         .nodes
         .iter()
@@ -54,14 +69,14 @@ pub fn accelerate(graph: &Graph, precision: Precision) -> Accelerate {
     // estimate_training_usage(bytes = float32 total): float32 -> model 1x, gradients 1x,
     // optimizer 2x, step 4x; float16/bfloat16 -> model 1x, gradients 1.5x, optimizer 2x, step 2x.
     let (training_bytes, dtype_row) = match precision {
-        Precision::Fp32 => (total_bytes * 4, "float32"),
+        Precision::Fp32 => (total_bytes.saturating_mul(4), "float32"),
         Precision::Bf16Autocast => {
             let fp16 = total_bytes / 2;
             let m = [
                 total_bytes,
-                total_bytes + fp16,
-                total_bytes * 2,
-                total_bytes * 2,
+                total_bytes.saturating_add(fp16),
+                total_bytes.saturating_mul(2),
+                total_bytes.saturating_mul(2),
             ];
             (m.into_iter().max().unwrap_or(0), "bfloat16")
         }
@@ -98,7 +113,8 @@ pub type NotApplicable = String;
 
 /// The activation term alone: L·B·T·(34d + 5hT) bytes.
 pub fn textbook_activations(layers: u64, batch: u64, seq: u64, hidden: u64, heads: u64) -> u64 {
-    layers * batch * seq * (34 * hidden + 5 * heads * seq)
+    let per_token = prod(&[34, hidden]).saturating_add(prod(&[5, heads, seq]));
+    prod(&[layers, batch, seq, per_token])
 }
 
 /// The textbook formula, where the graph is a GPT/BERT-style stack: every attention is eager
@@ -152,7 +168,7 @@ pub fn textbook(graph: &Graph, batch: u64) -> Result<Textbook, NotApplicable> {
     let (hidden, heads, sequence) = shape
         .ok_or_else(|| "no attention layer; the formula covers transformers only".to_string())?;
     let parameters = graph.parameters();
-    let model_bytes = 14 * parameters;
+    let model_bytes = parameters.saturating_mul(14);
     let activation_bytes = textbook_activations(layers, batch, sequence, hidden, heads);
     Ok(Textbook {
         parameters,
@@ -163,7 +179,7 @@ pub fn textbook(graph: &Graph, batch: u64) -> Result<Textbook, NotApplicable> {
         heads,
         model_bytes,
         activation_bytes,
-        total_bytes: model_bytes + activation_bytes,
+        total_bytes: model_bytes.saturating_add(activation_bytes),
     })
 }
 

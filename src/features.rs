@@ -122,6 +122,12 @@ pub struct NodeContribution {
     pub largest_parameter_elements: u64,
 }
 
+/// Product of sizes, saturating at `u64::MAX` (absurd graphs and batches give "more than any
+/// card", never an overflow panic).
+fn prod(sizes: &[u64]) -> u64 {
+    sizes.iter().fold(1u64, |a, v| a.saturating_mul(*v))
+}
+
 /// Per-node contributions at a batch.
 pub fn contributions(graph: &Graph, batch: u64) -> Vec<NodeContribution> {
     graph
@@ -142,7 +148,7 @@ pub fn contributions(graph: &Graph, batch: u64) -> Vec<NodeContribution> {
                     .op
                     .parameter_tensors()
                     .iter()
-                    .map(|s| s.iter().product::<u64>())
+                    .map(|s| prod(s))
                     .max()
                     .unwrap_or(0),
                 ..Default::default()
@@ -162,8 +168,13 @@ pub fn contributions(graph: &Graph, batch: u64) -> Vec<NodeContribution> {
                         .and_then(|m| graph.shape_of(m))
                         .map_or(tq, |s| s.0[1].at(batch));
                     // q, k, v, and the context entering the output projection.
-                    c.intermediate_tensors = vec![b * tq * d, b * tk * d, b * tk * d, b * tq * d];
-                    c.score_elements = b * num_heads * tq * tk;
+                    c.intermediate_tensors = vec![
+                        prod(&[b, tq, *d]),
+                        prod(&[b, tk, *d]),
+                        prod(&[b, tk, *d]),
+                        prod(&[b, tq, *d]),
+                    ];
+                    c.score_elements = prod(&[b, *num_heads, tq, tk]);
                 }
                 Op::GqaAttention {
                     embed_dim,
@@ -174,10 +185,10 @@ pub fn contributions(graph: &Graph, batch: u64) -> Vec<NodeContribution> {
                 } => {
                     let t = tokens(*embed_dim);
                     c.intermediate_tensors = vec![
-                        t * num_heads * head_dim,
-                        t * num_kv_heads * head_dim,
-                        t * num_kv_heads * head_dim,
-                        t * num_heads * head_dim,
+                        prod(&[t, *num_heads, *head_dim]),
+                        prod(&[t, *num_kv_heads, *head_dim]),
+                        prod(&[t, *num_kv_heads, *head_dim]),
+                        prod(&[t, *num_heads, *head_dim]),
                     ];
                 }
                 Op::MlaAttention {
@@ -192,13 +203,13 @@ pub fn contributions(graph: &Graph, batch: u64) -> Vec<NodeContribution> {
                 } => {
                     let t = tokens(*embed_dim);
                     if *q_lora_rank > 0 {
-                        c.intermediate_tensors.push(t * q_lora_rank);
+                        c.intermediate_tensors.push(prod(&[t, *q_lora_rank]));
                     }
                     c.intermediate_tensors.extend([
-                        t * h * (qk_nope_head_dim + qk_rope_head_dim),
-                        t * (kv_lora_rank + qk_rope_head_dim),
-                        t * h * (qk_nope_head_dim + v_head_dim),
-                        t * h * v_head_dim,
+                        prod(&[t, *h, qk_nope_head_dim.saturating_add(*qk_rope_head_dim)]),
+                        prod(&[t, kv_lora_rank.saturating_add(*qk_rope_head_dim)]),
+                        prod(&[t, *h, qk_nope_head_dim.saturating_add(*v_head_dim)]),
+                        prod(&[t, *h, *v_head_dim]),
                     ]);
                 }
                 Op::Moe {
@@ -210,21 +221,25 @@ pub fn contributions(graph: &Graph, batch: u64) -> Vec<NodeContribution> {
                     let t = tokens(*dim);
                     // Router logits; per routed token: w1 and w3 outputs, w2 output.
                     c.intermediate_tensors = vec![
-                        t * num_experts,
-                        t * top_k * hidden,
-                        t * top_k * hidden,
-                        t * top_k * dim,
+                        prod(&[t, *num_experts]),
+                        prod(&[t, *top_k, *hidden]),
+                        prod(&[t, *top_k, *hidden]),
+                        prod(&[t, *top_k, *dim]),
                     ];
                     less_output = true;
                 }
                 Op::Lstm(r) | Op::Gru(r) => {
                     let gates = if matches!(node.op, Op::Lstm(_)) { 4 } else { 3 };
                     let steps = tokens(r.input_size);
-                    c.gate_elements = steps * gates * r.hidden_size * r.directions() * r.num_layers;
+                    c.gate_elements =
+                        prod(&[steps, gates, r.hidden_size, r.directions(), r.num_layers]);
                 }
                 _ => {}
             }
-            let internal: u64 = c.intermediate_tensors.iter().sum();
+            let internal = c
+                .intermediate_tensors
+                .iter()
+                .fold(0u64, |a, v| a.saturating_add(*v));
             c.intermediate_elements = if less_output {
                 internal.saturating_sub(out)
             } else {
@@ -239,15 +254,16 @@ pub fn contributions(graph: &Graph, batch: u64) -> Vec<NodeContribution> {
 pub fn features(graph: &Graph, batch: u64, precision: Precision) -> Features {
     let ab = precision.activation_bytes();
     let mut f = Features {
-        model_state: 16 * graph.parameters(),
+        model_state: graph.parameters().saturating_mul(16),
         ..Default::default()
     };
     let mut largest = 0u64;
     for c in contributions(graph, batch) {
-        f.layer_outputs += c.layer_output_elements * ab;
-        f.intermediates += c.intermediate_elements * ab;
-        f.attention_scores += c.score_elements * ab;
-        f.recurrent_gates += c.gate_elements * ab;
+        let add = |acc: &mut u64, elements: u64| *acc = acc.saturating_add(prod(&[elements, ab]));
+        add(&mut f.layer_outputs, c.layer_output_elements);
+        add(&mut f.intermediates, c.intermediate_elements);
+        add(&mut f.attention_scores, c.score_elements);
+        add(&mut f.recurrent_gates, c.gate_elements);
         let biggest_activation = c
             .intermediate_tensors
             .iter()
@@ -256,8 +272,8 @@ pub fn features(graph: &Graph, batch: u64, precision: Precision) -> Features {
             .max()
             .unwrap_or(0);
         largest = largest
-            .max(biggest_activation * ab)
-            .max(c.largest_parameter_elements * 4);
+            .max(biggest_activation.saturating_mul(ab))
+            .max(c.largest_parameter_elements.saturating_mul(4));
     }
     f.largest_tensor = largest;
     f

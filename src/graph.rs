@@ -403,6 +403,22 @@ impl Graph {
             }
         }
 
+        // Sizes saturate rather than overflow; a saturated parameter count means absurd sizes.
+        let mut total = 0u64;
+        for node in &nodes {
+            let p = node.op.parameters();
+            match total.checked_add(p) {
+                Some(t) if p != u64::MAX && t != u64::MAX => total = t,
+                _ => {
+                    return Err(Error::node(
+                        path,
+                        &node.id,
+                        "the graph's parameter count overflows 64 bits here; check this node's sizes and its input shapes",
+                    ))
+                }
+            }
+        }
+
         match nodes.iter().find(|m| m.id == file.loss) {
             None => {
                 return Err(Error::field(
@@ -442,7 +458,10 @@ impl Graph {
 
     /// Trainable parameters, a tied weight counted once.
     pub fn parameters(&self) -> u64 {
-        self.nodes.iter().map(|n| n.op.parameters()).sum()
+        self.nodes
+            .iter()
+            .map(|n| n.op.parameters())
+            .fold(0u64, u64::saturating_add)
     }
 
     /// False when no input has a batch axis: the graph loads, but is flagged "no batch axis".

@@ -328,6 +328,20 @@ fn positive(key: &str, v: &Value) -> Result<u64, String> {
     }
 }
 
+/// The most experts or recurrent layers one node may have: each gets its own parameter tensors,
+/// so a larger count is a typo (and would take unbounded memory to enumerate).
+pub const MAX_REPEATS: u64 = 1 << 16;
+
+fn at_most(key: &str, n: u64, max: u64) -> Result<u64, String> {
+    if n <= max {
+        Ok(n)
+    } else {
+        Err(format!(
+            "attribute `{key}` must be at most {max}, found {n}; check the value"
+        ))
+    }
+}
+
 fn conv(a: &mut Attrs) -> Result<Conv, String> {
     let c = Conv {
         in_channels: a.size("in_channels")?,
@@ -360,7 +374,7 @@ fn rnn(a: &mut Attrs) -> Result<Rnn, String> {
     Ok(Rnn {
         input_size: a.size("input_size")?,
         hidden_size: a.size("hidden_size")?,
-        num_layers: a.size_or("num_layers", 1)?,
+        num_layers: at_most("num_layers", a.size_or("num_layers", 1)?, MAX_REPEATS)?,
         bidirectional: a.flag_or("bidirectional", false)?,
     })
 }
@@ -554,7 +568,7 @@ impl Op {
                 causal: a.flag_or("causal", true)?,
             },
             "moe" => {
-                let num_experts = a.size("num_experts")?;
+                let num_experts = at_most("num_experts", a.size("num_experts")?, MAX_REPEATS)?;
                 let top_k = a.size("top_k")?;
                 if top_k > num_experts {
                     return Err(format!(
@@ -751,8 +765,8 @@ impl Op {
                 bias,
                 ..
             } => {
-                let q = num_heads * head_dim;
-                let kv = num_kv_heads * head_dim;
+                let q = num_heads.saturating_mul(*head_dim);
+                let kv = num_kv_heads.saturating_mul(*head_dim);
                 for (o, i) in [(q, *d), (kv, *d), (kv, *d), (*d, q)] {
                     p.push(vec![o, i]);
                     if *bias {
@@ -770,18 +784,22 @@ impl Op {
                 v_head_dim,
                 ..
             } => {
-                let qk = qk_nope_head_dim + qk_rope_head_dim;
+                let qk = qk_nope_head_dim.saturating_add(*qk_rope_head_dim);
+                let hqk = h.saturating_mul(qk);
                 if *q_lora_rank > 0 {
                     p.push(vec![*q_lora_rank, *d]);
                     p.push(vec![*q_lora_rank]);
-                    p.push(vec![h * qk, *q_lora_rank]);
+                    p.push(vec![hqk, *q_lora_rank]);
                 } else {
-                    p.push(vec![h * qk, *d]);
+                    p.push(vec![hqk, *d]);
                 }
-                p.push(vec![kv_lora_rank + qk_rope_head_dim, *d]);
+                p.push(vec![kv_lora_rank.saturating_add(*qk_rope_head_dim), *d]);
                 p.push(vec![*kv_lora_rank]);
-                p.push(vec![h * (qk_nope_head_dim + v_head_dim), *kv_lora_rank]);
-                p.push(vec![*d, h * v_head_dim]);
+                p.push(vec![
+                    h.saturating_mul(qk_nope_head_dim.saturating_add(*v_head_dim)),
+                    *kv_lora_rank,
+                ]);
+                p.push(vec![*d, h.saturating_mul(*v_head_dim)]);
             }
             Op::Moe {
                 dim,
@@ -803,13 +821,14 @@ impl Op {
                     let input = if layer == 0 {
                         r.input_size
                     } else {
-                        h * r.directions()
+                        h.saturating_mul(r.directions())
                     };
+                    let gh = h.saturating_mul(gates);
                     for _ in 0..r.directions() {
-                        p.push(vec![gates * h, input]);
-                        p.push(vec![gates * h, h]);
-                        p.push(vec![gates * h]);
-                        p.push(vec![gates * h]);
+                        p.push(vec![gh, input]);
+                        p.push(vec![gh, h]);
+                        p.push(vec![gh]);
+                        p.push(vec![gh]);
                     }
                 }
             }
@@ -824,8 +843,8 @@ impl Op {
     pub fn parameters(&self) -> u64 {
         self.parameter_tensors()
             .iter()
-            .map(|s| s.iter().product::<u64>())
-            .sum()
+            .map(|s| s.iter().fold(1u64, |a, v| a.saturating_mul(*v)))
+            .fold(0u64, u64::saturating_add)
     }
 
     /// Buffers torch registers for the op, as (elements, bytes per element). Batch norm keeps
@@ -890,7 +909,7 @@ impl Op {
         };
         let spatial = |len: Dim, k: u64, s: u64, p: u64| -> Result<Dim, String> {
             let len = fixed(len, "a spatial dimension")?;
-            let padded = len + 2 * p;
+            let padded = len.saturating_add(p.saturating_mul(2));
             if padded < k {
                 return Err(format!(
                     "kernel {k} is larger than the padded input {padded} in shape {x}"
@@ -929,14 +948,17 @@ impl Op {
                 out.0[1] = Dim::fixed(c.out_channels);
                 for i in 2..4 {
                     let len = fixed(x.0[i], "a spatial dimension")?;
-                    let full = (len - 1) * c.stride + c.kernel_size + c.output_padding;
-                    if full <= 2 * c.padding {
+                    let full = (len - 1)
+                        .saturating_mul(c.stride)
+                        .saturating_add(c.kernel_size)
+                        .saturating_add(c.output_padding);
+                    if full <= c.padding.saturating_mul(2) {
                         return Err(format!(
                             "padding {} leaves no output for shape {x}",
                             c.padding
                         ));
                     }
-                    out.0[i] = Dim::fixed(full - 2 * c.padding);
+                    out.0[i] = Dim::fixed(full - c.padding.saturating_mul(2));
                 }
             }
             Op::BatchNorm { num_features: c } => {
@@ -1107,7 +1129,7 @@ impl Op {
             Op::Lstm(r) | Op::Gru(r) => {
                 expect_rank(&[3])?;
                 expect_last(r.input_size, "input_size")?;
-                out.0[2] = Dim::fixed(r.hidden_size * r.directions());
+                out.0[2] = Dim::fixed(r.hidden_size.saturating_mul(r.directions()));
             }
             Op::LearnedPosition { num_positions, dim } => {
                 expect_rank(&[3])?;

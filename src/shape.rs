@@ -37,14 +37,14 @@ impl Dim {
     pub fn times(self, other: Dim) -> Dim {
         Dim {
             coef: self.coef.saturating_mul(other.coef),
-            pow: self.pow + other.pow,
+            pow: self.pow.saturating_add(other.pow),
         }
     }
 
     /// Sum of two dimensions of the same kind (both fixed, or both the same power of `B`).
     pub fn plus(self, other: Dim) -> Option<Dim> {
         (self.pow == other.pow).then(|| Dim {
-            coef: self.coef + other.coef,
+            coef: self.coef.saturating_add(other.coef),
             pow: self.pow,
         })
     }

@@ -191,6 +191,16 @@ fn join(
                 .map(|t| t.total_bytes),
         )
     });
+    if features.as_array().contains(&u64::MAX) {
+        return Err(field(
+            path,
+            "batch",
+            format!(
+                "at batch {} graph `{}` needs more than 2^64 bytes (its features overflow); check the batch",
+                row.batch, row.graph.name
+            ),
+        ));
+    }
     Ok(Row {
         file: rel,
         file_sha256,
