@@ -98,6 +98,12 @@ pub struct FactorsFile {
 impl FactorsFile {
     /// Reads and checks the factors file.
     pub fn load(path: &Path) -> Result<FactorsFile> {
+        if !path.exists() {
+            return Err(Error::Invalid(format!(
+                "{}: no such file; a data folder needs its factors.json (start from a copy of data/factors.json)",
+                path.display()
+            )));
+        }
         let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
             path: path.to_path_buf(),
             source,
@@ -107,10 +113,9 @@ impl FactorsFile {
 
     /// Parses and checks factors JSON; `path` is used in messages.
     pub fn parse(text: &str, path: &Path) -> Result<FactorsFile> {
-        let f: FactorsFile = serde_json::from_str(text).map_err(|e| Error::Parse {
-            path: path.to_path_buf(),
-            what: "factors JSON",
-            message: e.to_string(),
+        let de = &mut serde_json::Deserializer::from_str(text);
+        let f: FactorsFile = serde_path_to_error::deserialize(de).map_err(|e| {
+            crate::graph::json_error(path, "factors JSON", "data/factors.json", text, e)
         })?;
         if f.format != FACTORS_FORMAT {
             return Err(Error::field(

@@ -118,6 +118,64 @@ pub struct Graph {
     pub path: Option<PathBuf>,
 }
 
+/// Turns a JSON error into one that names the file and the field (dotted path) and says what to
+/// do: a file that is not complete JSON is a [`Error::Parse`]; a wrong, missing or unknown field
+/// is an [`Error::Field`]. `doc` is the format's documentation, named in the hint.
+pub(crate) fn json_error(
+    path: &Path,
+    what: &'static str,
+    doc: &str,
+    text: &str,
+    e: serde_path_to_error::Error<serde_json::Error>,
+) -> Error {
+    use serde_json::error::Category;
+    let at = e.path().to_string();
+    let inner = e.into_inner();
+    let msg = inner.to_string();
+    // serde_json reports some type errors (a bool where an enum's string goes) as syntax errors;
+    // the file is really malformed only if it is not JSON at all.
+    let not_json = serde_json::from_str::<serde::de::IgnoredAny>(text).is_err();
+    if not_json
+        && matches!(
+            inner.classify(),
+            Category::Syntax | Category::Eof | Category::Io
+        )
+    {
+        let message = if text.trim().is_empty() {
+            format!("the file is empty; write it in the format of {doc}, or delete it")
+        } else {
+            format!("{msg}; the file is cut short or not JSON: fix it ({doc}), or delete it")
+        };
+        return Error::Parse {
+            path: path.to_path_buf(),
+            what,
+            message,
+        };
+    }
+    // serde reports a missing field at its parent; name the field itself.
+    let missing = msg
+        .strip_prefix("missing field `")
+        .and_then(|rest| rest.split('`').next());
+    let field = match missing {
+        Some(m) if at == "." || at.is_empty() => m.to_string(),
+        Some(m) => format!("{at}.{m}"),
+        None if at.is_empty() => ".".into(),
+        None => at,
+    };
+    let hint = if missing.is_some() {
+        format!("add it ({doc} lists every field)")
+    } else if msg.starts_with("unknown field") {
+        "remove it or fix its spelling".to_string()
+    } else {
+        format!("{doc} gives every field's type")
+    };
+    Error::Field {
+        path: path.to_path_buf(),
+        field,
+        message: format!("{msg}; {hint}"),
+    }
+}
+
 /// SHA-256 of bytes, lower-case hex.
 pub fn sha256_hex(bytes: &[u8]) -> String {
     let digest = Sha256::digest(bytes);
@@ -127,6 +185,12 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 impl Graph {
     /// Reads, parses and checks a graph file.
     pub fn load(path: &Path) -> Result<Graph> {
+        if path.is_dir() {
+            return Err(Error::Invalid(format!(
+                "{}: is a directory where a graph file is expected; remove or rename it",
+                path.display()
+            )));
+        }
         let bytes = std::fs::read(path).map_err(|source| Error::Io {
             path: path.to_path_buf(),
             source,
@@ -143,11 +207,9 @@ impl Graph {
             what: "graph",
             message: format!("not UTF-8 text ({e})"),
         })?;
-        let file: GraphFile = serde_json::from_str(text).map_err(|e| Error::Parse {
-            path: path.to_path_buf(),
-            what: "graph JSON",
-            message: e.to_string(),
-        })?;
+        let de = &mut serde_json::Deserializer::from_str(text);
+        let file: GraphFile = serde_path_to_error::deserialize(de)
+            .map_err(|e| json_error(path, "graph JSON", "docs/graph-format.md", text, e))?;
         let mut g = Graph::check(&file, path)?;
         g.sha256 = sha256_hex(bytes);
         Ok(g)
@@ -184,11 +246,15 @@ impl Graph {
                     FileDim::Size(n) if *n > 0 => Dim::fixed(*n),
                     FileDim::Symbol(s) if s == "B" => Dim::batch(),
                     other => {
+                        let found = match other {
+                            FileDim::Size(n) => n.to_string(),
+                            FileDim::Symbol(s) => format!("\"{s}\""),
+                        };
                         return Err(Error::field(
                             path,
                             &format!("{field}.shape"),
-                            format!("entries must be \"B\" or a positive integer, found {other:?}"),
-                        ))
+                            format!("entries must be \"B\" or a positive integer, found {found}"),
+                        ));
                     }
                 });
             }

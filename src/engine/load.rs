@@ -46,24 +46,8 @@ pub fn parse_row(bytes: &[u8], path: &Path) -> Result<RunRow> {
         message: format!("not UTF-8 text ({e})"),
     })?;
     let de = &mut serde_json::Deserializer::from_str(text);
-    let row: RunRow = serde_path_to_error::deserialize(de).map_err(|e| {
-        let at = e.path().to_string();
-        let inner = e.into_inner();
-        let msg = inner.to_string();
-        // serde reports a missing field at its parent; name the field itself.
-        let name = msg
-            .strip_prefix("missing field `")
-            .and_then(|rest| rest.split('`').next())
-            .map(|m| {
-                if at == "." || at.is_empty() {
-                    m.to_string()
-                } else {
-                    format!("{at}.{m}")
-                }
-            });
-        let f = name.unwrap_or_else(|| if at.is_empty() { ".".into() } else { at });
-        field(path, &f, msg)
-    })?;
+    let row: RunRow = serde_path_to_error::deserialize(de)
+        .map_err(|e| graph::json_error(path, "run row JSON", "docs/run-format.md", text, e))?;
     if row.format != RUN_FORMAT {
         return Err(field(
             path,
@@ -175,7 +159,7 @@ fn join(
             path,
             "graph.name",
             format!(
-                "names graph `{}`, which is not in data/graphs/ (no {}.json)",
+                "names graph `{}`, which is not in the data folder's graphs/ (no graphs/{}.json); add the graph or fix the name",
                 row.graph.name, row.graph.name
             ),
         ));
