@@ -55,8 +55,33 @@ pub(crate) fn tick_label(v: f64) -> String {
     }
 }
 
+/// A log axis's tick label: only 1, 2 and 5 times a power of ten are labelled, so a dense
+/// axis stays legible; other ticks keep their mark and lose their text.
+pub(crate) fn log_tick_label(v: f64) -> String {
+    if !(v.is_finite() && v > 0.0) {
+        return String::new();
+    }
+    let mantissa = v / 10f64.powf(v.log10().floor());
+    if [1.0, 2.0, 5.0, 10.0]
+        .iter()
+        .any(|m| (mantissa - m).abs() < 1e-6 * m)
+    {
+        tick_label(v)
+    } else {
+        String::new()
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn log_ticks_skip_crowded_values() {
+        assert_eq!(super::log_tick_label(0.5), "0.5");
+        assert_eq!(super::log_tick_label(20.0), "20");
+        assert_eq!(super::log_tick_label(0.7), "");
+        assert_eq!(super::log_tick_label(3.0), "");
+    }
+
     #[test]
     fn tick_labels_are_short() {
         assert_eq!(super::tick_label(250.0), "250");
