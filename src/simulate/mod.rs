@@ -16,9 +16,9 @@
 pub mod render;
 pub mod rules;
 
+use crate::features::Precision;
 use crate::graph::Graph;
 use crate::ops::Op;
-use crate::features::Precision;
 use rules::{Backend, Grad, Output, Saved};
 use serde::Serialize;
 use std::collections::HashMap;
@@ -471,7 +471,7 @@ impl<'a> Sim<'a> {
                 self.mem.alloc(2 * num_features * 4, Kind::Parameters);
             }
         }
-                for p in &self.params {
+        for p in &self.params {
             let t = self.mem.alloc(p.init_transient, Kind::Transients);
             self.mem.alloc(p.bytes, Kind::Parameters);
             let high = self.rec.high(&p.label, &self.mem);
@@ -574,6 +574,9 @@ impl<'a> Sim<'a> {
                 })
             };
             let autograd = self.requires_grad[k] && self.reaches_loss[k];
+            let early = rule
+                .forward_peak
+                .map_or(0, |extra| self.rec.high_plus(&node.id, &self.mem, extra));
             let mut transients = Vec::new();
             // The output.
             let (out_buf, out_contig) = match rule.output {
@@ -643,7 +646,7 @@ impl<'a> Sim<'a> {
                     }
                 }
             }
-            let high = self.rec.high(&node.id, &self.mem);
+            let high = self.rec.high(&node.id, &self.mem).max(early);
             for t in transients {
                 self.mem.release(t);
             }
@@ -719,17 +722,22 @@ impl<'a> Sim<'a> {
             let mut transients = Vec::new();
             let mut early_high = 0;
             let mut done_params = Vec::new();
-            if let Some((peak_extra, early)) = &rule.backward_peak {
+            if let Some(peak) = &rule.backward_peak {
+                let peak_extra = if self.mem.bufs[g_out].refs > 1 {
+                    peak.held
+                } else {
+                    peak.freed
+                };
                 // A compound op: its inner peak, with the gradients of the parameters used last
                 // in forward already made; then what it saved and its incoming gradient go.
                 let mut t = Vec::new();
-                for &i in early {
+                for &i in &peak.params {
                     if let Some(&p) = self.node_params[k].get(i) {
                         t.extend(self.param_grad(p, grads));
                         done_params.push(p);
                     }
                 }
-                early_high = self.rec.high_plus(&node.id, &self.mem, *peak_extra);
+                early_high = self.rec.high_plus(&node.id, &self.mem, peak_extra);
                 for b in t {
                     self.mem.release(b);
                 }

@@ -107,6 +107,21 @@ pub enum Grad {
     None,
 }
 
+/// The backward's highest point of a compound op, in bytes over the level before its backward
+/// (which holds the incoming gradient and everything the op saved).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackwardPeak {
+    /// When the incoming gradient is freed once the op's last inner node (its output
+    /// projection) has used it.
+    pub freed: u64,
+    /// When the incoming gradient is still held elsewhere (a residual `add` handed the same
+    /// buffer to both its inputs), so it stays alive through the op's backward.
+    pub held: u64,
+    /// The op's parameter tensors (indices into `parameter_tensors()`) whose gradients exist
+    /// by then (those used last in forward).
+    pub params: Vec<usize>,
+}
+
 /// The rule for one node at one batch.
 #[derive(Debug, Clone, PartialEq)]
 pub struct OpRule {
@@ -124,7 +139,10 @@ pub struct OpRule {
     /// gradient and everything the op saved), and the parameter tensors (indices into the op's
     /// `parameter_tensors()`) whose gradients exist by then. The engine then frees what the op
     /// saved and its incoming gradient before it allocates the input's gradient.
-    pub backward_peak: Option<(u64, Vec<usize>)>,
+    pub backward_peak: Option<BackwardPeak>,
+    /// For a compound op whose inner temporaries peak before all its saved tensors exist: the
+    /// forward's highest point in bytes over the level before it.
+    pub forward_peak: Option<u64>,
     /// Added to `backward_transient` when input 0's gradient is computed (not for a first
     /// layer, whose input is data).
     pub input_grad_transient: u64,
@@ -147,6 +165,7 @@ impl OpRule {
             backward_transient: 0,
             input_grad_transient: 0,
             backward_peak: None,
+            forward_peak: None,
             grads,
             needs_contiguous_input: false,
             source,
@@ -243,14 +262,16 @@ pub fn rule(graph: &Graph, node: &Node, batch: u64, backend: Backend) -> OpRule 
         Op::Embedding { .. } => OpRule::new(Output::New(y), vec![], vec![Grad::None], Measured)
             .note("saves the (int64) indices, which are a graph input; backward builds a full table-size gradient"),
         Op::Conv1d(_) | Op::Conv2d(_) | Op::ConvTranspose2d(_) => {
-            let w: u64 = node.op.parameter_tensors().first().map_or(0, |t| t.iter().product::<u64>() * 4);
-            let transposed = matches!(node.op, Op::ConvTranspose2d(_));
-            let mut r = OpRule::new(Output::New(y), vec![Input(0)], one, Measured)
+            let w: u64 = node
+                .op
+                .parameter_tensors()
+                .first()
+                .map_or(0, |t| t.iter().product::<u64>() * 4);
+            OpRule::new(Output::New(y), vec![Input(0)], one, Measured)
                 .contiguous_input()
-                .bwd(x + y)
-                .note("saves its input; backward holds input- and output-sized scratch (oneDNN reorders), plus a weight-sized one when it computes the input's gradient (conv, not conv_transpose); ~10-20 KB of fixed scratch not counted");
-            r.input_grad_transient = if transposed { 0 } else { w };
-            r
+                .fwd(x + w)
+                .bwd((x + y).max(w))
+                .note("saves its input; oneDNN holds input- and weight-sized reorders in forward, and the larger of input+output and the weight in backward (10-30 KB of fixed scratch on small convs not counted)")
         }
         Op::BatchNorm { num_features } => OpRule::new(
             Output::New(y),
@@ -400,12 +421,13 @@ pub fn rule(graph: &Graph, node: &Node, batch: u64, backend: Backend) -> OpRule 
             // backward formulas, checked against runs): out_proj (+ its input's gradient),
             // attn @ v (+ a copy of the gradient, the weights' and v's gradients, less the
             // context and incoming gradient already freed), softmax (+ the scores' gradient).
-            let extra = aq.max(sc + ak - aq.min(sc + ak)).max((2 * sc).saturating_sub(2 * aq));
+            let freed = aq.max((sc + ak).saturating_sub(aq)).max((2 * sc).saturating_sub(2 * aq));
+            let held = aq.max(sc + ak).max((2 * sc).saturating_sub(aq));
             let o_proj = if *bias { vec![6, 7] } else { vec![3] };
             let mut r = OpRule::new(Output::New(aq), saved, grads, Measured)
                 .fwd(fwd)
                 .note("eager attention as the harness runs it: saves input, q, k, v copies, B x H x Tq x Tk weights and the context; forward also holds q*scale, k, v projections, raw scores and the attention output until it returns; backward peaks at attn @ v or softmax");
-            r.backward_peak = Some((extra, o_proj));
+            r.backward_peak = Some(BackwardPeak { freed, held, params: o_proj });
             r
         }
         Op::GqaAttention { embed_dim, num_heads, num_kv_heads, head_dim, bias, .. } => {
@@ -426,50 +448,86 @@ pub fn rule(graph: &Graph, node: &Node, batch: u64, backend: Backend) -> OpRule 
             let fwd = if repeated { 2 * kv } else { 0 };
             // Backward: out_proj (+ the context's gradient), then flash sdpa backward (+ q, k, v
             // gradients while the context's gradient is alive, less the incoming gradient).
-            let extra = q.max((2 * q + ks + vs).saturating_sub(y));
+            let freed = q.max((2 * q + ks + vs).saturating_sub(y));
+            let held = q.max(2 * q + ks + vs);
             let o_proj = if *bias { vec![6, 7] } else { vec![3] };
             let mut r = OpRule::new(Output::New(y), saved, one, Measured)
                 .fwd(fwd)
                 .note("q, k, v projections, k/v repeated to all heads, CPU flash sdpa: saves q, k, v, the output and B x H x T logsumexp; backward peaks in sdpa's backward (~32 KB of per-thread scratch not counted)");
-            r.backward_peak = Some((extra, o_proj));
+            r.backward_peak = Some(BackwardPeak { freed, held, params: o_proj });
             r
         }
         Op::MlaAttention {
             embed_dim,
             num_heads: h,
-            q_lora_rank,
-            kv_lora_rank,
+            q_lora_rank: qr,
+            kv_lora_rank: kvr,
             qk_nope_head_dim: nope,
             qk_rope_head_dim: rope,
-            v_head_dim,
-            ..
+            v_head_dim: v,
+            causal,
         } => {
+            // Per token, in elements; `rows` is one element (an rms rstd).
             let t = s.rows(*embed_dim);
-            let q = t * h * (nope + rope) * e;
-            let kva = t * (kv_lora_rank + rope) * e;
-            let c = t * kv_lora_rank * e;
-            let kvb = t * h * (nope + v_head_dim) * e;
-            let out = t * h * v_head_dim * e;
-            let lse = s.dim(0) * h * s.dim(1) * 4;
-            let rows = t * 4;
-            let mut saved = vec![Input(0)];
-            if *q_lora_rank > 0 {
-                let r = t * q_lora_rank * e;
-                saved.push(Internal { what: "q_a output, its rms normalisation and rms output", bytes: 3 * r + rows });
-            }
-            saved.extend([
-                Internal { what: "q", bytes: q },
-                Internal { what: "kv_a output", bytes: kva },
-                Internal { what: "kv rms normalisation and output", bytes: 2 * c + rows },
-                Internal { what: "kv_b output (v is a view of it)", bytes: kvb },
-                Internal { what: "k (cat of nope and rope parts)", bytes: q },
-                Internal { what: "sdpa output", bytes: out },
-                Internal { what: "logsumexp", bytes: lse },
-            ]);
-            OpRule::new(Output::New(y), saved, one, Assumed)
-                .fwd(c)
-                .bwd(2 * q + kvb)
-                .note("low-rank q and kv projections with rms norms, CPU flash sdpa; saves every projection output, the normalisations, k, the output and logsumexp")
+            let d = *embed_dim;
+            let hq = h * (nope + rope);
+            let hv = h * v;
+            let hkv = h * (nope + v);
+            let q_path = if *qr > 0 { 3 * qr + 1 } else { 0 };
+            let kv_path = (kvr + rope) + 2 * kvr + 1;
+            // Level once q, k and v exist: the saved normalisations, q (qp), kv_b's output
+            // and k (the cat), all locals of the harness's forward until it returns.
+            let l0 = q_path + hq + kv_path + hkv + hq;
+            let bytes = |elements: u64| elements * t * e;
+            let o_proj = vec![node.op.parameter_tensors().len() - 1];
+            let mut saved = vec![
+                Input(0),
+                Internal { what: "q_a output, its rms normalisation, rstd and rms output", bytes: bytes(q_path) },
+                Internal { what: "kv_a output (its split is normalised), rms normalisation, rstd and output", bytes: bytes(kv_path) },
+            ];
+            let mut r = if hq != hv {
+                // CPU flash attention needs equal q/k and v head sizes: this runs sdpa's math
+                // path, which saves scaled q and k copies, the B x H x T x T probabilities and
+                // a v copy; the context is then copied for o_proj.
+                let sc = h * s.dim(1);
+                saved.extend([
+                    Internal { what: "scaled q and k (contiguous copies for bmm)", bytes: bytes(2 * hq) },
+                    Internal { what: "attention probabilities B x H x T x T", bytes: bytes(sc) },
+                    Internal { what: "v copy and context copy (o_proj input)", bytes: bytes(2 * hv) },
+                ]);
+                let mask = if *causal { s.dim(1) * s.dim(1) * 4 } else { 0 };
+                let fwd = (l0 + 4 * hq + sc)
+                    .max(l0 + 3 * hq + 2 * sc + sc / 4)
+                    .max(l0 + 2 * hq + sc + 3 * hv + d);
+                let freed = hv
+                    .max((sc + hv).saturating_sub(d))
+                    .max((2 * sc).saturating_sub(hv + d))
+                    .max((2 * hq).saturating_sub(hv + d));
+                let held = hv.max(sc + hv).max((2 * sc).saturating_sub(hv)).max((2 * hq).saturating_sub(hv));
+                let mut r = OpRule::new(Output::New(y), saved, one, Measured).note(
+                    "q and kv low-rank projections with rms norms; q/k and v head sizes differ, so sdpa runs its math path (saves q and k copies, the B x H x T x T probabilities, a v copy); backward peaks in softmax's backward",
+                );
+                r.forward_peak = Some(bytes(fwd) + mask);
+                r.backward_peak = Some(BackwardPeak { freed: bytes(freed), held: bytes(held), params: o_proj });
+                r
+            } else {
+                saved.extend([
+                    Internal { what: "q, kv_b output (v is a view of it), k", bytes: bytes(2 * hq + hkv) },
+                    Internal { what: "sdpa output (o_proj input) and logsumexp", bytes: bytes(hv + h) },
+                ]);
+                let mut r = OpRule::new(Output::New(y), saved, one, TorchSource).note(
+                    "q and kv low-rank projections with rms norms, CPU flash sdpa: saves every projection output, the normalisations, k, the output and logsumexp",
+                );
+                r.forward_peak = Some(bytes(l0 + hv + h + d));
+                r.backward_peak = Some(BackwardPeak {
+                    freed: bytes((2 * hv + 2 * hq).saturating_sub(d).max(hv)),
+                    held: bytes(2 * hv + 2 * hq),
+                    params: o_proj,
+                });
+                r
+            };
+            r.forward_transient = 0;
+            r
         }
         Op::Moe { dim, hidden, num_experts, top_k } => {
             let t = s.rows(*dim);
@@ -477,17 +535,22 @@ pub fn rule(graph: &Graph, node: &Node, batch: u64, backend: Backend) -> OpRule 
             let saved = vec![
                 Input(0),
                 Internal { what: "router softmax", bytes: t * num_experts * e },
-                Internal { what: "top-k values, renormalised values, indices", bytes: routed * (2 * e + 8) + t * e },
-                Internal { what: "routing positions (int64)", bytes: routed * 16 },
+                Internal { what: "top-k values (saved by the renormalising div), their sum, int64 indices", bytes: routed * (e + 8) + t * e },
+                Internal { what: "routing positions (int64 nonzero)", bytes: routed * 16 },
                 Internal { what: "expert inputs (gathered rows)", bytes: routed * dim * e },
                 Internal { what: "w1 output, silu output, w3 output, gated hidden", bytes: 4 * routed * hidden * e },
-                Internal { what: "w2 output and routing weight", bytes: routed * (dim + 1) * e },
+                Internal { what: "w2 output, routing weight, weighted output (index_add_ saves its source)", bytes: routed * (2 * dim + 1) * e },
             ];
+            // Experts run in reverse in backward; the first one's `w2 * weight` backward (its
+            // output's gathered gradient, the gradient of w2's output and a product temporary)
+            // is the highest point, with routing assumed uniform over the experts.
             let per_expert = routed.div_ceil(*num_experts);
-            OpRule::new(Output::New(y), saved, one, Assumed)
-                .fwd(t * num_experts * e + per_expert * dim * e)
-                .bwd(t * dim * e + per_expert * (dim + 3 * hidden) * e)
-                .note("router, top-k, SwiGLU experts on their routed tokens (uniform routing assumed): saves the gathered rows and every expert hidden state")
+            let mut r = OpRule::new(Output::New(y), saved, one, Measured)
+                .fwd(routed * e)
+                .note("router, top-k, SwiGLU experts on their routed tokens: saves the gathered rows, every expert hidden state and each expert's weighted output; forward also holds the renormalised top-k values; backward peaks in the first expert's backward (routing assumed uniform: the real split is random)");
+            let first = 3 * per_expert * dim * e;
+            r.backward_peak = Some(BackwardPeak { freed: first, held: first, params: vec![] });
+            r
         }
         Op::Lstm(r) | Op::Gru(r) => {
             let lstm = matches!(node.op, Op::Lstm(_));
