@@ -22,7 +22,7 @@ if [ -x scripts/ci-measurement.sh ]; then
 fi
 
 step "the committed site/ is what data/ produces"
-cargo run -q --release -- build --check
+cargo run -q -- build --check
 
 
 if [ -x scripts/browser-check.sh ] && [ -f site/index.html ]; then

@@ -50,6 +50,23 @@ enum Command {
         #[arg(long, default_value = "data/graphs")]
         out: PathBuf,
     },
+    /// Build the static calibration site from data/ into site/ (opens from disk, no server).
+    /// Every number comes from the engine; identical inputs give byte-identical files.
+    Build {
+        /// The data folder (factors.json, graphs/, runs/, prose/).
+        #[arg(long, default_value = "data")]
+        data: PathBuf,
+        /// The site folder.
+        #[arg(long, default_value = "site")]
+        out: PathBuf,
+        /// Do not write: rebuild in memory and fail (exit 1), naming the first differing file,
+        /// if the committed site differs from what the data produces.
+        #[arg(long)]
+        check: bool,
+        /// Also write each page's view model as JSON next to it (for debugging templates).
+        #[arg(long)]
+        debug_json: bool,
+    },
     /// Run the calibration engine on data/: load and account for every row, fit the factors,
     /// refit held out by architecture and by regime, compute every metric. Prints a summary and
     /// writes calibration.json (every number the site shows, with the row ids behind it).
@@ -181,6 +198,48 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 .with_context(|| format!("cannot create {}", out.display()))?;
             let written = memcal::zoo::write_all(&out)?;
             println!("wrote {} graphs to {}", written.len(), out.display());
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Build {
+            data,
+            out,
+            check,
+            debug_json,
+        } => {
+            if check {
+                return Ok(match memcal::report::check_site(&data, &out) {
+                    Ok(()) => {
+                        println!(
+                            "{} is current: it is exactly what {} produces",
+                            out.display(),
+                            data.display()
+                        );
+                        ExitCode::SUCCESS
+                    }
+                    Err(first) => {
+                        eprintln!(
+                            "error: {} is not current: {first}\nrebuild it with `memcal build` and commit it",
+                            out.display()
+                        );
+                        ExitCode::from(1)
+                    }
+                });
+            }
+            let started = std::time::Instant::now();
+            let summary = memcal::report::build_site(&data, &out, debug_json)?;
+            println!(
+                "built {}: {} pages, {} charts, {} rows, in {:.2} s{}",
+                out.display(),
+                summary.pages,
+                summary.charts,
+                summary.rows,
+                started.elapsed().as_secs_f64(),
+                if summary.removed.is_empty() {
+                    String::new()
+                } else {
+                    format!("; removed {} stale files", summary.removed.len())
+                }
+            );
             Ok(ExitCode::SUCCESS)
         }
         Command::Fit {
