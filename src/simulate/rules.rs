@@ -270,7 +270,9 @@ pub fn rule(graph: &Graph, node: &Node, batch: u64, backend: Backend) -> OpRule 
             OpRule::new(Output::New(y), vec![Input(0)], one, Measured)
                 .contiguous_input()
                 .fwd(x + w)
-                .bwd((x + y).max(w))
+                // conv1d runs as a 2-d conv on an unsqueezed weight: one more weight-sized
+                // buffer in backward (measured on stride-1 conv1d).
+                .bwd((x + y).max(w) + if matches!(node.op, Op::Conv1d(_)) { w } else { 0 })
                 .note("saves its input; oneDNN holds input- and weight-sized reorders in forward, and the larger of input+output and the weight in backward (10-30 KB of fixed scratch on small convs not counted)")
         }
         Op::BatchNorm { num_features } => OpRule::new(
@@ -566,8 +568,11 @@ pub fn rule(graph: &Graph, node: &Node, batch: u64, backend: Backend) -> OpRule 
             }
             let states = layers * dirs * b * h * e;
             if lstm {
-                // 15.75 x B x T x H x 4 bytes per layer and direction.
-                saved.push(Internal { what: "oneDNN workspace (15.5 BTH per layer)", bytes: layers * dirs * bth * 31 / 2 });
+                // 15.5 x B x T x H x 4 bytes per layer (measured, unidirectional, 1 and 2
+                // layers); a bidirectional layer holds 19.625 per direction (measured on one
+                // configuration: 2 layers, H = 128).
+                let per = if dirs > 1 { 157 } else { 124 };
+                saved.push(Internal { what: "oneDNN workspace (15.5 BTH per layer and direction; 19.6 bidirectional)", bytes: layers * dirs * bth * per / 8 });
                 saved.push(Internal { what: "zero initial state (h0 = c0)", bytes: states });
             } else {
                 let mut ws = layers * dirs * 7 * bth;
@@ -581,19 +586,33 @@ pub fn rule(graph: &Graph, node: &Node, batch: u64, backend: Backend) -> OpRule 
             // ~19 KB of fixed scratch not counted).
             let widest_input = if layers > 1 { r.input_size.max(h * dirs) } else { r.input_size };
             let w_hh = gates * h * (widest_input + h) * 4;
-            let (fwd, bwd) = if lstm {
+            let (fwd, bwd) = if lstm && dirs > 1 {
+                // Bidirectional: measured on one configuration (2 layers, H = 128).
+                (2 * states + bth * dirs + w_hh, bth * dirs * 13 / 8 + w_hh)
+            } else if lstm {
                 (2 * states + bth * dirs * 33 / 8 + w_hh, bth * dirs * 171 / 32 + w_hh)
             } else {
                 (states + bth * dirs * 3, bth * dirs / 2)
             };
-            let mut rule = OpRule::new(Output::New(y), saved, one, Measured)
-                .fwd(fwd)
-                .bwd(bwd)
+            let mut rule = OpRule::new(Output::New(y), saved, one, Measured).fwd(fwd);
+            if lstm && layers > 1 {
+                // Layers run backward last to first, each freeing its workspace when done: the
+                // peak is in the last layer's backward, with its input's gradient and its own
+                // weight gradients.
+                let per_layer = 4 * dirs as usize;
+                let last: Vec<usize> = ((layers as usize - 1) * per_layer..layers as usize * per_layer).collect();
+                let g = bwd + bth * dirs;
+                rule.backward_peak = Some(BackwardPeak { freed: g, held: g, params: last });
+            } else {
+                rule = rule.bwd(bwd);
+            }
+            let rule = rule
                 .note(if lstm {
                     "oneDNN LSTM: saves 15.5 x B x T x H float32 workspace per layer, its output and a time-major copy of its input; the output is a transposed (non-contiguous) view"
                 } else {
-                    "oneDNN GRU: saves 7 x B x T x H + B x T x E per layer, its output and a time-major copy of its input; the output is a transposed view"
+                    "GRU (torch's generic cell loop on CPU): saves 7 x B x T x H + B x T x E per layer, its output and a time-major copy of its input; the output is a transposed view; backward frees per-step tensors as it walks back, which is not modelled: its peak is over-estimated by up to ~30%"
                 });
+            let mut rule = rule;
             rule.output_contiguous = Some(false);
             rule
         }
