@@ -21,6 +21,7 @@
 #ifdef MEMCAL_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
+#include <ATen/Context.h>
 #include <ATen/detail/CUDAHooksInterface.h>
 #include <cuda_runtime_api.h>
 
@@ -217,6 +218,19 @@ int memcal_cuda_device_count() {
   }
 }
 
+// Initialises CUDA in torch (the caching allocator's per-device state exists only after it) and
+// makes `dev` the current device.
+int memcal_cuda_init(int dev, char* err, size_t err_len) {
+  try {
+    at::globalContext().lazyInitDevice(c10::DeviceType::CUDA);
+    c10::cuda::set_device(static_cast<c10::DeviceIndex>(dev));
+    return 0;
+  } catch (const std::exception& e) {
+    write_message(e.what(), err, err_len);
+    return 1;
+  }
+}
+
 // stats: allocated current, allocated peak, reserved current, reserved peak (AGGREGATE).
 int memcal_cuda_stats(int dev, uint64_t* out, char* err, size_t err_len) {
   try {
@@ -256,8 +270,8 @@ int memcal_cuda_set_fraction(int dev, double fraction, char* err, size_t err_len
 
 int memcal_cuda_synchronize(int dev, char* err, size_t err_len) {
   try {
+    c10::cuda::set_device(static_cast<c10::DeviceIndex>(dev));
     c10::cuda::device_synchronize();
-    (void)dev;
     return 0;
   } catch (const std::exception& e) {
     write_message(e.what(), err, err_len);

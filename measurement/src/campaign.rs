@@ -8,7 +8,7 @@ use memcal::run::{RunRow, RunStatus};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// A campaign plan.
 #[derive(Debug, Clone, Deserialize)]
@@ -155,7 +155,7 @@ fn child_exe(exe: &Path) -> PathBuf {
 }
 
 /// Runs one job in a child process.
-pub fn run_job(exe: &Path, job: &Job) -> JobResult {
+pub fn run_job(exe: &Path, job: &Job, timeout: Option<Duration>) -> JobResult {
     if job.output.exists() {
         return JobResult::Skipped;
     }
@@ -190,21 +190,57 @@ pub fn run_job(exe: &Path, job: &Job) -> JobResult {
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
-    let out = match cmd.output() {
-        Ok(o) => o,
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
         Err(e) => return JobResult::NoRow(format!("cannot start {}: {e}", exe.display())),
     };
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    // Read stderr on a thread so a chatty child never blocks on a full pipe.
+    let mut pipe = child.stderr.take().expect("stderr is piped");
+    let reader = std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut pipe, &mut buf);
+        buf
+    });
+    let started = Instant::now();
+    let mut timed_out = false;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(s)) => break Ok(s),
+            Ok(None) => {}
+            Err(e) => break Err(e),
+        }
+        if timeout.is_some_and(|t| started.elapsed() > t) {
+            timed_out = true;
+            let _ = child.kill();
+            break child.wait();
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    // After a timeout, a grandchild may still hold the pipe: do not wait for it.
+    let stderr_bytes = if timed_out {
+        Vec::new()
+    } else {
+        reader.join().unwrap_or_default()
+    };
+    let status = match status {
+        Ok(s) => s,
+        Err(e) => return JobResult::NoRow(format!("waiting for the child: {e}")),
+    };
+    let stderr = String::from_utf8_lossy(&stderr_bytes);
     let tail: String = stderr
         .lines()
         .filter(|l| !l.starts_with("memcal-overhead-seconds"))
         .collect::<Vec<_>>()
         .join(" | ");
-    let exit = match out.status.code() {
+    let exit = match status.code() {
+        _ if timed_out => format!(
+            "killed after the {}s run timeout",
+            timeout.unwrap_or_default().as_secs()
+        ),
         Some(c) => format!("exit status {c}"),
         None => {
             use std::os::unix::process::ExitStatusExt;
-            format!("killed by signal {}", out.status.signal().unwrap_or(0))
+            format!("killed by signal {}", status.signal().unwrap_or(0))
         }
     };
     if !job.output.exists() {
@@ -229,7 +265,7 @@ pub fn run_job(exe: &Path, job: &Job) -> JobResult {
 
 /// Runs a whole campaign with a progress bar; returns the exit status (1 if any run errored or
 /// wrote no row).
-pub fn run_campaign(plan: &Path, out: &Path) -> Result<i32, Exit> {
+pub fn run_campaign(plan: &Path, out: &Path, timeout: Option<Duration>) -> Result<i32, Exit> {
     let jobs = load_plan(plan, out)?;
     let exe = std::env::current_exe()
         .map_err(|e| Exit::usage(format!("cannot find my own executable: {e}")))?;
@@ -246,7 +282,7 @@ pub fn run_campaign(plan: &Path, out: &Path) -> Result<i32, Exit> {
     for (k, job) in jobs.iter().enumerate() {
         pb.set_message(job.label());
         let t = Instant::now();
-        let r = run_job(&exe, job);
+        let r = run_job(&exe, job, timeout);
         let line = match &r {
             JobResult::Skipped => {
                 skipped += 1;
@@ -289,4 +325,66 @@ pub fn run_campaign(plan: &Path, out: &Path) -> Result<i32, Exit> {
         eprintln!("  failed: {label}: {m}");
     }
     Ok(if failed.is_empty() { 0 } else { 1 })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(dir: &Path) -> Job {
+        Job {
+            graph: PathBuf::from("g.json"),
+            graph_name: "g".into(),
+            batch: 2,
+            cap_gib: Some(0.5),
+            device: "cpu".into(),
+            precision: None,
+            regime: None,
+            marker: None,
+            output: dir.join("g/b2-cap0.5.json"),
+        }
+    }
+
+    #[test]
+    fn a_child_that_writes_no_row_is_reported() {
+        let dir = tempfile::tempdir().unwrap();
+        let j = job(dir.path());
+        assert_eq!(j.label(), "g b2 cap0.5");
+        match run_job(Path::new("/bin/false"), &j, None) {
+            JobResult::NoRow(m) => assert!(m.contains("exit status 1"), "{m}"),
+            other => panic!("expected NoRow, got {other:?}"),
+        }
+        match run_job(Path::new("/nonexistent/memcal-measure"), &j, None) {
+            JobResult::NoRow(m) => assert!(m.contains("cannot start"), "{m}"),
+            other => panic!("expected NoRow, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_hung_child_is_killed_at_the_timeout() {
+        let dir = tempfile::tempdir().unwrap();
+        // A stand-in child that ignores its arguments and hangs.
+        let script = dir.path().join("hang.sh");
+        std::fs::write(&script, "#!/bin/sh\nexec sleep 30\n").unwrap();
+        std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        let t = Instant::now();
+        match run_job(&script, &job(dir.path()), Some(Duration::from_millis(300))) {
+            JobResult::NoRow(m) => assert!(m.contains("run timeout"), "{m}"),
+            other => panic!("expected NoRow, got {other:?}"),
+        }
+        assert!(t.elapsed() < Duration::from_secs(10));
+    }
+
+    #[test]
+    fn an_existing_row_is_skipped() {
+        let dir = tempfile::tempdir().unwrap();
+        let j = job(dir.path());
+        std::fs::create_dir_all(j.output.parent().unwrap()).unwrap();
+        std::fs::write(&j.output, "{}").unwrap();
+        assert_eq!(
+            run_job(Path::new("/bin/false"), &j, None),
+            JobResult::Skipped
+        );
+    }
 }

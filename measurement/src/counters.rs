@@ -19,6 +19,7 @@ extern "C" {
 #[cfg(feature = "cuda")]
 extern "C" {
     fn memcal_cuda_device_count() -> c_int;
+    fn memcal_cuda_init(dev: c_int, err: *mut c_char, err_len: usize) -> c_int;
     fn memcal_cuda_stats(dev: c_int, out: *mut u64, err: *mut c_char, err_len: usize) -> c_int;
     fn memcal_cuda_reset_peak(dev: c_int, err: *mut c_char, err_len: usize) -> c_int;
     fn memcal_cuda_set_fraction(
@@ -135,6 +136,17 @@ impl Backend {
         match self {
             Backend::Cpu => "cpu-counting-allocator",
             Backend::Cuda(_) => "cuda-caching-allocator",
+        }
+    }
+
+    /// Initialises the device in torch (CUDA: lazy init, current device); a no-op on CPU.
+    pub fn init(self) -> Result<(), String> {
+        match self {
+            Backend::Cpu => Ok(()),
+            #[cfg(feature = "cuda")]
+            Backend::Cuda(i) => call(|e, n| unsafe { memcal_cuda_init(i as c_int, e, n) }),
+            #[cfg(not(feature = "cuda"))]
+            Backend::Cuda(_) => Err(no_cuda()),
         }
     }
 

@@ -72,6 +72,9 @@ enum Cmd {
         /// Output folder: rows go to <out>/<graph>/b<batch>[-cap<GiB>].json.
         #[arg(long)]
         out: PathBuf,
+        /// Kill a run that takes longer than this many seconds (reported as failed, no row).
+        #[arg(long)]
+        run_timeout_s: Option<u64>,
     },
     /// Benchmark: the fixed overhead per run, from process start to the first phase, on CPU.
     BenchOverhead {
@@ -173,7 +176,15 @@ fn main() {
             marker,
             output,
         }),
-        Cmd::Campaign { plan, out } => campaign::run_campaign(&plan, &out),
+        Cmd::Campaign {
+            plan,
+            out,
+            run_timeout_s,
+        } => campaign::run_campaign(
+            &plan,
+            &out,
+            run_timeout_s.map(std::time::Duration::from_secs),
+        ),
         Cmd::BenchOverhead { graph, runs } => bench_overhead(graph, runs.max(1)),
     };
     match result {

@@ -105,6 +105,9 @@ pub fn environment(backend: Backend) -> Result<Environment, Exit> {
                     "cuda:{i}: no such CUDA device ({n} visible to torch)"
                 )));
             }
+            backend
+                .init()
+                .map_err(|e| Exit::usage(format!("cuda:{i}: {e}")))?;
             let p =
                 counters::cuda_properties(i).map_err(|e| Exit::usage(format!("cuda:{i}: {e}")))?;
             Ok(Environment {
