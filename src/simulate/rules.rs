@@ -575,10 +575,10 @@ pub fn rule(graph: &Graph, node: &Node, batch: u64, backend: Backend) -> OpRule 
                 saved.push(Internal { what: "oneDNN workspace (15.5 BTH per layer and direction; 19.6 bidirectional)", bytes: layers * dirs * bth * per / 8 });
                 saved.push(Internal { what: "zero initial state (h0 = c0)", bytes: states });
             } else {
-                let mut ws = layers * dirs * 7 * bth;
-                // B x T x E per layer (its input).
-                ws += (layers - 1) * bth * dirs;
-                saved.push(Internal { what: "oneDNN workspace (7 BTH per layer) and layer inputs", bytes: ws });
+                // Per layer and direction, the cell loop's per-step tensors: 7 x B x T x H; plus
+                // one B x T x H per inner layer (measured on two 2-layer bidirectional GRUs).
+                let ws = layers * dirs * 7 * bth + (layers - 1) * bth;
+                saved.push(Internal { what: "per-step gate tensors (7 BTH per layer and direction)", bytes: ws });
             }
             // The largest layer's weights (oneDNN reorders them in both passes).
             let gates = if lstm { 4 } else { 3 };
@@ -592,9 +592,24 @@ pub fn rule(graph: &Graph, node: &Node, batch: u64, backend: Backend) -> OpRule 
             } else if lstm {
                 (2 * states + bth * dirs * 33 / 8 + w_hh, bth * dirs * 171 / 32 + w_hh)
             } else {
-                (states + bth * dirs * 3, bth * dirs / 2)
+                {
+                    // The inner layers' extra B x T x H appears after the forward's peak and is
+                    // gone by the backward's (measured).
+                    let inner = (layers - 1) * bth;
+                    ((states + bth * dirs * 3).saturating_sub(inner), bth * dirs / 2)
+                }
             };
             let mut rule = OpRule::new(Output::New(y), saved, one, Measured).fwd(fwd);
+            if !lstm {
+                // GRU on CPU is torch's generic cell loop: backward walks the steps back,
+                // freeing each step's saved tensors, while W_hh's gradient accumulates over the
+                // steps (the running sum, a step's contribution and its transposed product:
+                // three W_hh-sized buffers). Measured: flat in B and T, 3 W_hh within 1-2%.
+                // Less the output's gradient, which the runs show is gone by then.
+                let w_hh = 3 * h * h * 4 * dirs;
+                let g = (3 * w_hh).saturating_sub(y + (layers - 1) * bth);
+                rule.backward_peak = Some(BackwardPeak { freed: g, held: g, params: vec![] });
+            }
             if lstm && layers > 1 {
                 // Layers run backward last to first, each freeing its workspace when done: the
                 // peak is in the last layer's backward, with its input's gradient and its own
@@ -610,7 +625,7 @@ pub fn rule(graph: &Graph, node: &Node, batch: u64, backend: Backend) -> OpRule 
                 .note(if lstm {
                     "oneDNN LSTM: saves 15.5 x B x T x H float32 workspace per layer, its output and a time-major copy of its input; the output is a transposed (non-contiguous) view"
                 } else {
-                    "GRU (torch's generic cell loop on CPU): saves 7 x B x T x H + B x T x E per layer, its output and a time-major copy of its input; the output is a transposed view; backward frees per-step tensors as it walks back, which is not modelled: its peak is over-estimated by up to ~30%"
+                    "GRU (torch's generic cell loop on CPU): saves 7 x B x T x H + B x T x E per layer, its output and a time-major copy of its input; the output is a transposed view; backward frees per-step tensors as it walks back in time while W_hh's gradient accumulates: its peak is three W_hh-sized buffers over the level before it"
                 });
             let mut rule = rule;
             rule.output_contiguous = Some(false);
