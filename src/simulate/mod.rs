@@ -708,17 +708,6 @@ impl<'a> Sim<'a> {
             };
             let node = &graph.nodes[k];
             let rule = self.rules[k].clone();
-            let input_grad = node
-                .inputs
-                .first()
-                .and_then(|n| self.index.get(n.as_str()))
-                .is_some_and(|&j| self.requires_grad[j])
-                && rule.grads.first() != Some(&Grad::None);
-            let extra = if input_grad {
-                rule.input_grad_transient
-            } else {
-                0
-            };
             let mut transients = Vec::new();
             let mut early_high = 0;
             let mut done_params = Vec::new();
@@ -745,10 +734,7 @@ impl<'a> Sim<'a> {
                     self.mem.release(b);
                 }
             } else {
-                transients.push(
-                    self.mem
-                        .alloc(rule.backward_transient + extra, Kind::Transients),
-                );
+                transients.push(self.mem.alloc(rule.backward_transient, Kind::Transients));
             }
             // Gradients for the inputs.
             let mut produced: Vec<(usize, BufId)> = Vec::new();

@@ -143,9 +143,6 @@ pub struct OpRule {
     /// For a compound op whose inner temporaries peak before all its saved tensors exist: the
     /// forward's highest point in bytes over the level before it.
     pub forward_peak: Option<u64>,
-    /// Added to `backward_transient` when input 0's gradient is computed (not for a first
-    /// layer, whose input is data).
-    pub input_grad_transient: u64,
     /// One entry per input.
     pub grads: Vec<Grad>,
     /// The op reads its input contiguously: a non-contiguous input costs a transient copy.
@@ -163,7 +160,6 @@ impl OpRule {
             saved,
             forward_transient: 0,
             backward_transient: 0,
-            input_grad_transient: 0,
             backward_peak: None,
             forward_peak: None,
             grads,
@@ -267,12 +263,25 @@ pub fn rule(graph: &Graph, node: &Node, batch: u64, backend: Backend) -> OpRule 
                 .parameter_tensors()
                 .first()
                 .map_or(0, |t| t.iter().product::<u64>() * 4);
+            // A conv with fewer than 8 output channels (a segmentation head) has its output
+            // padded to 16 channels by oneDNN: (16 / C - 1) more outputs in forward, 16 / C in
+            // backward (measured with C = 2).
+            let out_c = match &node.op {
+                Op::Conv1d(c) | Op::Conv2d(c) => c.out_channels,
+                Op::ConvTranspose2d(c) => c.out_channels,
+                _ => 16,
+            };
+            let (pad_fwd, pad_bwd) = if out_c < 8 {
+                (y * 16 / out_c - y, y * 16 / out_c)
+            } else {
+                (0, 0)
+            };
             OpRule::new(Output::New(y), vec![Input(0)], one, Measured)
                 .contiguous_input()
-                .fwd(x + w)
+                .fwd(x + w + pad_fwd)
                 // conv1d runs as a 2-d conv on an unsqueezed weight: one more weight-sized
                 // buffer in backward (measured on stride-1 conv1d).
-                .bwd((x + y).max(w) + if matches!(node.op, Op::Conv1d(_)) { w } else { 0 })
+                .bwd((x + y).max(w) + pad_bwd + if matches!(node.op, Op::Conv1d(_)) { w } else { 0 })
                 .note("saves its input; oneDNN holds input- and weight-sized reorders in forward, and the larger of input+output and the weight in backward (10-30 KB of fixed scratch on small convs not counted)")
         }
         Op::BatchNorm { num_features } => OpRule::new(
