@@ -1,6 +1,9 @@
 //! The calibration engine: the fit, its determinism, every bucket and exclusion reason, the
 //! quantile rule, the truth rule, and the loader's errors.
 
+// Features and factors are parallel arrays: indexing both by k reads best.
+#![allow(clippy::needless_range_loop)]
+
 use memcal::engine::{
     self, calibrate, nearest_rank, refit_factors_file, rows_sha256, summary_table, synthetic,
     truth, write_calibration_json, Bucket, Dataset, ExclusionReason, Method, Truth,
@@ -611,7 +614,8 @@ fn expect_field(err: Error, file: &Path, field: &str) {
 
 #[test]
 fn malformed_rows_name_the_file_and_the_field() {
-    let cases: Vec<(&str, Box<dyn Fn(&mut Value)>)> = vec![
+    type Edit = Box<dyn Fn(&mut Value)>;
+    let cases: Vec<(&str, Edit)> = vec![
         ("batch", Box::new(|v| v["batch"] = json!("four"))),
         (
             "peak.allocated_bytes",

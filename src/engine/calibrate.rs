@@ -10,8 +10,9 @@ use crate::plan::{self, Verdict};
 use crate::run::RunStatus;
 use serde::Serialize;
 use std::cmp::Ordering;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
+use std::sync::Arc;
 
 /// Relative error within which a prediction counts as "within 25%".
 pub const WITHIN: f64 = 0.25;
@@ -129,6 +130,103 @@ impl Method {
     }
 }
 
+/// A shared, cheaply cloned string (run ids, graph, family and regime names), serialised as a
+/// plain JSON string.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Name(pub Arc<str>);
+
+impl From<&str> for Name {
+    fn from(s: &str) -> Self {
+        Name(Arc::from(s))
+    }
+}
+
+impl Name {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<&Name> for String {
+    fn from(n: &Name) -> String {
+        n.0.to_string()
+    }
+}
+
+impl std::ops::Deref for Name {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl PartialEq<str> for Name {
+    fn eq(&self, other: &str) -> bool {
+        &*self.0 == other
+    }
+}
+
+impl PartialEq<&str> for Name {
+    fn eq(&self, other: &&str) -> bool {
+        &*self.0 == *other
+    }
+}
+
+impl std::fmt::Display for Name {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl Serialize for Name {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.0)
+    }
+}
+
+/// One value per method, serialised as a map from method name to value (present ones only).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct PerMethod<T>(pub [Option<T>; 6]);
+
+impl<T: Copy> PerMethod<T> {
+    pub fn get(&self, m: &Method) -> Option<&T> {
+        self.0[*m as usize].as_ref()
+    }
+    pub fn set(&mut self, m: Method, v: T) {
+        self.0[m as usize] = Some(v);
+    }
+    pub fn contains_key(&self, m: &Method) -> bool {
+        self.0[*m as usize].is_some()
+    }
+    /// Present entries in method order.
+    pub fn iter(&self) -> impl Iterator<Item = (Method, T)> + '_ {
+        Method::ALL
+            .iter()
+            .zip(self.0.iter())
+            .filter_map(|(m, v)| v.map(|v| (*m, v)))
+    }
+}
+
+impl<T: Copy> std::ops::Index<&Method> for PerMethod<T> {
+    type Output = T;
+    fn index(&self, m: &Method) -> &T {
+        self.0[*m as usize]
+            .as_ref()
+            .unwrap_or_else(|| panic!("no value for method {}", m.as_str()))
+    }
+}
+
+impl<T: Copy + Serialize> Serialize for PerMethod<T> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = s.serialize_map(Some(self.iter().count()))?;
+        for (m, v) in self.iter() {
+            map.serialize_entry(m.as_str(), &v)?;
+        }
+        map.end()
+    }
+}
+
 /// What a run says about one card.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -165,7 +263,7 @@ pub struct Check {
     /// A fit check whose measured peak is within `headroom` (15%) of the card.
     pub edge: bool,
     /// Verdicts as "fits" (true) or "does not fit" (false), per method that predicts the row.
-    pub fits: BTreeMap<Method, bool>,
+    pub fits: PerMethod<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bound_q90: Option<Verdict>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -194,7 +292,7 @@ pub struct RowResult {
     pub weight: Option<f64>,
     pub features: [u64; N_FEATURES],
     /// Predicted bytes per method that predicts this row.
-    pub predictions: BTreeMap<Method, f64>,
+    pub predictions: PerMethod<f64>,
     /// The bound (bytes) at q90 and q95 on this row's out-of-sample plan estimate.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bound_q90_bytes: Option<f64>,
@@ -206,7 +304,7 @@ pub struct RowResult {
 /// A card check, named.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 pub struct CheckRef {
-    pub run_id: String,
+    pub run_id: Name,
     pub card_bytes: u64,
 }
 
@@ -297,11 +395,11 @@ pub struct Upper {
     /// `nearest rank: q_p = sorted[ceil(p * n) - 1]`.
     pub rule: &'static str,
     /// (run id, measured / held-out-by-architecture prediction), ascending by ratio then id.
-    pub ratios: Vec<(String, f64)>,
+    pub ratios: Vec<(Name, f64)>,
     pub q90: Option<f64>,
     pub q95: Option<f64>,
     /// Fitted completed rows >= threshold without a positive held-out prediction (not in ratios).
-    pub unpredicted: Vec<String>,
+    pub unpredicted: Vec<Name>,
     /// The multipliers the checks used: these quantiles, or the file's where there are none.
     pub q90_used: f64,
     pub q95_used: f64,
@@ -434,6 +532,8 @@ fn classify(
     ds: &Dataset,
     row: &Row,
     fixed_at: Option<(i64, u32)>,
+    regimes: &[(&str, bool)],
+    has_factors: &[bool; 2],
 ) -> Result<Bucket, (ExclusionReason, String)> {
     let f = &ds.factors;
     if row.status == RunStatus::Error {
@@ -461,13 +561,13 @@ fn classify(
             format!("graph `{}` has no batch axis", row.graph),
         ));
     }
-    if !f.regimes.contains_key(&row.regime) {
+    let Some(&(_, training)) = regimes.iter().find(|(r, _)| *r == row.regime) else {
         return Err((
             ExclusionReason::UnknownRegime,
             format!("regime `{}` is not in data/factors.json", row.regime),
         ));
-    }
-    if f.factors(row.precision).is_none() {
+    };
+    if !has_factors[row.precision as usize] {
         return Err((
             ExclusionReason::NoFactorsForPrecision,
             format!("no factors for `{}`", row.precision),
@@ -493,7 +593,7 @@ fn classify(
         }
         return Ok(Bucket::AfterFit);
     }
-    if f.training_regimes.contains(&row.regime) {
+    if training {
         Ok(Bucket::Fitted)
     } else {
         Ok(Bucket::HeldOutRegime)
@@ -508,15 +608,31 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
         .provenance
         .as_ref()
         .and_then(|p| parse_rfc3339(&p.fixed_at).ok());
-
     // Order by (run id, path): duplicates become neighbours, the first by path first.
-    let mut order: Vec<usize> = (0..ds.rows.len()).collect();
-    order.sort_by(|&a, &b| {
-        let (ra, rb) = (&ds.rows[a], &ds.rows[b]);
-        ra.run_id
-            .cmp(&rb.run_id)
-            .then_with(|| cmp_path(&ra.file, &rb.file))
-    });
+    let mut keys: Vec<(&str, u32)> = ds
+        .rows
+        .iter()
+        .enumerate()
+        .map(|(i, r)| (r.run_id.as_str(), i as u32))
+        .collect();
+    let by_id_then_path = |a: &(&str, u32), b: &(&str, u32)| {
+        a.0.cmp(b.0)
+            .then_with(|| cmp_path(&ds.rows[a.1 as usize].file, &ds.rows[b.1 as usize].file))
+    };
+    if keys
+        .windows(2)
+        .any(|w| by_id_then_path(&w[0], &w[1]) == Ordering::Greater)
+    {
+        keys.sort_by(by_id_then_path);
+    }
+    let order: Vec<usize> = keys.iter().map(|k| k.1 as usize).collect();
+    drop(keys);
+    let regimes: Vec<(&str, bool)> = f
+        .regimes
+        .keys()
+        .map(|k| (k.as_str(), f.training_regimes.contains(k)))
+        .collect();
+    let has_factors = Precision::ALL.map(|p| f.factors(p).is_some());
 
     let mut exclusions = Vec::new();
     let mut usable: Vec<(usize, Bucket)> = Vec::with_capacity(order.len());
@@ -531,7 +647,7 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
             )),
             None => {
                 prev = Some(i);
-                classify(ds, row, fixed_at)
+                classify(ds, row, fixed_at, &regimes, &has_factors)
             }
         };
         match result {
@@ -568,6 +684,29 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
         }
     };
 
+    // Families of the usable rows, by index in name order.
+    let mut first_seen: HashMap<&str, usize> = HashMap::new();
+    let provisional: Vec<usize> = usable
+        .iter()
+        .map(|&(i, _)| {
+            let n = first_seen.len();
+            *first_seen.entry(ds.rows[i].family.as_str()).or_insert(n)
+        })
+        .collect();
+    let mut fam_names: Vec<&str> = first_seen.keys().copied().collect();
+    fam_names.sort_unstable();
+    let mut rank = vec![0usize; fam_names.len()];
+    for (k, n) in fam_names.iter().enumerate() {
+        rank[first_seen[n]] = k;
+    }
+    drop(first_seen);
+    let usable: Vec<(usize, Bucket, usize)> = usable
+        .iter()
+        .zip(&provisional)
+        .map(|(&(i, b), &p)| (i, b, rank[p]))
+        .collect();
+    drop(provisional);
+
     // Per profile and family: normal equations of the completed runs, constraint vectors of
     // the out-of-memory runs, both in run-id order.
     let h = f.headroom;
@@ -578,9 +717,10 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
             1.0
         }
     };
-    type Blocks = BTreeMap<String, (Normal, Vec<[f64; N_FEATURES]>)>;
+    type Block = (Normal, Vec<[f64; N_FEATURES]>);
+    type Blocks = Vec<Option<Block>>;
     let mut blocks: BTreeMap<Precision, Blocks> = BTreeMap::new();
-    for &(i, b) in &usable {
+    for &(i, b, fam) in &usable {
         if b != Bucket::Fitted {
             continue;
         }
@@ -588,9 +728,8 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
         let x = r.features.as_f64();
         let e = blocks
             .entry(r.precision)
-            .or_default()
-            .entry(r.family.clone())
-            .or_default();
+            .or_insert_with(|| vec![None; fam_names.len()])[fam]
+            .get_or_insert_with(Default::default);
         match (r.status, r.measured_bytes) {
             (RunStatus::Completed, Some(m)) => e.0.add_run(&x, m as f64, weight_of(m)),
             (RunStatus::Oom, _) => {
@@ -602,57 +741,67 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
     }
 
     let mut fits: BTreeMap<Precision, ProfileFits> = BTreeMap::new();
+    // Per profile, per family index: the held-out-by-architecture factors.
+    let mut held_factors: BTreeMap<Precision, Vec<Option<[f64; N_FEATURES]>>> = BTreeMap::new();
     for p in Precision::ALL {
         let Some(file_factors) = f.factors(p).copied() else {
             continue;
         };
         let fam = blocks.get(&p);
-        let shipped = match fam {
-            Some(fam) if !fam.is_empty() => {
-                let mut n = Normal::default();
-                let mut ooms = Vec::new();
-                for (nb, ob) in fam.values() {
+        let present: Vec<(usize, &Block)> = fam
+            .map(|v| {
+                v.iter()
+                    .enumerate()
+                    .filter_map(|(k, b)| b.as_ref().map(|b| (k, b)))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let shipped = if present.is_empty() {
+            FitReport {
+                factors: file_factors,
+                source: "kept",
+                outcome: None,
+            }
+        } else {
+            let mut n = Normal::default();
+            let mut ooms = Vec::new();
+            for (_, (nb, ob)) in &present {
+                n.add(nb);
+                ooms.extend_from_slice(ob);
+            }
+            let out = fit(&n, &ooms, f.oom_penalty, &file_factors);
+            FitReport {
+                factors: out.factors,
+                source: "fit",
+                outcome: Some(out),
+            }
+        };
+        let mut held = BTreeMap::new();
+        let mut hf = vec![None; fam_names.len()];
+        for &(left, _) in &present {
+            let mut n = Normal::default();
+            let mut ooms = Vec::new();
+            for (k, (nb, ob)) in &present {
+                if *k != left {
                     n.add(nb);
                     ooms.extend_from_slice(ob);
                 }
-                let out = fit(&n, &ooms, f.oom_penalty, &file_factors);
+            }
+            if n.n == 0 {
+                continue;
+            }
+            let out = fit(&n, &ooms, f.oom_penalty, &[0.0; N_FEATURES]);
+            hf[left] = Some(out.factors);
+            held.insert(
+                fam_names[left].to_string(),
                 FitReport {
                     factors: out.factors,
                     source: "fit",
                     outcome: Some(out),
-                }
-            }
-            _ => FitReport {
-                factors: file_factors,
-                source: "kept",
-                outcome: None,
-            },
-        };
-        let mut held = BTreeMap::new();
-        if let Some(fam) = fam {
-            for left in fam.keys() {
-                let mut n = Normal::default();
-                let mut ooms = Vec::new();
-                for (name, (nb, ob)) in fam {
-                    if name != left {
-                        n.add(nb);
-                        ooms.extend_from_slice(ob);
-                    }
-                }
-                if n.n == 0 {
-                    continue;
-                }
-                let out = fit(&n, &ooms, f.oom_penalty, &[0.0; N_FEATURES]);
-                held.insert(
-                    left.clone(),
-                    FitReport {
-                        factors: out.factors,
-                        source: "fit",
-                        outcome: Some(out),
-                    },
-                );
-            }
+                },
+            );
         }
+        held_factors.insert(p, hf);
         fits.insert(
             p,
             ProfileFits {
@@ -663,61 +812,64 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
         );
     }
 
-    // Predictions.
+    // Predictions, per usable row in run-id order.
     struct Pred {
         i: usize,
+        fam: usize,
         bucket: Bucket,
-        preds: BTreeMap<Method, f64>,
+        preds: PerMethod<f64>,
         /// The row's out-of-sample plan estimate (for the bound).
         oos: Option<f64>,
     }
     let mut preds: Vec<Pred> = Vec::with_capacity(usable.len());
-    for &(i, bucket) in &usable {
+    for &(i, bucket, fam) in &usable {
         let r = &ds.rows[i];
         let pf = &fits[&r.precision];
-        let mut m = BTreeMap::new();
-        m.insert(Method::Accelerate, r.accelerate_bytes as f64);
+        let mut m = PerMethod::default();
+        m.set(Method::Accelerate, r.accelerate_bytes as f64);
         if let Some(t) = r.textbook_bytes {
-            m.insert(Method::Textbook, t as f64);
+            m.set(Method::Textbook, t as f64);
         }
         let oos;
         match bucket {
             Bucket::Fitted => {
-                m.insert(
+                m.set(
                     Method::PlanShipped,
                     plan::estimate(&pf.shipped.factors, &r.features),
                 );
-                oos = pf
-                    .held_out_architecture
-                    .get(&r.family)
-                    .map(|fr| plan::estimate(&fr.factors, &r.features));
+                oos = held_factors[&r.precision][fam].map(|a| plan::estimate(&a, &r.features));
                 if let Some(e) = oos {
-                    m.insert(Method::PlanHeldOutArchitecture, e);
+                    m.set(Method::PlanHeldOutArchitecture, e);
                 }
             }
             Bucket::HeldOutRegime => {
                 let e = plan::estimate(&pf.shipped.factors, &r.features);
-                m.insert(Method::PlanHeldOutRegime, e);
+                m.set(Method::PlanHeldOutRegime, e);
                 oos = Some(e);
             }
             Bucket::AfterFit => {
                 let e = plan::estimate(&pf.file_factors, &r.features);
-                m.insert(Method::PlanAfterFit, e);
+                m.set(Method::PlanAfterFit, e);
                 oos = Some(e);
             }
         }
         preds.push(Pred {
             i,
+            fam,
             bucket,
             preds: m,
             oos,
         });
     }
+    let ids: Vec<Name> = preds
+        .iter()
+        .map(|p| Name::from(ds.rows[p.i].run_id.as_str()))
+        .collect();
 
     // The upper bound: measured / held-out-by-architecture over fitted completed runs >= threshold.
     let mut ratios = Vec::new();
     let mut unpredicted = Vec::new();
-    for p in &preds {
+    for (k, p) in preds.iter().enumerate() {
         let r = &ds.rows[p.i];
         if p.bucket != Bucket::Fitted || r.status != RunStatus::Completed {
             continue;
@@ -726,8 +878,8 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
             continue;
         };
         match p.oos {
-            Some(e) if e > 0.0 => ratios.push((r.run_id.clone(), m as f64 / e)),
-            _ => unpredicted.push(r.run_id.clone()),
+            Some(e) if e > 0.0 => ratios.push((ids[k].clone(), m as f64 / e)),
+            _ => unpredicted.push(ids[k].clone()),
         }
     }
     ratios.sort_by(|a, b| a.1.total_cmp(&b.1).then_with(|| a.0.cmp(&b.0)));
@@ -744,30 +896,36 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
     };
 
     // Checks and metrics.
-    let mut overall: BTreeMap<Method, Acc> = BTreeMap::new();
-    let mut per_family: BTreeMap<String, (Vec<String>, u64, BTreeMap<Method, Acc>)> =
-        BTreeMap::new();
+    let nm = Method::ALL.len();
+    let new_accs = || (0..nm).map(|_| Acc::default()).collect::<Vec<Acc>>();
+    let mut overall = new_accs();
+    let mut fam_accs: Vec<Vec<Acc>> = (0..fam_names.len()).map(|_| new_accs()).collect();
+    let mut fam_graphs: Vec<BTreeSet<&str>> = vec![BTreeSet::new(); fam_names.len()];
+    let mut fam_rows = vec![0u64; fam_names.len()];
+    let mut last_graph: Vec<&str> = vec![""; fam_names.len()];
     let mut bound = BoundMetrics::default();
     let mut rows_out = Vec::with_capacity(preds.len());
-    for p in preds {
+    for (k, p) in preds.into_iter().enumerate() {
         let r = &ds.rows[p.i];
-        let fam = per_family.entry(r.family.clone()).or_default();
-        if !fam.0.contains(&r.graph) {
-            fam.0.push(r.graph.clone());
+        let id = &ids[k];
+        if last_graph[p.fam] != r.graph.as_str() {
+            fam_graphs[p.fam].insert(r.graph.as_str());
+            last_graph[p.fam] = r.graph.as_str();
         }
-        fam.1 += 1;
+        fam_rows[p.fam] += 1;
         let measured = match r.status {
             RunStatus::Completed => r.measured_bytes,
             _ => None,
         };
-        for (&method, &pred) in &p.preds {
-            for acc in [
-                overall.entry(method).or_default(),
-                fam.2.entry(method).or_default(),
-            ] {
+        for (method, pred) in p.preds.iter() {
+            let mi = method as usize;
+            let err = measured
+                .filter(|m| *m >= threshold)
+                .map(|m| (pred / m as f64 - 1.0).abs());
+            for acc in [&mut overall[mi], &mut fam_accs[p.fam][mi]] {
                 acc.rows += 1;
-                if let Some(m) = measured.filter(|m| *m >= threshold) {
-                    acc.errors.push((pred / m as f64 - 1.0).abs());
+                if let Some(e) = err {
+                    acc.errors.push(e);
                 }
             }
         }
@@ -784,24 +942,22 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
             let t = truth(r.status, measured, r.capacity_bytes, card.bytes);
             let edge = t == Truth::Fits
                 && measured.is_some_and(|m| m as f64 >= card.bytes as f64 * (1.0 - h));
-            let mut fits_by = BTreeMap::new();
-            for (&method, &pred) in &p.preds {
+            let mut fits_by = PerMethod::default();
+            for (method, pred) in p.preds.iter() {
                 let says_fits = match method {
                     Method::Accelerate | Method::Textbook => pred <= card.bytes as f64,
                     _ => plan::plan_fits(pred, h, card.bytes),
                 };
-                fits_by.insert(method, says_fits);
+                fits_by.set(method, says_fits);
                 if t == Truth::Unknown {
                     continue;
                 }
                 let cref = || CheckRef {
-                    run_id: r.run_id.clone(),
+                    run_id: id.clone(),
                     card_bytes: card.bytes,
                 };
-                for acc in [
-                    overall.get_mut(&method).expect("entry made above"),
-                    fam.2.get_mut(&method).expect("entry made above"),
-                ] {
+                let mi = method as usize;
+                for acc in [&mut overall[mi], &mut fam_accs[p.fam][mi]] {
                     let m = &mut acc.m;
                     match t {
                         Truth::DoesNotFit => {
@@ -840,7 +996,7 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
                         counts.on_did_not_fit.add(v);
                         if v == Verdict::Fits {
                             counts.missed_oom.push(CheckRef {
-                                run_id: r.run_id.clone(),
+                                run_id: id.clone(),
                                 card_bytes: card.bytes,
                             });
                         }
@@ -884,14 +1040,20 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
     bound.q90.missed_oom.sort();
     bound.q95.missed_oom.sort();
 
-    let methods: BTreeMap<Method, MethodMetrics> =
-        overall.into_iter().map(|(k, a)| (k, a.finish())).collect();
+    let finish = |accs: Vec<Acc>| -> BTreeMap<Method, MethodMetrics> {
+        Method::ALL
+            .iter()
+            .zip(accs)
+            .filter(|(_, a)| a.rows > 0)
+            .map(|(m, a)| (*m, a.finish()))
+            .collect()
+    };
+    let methods = finish(overall);
     let mut families = BTreeMap::new();
     let mut known_misses = Vec::new();
-    for (name, (mut graphs, rows, accs)) in per_family {
-        graphs.sort();
-        let ms: BTreeMap<Method, MethodMetrics> =
-            accs.into_iter().map(|(k, a)| (k, a.finish())).collect();
+    for (k, accs) in fam_accs.into_iter().enumerate() {
+        let name = fam_names[k].to_string();
+        let ms = finish(accs);
         for (&method, m) in &ms {
             if method == Method::PlanHeldOutArchitecture {
                 if let Some(e) = m.median_abs_rel_error.filter(|e| *e > WITHIN) {
@@ -927,8 +1089,8 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
         families.insert(
             name,
             FamilyReport {
-                graphs,
-                rows,
+                graphs: fam_graphs[k].iter().map(|g| g.to_string()).collect(),
+                rows: fam_rows[k],
                 methods: ms,
             },
         );
@@ -936,8 +1098,8 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
 
     let fitted: Vec<(&str, &str)> = usable
         .iter()
-        .filter(|(_, b)| *b == Bucket::Fitted)
-        .map(|&(i, _)| (ds.rows[i].run_id.as_str(), ds.rows[i].file_sha256.as_str()))
+        .filter(|(_, b, _)| *b == Bucket::Fitted)
+        .map(|&(i, _, _)| (ds.rows[i].run_id.as_str(), ds.rows[i].file_sha256.as_str()))
         .collect();
     let fitted_rows_sha256 = super::load::rows_sha256(&fitted);
     let factors_file_rows_match = f

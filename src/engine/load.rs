@@ -145,6 +145,9 @@ pub fn parse_row(bytes: &[u8], path: &Path) -> Result<RunRow> {
     Ok(row)
 }
 
+/// Features, accelerate's and the textbook's bytes per (graph, batch, precision).
+type FeatureCache = HashMap<(String, u64, Precision), (Features, u64, Option<u64>)>;
+
 /// Turns a parsed row into an engine row, joined to its graph.
 fn join(
     row: RunRow,
@@ -152,7 +155,7 @@ fn join(
     file_sha256: String,
     path: &Path,
     graphs: &BTreeMap<String, (Graph, GraphInfo)>,
-    cache: &mut HashMap<(String, u64, Precision), (Features, u64, Option<u64>)>,
+    cache: &mut FeatureCache,
 ) -> Result<Row> {
     let Some((g, info)) = graphs.get(&row.graph.name) else {
         return Err(field(

@@ -15,9 +15,10 @@ pub mod synthetic;
 pub mod time;
 
 pub use calibrate::{
-    calibrate, nearest_rank, truth, BoundMetrics, Bucket, Calibration, Check, CheckRef, Exclusion,
-    ExclusionReason, FamilyReport, FitReport, KnownMiss, Method, MethodMetrics, ProfileFits,
-    RowResult, Settings, Totals, Truth, Upper, VerdictCounts,
+    calibrate, nearest_rank, truth, BoundCounts, BoundMetrics, Bucket, Calibration, Check,
+    CheckRef, Exclusion, ExclusionReason, FamilyReport, FitReport, KnownMiss, Method,
+    MethodMetrics, Name, PerMethod, ProfileFits, RowResult, Settings, Totals, Truth, Upper,
+    VerdictCounts,
 };
 pub use load::{load, parse_row, rows_sha256};
 pub use output::{refit_factors_file, summary_table, write_calibration_json};
