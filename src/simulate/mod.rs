@@ -378,7 +378,8 @@ impl<'a> Sim<'a> {
             let count = tensors.len();
             for (i, shape) in tensors.iter().enumerate() {
                 let bytes = shape.iter().product::<u64>() * 4;
-                // tch's `randn * std + mean` init holds a second copy while it runs.
+                // tch's `randn * std + mean` init holds a second copy while it runs, and 12 bytes
+                // of scalars (measured).
                 let randn_scaled = match &n.op {
                     Op::LearnedPosition { .. } | Op::PrependToken { .. } => true,
                     Op::MultiheadAttention {
@@ -391,7 +392,7 @@ impl<'a> Sim<'a> {
                 params.push(Param {
                     label: format!("{}#{i}", n.id),
                     bytes,
-                    init_transient: if randn_scaled { bytes } else { 0 },
+                    init_transient: if randn_scaled { bytes + 12 } else { 0 },
                 });
             }
             let tie = match &n.op {
@@ -691,15 +692,17 @@ impl<'a> Sim<'a> {
         let e = self.backend.activation_bytes();
         // Gradient buffer of each node's output.
         let mut out_grad: Vec<Option<BufId>> = vec![None; graph.nodes.len()];
+        // Whether each pending gradient is contiguous (a slice of a concat's gradient, or a
+        // permuted one, is not).
+        let mut grad_contig: Vec<bool> = vec![true; graph.nodes.len()];
         // The root gradient (ones, 4 bytes) is held by the engine until backward ends.
         let root = self.mem.alloc(4, Kind::ActivationGradients);
         if let Some(&l) = self.index.get(graph.loss.as_str()) {
             self.mem.retain(root);
             out_grad[l] = Some(root);
         }
-        // Contiguity of each node's output, for the gradient views (recomputed cheaply).
         for k in (0..graph.nodes.len()).rev() {
-            let Some(g_out) = out_grad[k].take() else {
+            let Some(mut g_out) = out_grad[k].take() else {
                 // Not on a path to the loss, or no gradient flows here.
                 for b in std::mem::take(&mut saved_by[k]) {
                     self.mem.release(b);
@@ -708,8 +711,23 @@ impl<'a> Sim<'a> {
             };
             let node = &graph.nodes[k];
             let rule = self.rules[k].clone();
-            let mut transients = Vec::new();
+            let mut contig = grad_contig[k];
+            // An op that reads its gradient as a contiguous matrix (a linear on a 3-d input, a
+            // conv, a norm) copies a non-contiguous one first; the original goes if unshared.
+            let input_rank = graph.shape_of(&node.inputs[0]).map_or(0, |s| s.rank());
+            let copies = !contig
+                && (rule.needs_contiguous_input
+                    || (matches!(node.op, Op::Linear { .. }) && input_rank >= 3));
             let mut early_high = 0;
+            if copies {
+                let bytes = node.output.numel_at(self.batch) * e;
+                let copy = self.mem.alloc(bytes, Kind::ActivationGradients);
+                early_high = self.rec.high(&node.id, &self.mem);
+                self.mem.release(g_out);
+                g_out = copy;
+                contig = true;
+            }
+            let mut transients = Vec::new();
             let mut done_params = Vec::new();
             if let Some(peak) = &rule.backward_peak {
                 let peak_extra = if self.mem.bufs[g_out].refs > 1 {
@@ -726,7 +744,7 @@ impl<'a> Sim<'a> {
                         done_params.push(p);
                     }
                 }
-                early_high = self.rec.high_plus(&node.id, &self.mem, peak_extra);
+                early_high = early_high.max(self.rec.high_plus(&node.id, &self.mem, peak_extra));
                 for b in t {
                     self.mem.release(b);
                 }
@@ -737,7 +755,7 @@ impl<'a> Sim<'a> {
                 transients.push(self.mem.alloc(rule.backward_transient, Kind::Transients));
             }
             // Gradients for the inputs.
-            let mut produced: Vec<(usize, BufId)> = Vec::new();
+            let mut produced: Vec<(usize, BufId, bool)> = Vec::new();
             for (i, name) in node.inputs.iter().enumerate() {
                 let Some(&j) = self.index.get(name.as_str()) else {
                     continue; // graph inputs never require grad
@@ -745,20 +763,38 @@ impl<'a> Sim<'a> {
                 if !self.requires_grad[j] {
                     continue;
                 }
-                let g = match rule.grads.get(i).copied().unwrap_or(Grad::New) {
+                let bytes = graph
+                    .shape_of(name)
+                    .map_or(0, |s| s.numel_at(self.batch) * e);
+                let (g, c) = match rule.grads.get(i).copied().unwrap_or(Grad::New) {
                     Grad::None => continue,
-                    Grad::New => {
-                        let bytes = graph
-                            .shape_of(name)
-                            .map_or(0, |s| s.numel_at(self.batch) * e);
-                        self.mem.alloc(bytes, Kind::ActivationGradients)
-                    }
-                    Grad::OfOutput => {
-                        self.mem.retain(g_out);
-                        g_out
-                    }
+                    Grad::New => (self.mem.alloc(bytes, Kind::ActivationGradients), true),
+                    Grad::OfOutput => match &node.op {
+                        // Reshaping a non-contiguous gradient copies it.
+                        Op::Reshape { .. } | Op::Flatten { .. } if !contig => {
+                            (self.mem.alloc(bytes, Kind::ActivationGradients), true)
+                        }
+                        _ => {
+                            self.mem.retain(g_out);
+                            let c = match &node.op {
+                                // Permuting back: assumed to undo an earlier permute when the
+                                // incoming gradient is itself permuted.
+                                Op::Permute { .. } => {
+                                    rule.output_contiguous == Some(true) || !contig
+                                }
+                                // Slices along a non-leading axis are strided.
+                                Op::Concat { dim } => {
+                                    let r = node.output.rank() as i64;
+                                    (if *dim < 0 { dim + r } else { *dim }) == 0 && contig
+                                }
+                                Op::PrependToken { .. } => false,
+                                _ => contig,
+                            };
+                            (g_out, c)
+                        }
+                    },
                 };
-                produced.push((j, g));
+                produced.push((j, g, c));
             }
             // Parameter gradients: the first contribution becomes `.grad`; a later one (a tied
             // table used twice) is added in place and its buffer freed.
@@ -776,9 +812,12 @@ impl<'a> Sim<'a> {
                 self.mem.release(b);
             }
             // Accumulate into the inputs' gradient buffers.
-            for (j, g) in produced {
+            for (j, g, c) in produced {
                 match out_grad[j] {
-                    None => out_grad[j] = Some(g),
+                    None => {
+                        out_grad[j] = Some(g);
+                        grad_contig[j] = c;
+                    }
                     Some(old) => {
                         if self.mem.bufs[old].refs == 1 && old != g {
                             // In place into the existing buffer; the new one is freed.
@@ -790,6 +829,7 @@ impl<'a> Sim<'a> {
                             self.mem.release(old);
                             self.mem.release(g);
                             out_grad[j] = Some(sum);
+                            grad_contig[j] = true;
                         }
                     }
                 }

@@ -661,16 +661,6 @@ fn is_identity(node: &Node) -> bool {
     }
 }
 
-/// A parameter tensor's initialisation transient in `model_load` (tch's `randn * std + mean`
-/// holds a second copy): bytes.
-pub fn init_transient(op: &Op, param_bytes: u64) -> u64 {
-    match op {
-        Op::LearnedPosition { .. } | Op::PrependToken { .. } => param_bytes,
-        Op::MultiheadAttention { .. } if param_bytes > 0 => 0,
-        _ => 0,
-    }
-}
-
 /// Bytes the AdamW step (libtorch's C++ AdamW, which tch runs) holds beyond its states while it
 /// updates one parameter of `bytes` bytes: `exp_avg_sq.sqrt()` and its quotient by the bias
 /// correction exist together, plus three float32 scalars (measured).
