@@ -287,3 +287,34 @@ fn every_node_has_a_rule_with_a_source_and_the_timeline_is_complete() {
     assert!(text.contains("step2.optimizer"));
     assert!(text.contains("<- peak"));
 }
+
+#[test]
+fn every_zoo_graph_simulates_consistently() {
+    // Every shipped graph: no double free (debug assertions), the breakdown sums to the peak,
+    // phases chain, and the peak is at least the steady model state (16 bytes a parameter).
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/graphs");
+    let Ok(graphs) = memcal::graph::load_dir(&dir) else {
+        return; // no zoo in this checkout
+    };
+    for g in graphs {
+        for batch in [1, 3] {
+            let s = sim(&g, batch);
+            assert_eq!(s.breakdown.total(), s.peak_bytes, "{}", g.name);
+            assert!(s.peak_bytes >= 16 * g.parameters(), "{}", g.name);
+            let max_phase = s.phases.iter().map(|p| p.peak).max().unwrap();
+            assert_eq!(max_phase, s.peak_bytes, "{}", g.name);
+            for w in s.phases.windows(2) {
+                assert!(
+                    w[1].start <= w[0].end,
+                    "{}: {} -> {}",
+                    g.name,
+                    w[0].name,
+                    w[1].name
+                );
+            }
+            // Every optimizer phase ends at weights + Adam states + inputs.
+            let end = s.phase("step3.optimizer").unwrap().end;
+            assert_eq!(end, s.phase("step2.optimizer").unwrap().end, "{}", g.name);
+        }
+    }
+}
