@@ -95,10 +95,15 @@ pub fn clean_error(text: &str) -> String {
     t.trim().to_string()
 }
 
-/// True when an error text is an out-of-memory error (CUDA caching allocator, or the CPU counting
-/// allocator's cap, or the system allocator).
+/// True when an error text is an out-of-memory error: the CUDA caching allocator ("CUDA out of
+/// memory"), the counting allocator's cap ("CPU out of memory"), the default CPU allocator when
+/// the system allocator fails ("not enough memory"), or a cuBLAS/cuDNN workspace allocation that
+/// failed (`*_STATUS_ALLOC_FAILED`).
 pub fn is_oom(text: &str) -> bool {
-    text.to_ascii_lowercase().contains("out of memory")
+    let t = text.to_ascii_lowercase();
+    t.contains("out of memory")
+        || t.contains("not enough memory")
+        || t.contains("status_alloc_failed")
 }
 
 /// Installs a panic hook that stays quiet for torch errors (they are recorded in the row) and

@@ -141,6 +141,21 @@ fn oom_under_a_small_cap_is_recorded_not_a_crash() {
 }
 
 #[test]
+fn a_torch_error_is_recorded_with_exit_1() {
+    let dir = tempfile::tempdir().unwrap();
+    let (code, row) = measure("index-error", 2, &[], dir.path());
+    assert_eq!(code, 1, "a recorded error exits 1");
+    assert_eq!(row.status, RunStatus::Error);
+    let e = row.error.as_ref().expect("error details");
+    assert_eq!(e.phase, "step1.forward");
+    assert!(e.message.contains("index out of range"), "{}", e.message);
+    assert!(!e.message.contains("Exception raised from"), "no C++ stack trace: {}", e.message);
+    assert!(row.peak.is_none() && row.oom.is_none());
+    assert_eq!(row.phases.last().unwrap().status, "error");
+    assert_eq!(row.phases.len(), 3, "phases after the failure are absent");
+}
+
+#[test]
 fn bf16_autocast_changes_the_forward_on_cpu() {
     let dir = tempfile::tempdir().unwrap();
     let (_, fp32) = measure("mlp", 8, &[], dir.path());
