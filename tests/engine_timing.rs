@@ -22,3 +22,15 @@ fn one_million_rows() {
     );
     assert!(cal.totals.balanced);
 }
+
+/// The engine on the repository's own `data/` (ignored: the data is still being measured).
+/// `cargo test --test engine_timing -- --ignored --nocapture real_data`.
+#[test]
+#[ignore]
+fn real_data() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("data");
+    let ds = memcal::engine::load(&dir).unwrap_or_else(|e| panic!("{e}"));
+    let cal = calibrate(&ds);
+    println!("{}", memcal::engine::summary_table(&cal));
+    assert!(cal.totals.balanced);
+}
