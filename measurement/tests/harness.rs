@@ -138,6 +138,14 @@ fn oom_under_a_small_cap_is_recorded_not_a_crash() {
     assert_eq!(row.phases[0].name, "model_load");
     assert_eq!(row.phases[0].status, "ok");
     assert!(row.phases.iter().rev().skip(1).all(|p| p.status == "ok"));
+
+    // 0.0001 GiB (107,374 bytes) does not even hold the weights: OOM in model_load, nothing built.
+    let (code, row) = measure("transformer", 2, &["--cap-gib", "0.0001"], dir.path());
+    assert_eq!(code, 0);
+    assert_eq!(row.status, RunStatus::Oom);
+    assert_eq!(row.oom.as_ref().unwrap().phase, "model_load");
+    assert_eq!(row.phases.len(), 1);
+    assert_eq!((row.parameters.built, row.graph_mismatch), (0, false));
 }
 
 #[test]
@@ -149,7 +157,11 @@ fn a_torch_error_is_recorded_with_exit_1() {
     let e = row.error.as_ref().expect("error details");
     assert_eq!(e.phase, "step1.forward");
     assert!(e.message.contains("index out of range"), "{}", e.message);
-    assert!(!e.message.contains("Exception raised from"), "no C++ stack trace: {}", e.message);
+    assert!(
+        !e.message.contains("Exception raised from"),
+        "no C++ stack trace: {}",
+        e.message
+    );
     assert!(row.peak.is_none() && row.oom.is_none());
     assert_eq!(row.phases.last().unwrap().status, "error");
     assert_eq!(row.phases.len(), 3, "phases after the failure are absent");
