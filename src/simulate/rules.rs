@@ -276,13 +276,30 @@ pub fn rule(graph: &Graph, node: &Node, batch: u64, backend: Backend) -> OpRule 
             } else {
                 (0, 0)
             };
-            OpRule::new(Output::New(y), vec![Input(0)], one, Measured)
-                .contiguous_input()
-                .fwd(x + w + pad_fwd)
+            let bwd = (x + y).max(w)
+                + pad_bwd
                 // conv1d runs as a 2-d conv on an unsqueezed weight: one more weight-sized
                 // buffer in backward (measured on stride-1 conv1d).
-                .bwd((x + y).max(w) + pad_bwd + if matches!(node.op, Op::Conv1d(_)) { w } else { 0 })
-                .note("saves its input; oneDNN holds input- and weight-sized reorders in forward, and the larger of input+output and the weight in backward (10-30 KB of fixed scratch on small convs not counted)")
+                + if matches!(node.op, Op::Conv1d(_)) { w } else { 0 };
+            // Strided dense convs (depthwise ones measured exact without this).
+            let stride = match &node.op {
+                Op::Conv1d(c) | Op::Conv2d(c) if c.groups == 1 => c.stride,
+                _ => 1,
+            };
+            // The input's gradient is computed unless the input is data.
+            let input_grad = graph.inputs.iter().all(|i| i.name != node.inputs[0]);
+            let mut r = OpRule::new(Output::New(y), vec![Input(0)], one, Measured)
+                .contiguous_input()
+                .fwd(x + w + pad_fwd)
+                .bwd(bwd)
+                .note("saves its input; oneDNN holds input- and weight-sized reorders in forward, and the larger of input+output and the weight in backward; a strided conv's input gradient holds three input-sized buffers before the weight gradient exists (10-30 KB of fixed scratch on small convs not counted)");
+            if stride > 1 && input_grad {
+                // Measured on stride-2 conv1d and conv2d: the input-gradient stage (the
+                // gradient and two input-sized buffers) or the weight stage, whichever is higher.
+                let peak = (3 * x).max(x + w + bwd);
+                r.backward_peak = Some(BackwardPeak { freed: peak, held: peak, params: vec![] });
+            }
+            r
         }
         Op::BatchNorm { num_features } => OpRule::new(
             Output::New(y),
