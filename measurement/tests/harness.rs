@@ -115,6 +115,15 @@ fn every_fixture_graph_trains_with_matching_parameters() {
         assert_eq!(code, 0, "{g}: {:?}", row.error);
         assert_eq!(row.status, RunStatus::Completed, "{g}: {:?}", row.error);
         assert!(!row.graph_mismatch, "{g}: {:?}", row.parameters);
+        // Every op also runs under CPU bf16 autocast (dtype mixing across ops).
+        let (code, row) = measure(g, 2, &["--precision", "bf16-autocast"], dir.path());
+        assert_eq!(code, 0, "{g} bf16: {:?}", row.error);
+        assert_eq!(
+            row.status,
+            RunStatus::Completed,
+            "{g} bf16: {:?}",
+            row.error
+        );
     }
 }
 
