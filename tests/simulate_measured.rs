@@ -235,3 +235,15 @@ fn print_summary_from_env() {
         }
     }
 }
+
+#[test]
+fn print_render_from_env() {
+    // MEMCAL_SIM_RENDER=data/graphs/gpt-r1.json:2 cargo test ... -- --nocapture
+    let Ok(spec) = std::env::var("MEMCAL_SIM_RENDER") else {
+        return;
+    };
+    let (path, batch) = spec.split_once(':').expect("path:batch");
+    let g = Graph::load(Path::new(path)).unwrap();
+    let sim = simulate(&g, batch.parse().unwrap(), Precision::Fp32).unwrap();
+    println!("{}", memcal::simulate::render_timeline(&sim));
+}

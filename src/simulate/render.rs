@@ -7,8 +7,9 @@ use std::fmt::Write;
 
 /// Width of the curve's bars, in characters.
 const BAR: usize = 50;
-/// At most this many rows in the curve (events are bucketed, keeping each bucket's maximum).
-const CURVE_ROWS: usize = 60;
+/// Rows for a forward or backward phase (its events are bucketed, keeping each bucket's
+/// maximum); load, inputs and optimizer phases get one row each.
+const PASS_ROWS: usize = 8;
 
 /// Renders a simulation: peak, breakdown, phases, and a curve of live bytes.
 pub fn render_timeline(sim: &Simulation) -> String {
@@ -56,31 +57,58 @@ pub fn render_timeline(sim: &Simulation) -> String {
         s,
         "\nlive bytes over the steps (each row: the highest point of its events; # = of the peak):"
     );
-    let events = &sim.timeline;
-    if events.is_empty() || sim.peak_bytes == 0 {
+    if sim.timeline.is_empty() || sim.peak_bytes == 0 {
         return s;
     }
-    let per_row = events.len().div_ceil(CURVE_ROWS).max(1);
-    for chunk in events.chunks(per_row) {
-        let top = chunk
-            .iter()
-            .max_by_key(|e| e.bytes)
-            .expect("non-empty chunk");
-        let len = ((top.bytes as f64 / sim.peak_bytes as f64) * BAR as f64).round() as usize;
-        let marker = if top.bytes == sim.peak_bytes {
-            " <- peak"
-        } else {
-            ""
+    let same_as_step2 = |phase: &str| -> bool {
+        let Some(rest) = phase.strip_prefix("step3.") else {
+            return false;
         };
-        let _ = writeln!(
-            s,
-            "  {:<16} {:<24} {:>12} |{}{}",
-            top.phase,
-            truncate(&top.node, 24),
-            units::gib(top.bytes as f64),
-            "#".repeat(len.min(BAR)),
-            marker
-        );
+        let (a, b) = (sim.phase(phase), sim.phase(&format!("step2.{rest}")));
+        matches!((a, b), (Some(a), Some(b)) if (a.start, a.peak, a.end) == (b.start, b.peak, b.end))
+    };
+    let mut skipped = false;
+    for p in &sim.phases {
+        if same_as_step2(&p.name) {
+            skipped = true;
+            continue;
+        }
+        let events: Vec<&super::Event> =
+            sim.timeline.iter().filter(|e| e.phase == p.name).collect();
+        if events.is_empty() {
+            continue;
+        }
+        // Forward and backward get several rows; load, inputs and the optimizer one each.
+        let rows = if p.name.ends_with("forward") || p.name.ends_with("backward") {
+            PASS_ROWS
+        } else {
+            1
+        };
+        let per_row = events.len().div_ceil(rows).max(1);
+        for chunk in events.chunks(per_row) {
+            let top = chunk
+                .iter()
+                .max_by_key(|e| e.bytes)
+                .expect("non-empty chunk");
+            let len = ((top.bytes as f64 / sim.peak_bytes as f64) * BAR as f64).round() as usize;
+            let marker = if top.bytes == sim.peak_bytes {
+                " <- peak"
+            } else {
+                ""
+            };
+            let _ = writeln!(
+                s,
+                "  {:<16} {:<24} {:>12} |{}{}",
+                top.phase,
+                truncate(&top.node, 24),
+                units::gib(top.bytes as f64),
+                "#".repeat(len.min(BAR)),
+                marker
+            );
+        }
+    }
+    if skipped {
+        let _ = writeln!(s, "  (step 3 repeats step 2 exactly)");
     }
     s
 }
