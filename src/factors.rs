@@ -196,3 +196,75 @@ impl FactorsFile {
         s
     }
 }
+
+/// The format tag of `data/factors-history.json`.
+pub const HISTORY_FORMAT: &str = "memcal-factor-history/1";
+
+/// One fixing of the factors, as `memcal fit --write-factors` recorded it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HistoryEntry {
+    pub fixed_at: String,
+    pub tool_version: String,
+    /// Rows fitted on, and their SHA-256 (as in the factors file's provenance).
+    pub rows: u64,
+    pub rows_sha256: String,
+    /// Factors per precision profile.
+    pub profiles: BTreeMap<String, [f64; N_FEATURES]>,
+    pub q90: f64,
+    pub q95: f64,
+    /// The plan's held-out-by-architecture median |relative error| when the factors were fixed.
+    pub held_out_median: Option<f64>,
+    /// The shipped factors' in-sample median |relative error| when they were fixed.
+    pub in_sample_median: Option<f64>,
+}
+
+/// `data/factors-history.json`: every fixing of the factors, oldest first. Appended only by
+/// `memcal fit --write-factors`; `memcal audit` checks it against the git history.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct FactorHistory {
+    pub format: String,
+    pub entries: Vec<HistoryEntry>,
+}
+
+impl FactorHistory {
+    /// Reads the history, or an empty one if the file does not exist.
+    pub fn load_or_empty(path: &Path) -> Result<FactorHistory> {
+        let text = match std::fs::read_to_string(path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(FactorHistory {
+                    format: HISTORY_FORMAT.into(),
+                    entries: Vec::new(),
+                })
+            }
+            Err(source) => {
+                return Err(Error::Io {
+                    path: path.to_path_buf(),
+                    source,
+                })
+            }
+        };
+        let h: FactorHistory = serde_json::from_str(&text).map_err(|e| Error::Parse {
+            path: path.to_path_buf(),
+            what: "factor history JSON",
+            message: e.to_string(),
+        })?;
+        if h.format != HISTORY_FORMAT {
+            return Err(Error::field(
+                path,
+                "format",
+                format!("expected \"{HISTORY_FORMAT}\", found \"{}\"", h.format),
+            ));
+        }
+        Ok(h)
+    }
+
+    /// Pretty JSON with a trailing newline.
+    pub fn to_json(&self) -> String {
+        let mut s = serde_json::to_string_pretty(self).expect("history serialises");
+        s.push('\n');
+        s
+    }
+}

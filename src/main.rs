@@ -261,11 +261,18 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             if write_factors {
                 let f = memcal::engine::refit_factors_file(&ds, &cal, &memcal::clock::now());
                 let path = data.join("factors.json");
+                let history_path = data.join("factors-history.json");
+                let mut history = memcal::factors::FactorHistory::load_or_empty(&history_path)?;
+                history
+                    .entries
+                    .push(memcal::review::history_entry(&f, &cal));
                 write_atomic(&path, f.to_json().as_bytes())?;
+                write_atomic(&history_path, history.to_json().as_bytes())?;
                 eprintln!(
-                    "rewrote {} (fixed_at {}); commit it before measuring after-the-fit rows",
+                    "rewrote {} (fixed_at {}) and appended to {}; commit both before measuring after-the-fit rows",
                     path.display(),
-                    f.provenance.as_ref().map_or("-", |p| p.fixed_at.as_str())
+                    f.provenance.as_ref().map_or("-", |p| p.fixed_at.as_str()),
+                    history_path.display()
                 );
             }
             Ok(ExitCode::SUCCESS)

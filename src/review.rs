@@ -5,7 +5,7 @@
 
 use crate::engine::{self, Calibration, Method, Truth};
 use crate::error::{Error, Result};
-use crate::factors::FactorsFile;
+use crate::factors::{FactorHistory, FactorsFile, HistoryEntry};
 use crate::features::FEATURE_NAMES;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -562,6 +562,30 @@ pub fn diff_markdown(d: &DiffReport) -> String {
     s
 }
 
+/// The history entry `memcal fit --write-factors` appends for a newly fixed factors file.
+pub fn history_entry(f: &FactorsFile, cal: &Calibration) -> HistoryEntry {
+    let prov = f
+        .provenance
+        .as_ref()
+        .expect("a refitted factors file has provenance");
+    let median = |m: Method| cal.methods.get(&m).and_then(|x| x.median_abs_rel_error);
+    HistoryEntry {
+        fixed_at: prov.fixed_at.clone(),
+        tool_version: prov.tool_version.clone(),
+        rows: prov.rows,
+        rows_sha256: prov.rows_sha256.clone(),
+        profiles: f
+            .profiles
+            .iter()
+            .map(|(k, v)| (k.clone(), v.factors))
+            .collect(),
+        q90: f.upper.q90,
+        q95: f.upper.q95,
+        held_out_median: median(Method::PlanHeldOutArchitecture),
+        in_sample_median: median(Method::PlanShipped),
+    }
+}
+
 /// One change of `data/factors.json` in the history.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct AuditEntry {
@@ -685,10 +709,21 @@ pub fn audit(repo: &Path, data_dir: &Path) -> Result<AuditReport> {
             held_out_median,
         });
     }
-    Ok(AuditReport {
-        history,
-        current: reproduce(data_dir)?,
-    })
+    let mut current = reproduce(data_dir)?;
+    // Every fitted factors file in the git history has its entry in the history log.
+    let log = FactorHistory::load_or_empty(&data_dir.join("factors-history.json"))?;
+    for e in &history {
+        if let Some(fixed_at) = &e.fixed_at {
+            if !log.entries.iter().any(|h| &h.fixed_at == fixed_at) {
+                current.differences.push(format!(
+                    "data/factors-history.json has no entry for the factors fixed at {fixed_at} (commit {})",
+                    &e.commit[..12.min(e.commit.len())]
+                ));
+            }
+        }
+    }
+    current.reproduces = current.differences.is_empty();
+    Ok(AuditReport { history, current })
 }
 
 /// The audit as text.

@@ -351,3 +351,56 @@ fn templates_only_place_strings() {
         }
     }
 }
+
+#[test]
+fn the_factor_history_page_lists_every_fixing_newest_first() {
+    // The fixture has no history: the page says so.
+    let (dir, _) = built();
+    let html = read(dir.path(), "history.html");
+    assert!(html.contains("have not been fitted yet"), "{html}");
+    // A copy of the fixture with two fixings in its history.
+    let data = tempfile::tempdir().unwrap();
+    copy_tree(&fixture(), data.path());
+    let entry = |fixed_at: &str, first: f64| memcal::factors::HistoryEntry {
+        fixed_at: fixed_at.into(),
+        tool_version: "0.1.0".into(),
+        rows: 12,
+        rows_sha256: "ab".repeat(32),
+        profiles: [("fp32".to_string(), [first, 0.5, 0.0, 1.0, 0.0, 2.0])]
+            .into_iter()
+            .collect(),
+        q90: 1.1,
+        q95: 1.3,
+        held_out_median: Some(0.125),
+        in_sample_median: None,
+    };
+    let history = memcal::factors::FactorHistory {
+        format: memcal::factors::HISTORY_FORMAT.into(),
+        entries: vec![
+            entry("2026-01-01T00:00:00Z", 0.75),
+            entry("2026-02-01T00:00:00Z", 1.25),
+        ],
+    };
+    std::fs::write(data.path().join("factors-history.json"), history.to_json()).unwrap();
+    let out = tempfile::tempdir().unwrap();
+    build_site(data.path(), out.path(), false).unwrap();
+    let html = read(out.path(), "history.html");
+    let newer = html.find("2026-02-01T00:00:00Z").expect("newer entry");
+    let older = html.find("2026-01-01T00:00:00Z").expect("older entry");
+    assert!(newer < older, "newest first");
+    assert!(html.contains("12.5%"), "held-out median then: {html}");
+    assert!(read(out.path(), "index.html").contains("href=\"history.html\""));
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    for e in std::fs::read_dir(from).unwrap() {
+        let p = e.unwrap().path();
+        let dest = to.join(p.file_name().unwrap());
+        if p.is_dir() {
+            std::fs::create_dir_all(&dest).unwrap();
+            copy_tree(&p, &dest);
+        } else {
+            std::fs::copy(&p, &dest).unwrap();
+        }
+    }
+}

@@ -10,7 +10,7 @@ use super::view::*;
 use crate::engine::{
     Bucket, Calibration, CheckRef, ExclusionReason, Method, MethodMetrics, RowResult, Truth,
 };
-use crate::factors::FactorsFile;
+use crate::factors::{FactorHistory, FactorsFile};
 use crate::features::FEATURE_NAMES;
 use crate::plan::Verdict;
 use crate::run::RunStatus;
@@ -23,12 +23,63 @@ pub const RUNS_PER_PAGE_LIMIT: usize = 2000;
 /// The site's title.
 pub const TITLE: &str = "Memory calibration";
 
-/// Prose, already rendered to HTML, by block name (`headline`, `methods`, ...), and the
-/// maintainers' notes on known misses by family.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// What the site reads from `data/` besides the engine's output: prose, already rendered to
+/// HTML, by block name (`headline`, `methods`, ...), the maintainers' notes on known misses by
+/// family, and the factor history (`data/factors-history.json`).
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct ProseInput {
     pub blocks: BTreeMap<String, String>,
     pub misses: BTreeMap<String, String>,
+    pub history: FactorHistory,
+}
+
+/// The factor history page: one row per fixing of the factors, newest first.
+fn history_page(history: &FactorHistory, nav: Vec<Link>) -> HistoryPage {
+    let mut columns = vec![col("Fixed at (UTC)", false), col("Rows fitted", true)];
+    columns.extend(
+        FEATURE_NAMES
+            .iter()
+            .map(|f| col(&format!("fp32 {f}"), true)),
+    );
+    columns.extend([
+        col("q90", true),
+        col("q95", true),
+        col("Held-out median |error| then", true),
+        col("In-sample median |error| then", true),
+        col("Rows SHA-256", false),
+        col("memcal", false),
+    ]);
+    let mut t = table(
+        "factor-history",
+        "Every fixing of the shipped factors (fp32 profile), newest first",
+        columns,
+        "The factors have not been fitted yet: data/factors.json holds the seed values.",
+    );
+    for e in history.entries.iter().rev() {
+        let mut row = vec![Cell::text(e.fixed_at.clone()), count_cell(e.rows)];
+        match e.profiles.get("fp32") {
+            Some(f) => row.extend(f.iter().map(|x| Cell::num(fmt::factor(*x), format!("{x}")))),
+            None => row.extend(FEATURE_NAMES.iter().map(|_| Cell::num("—", ""))),
+        }
+        row.extend([
+            Cell::num(fmt::factor(e.q90), format!("{}", e.q90)),
+            Cell::num(fmt::factor(e.q95), format!("{}", e.q95)),
+            opt_pct(e.held_out_median),
+            opt_pct(e.in_sample_median),
+            Cell::text(e.rows_sha256.chars().take(16).collect::<String>()),
+            Cell::text(e.tool_version.clone()),
+        ]);
+        t.rows.push(row);
+    }
+    HistoryPage {
+        meta: PageMeta {
+            file: "history.html".into(),
+            title: format!("Factor history: {TITLE}"),
+            nav,
+        },
+        intro: "Each row is one run of `memcal fit --write-factors`, the only command that changes data/factors.json, as recorded in data/factors-history.json. `memcal audit` checks this log against the git history of the factors file and refits the current factors from the rows they claim.".into(),
+        table: t,
+    }
 }
 
 /// The methods drawn as scatter charts, in page order.
@@ -401,6 +452,7 @@ fn nav(runs_pages: &[Link]) -> Vec<Link> {
         ("index.html#known-misses", "Known misses"),
         ("index.html#not-counted", "Not counted"),
         ("index.html#all-runs", "All runs"),
+        ("history.html", "Factor history"),
     ]
     .iter()
     .map(|(h, t)| Link {
@@ -689,6 +741,7 @@ pub fn from_calibration_paged(
         index,
         runs: runs_pages,
         families: family_pages,
+        history: history_page(&prose.history, nav_links.clone()),
         charts,
         download_json: download_json(cal),
         download_csv: download_csv(&ctx),

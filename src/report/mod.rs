@@ -96,7 +96,9 @@ pub fn site(data_dir: &Path) -> Result<Site> {
     let cal = crate::engine::calibrate(&ds);
     let mut families: BTreeSet<String> = cal.families.keys().cloned().collect();
     families.extend(cal.rows.iter().map(|r| r.family.clone()));
-    let prose = load_prose(data_dir, &families)?;
+    let mut prose = load_prose(data_dir, &families)?;
+    prose.history =
+        crate::factors::FactorHistory::load_or_empty(&data_dir.join("factors-history.json"))?;
     Ok(from_calibration(&cal, &ds.factors, &prose))
 }
 

@@ -2,7 +2,7 @@
 //! and the view model itself as JSON with `--debug-json`. Output is a sorted map from relative
 //! path to bytes, so two builds of the same inputs are byte-identical.
 
-use super::view::{FamilyPage, IndexPage, PageMeta, RunsPage, Site};
+use super::view::{FamilyPage, HistoryPage, IndexPage, PageMeta, RunsPage, Site};
 use askama::Template;
 use std::collections::BTreeMap;
 
@@ -31,6 +31,14 @@ struct RunsTemplate<'a> {
 struct FamilyTemplate<'a> {
     meta: &'a PageMeta,
     p: &'a FamilyPage,
+    sort_js: &'a str,
+}
+
+#[derive(Template)]
+#[template(path = "history.html")]
+struct HistoryTemplate<'a> {
+    meta: &'a PageMeta,
+    p: &'a HistoryPage,
     sort_js: &'a str,
 }
 
@@ -98,6 +106,16 @@ pub fn render(site: &Site, debug_json: bool) -> Result<BTreeMap<String, Vec<u8>>
         if debug_json {
             put(debug_name(&f.meta.file), json(f)?.into_bytes())?;
         }
+    }
+    let h = &site.history;
+    let t = HistoryTemplate {
+        meta: &h.meta,
+        p: h,
+        sort_js: SORT_JS,
+    };
+    put(h.meta.file.clone(), page(t.render(), &h.meta.file)?)?;
+    if debug_json {
+        put(debug_name(&h.meta.file), json(h)?.into_bytes())?;
     }
     for c in &site.charts {
         put(format!("charts/{}", c.file()), c.render()?.into_bytes())?;

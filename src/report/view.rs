@@ -224,6 +224,14 @@ pub struct RunsPage {
     pub table: Table,
 }
 
+/// The factor history page: every fixing of the factors, from `data/factors-history.json`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct HistoryPage {
+    pub meta: PageMeta,
+    pub intro: String,
+    pub table: Table,
+}
+
 /// One architecture family's page.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct FamilyPage {
@@ -243,6 +251,7 @@ pub struct Site {
     pub index: IndexPage,
     pub runs: Vec<RunsPage>,
     pub families: Vec<FamilyPage>,
+    pub history: HistoryPage,
     pub charts: Vec<Chart>,
     /// `memory-calibration.json`, already serialised.
     #[serde(skip)]
