@@ -318,3 +318,31 @@ fn every_zoo_graph_simulates_consistently() {
         }
     }
 }
+
+#[test]
+fn a_dead_branch_lives_until_forward_returns_and_saves_nothing() {
+    // `aux` reads fc1 but reaches no loss: the harness keeps its output until forward returns,
+    // and autograd keeps nothing for it once it is dropped.
+    let g = graph(
+        r#"{"format":"memcal-graph/1","name":"dead","family":"t","variant":"t","inputs":[
+        {"name":"x","shape":["B",64],"dtype":"float32"},
+        {"name":"y","shape":["B",64],"dtype":"float32"}],
+        "nodes":[
+        {"id":"fc1","op":"linear","inputs":["x"],"attributes":{"in_features":64,"out_features":64}},
+        {"id":"aux","op":"relu","inputs":["fc1"]},
+        {"id":"fc2","op":"linear","inputs":["fc1"],"attributes":{"in_features":64,"out_features":64}},
+        {"id":"loss","op":"mse","inputs":["fc2","y"]}],"loss":"loss"}"#,
+    );
+    let b = 4;
+    let a = b * 64 * 4;
+    let s = sim(&g, b);
+    let f = s.phase("step1.forward").unwrap();
+    // At the loss: fc1 (saved by fc2), aux (alive until forward returns), fc2's output and the
+    // loss's buffer plus its forward temporary (a + 12 bytes).
+    assert_eq!(
+        event(&s, "step1.forward", "loss").bytes,
+        f.start + 4 * a + a + 12
+    );
+    // After forward: aux is gone.
+    assert_eq!(f.end, f.start + 3 * a);
+}

@@ -116,7 +116,8 @@ pub struct Event {
     /// `model_load`, `inputs`, `step2.backward`, ...
     pub phase: String,
     /// The node id (forward, backward), `<node>#<i>` (the i-th parameter tensor of a node, in
-    /// the optimizer and at load), or `-` for the end of `inputs`.
+    /// the optimizer and at load), `zero_grad` (the end of an optimizer phase), or `-` for the
+    /// end of `inputs`.
     pub node: String,
     /// Live bytes at the highest point of this event (with its transients).
     pub bytes: u64,
