@@ -343,6 +343,12 @@ pub struct VerdictCounts {
 }
 
 impl VerdictCounts {
+    fn merge(&mut self, o: &VerdictCounts) {
+        self.fits += o.fits;
+        self.borderline += o.borderline;
+        self.does_not_fit += o.does_not_fit;
+    }
+
     fn add(&mut self, v: Verdict) {
         match v {
             Verdict::Fits => self.fits += 1,
@@ -508,6 +514,18 @@ struct Acc {
 }
 
 impl Acc {
+    fn merge(&mut self, o: Acc) {
+        self.rows += o.rows;
+        self.errors.extend(o.errors);
+        let (m, n) = (&mut self.m, o.m);
+        m.did_not_fit_checks += n.did_not_fit_checks;
+        m.fit_checks += n.fit_checks;
+        m.correct_checks += n.correct_checks;
+        m.missed_oom.extend(n.missed_oom);
+        m.false_alarm_edge.extend(n.false_alarm_edge);
+        m.false_alarm_over.extend(n.false_alarm_over);
+    }
+
     fn finish(mut self) -> MethodMetrics {
         let mut m = self.m;
         m.rows = self.rows;
@@ -895,148 +913,207 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
         unpredicted,
     };
 
-    // Checks and metrics.
-    let nm = Method::ALL.len();
-    let new_accs = || (0..nm).map(|_| Acc::default()).collect::<Vec<Acc>>();
-    let mut overall = new_accs();
-    let mut fam_accs: Vec<Vec<Acc>> = (0..fam_names.len()).map(|_| new_accs()).collect();
-    let mut fam_graphs: Vec<BTreeSet<&str>> = vec![BTreeSet::new(); fam_names.len()];
-    let mut fam_rows = vec![0u64; fam_names.len()];
-    let mut last_graph: Vec<&str> = vec![""; fam_names.len()];
-    let mut bound = BoundMetrics::default();
-    let mut rows_out = Vec::with_capacity(preds.len());
-    for (k, p) in preds.into_iter().enumerate() {
-        let r = &ds.rows[p.i];
-        let id = &ids[k];
-        if last_graph[p.fam] != r.graph.as_str() {
-            fam_graphs[p.fam].insert(r.graph.as_str());
-            last_graph[p.fam] = r.graph.as_str();
-        }
-        fam_rows[p.fam] += 1;
-        let measured = match r.status {
-            RunStatus::Completed => r.measured_bytes,
-            _ => None,
-        };
-        for (method, pred) in p.preds.iter() {
-            let mi = method as usize;
-            let err = measured
-                .filter(|m| *m >= threshold)
-                .map(|m| (pred / m as f64 - 1.0).abs());
-            for acc in [&mut overall[mi], &mut fam_accs[p.fam][mi]] {
-                acc.rows += 1;
-                if let Some(e) = err {
-                    acc.errors.push(e);
+    // Checks and metrics, over two halves of the rows on two threads, merged in order (the
+    // result does not depend on the split).
+    struct Part<'a> {
+        overall: Vec<Acc>,
+        fam_accs: Vec<Vec<Acc>>,
+        fam_graphs: Vec<BTreeSet<&'a str>>,
+        fam_rows: Vec<u64>,
+        bound: BoundMetrics,
+        rows_out: Vec<RowResult>,
+    }
+    let run_part = |preds: Vec<Pred>, ids: &[Name]| {
+        let nm = Method::ALL.len();
+        let new_accs = || (0..nm).map(|_| Acc::default()).collect::<Vec<Acc>>();
+        let mut overall = new_accs();
+        let mut fam_accs: Vec<Vec<Acc>> = (0..fam_names.len()).map(|_| new_accs()).collect();
+        let mut fam_graphs: Vec<BTreeSet<&str>> = vec![BTreeSet::new(); fam_names.len()];
+        let mut fam_rows = vec![0u64; fam_names.len()];
+        let mut last_graph: Vec<&str> = vec![""; fam_names.len()];
+        let mut bound = BoundMetrics::default();
+        let mut rows_out = Vec::with_capacity(preds.len());
+        for (k, p) in preds.into_iter().enumerate() {
+            let r = &ds.rows[p.i];
+            let id = &ids[k];
+            if last_graph[p.fam] != r.graph.as_str() {
+                fam_graphs[p.fam].insert(r.graph.as_str());
+                last_graph[p.fam] = r.graph.as_str();
+            }
+            fam_rows[p.fam] += 1;
+            let measured = match r.status {
+                RunStatus::Completed => r.measured_bytes,
+                _ => None,
+            };
+            for (method, pred) in p.preds.iter() {
+                let mi = method as usize;
+                let err = measured
+                    .filter(|m| *m >= threshold)
+                    .map(|m| (pred / m as f64 - 1.0).abs());
+                for acc in [&mut overall[mi], &mut fam_accs[p.fam][mi]] {
+                    acc.rows += 1;
+                    if let Some(e) = err {
+                        acc.errors.push(e);
+                    }
                 }
             }
-        }
-        let (q90m, q95m) = if p.bucket == Bucket::AfterFit {
-            (f.upper.q90, f.upper.q95)
-        } else {
-            (upper.q90_used, upper.q95_used)
-        };
-        let b90 = p.oos.map(|e| plan::bound(e, q90m, f.bound_floor_bytes));
-        let b95 = p.oos.map(|e| plan::bound(e, q95m, f.bound_floor_bytes));
-        let cards = &f.regimes[&r.regime].cards;
-        let mut checks = Vec::with_capacity(cards.len());
-        for card in cards {
-            let t = truth(r.status, measured, r.capacity_bytes, card.bytes);
-            let edge = t == Truth::Fits
-                && measured.is_some_and(|m| m as f64 >= card.bytes as f64 * (1.0 - h));
-            let mut fits_by = PerMethod::default();
-            for (method, pred) in p.preds.iter() {
-                let says_fits = match method {
-                    Method::Accelerate | Method::Textbook => pred <= card.bytes as f64,
-                    _ => plan::plan_fits(pred, h, card.bytes),
-                };
-                fits_by.set(method, says_fits);
-                if t == Truth::Unknown {
-                    continue;
+            let (q90m, q95m) = if p.bucket == Bucket::AfterFit {
+                (f.upper.q90, f.upper.q95)
+            } else {
+                (upper.q90_used, upper.q95_used)
+            };
+            let b90 = p.oos.map(|e| plan::bound(e, q90m, f.bound_floor_bytes));
+            let b95 = p.oos.map(|e| plan::bound(e, q95m, f.bound_floor_bytes));
+            let cards = &f.regimes[&r.regime].cards;
+            let mut checks = Vec::with_capacity(cards.len());
+            for card in cards {
+                let t = truth(r.status, measured, r.capacity_bytes, card.bytes);
+                let edge = t == Truth::Fits
+                    && measured.is_some_and(|m| m as f64 >= card.bytes as f64 * (1.0 - h));
+                let mut fits_by = PerMethod::default();
+                for (method, pred) in p.preds.iter() {
+                    let says_fits = match method {
+                        Method::Accelerate | Method::Textbook => pred <= card.bytes as f64,
+                        _ => plan::plan_fits(pred, h, card.bytes),
+                    };
+                    fits_by.set(method, says_fits);
+                    if t == Truth::Unknown {
+                        continue;
+                    }
+                    let cref = || CheckRef {
+                        run_id: id.clone(),
+                        card_bytes: card.bytes,
+                    };
+                    let mi = method as usize;
+                    for acc in [&mut overall[mi], &mut fam_accs[p.fam][mi]] {
+                        let m = &mut acc.m;
+                        match t {
+                            Truth::DoesNotFit => {
+                                m.did_not_fit_checks += 1;
+                                if says_fits {
+                                    m.missed_oom.push(cref());
+                                } else {
+                                    m.correct_checks += 1;
+                                }
+                            }
+                            _ => {
+                                m.fit_checks += 1;
+                                if says_fits {
+                                    m.correct_checks += 1;
+                                } else if edge {
+                                    m.false_alarm_edge.push(cref());
+                                } else {
+                                    m.false_alarm_over.push(cref());
+                                }
+                            }
+                        }
+                    }
                 }
-                let cref = || CheckRef {
-                    run_id: id.clone(),
-                    card_bytes: card.bytes,
-                };
-                let mi = method as usize;
-                for acc in [&mut overall[mi], &mut fam_accs[p.fam][mi]] {
-                    let m = &mut acc.m;
+                let v90 = p
+                    .oos
+                    .zip(b90)
+                    .map(|(e, b)| plan::bound_verdict(e, b, h, card.bytes));
+                let v95 = p
+                    .oos
+                    .zip(b95)
+                    .map(|(e, b)| plan::bound_verdict(e, b, h, card.bytes));
+                for (v, counts) in [(v90, &mut bound.q90), (v95, &mut bound.q95)] {
+                    let Some(v) = v else { continue };
                     match t {
                         Truth::DoesNotFit => {
-                            m.did_not_fit_checks += 1;
-                            if says_fits {
-                                m.missed_oom.push(cref());
-                            } else {
-                                m.correct_checks += 1;
+                            counts.on_did_not_fit.add(v);
+                            if v == Verdict::Fits {
+                                counts.missed_oom.push(CheckRef {
+                                    run_id: id.clone(),
+                                    card_bytes: card.bytes,
+                                });
                             }
                         }
-                        _ => {
-                            m.fit_checks += 1;
-                            if says_fits {
-                                m.correct_checks += 1;
-                            } else if edge {
-                                m.false_alarm_edge.push(cref());
-                            } else {
-                                m.false_alarm_over.push(cref());
-                            }
-                        }
+                        Truth::Fits => counts.on_fit.add(v),
+                        Truth::Unknown => {}
                     }
                 }
+                checks.push(Check {
+                    card_bytes: card.bytes,
+                    truth: t,
+                    edge,
+                    fits: fits_by,
+                    bound_q90: v90,
+                    bound_q95: v95,
+                });
             }
-            let v90 = p
-                .oos
-                .zip(b90)
-                .map(|(e, b)| plan::bound_verdict(e, b, h, card.bytes));
-            let v95 = p
-                .oos
-                .zip(b95)
-                .map(|(e, b)| plan::bound_verdict(e, b, h, card.bytes));
-            for (v, counts) in [(v90, &mut bound.q90), (v95, &mut bound.q95)] {
-                let Some(v) = v else { continue };
-                match t {
-                    Truth::DoesNotFit => {
-                        counts.on_did_not_fit.add(v);
-                        if v == Verdict::Fits {
-                            counts.missed_oom.push(CheckRef {
-                                run_id: id.clone(),
-                                card_bytes: card.bytes,
-                            });
-                        }
-                    }
-                    Truth::Fits => counts.on_fit.add(v),
-                    Truth::Unknown => {}
-                }
-            }
-            checks.push(Check {
-                card_bytes: card.bytes,
-                truth: t,
-                edge,
-                fits: fits_by,
-                bound_q90: v90,
-                bound_q95: v95,
+            rows_out.push(RowResult {
+                run_id: r.run_id.clone(),
+                file: r.file.clone(),
+                graph: r.graph.clone(),
+                family: r.family.clone(),
+                regime: r.regime.clone(),
+                precision: r.precision,
+                batch: r.batch,
+                status: r.status,
+                bucket: p.bucket,
+                measured_bytes: measured,
+                oom_capacity_bytes: (r.status == RunStatus::Oom).then_some(r.capacity_bytes),
+                weight: (p.bucket == Bucket::Fitted)
+                    .then_some(())
+                    .and(measured)
+                    .map(weight_of),
+                features: r.features.as_array(),
+                predictions: p.preds,
+                bound_q90_bytes: b90,
+                bound_q95_bytes: b95,
+                checks,
             });
         }
-        rows_out.push(RowResult {
-            run_id: r.run_id.clone(),
-            file: r.file.clone(),
-            graph: r.graph.clone(),
-            family: r.family.clone(),
-            regime: r.regime.clone(),
-            precision: r.precision,
-            batch: r.batch,
-            status: r.status,
-            bucket: p.bucket,
-            measured_bytes: measured,
-            oom_capacity_bytes: (r.status == RunStatus::Oom).then_some(r.capacity_bytes),
-            weight: (p.bucket == Bucket::Fitted)
-                .then_some(())
-                .and(measured)
-                .map(weight_of),
-            features: r.features.as_array(),
-            predictions: p.preds,
-            bound_q90_bytes: b90,
-            bound_q95_bytes: b95,
-            checks,
-        });
+        Part {
+            overall,
+            fam_accs,
+            fam_graphs,
+            fam_rows,
+            bound,
+            rows_out,
+        }
+    };
+    let mut preds = preds;
+    let second = preds.split_off(preds.len() / 2);
+    let (ids_a, ids_b) = ids.split_at(preds.len());
+    let rp = &run_part;
+    let (pa, pb) = std::thread::scope(|sc| {
+        let hb = sc.spawn(move || rp(second, ids_b));
+        let pa = rp(preds, ids_a);
+        (pa, hb.join().expect("the check thread does not panic"))
+    });
+    let Part {
+        mut overall,
+        mut fam_accs,
+        mut fam_graphs,
+        mut fam_rows,
+        mut bound,
+        mut rows_out,
+    } = pa;
+    for (a, b) in overall.iter_mut().zip(pb.overall) {
+        a.merge(b);
     }
+    for (fa, fb) in fam_accs.iter_mut().zip(pb.fam_accs) {
+        for (a, b) in fa.iter_mut().zip(fb) {
+            a.merge(b);
+        }
+    }
+    for (ga, gb) in fam_graphs.iter_mut().zip(pb.fam_graphs) {
+        ga.extend(gb);
+    }
+    for (ra, rb) in fam_rows.iter_mut().zip(pb.fam_rows) {
+        *ra += rb;
+    }
+    for (ba, bb) in [
+        (&mut bound.q90, pb.bound.q90),
+        (&mut bound.q95, pb.bound.q95),
+    ] {
+        ba.on_did_not_fit.merge(&bb.on_did_not_fit);
+        ba.on_fit.merge(&bb.on_fit);
+        ba.missed_oom.extend(bb.missed_oom);
+    }
+    rows_out.extend(pb.rows_out);
     bound.q90.missed_oom.sort();
     bound.q95.missed_oom.sort();
 
