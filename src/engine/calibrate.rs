@@ -1074,7 +1074,6 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
             rows_out,
         }
     };
-    let mut preds = preds;
     let second = preds.split_off(preds.len() / 2);
     let (ids_a, ids_b) = ids.split_at(preds.len());
     let rp = &run_part;
