@@ -265,14 +265,22 @@ pub fn rule(graph: &Graph, node: &Node, batch: u64, backend: Backend) -> OpRule 
                 .map_or(0, |t| t.iter().product::<u64>() * 4);
             // A conv with fewer than 8 output channels (a segmentation head) has its output
             // padded to 16 channels by oneDNN: (16 / C - 1) more outputs in forward, 16 / C in
-            // backward (measured with C = 2).
+            // backward (measured with C = 2), and its input's channels to a multiple of 16.
             let out_c = match &node.op {
                 Op::Conv1d(c) | Op::Conv2d(c) => c.out_channels,
                 Op::ConvTranspose2d(c) => c.out_channels,
                 _ => 16,
             };
+            let in_c = match &node.op {
+                Op::Conv1d(c) | Op::Conv2d(c) => c.in_channels,
+                Op::ConvTranspose2d(c) => c.in_channels,
+                _ => 16,
+            };
             let (pad_fwd, pad_bwd) = if out_c < 8 {
-                (y * 16 / out_c - y, y * 16 / out_c)
+                // Its input is reordered with channels padded to a multiple of 16 too
+                // (measured: 64 and 24 input channels).
+                let pad_in = x * in_c.div_ceil(16) * 16 / in_c - x;
+                (y * 16 / out_c - y + pad_in, y * 16 / out_c + pad_in)
             } else {
                 (0, 0)
             };
