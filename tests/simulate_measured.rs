@@ -52,6 +52,8 @@ fn tolerance(graph: &str) -> f64 {
         "sim-seg-head" => 0.01,
         "unet-r1" => 0.01,
         "sim-lstm2bi" => 0.12,
+        // LSTM backward with H = 256: ~1.17 MB of oneDNN scratch per layer not modelled.
+        "sim-lstm-wide" | "sim-lstm2-wide" => 0.15,
         "sim-gru" | "sim-gru-t32-h128" | "sim-gru-t64-h128" | "sim-gru-t32-h256" => 0.02,
         "gru-r1" => 0.03,
         "sim-gru2bi" => 0.07,
