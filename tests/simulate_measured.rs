@@ -52,8 +52,9 @@ fn tolerance(graph: &str) -> f64 {
         "sim-seg-head" => 0.01,
         "unet-r1" => 0.01,
         "sim-lstm2bi" => 0.12,
-        // LSTM backward with H = 256: ~1.17 MB of oneDNN scratch per layer not modelled.
-        "sim-lstm-wide" | "sim-lstm2-wide" => 0.15,
+        // LSTM at H = 128 to 512: forward about 1% low (scratch growing with H not modelled).
+        "sim-lstm-wide" | "sim-lstm2-wide" | "sim-lstm-h256-t32" | "sim-lstm-h128-t64"
+        | "sim-lstm-h512-t16" => 0.02,
         "sim-gru" | "sim-gru-t32-h128" | "sim-gru-t64-h128" | "sim-gru-t32-h256" => 0.02,
         "gru-r1" => 0.03,
         "sim-gru2bi" => 0.07,

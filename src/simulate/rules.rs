@@ -624,7 +624,14 @@ pub fn rule(graph: &Graph, node: &Node, batch: u64, backend: Backend) -> OpRule 
                 // Bidirectional: measured on one configuration (2 layers, H = 128).
                 (2 * states + bth * dirs + w_hh, bth * dirs * 13 / 8 + w_hh)
             } else if lstm {
-                (2 * states + bth * dirs * 33 / 8 + w_hh, bth * dirs * 171 / 32 + w_hh)
+                // From H = 256 on, backward holds one more W_hh and a quarter W_ih per layer
+                // (measured at H = 256 and 512, flat in B and T; absent at H = 128).
+                let big = if h >= 256 {
+                    layers * dirs * (4 * h * h * 4 + 4 * h * r.input_size)
+                } else {
+                    0
+                };
+                (2 * states + bth * dirs * 33 / 8 + w_hh, bth * dirs * 171 / 32 + w_hh + big)
             } else {
                 {
                     // The inner layers' extra B x T x H appears after the forward's peak and is
