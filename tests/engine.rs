@@ -596,6 +596,8 @@ fn load_joins_rows_to_graphs() {
         (6, 3, 1, 2)
     );
     assert!(cal.fits[&Precision::Fp32].held_out_architecture.len() == 3);
+    assert!(cal.textbook_not_applicable.contains_key("tiny-lstm"));
+    assert!(!cal.textbook_not_applicable.contains_key("tiny-gpt"));
 }
 
 fn expect_field(err: Error, file: &Path, field: &str) {

@@ -474,6 +474,8 @@ pub struct Calibration {
     pub factors_file_rows_match: bool,
     /// SHA-256 over today's fitted rows (see `rows_sha256`).
     pub fitted_rows_sha256: String,
+    /// Graphs the textbook formula does not apply to, with the reason (its rows show "n/a").
+    pub textbook_not_applicable: BTreeMap<String, String>,
     /// Usable rows, sorted by run id.
     pub rows: Vec<RowResult>,
 }
@@ -1197,6 +1199,11 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
         known_misses,
         factors_file_rows_match,
         fitted_rows_sha256,
+        textbook_not_applicable: ds
+            .graphs
+            .iter()
+            .filter_map(|(g, i)| i.textbook_not_applicable.clone().map(|r| (g.clone(), r)))
+            .collect(),
         rows: rows_out,
     }
 }
