@@ -98,16 +98,24 @@ pub enum Method {
     PlanHeldOutRegime,
     /// After-the-fit rows predicted by the factors as fixed in `data/factors.json`.
     PlanAfterFit,
+    /// The training-step simulator (`memcal::simulate`): per-op saved tensors and a liveness
+    /// timeline, no fitted factor; on every row whose precision has a rule table. It fits a
+    /// card by the plan's rule (estimate x (1 + headroom) <= card).
+    Simulated,
 }
 
+/// Number of methods.
+pub const N_METHODS: usize = 7;
+
 impl Method {
-    pub const ALL: [Method; 6] = [
+    pub const ALL: [Method; N_METHODS] = [
         Method::Accelerate,
         Method::Textbook,
         Method::PlanShipped,
         Method::PlanHeldOutArchitecture,
         Method::PlanHeldOutRegime,
         Method::PlanAfterFit,
+        Method::Simulated,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -118,6 +126,7 @@ impl Method {
             Method::PlanHeldOutArchitecture => "plan-held-out-architecture",
             Method::PlanHeldOutRegime => "plan-held-out-regime",
             Method::PlanAfterFit => "plan-after-fit",
+            Method::Simulated => "simulated",
         }
     }
 
@@ -186,7 +195,7 @@ impl Serialize for Name {
 
 /// One value per method, serialised as a map from method name to value (present ones only).
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub struct PerMethod<T>(pub [Option<T>; 6]);
+pub struct PerMethod<T>(pub [Option<T>; N_METHODS]);
 
 impl<T: Copy> PerMethod<T> {
     pub fn get(&self, m: &Method) -> Option<&T> {
@@ -317,6 +326,8 @@ pub struct MethodMetrics {
     pub error_rows: u64,
     /// Median |pred / measured - 1| over those (the mean of the two middle values for even n).
     pub median_abs_rel_error: Option<f64>,
+    /// Largest |pred / measured - 1| over those.
+    pub max_abs_rel_error: Option<f64>,
     /// Share of those within 25%.
     pub within_25pct: Option<f64>,
     /// Checks whose truth is "does not fit".
@@ -537,6 +548,7 @@ impl Acc {
             m.within_25pct = Some(within as f64 / self.errors.len() as f64);
         }
         m.median_abs_rel_error = median(&mut self.errors);
+        m.max_abs_rel_error = self.errors.iter().copied().reduce(f64::max);
         let counted = m.fit_checks + m.did_not_fit_checks;
         if counted > 0 {
             m.accuracy = Some(m.correct_checks as f64 / counted as f64);
@@ -849,6 +861,9 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
         m.set(Method::Accelerate, r.accelerate_bytes as f64);
         if let Some(t) = r.textbook_bytes {
             m.set(Method::Textbook, t as f64);
+        }
+        if let Some(t) = r.simulated_bytes {
+            m.set(Method::Simulated, t as f64);
         }
         let oos;
         match bucket {

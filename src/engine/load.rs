@@ -146,7 +146,7 @@ pub fn parse_row(bytes: &[u8], path: &Path) -> Result<RunRow> {
 }
 
 /// Features, accelerate's and the textbook's bytes per (graph, batch, precision).
-type FeatureCache = HashMap<(String, u64, Precision), (Features, u64, Option<u64>)>;
+type FeatureCache = HashMap<(String, u64, Precision), (Features, u64, Option<u64>, Option<u64>)>;
 
 /// Turns a parsed row into an engine row, joined to its graph.
 fn join(
@@ -169,15 +169,19 @@ fn join(
     };
     let precision: Precision = row.precision.parse().expect("validated in parse_row");
     let key = (row.graph.name.clone(), row.batch, precision);
-    let (features, accelerate_bytes, textbook_bytes) = *cache.entry(key).or_insert_with(|| {
-        (
-            features::features(g, row.batch, precision),
-            baselines::accelerate(g, precision).training_bytes,
-            baselines::textbook(g, row.batch)
-                .ok()
-                .map(|t| t.total_bytes),
-        )
-    });
+    let (features, accelerate_bytes, textbook_bytes, simulated_bytes) =
+        *cache.entry(key).or_insert_with(|| {
+            (
+                features::features(g, row.batch, precision),
+                baselines::accelerate(g, precision).training_bytes,
+                baselines::textbook(g, row.batch)
+                    .ok()
+                    .map(|t| t.total_bytes),
+                crate::simulate::simulate(g, row.batch, precision)
+                    .ok()
+                    .map(|s| s.peak_bytes),
+            )
+        });
     if features.as_array().contains(&u64::MAX) {
         return Err(field(
             path,
@@ -211,6 +215,7 @@ fn join(
         features,
         accelerate_bytes,
         textbook_bytes,
+        simulated_bytes,
     })
 }
 

@@ -65,6 +65,8 @@ pub struct Row {
     pub accelerate_bytes: u64,
     /// The textbook formula's total, where it applies.
     pub textbook_bytes: Option<u64>,
+    /// The simulator's peak, where it has a rule table for the row's precision.
+    pub simulated_bytes: Option<u64>,
 }
 
 /// What the engine knows of a graph.

@@ -114,6 +114,7 @@ pub fn row(
         },
         accelerate_bytes: features[0] / 4,
         textbook_bytes: None,
+        simulated_bytes: None,
     }
 }
 

@@ -83,11 +83,12 @@ fn history_page(history: &FactorHistory, nav: Vec<Link>) -> HistoryPage {
 }
 
 /// The methods drawn as scatter charts, in page order.
-const SCATTER_METHODS: [Method; 4] = [
+const SCATTER_METHODS: [Method; 5] = [
     Method::Accelerate,
     Method::Textbook,
     Method::PlanHeldOutArchitecture,
     Method::PlanShipped,
+    Method::Simulated,
 ];
 
 /// The human name of a method.
@@ -99,6 +100,7 @@ pub fn method_name(m: Method) -> &'static str {
         Method::PlanHeldOutArchitecture => "plan, held out by architecture",
         Method::PlanHeldOutRegime => "plan, held out by regime",
         Method::PlanAfterFit => "plan, after the fit",
+        Method::Simulated => "simulated training step (no fitted factor)",
     }
 }
 
@@ -263,6 +265,7 @@ fn metrics_columns(first: &str) -> Vec<Column> {
         col("Rows predicted", true),
         col("Rows in the error", true),
         col("Median |error|", true),
+        col("Max |error|", true),
         col("Within ±25%", true),
         col("Did-not-fit checks", true),
         col("Missed (called fits)", true),
@@ -280,6 +283,7 @@ fn metrics_cells(head: Cell, m: &MethodMetrics) -> Vec<Cell> {
         count_cell(m.rows),
         count_cell(m.error_rows),
         opt_pct(m.median_abs_rel_error),
+        opt_pct(m.max_abs_rel_error),
         opt_pct(m.within_25pct),
         count_cell(m.did_not_fit_checks),
         if missed > 0 {

@@ -314,6 +314,29 @@ pub fn simulate(graph: &Graph, batch: u64, precision: Precision) -> Result<Simul
     if batch == 0 {
         return Err("batch must be a positive integer".into());
     }
+    // The byte arithmetic below is plain u64: refuse sizes that could overflow it (no real
+    // training step comes near 2^50 elements in one tensor).
+    const LIMIT: u64 = 1 << 50;
+    let too_big = |n: u64| n >= LIMIT;
+    let shapes = graph
+        .inputs
+        .iter()
+        .map(|i| &i.shape)
+        .chain(graph.nodes.iter().map(|n| &n.output));
+    for s in shapes {
+        let n =
+            s.0.iter()
+                .try_fold(1u64, |acc, d| acc.checked_mul(d.at(batch)))
+                .unwrap_or(u64::MAX);
+        if too_big(n) {
+            return Err(format!(
+                "at batch {batch} a tensor of shape {s} has {n} elements or more: too large to simulate"
+            ));
+        }
+    }
+    if too_big(graph.parameters()) {
+        return Err("the graph has too many parameters to simulate".into());
+    }
     Sim::new(graph, batch, backend).run(precision)
 }
 
