@@ -317,6 +317,33 @@ pub struct CheckRef {
     pub card_bytes: u64,
 }
 
+/// The facts of the measurement behind the page, over every row read: sorted and distinct.
+#[derive(Debug, Clone, PartialEq, Serialize, Default)]
+pub struct Measured {
+    /// `<kind>: <name>`, e.g. `cpu: Intel(R) Xeon(R) Processor`.
+    pub devices: Vec<String>,
+    pub first_run: Option<String>,
+    pub last_run: Option<String>,
+    pub harness_versions: Vec<String>,
+    pub torch_versions: Vec<String>,
+}
+
+impl Measured {
+    fn of(rows: &[super::Row]) -> Measured {
+        let distinct = |f: &dyn Fn(&super::Row) -> String| -> Vec<String> {
+            let set: std::collections::BTreeSet<String> = rows.iter().map(f).collect();
+            set.into_iter().collect()
+        };
+        Measured {
+            devices: distinct(&|r| format!("{}: {}", r.device_kind, r.device)),
+            first_run: rows.iter().map(|r| r.timestamp.clone()).min(),
+            last_run: rows.iter().map(|r| r.timestamp.clone()).max(),
+            harness_versions: distinct(&|r| r.harness_version.clone()),
+            torch_versions: distinct(&|r| r.torch_version.clone()),
+        }
+    }
+}
+
 /// One method's numbers over a set of rows.
 #[derive(Debug, Clone, PartialEq, Serialize, Default)]
 pub struct MethodMetrics {
@@ -487,6 +514,8 @@ pub struct Calibration {
     pub fitted_rows_sha256: String,
     /// Graphs the textbook formula does not apply to, with the reason (its rows show "n/a").
     pub textbook_not_applicable: BTreeMap<String, String>,
+    /// What was measured, over every row read (excluded ones too): sorted, distinct.
+    pub measured: Measured,
     /// Usable rows, sorted by run id.
     pub rows: Vec<RowResult>,
 }
@@ -1219,6 +1248,7 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
             .iter()
             .filter_map(|(g, i)| i.textbook_not_applicable.clone().map(|r| (g.clone(), r)))
             .collect(),
+        measured: Measured::of(&ds.rows),
         rows: rows_out,
     }
 }

@@ -216,6 +216,10 @@ fn join(
         accelerate_bytes,
         textbook_bytes,
         simulated_bytes,
+        device: row.device.name,
+        device_kind: row.device.kind,
+        harness_version: row.tool_version,
+        torch_version: row.device.torch,
     })
 }
 

@@ -67,6 +67,11 @@ pub struct Row {
     pub textbook_bytes: Option<u64>,
     /// The simulator's peak, where it has a rule table for the row's precision.
     pub simulated_bytes: Option<u64>,
+    /// The device's name (the CPU model or the GPU), its kind, and the versions that measured.
+    pub device: String,
+    pub device_kind: String,
+    pub harness_version: String,
+    pub torch_version: String,
 }
 
 /// What the engine knows of a graph.

@@ -115,6 +115,10 @@ pub fn row(
         accelerate_bytes: features[0] / 4,
         textbook_bytes: None,
         simulated_bytes: None,
+        device: "synthetic".into(),
+        device_kind: "cpu".into(),
+        harness_version: "synthetic".into(),
+        torch_version: "-".into(),
     }
 }
 

@@ -752,6 +752,14 @@ pub fn from_calibration_paged(
     }
 }
 
+fn list_or_dash(v: &[String]) -> String {
+    if v.is_empty() {
+        "—".into()
+    } else {
+        v.join("; ")
+    }
+}
+
 fn headline(ctx: &Ctx) -> Headline {
     let cal = ctx.cal;
     let t = &cal.totals;
@@ -766,6 +774,17 @@ fn headline(ctx: &Ctx) -> Headline {
             fmt::count(ctx.families.len() as u64),
         ),
         fact("memcal version", cal.tool_version),
+        fact("Devices", list_or_dash(&cal.measured.devices)),
+        fact(
+            "Measured from",
+            cal.measured.first_run.clone().unwrap_or_else(|| "—".into()),
+        ),
+        fact(
+            "Measured until",
+            cal.measured.last_run.clone().unwrap_or_else(|| "—".into()),
+        ),
+        fact("Harness", list_or_dash(&cal.measured.harness_versions)),
+        fact("torch", list_or_dash(&cal.measured.torch_versions)),
     ];
     let regimes = ctx
         .factors
