@@ -48,5 +48,7 @@ mod tests {
         assert_eq!(rfc3339_utc(UNIX_EPOCH), "1970-01-01T00:00:00Z");
         let t = UNIX_EPOCH + Duration::from_secs(1_796_000_000);
         assert_eq!(rfc3339_utc(t), "2026-11-30T00:53:20Z");
+        let leap = UNIX_EPOCH + Duration::from_secs(951_782_400);
+        assert_eq!(rfc3339_utc(leap), "2000-02-29T00:00:00Z");
     }
 }

@@ -339,7 +339,7 @@ pub fn run_command(a: &RunArgs) -> Result<i32, Exit> {
             cores: env.torch_threads,
         },
         host: env.host.clone(),
-        timestamp: sysinfo::rfc3339_utc(started),
+        timestamp: memcal::clock::rfc3339_utc(started),
         tool_version: format!("memcal-measure {}", env!("CARGO_PKG_VERSION")),
         parameters: ParameterCounts {
             graph: graph_params,
