@@ -8,3 +8,4 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 bin="${1:-target/release/memcal-measure}"
 "$bin" campaign measurement/campaigns/cpu.toml --out data/runs/cpu
+"$bin" campaign measurement/campaigns/cpu-more.toml --out data/runs/cpu
