@@ -54,11 +54,8 @@ pub fn render(p: &Plan) -> String {
         both(p.bound_bytes),
         p.q95
     );
-    let _ = writeln!(
-        s,
-        "\n{:<10} {:<26} {:<14}",
-        "card", "plan (estimate x 1.15)", "bound"
-    );
+    let plan_rule = format!("plan (estimate x {:.2})", 1.0 + p.headroom);
+    let _ = writeln!(s, "\n{:<10} {:<26} {:<14}", "card", plan_rule, "bound");
     for v in &p.cards {
         let _ = writeln!(
             s,
