@@ -24,8 +24,8 @@ impl Backend {
         match precision {
             crate::features::Precision::Fp32 => Ok(Backend::CpuFp32),
             crate::features::Precision::Bf16Autocast => Err(
-                "the simulator has no rule table for cuda-bf16-autocast yet (only cpu-fp32 is \
-                 derived; --timeline needs --precision fp32)"
+                "the simulator has no rule table for cuda-bf16-autocast yet (not yet derived: only \
+                 cpu-fp32 is; --timeline needs --precision fp32)"
                     .to_string(),
             ),
         }
