@@ -28,6 +28,21 @@ struct Tf {
     ff: u64,
 }
 
+impl Tf {
+    /// A reduced GPT/BERT variant: an 8,192-token vocabulary, positions = sequence, FFN 4d.
+    fn reduced(t: u64, d: u64, layers: u64, heads: u64) -> Tf {
+        Tf {
+            vocab: 8192,
+            positions: t,
+            t,
+            d,
+            layers,
+            heads,
+            ff: 4 * d,
+        }
+    }
+}
+
 fn mha(b: &mut Builder, id_: &str, inputs: &[&str], d: u64, heads: u64, causal: bool) -> String {
     b.node(
         id_,
@@ -531,16 +546,7 @@ pub(crate) fn graphs() -> Vec<GraphFile> {
         ("r2", 512, 384, 6, 6),
         ("r3", 512, 512, 8, 8),
     ] {
-        let c = Tf {
-            vocab: 8192,
-            positions: t,
-            t,
-            d,
-            layers,
-            heads,
-            ff: 4 * d,
-        };
-        g.push(gpt(v, c));
+        g.push(gpt(v, Tf::reduced(t, d, layers, heads)));
     }
 
     // bert-base-cased: 108,310,272 parameters.
@@ -559,16 +565,7 @@ pub(crate) fn graphs() -> Vec<GraphFile> {
         ("r2", 256, 384, 6, 6),
         ("r3", 512, 512, 8, 8),
     ] {
-        let c = Tf {
-            vocab: 8192,
-            positions: t,
-            t,
-            d,
-            layers,
-            heads,
-            ff: 4 * d,
-        };
-        g.push(bert(v, c));
+        g.push(bert(v, Tf::reduced(t, d, layers, heads)));
     }
 
     // ViT-B/16: 86,567,656 parameters.
