@@ -169,13 +169,12 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     .cards
                     .clone(),
             };
-            let p = memcal::plan::plan(&g, batch, precision, &f, &cards)
-                .map_err(memcal::Error::Invalid)?;
+            let simulation = memcal::simulate::simulate(&g, batch, precision);
+            let p =
+                memcal::plan::plan_with_simulation(&g, batch, precision, &f, &cards, &simulation)
+                    .map_err(memcal::Error::Invalid)?;
             let sim = if timeline {
-                Some(
-                    memcal::simulate::simulate(&g, batch, precision)
-                        .map_err(memcal::Error::Invalid)?,
-                )
+                Some(simulation.map_err(memcal::Error::Invalid)?)
             } else {
                 None
             };

@@ -110,6 +110,19 @@ pub fn plan(
     factors: &FactorsFile,
     cards: &[Card],
 ) -> Result<Plan, String> {
+    let sim = crate::simulate::simulate(graph, batch, precision);
+    plan_with_simulation(graph, batch, precision, factors, cards, &sim)
+}
+
+/// [`plan`] with the simulation already run (so `plan --timeline` simulates once).
+pub fn plan_with_simulation(
+    graph: &Graph,
+    batch: u64,
+    precision: Precision,
+    factors: &FactorsFile,
+    cards: &[Card],
+    sim: &Result<crate::simulate::Simulation, String>,
+) -> Result<Plan, String> {
     let f =
         factors.factors(precision).ok_or_else(|| {
             format!(
@@ -152,10 +165,10 @@ pub fn plan(
         cards: verdicts,
         accelerate: baselines::accelerate(graph, precision),
         textbook: baselines::textbook(graph, batch),
-        simulated: crate::simulate::simulate(graph, batch, precision).map(|s| SimulatedPeak {
+        simulated: sim.as_ref().map_err(Clone::clone).map(|s| SimulatedPeak {
             bytes: s.peak_bytes,
-            phase: s.peak_phase,
-            node: s.peak_node,
+            phase: s.peak_phase.clone(),
+            node: s.peak_node.clone(),
         }),
     })
 }
