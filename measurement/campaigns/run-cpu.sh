@@ -9,3 +9,4 @@ cd "$(dirname "$0")/../.."
 bin="${1:-target/release/memcal-measure}"
 "$bin" campaign measurement/campaigns/cpu.toml --out data/runs/cpu
 "$bin" campaign measurement/campaigns/cpu-more.toml --out data/runs/cpu
+"$bin" campaign measurement/campaigns/cpu-round3.toml --out data/runs/cpu
