@@ -1,0 +1,87 @@
+//! The measured rows shipped in data/runs pass the campaign's checks: each row's built model has
+//! its graph's parameter count, no run failed for a reason other than memory, every completed
+//! run's peak is at least the model state alone (16 bytes per parameter: float32 weights,
+//! gradients and AdamW's two moments), CPU rows are labelled CPU, and CPU out-of-memory errors
+//! happen only under an emulated capacity.
+
+use memcal::graph::Graph;
+use memcal::run::{RunRow, RunStatus};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+fn rows_under(dir: &Path, out: &mut Vec<PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            rows_under(&p, out);
+        } else if p.extension().is_some_and(|x| x == "json") {
+            out.push(p);
+        }
+    }
+}
+
+#[test]
+fn shipped_rows_pass_the_campaign_checks() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("data");
+    let graphs: BTreeMap<String, Graph> = memcal::graph::load_dir(&root.join("graphs"))
+        .unwrap()
+        .into_iter()
+        .map(|g| (g.name.clone(), g))
+        .collect();
+    let mut files = Vec::new();
+    rows_under(&root.join("runs"), &mut files);
+    files.sort();
+    assert!(!files.is_empty(), "no rows under data/runs");
+    let mut problems = Vec::new();
+    for f in &files {
+        let rel = f.strip_prefix(&root).unwrap().display().to_string();
+        let row: RunRow = serde_json::from_slice(&std::fs::read(f).unwrap())
+            .unwrap_or_else(|e| panic!("{rel}: {e}"));
+        let Some(g) = graphs.get(&row.graph.name) else {
+            problems.push(format!(
+                "{rel}: graph `{}` is not in data/graphs",
+                row.graph.name
+            ));
+            continue;
+        };
+        let params = g.parameters();
+        if row.parameters.graph != params || row.parameters.built != params || row.graph_mismatch {
+            problems.push(format!(
+                "{rel}: parameters graph {} built {} (data/graphs says {params}), mismatch flag {}",
+                row.parameters.graph, row.parameters.built, row.graph_mismatch
+            ));
+        }
+        if row.status == RunStatus::Error {
+            problems.push(format!("{rel}: failed for a reason other than memory"));
+        }
+        if let Some(peak) = &row.peak {
+            if peak.allocated_bytes < 16 * params {
+                problems.push(format!(
+                    "{rel}: peak {} is below the model state alone, 16 x {params}",
+                    peak.allocated_bytes
+                ));
+            }
+        }
+        if rel.starts_with("runs/cpu") && (row.device.kind != "cpu" || row.precision != "fp32") {
+            problems.push(format!(
+                "{rel}: under runs/cpu but device {} precision {}",
+                row.device.kind, row.precision
+            ));
+        }
+        if row.device.kind == "cpu"
+            && row.status == RunStatus::Oom
+            && row.device.emulated_capacity_bytes.is_none()
+        {
+            problems.push(format!(
+                "{rel}: a CPU out-of-memory error without an emulated capacity"
+            ));
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "{} of {} rows fail:\n{}",
+        problems.len(),
+        files.len(),
+        problems.join("\n")
+    );
+}
