@@ -150,6 +150,18 @@ impl From<&str> for Name {
     }
 }
 
+impl From<String> for Name {
+    fn from(s: String) -> Self {
+        Name(Arc::from(s))
+    }
+}
+
+impl std::borrow::Borrow<str> for Name {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
 impl Name {
     pub fn as_str(&self) -> &str {
         &self.0
@@ -279,14 +291,14 @@ pub struct Check {
     pub bound_q95: Option<Verdict>,
 }
 
-/// One usable row's results.
+/// One usable row's results. The names are shared with the input rows.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RowResult {
-    pub run_id: String,
-    pub file: String,
-    pub graph: String,
-    pub family: String,
-    pub regime: String,
+    pub run_id: Name,
+    pub file: Name,
+    pub graph: Name,
+    pub family: Name,
+    pub regime: Name,
     pub precision: Precision,
     pub batch: u64,
     pub status: RunStatus,
@@ -330,16 +342,31 @@ pub struct Measured {
 
 impl Measured {
     fn of(rows: &[super::Row]) -> Measured {
-        let distinct = |f: &dyn Fn(&super::Row) -> String| -> Vec<String> {
-            let set: std::collections::BTreeSet<String> = rows.iter().map(f).collect();
-            set.into_iter().collect()
+        let distinct = |f: &dyn Fn(&super::Row) -> &str| -> Vec<String> {
+            let set: BTreeSet<&str> = rows.iter().map(f).collect();
+            set.into_iter().map(str::to_string).collect()
         };
+        let devices: BTreeSet<String> = rows
+            .iter()
+            .map(|r| (r.device_kind.as_str(), r.device.as_str()))
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .map(|(k, d)| format!("{k}: {d}"))
+            .collect();
         Measured {
-            devices: distinct(&|r| format!("{}: {}", r.device_kind, r.device)),
-            first_run: rows.iter().map(|r| r.timestamp.clone()).min(),
-            last_run: rows.iter().map(|r| r.timestamp.clone()).max(),
-            harness_versions: distinct(&|r| r.harness_version.clone()),
-            torch_versions: distinct(&|r| r.torch_version.clone()),
+            devices: devices.into_iter().collect(),
+            first_run: rows
+                .iter()
+                .map(|r| r.timestamp.as_str())
+                .min()
+                .map(str::to_string),
+            last_run: rows
+                .iter()
+                .map(|r| r.timestamp.as_str())
+                .max()
+                .map(str::to_string),
+            harness_versions: distinct(&|r| r.harness_version.as_str()),
+            torch_versions: distinct(&|r| r.torch_version.as_str()),
         }
     }
 }
@@ -604,7 +631,10 @@ fn classify(
         ));
     }
     if row.graph_changed {
-        let now = ds.graphs.get(&row.graph).map_or("?", |g| g.sha256.as_str());
+        let now = ds
+            .graphs
+            .get(row.graph.as_str())
+            .map_or("?", |g| g.sha256.as_str());
         return Err((
             ExclusionReason::GraphChanged,
             format!("graph `{}` is now {now}", row.graph),
@@ -622,7 +652,7 @@ fn classify(
             format!("graph `{}` has no batch axis", row.graph),
         ));
     }
-    let Some(&(_, training)) = regimes.iter().find(|(r, _)| *r == row.regime) else {
+    let Some(&(_, training)) = regimes.iter().find(|(r, _)| *r == row.regime.as_str()) else {
         return Err((
             ExclusionReason::UnknownRegime,
             format!("regime `{}` is not in data/factors.json", row.regime),
@@ -714,8 +744,8 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
         match result {
             Ok(b) => usable.push((i, b)),
             Err((reason, detail)) => exclusions.push(Exclusion {
-                run_id: row.run_id.clone(),
-                file: row.file.clone(),
+                run_id: row.run_id.to_string(),
+                file: row.file.to_string(),
                 reason,
                 detail,
             }),
@@ -873,17 +903,9 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
         );
     }
 
-    // Predictions, per usable row in run-id order.
-    struct Pred {
-        i: usize,
-        fam: usize,
-        bucket: Bucket,
-        preds: PerMethod<f64>,
-        /// The row's out-of-sample plan estimate (for the bound).
-        oos: Option<f64>,
-    }
-    let mut preds: Vec<Pred> = Vec::with_capacity(usable.len());
-    for &(i, bucket, fam) in &usable {
+    // Predictions, per usable row in run-id order: computed where they are used (here for the
+    // bound's ratios, again in the checks) rather than kept for every row.
+    let predict = |i: usize, bucket: Bucket, fam: usize| -> (PerMethod<f64>, Option<f64>) {
         let r = &ds.rows[i];
         let pf = &fits[&r.precision];
         let mut m = PerMethod::default();
@@ -917,33 +939,23 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
                 oos = Some(e);
             }
         }
-        preds.push(Pred {
-            i,
-            fam,
-            bucket,
-            preds: m,
-            oos,
-        });
-    }
-    let ids: Vec<Name> = preds
-        .iter()
-        .map(|p| Name::from(ds.rows[p.i].run_id.as_str()))
-        .collect();
+        (m, oos)
+    };
 
     // The upper bound: measured / held-out-by-architecture over fitted completed runs >= threshold.
     let mut ratios = Vec::new();
     let mut unpredicted = Vec::new();
-    for (k, p) in preds.iter().enumerate() {
-        let r = &ds.rows[p.i];
-        if p.bucket != Bucket::Fitted || r.status != RunStatus::Completed {
+    for &(i, bucket, fam) in &usable {
+        let r = &ds.rows[i];
+        if bucket != Bucket::Fitted || r.status != RunStatus::Completed {
             continue;
         }
         let Some(m) = r.measured_bytes.filter(|m| *m >= threshold) else {
             continue;
         };
-        match p.oos {
-            Some(e) if e > 0.0 => ratios.push((ids[k].clone(), m as f64 / e)),
-            _ => unpredicted.push(ids[k].clone()),
+        match predict(i, bucket, fam).1 {
+            Some(e) if e > 0.0 => ratios.push((r.run_id.clone(), m as f64 / e)),
+            _ => unpredicted.push(r.run_id.clone()),
         }
     }
     ratios.sort_by(|a, b| a.1.total_cmp(&b.1).then_with(|| a.0.cmp(&b.0)));
@@ -959,6 +971,15 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
         unpredicted,
     };
 
+    /// One row's predictions, in the checks.
+    struct Pred {
+        fam: usize,
+        bucket: Bucket,
+        preds: PerMethod<f64>,
+        /// The row's out-of-sample plan estimate (for the bound).
+        oos: Option<f64>,
+    }
+
     // Checks and metrics, over two halves of the rows on two threads, merged in order (the
     // result does not depend on the split).
     struct Part<'a> {
@@ -969,7 +990,7 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
         bound: BoundMetrics,
         rows_out: Vec<RowResult>,
     }
-    let run_part = |preds: Vec<Pred>, ids: &[Name]| {
+    let run_part = |part: &[(usize, Bucket, usize)]| {
         let nm = Method::ALL.len();
         let new_accs = || (0..nm).map(|_| Acc::default()).collect::<Vec<Acc>>();
         let mut overall = new_accs();
@@ -978,10 +999,17 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
         let mut fam_rows = vec![0u64; fam_names.len()];
         let mut last_graph: Vec<&str> = vec![""; fam_names.len()];
         let mut bound = BoundMetrics::default();
-        let mut rows_out = Vec::with_capacity(preds.len());
-        for (k, p) in preds.into_iter().enumerate() {
-            let r = &ds.rows[p.i];
-            let id = &ids[k];
+        let mut rows_out = Vec::with_capacity(part.len());
+        for &(i, bucket, fam) in part {
+            let r = &ds.rows[i];
+            let id = &r.run_id;
+            let (preds, oos) = predict(i, bucket, fam);
+            let p = Pred {
+                fam,
+                bucket,
+                preds,
+                oos,
+            };
             if last_graph[p.fam] != r.graph.as_str() {
                 fam_graphs[p.fam].insert(r.graph.as_str());
                 last_graph[p.fam] = r.graph.as_str();
@@ -1010,7 +1038,7 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
             };
             let b90 = p.oos.map(|e| plan::bound(e, q90m, f.bound_floor_bytes));
             let b95 = p.oos.map(|e| plan::bound(e, q95m, f.bound_floor_bytes));
-            let cards = &f.regimes[&r.regime].cards;
+            let cards = &f.regimes[r.regime.as_str()].cards;
             let mut checks = Vec::with_capacity(cards.len());
             for card in cards {
                 let t = truth(r.status, measured, r.capacity_bytes, card.bytes);
@@ -1089,7 +1117,7 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
                 });
             }
             rows_out.push(RowResult {
-                run_id: r.run_id.clone(),
+                run_id: id.clone(),
                 file: r.file.clone(),
                 graph: r.graph.clone(),
                 family: r.family.clone(),
@@ -1120,12 +1148,11 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
             rows_out,
         }
     };
-    let second = preds.split_off(preds.len() / 2);
-    let (ids_a, ids_b) = ids.split_at(preds.len());
+    let (first, second) = usable.split_at(usable.len() / 2);
     let rp = &run_part;
     let (pa, pb) = std::thread::scope(|sc| {
-        let hb = sc.spawn(move || rp(second, ids_b));
-        let pa = rp(preds, ids_a);
+        let hb = sc.spawn(move || rp(second));
+        let pa = rp(first);
         (pa, hb.join().expect("the check thread does not panic"))
     });
     let Part {

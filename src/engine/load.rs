@@ -156,6 +156,7 @@ fn join(
     path: &Path,
     graphs: &BTreeMap<String, (Graph, GraphInfo)>,
     cache: &mut FeatureCache,
+    names: &mut super::Interner,
 ) -> Result<Row> {
     let Some((g, info)) = graphs.get(&row.graph.name) else {
         return Err(field(
@@ -193,13 +194,13 @@ fn join(
         ));
     }
     Ok(Row {
-        file: rel,
+        file: rel.into(),
         file_sha256,
         graph_changed: row.graph.sha256 != g.sha256,
-        run_id: row.run_id,
-        family: info.family.clone(),
-        graph: row.graph.name,
-        regime: row.regime,
+        run_id: row.run_id.into(),
+        family: names.name(&info.family),
+        graph: names.name(&row.graph.name),
+        regime: names.name(&row.regime),
         precision,
         batch: row.batch,
         status: row.status,
@@ -216,10 +217,10 @@ fn join(
         accelerate_bytes,
         textbook_bytes,
         simulated_bytes,
-        device: row.device.name,
-        device_kind: row.device.kind,
-        harness_version: row.tool_version,
-        torch_version: row.device.torch,
+        device: names.name(&row.device.name),
+        device_kind: names.name(&row.device.kind),
+        harness_version: names.name(&row.tool_version),
+        torch_version: names.name(&row.device.torch),
     })
 }
 
@@ -267,6 +268,7 @@ pub fn load(data_dir: &Path) -> Result<Dataset> {
     }
     let mut rows = Vec::with_capacity(paths.len());
     let mut cache = HashMap::new();
+    let mut names = super::Interner::default();
     for path in paths {
         let bytes = std::fs::read(&path).map_err(|source| Error::Io {
             path: path.clone(),
@@ -287,6 +289,7 @@ pub fn load(data_dir: &Path) -> Result<Dataset> {
             &path,
             &graphs,
             &mut cache,
+            &mut names,
         )?);
     }
     Ok(Dataset {

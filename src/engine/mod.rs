@@ -30,18 +30,22 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 
 /// One run row, read, checked and joined to its graph: everything the engine needs of it.
+///
+/// The names many rows share (graph, family, regime, device, versions) are [`Name`]s, interned
+/// by the loader, so a million rows hold each once; the file and run id are `Name`s too, so
+/// the engine's results share them instead of copying.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Row {
     /// The row file, relative to the data folder, `/`-separated (e.g. `runs/cpu-free/x.json`).
-    pub file: String,
+    pub file: Name,
     /// SHA-256 (hex) of the row file's bytes.
     pub file_sha256: String,
-    pub run_id: String,
+    pub run_id: Name,
     /// The graph's name.
-    pub graph: String,
+    pub graph: Name,
     /// The graph's architecture family (the unit of "held out by architecture").
-    pub family: String,
-    pub regime: String,
+    pub family: Name,
+    pub regime: Name,
     pub precision: Precision,
     pub batch: u64,
     pub status: RunStatus,
@@ -68,10 +72,25 @@ pub struct Row {
     /// The simulator's peak, where it has a rule table for the row's precision.
     pub simulated_bytes: Option<u64>,
     /// The device's name (the CPU model or the GPU), its kind, and the versions that measured.
-    pub device: String,
-    pub device_kind: String,
-    pub harness_version: String,
-    pub torch_version: String,
+    pub device: Name,
+    pub device_kind: Name,
+    pub harness_version: Name,
+    pub torch_version: Name,
+}
+
+/// Shares equal names: one allocation per distinct string.
+#[derive(Debug, Default)]
+pub struct Interner(std::collections::HashSet<Name>);
+
+impl Interner {
+    pub fn name(&mut self, s: &str) -> Name {
+        if let Some(n) = self.0.get(s) {
+            return n.clone();
+        }
+        let n = Name::from(s);
+        self.0.insert(n.clone());
+        n
+    }
 }
 
 /// What the engine knows of a graph.
