@@ -248,6 +248,64 @@ impl<T: Copy + Serialize> Serialize for PerMethod<T> {
     }
 }
 
+/// Predicted bytes per method: [`PerMethod<f64>`] in 64 bytes instead of 112 (the values and a
+/// bit per present method), for the million rows of a large calibration. Same reading API and
+/// the same JSON.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Predictions {
+    values: [f64; N_METHODS],
+    present: u8,
+}
+
+impl Predictions {
+    pub fn get(&self, m: &Method) -> Option<&f64> {
+        let i = *m as usize;
+        (self.present & (1 << i) != 0).then(|| &self.values[i])
+    }
+    pub fn set(&mut self, m: Method, v: f64) {
+        self.values[m as usize] = v;
+        self.present |= 1 << (m as usize);
+    }
+    pub fn contains_key(&self, m: &Method) -> bool {
+        self.get(m).is_some()
+    }
+    /// Present entries in method order.
+    pub fn iter(&self) -> impl Iterator<Item = (Method, f64)> + '_ {
+        Method::ALL
+            .iter()
+            .filter_map(|m| self.get(m).map(|v| (*m, *v)))
+    }
+}
+
+impl From<&PerMethod<f64>> for Predictions {
+    fn from(p: &PerMethod<f64>) -> Self {
+        let mut out = Predictions::default();
+        for (m, v) in p.iter() {
+            out.set(m, v);
+        }
+        out
+    }
+}
+
+impl std::ops::Index<&Method> for Predictions {
+    type Output = f64;
+    fn index(&self, m: &Method) -> &f64 {
+        self.get(m)
+            .unwrap_or_else(|| panic!("no value for method {}", m.as_str()))
+    }
+}
+
+impl Serialize for Predictions {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = s.serialize_map(Some(self.present.count_ones() as usize))?;
+        for (m, v) in self.iter() {
+            map.serialize_entry(m.as_str(), &v)?;
+        }
+        map.end()
+    }
+}
+
 /// What a run says about one card.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -313,7 +371,7 @@ pub struct RowResult {
     pub weight: Option<f64>,
     pub features: [u64; N_FEATURES],
     /// Predicted bytes per method that predicts this row.
-    pub predictions: PerMethod<f64>,
+    pub predictions: Predictions,
     /// The bound (bytes) at q90 and q95 on this row's out-of-sample plan estimate.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bound_q90_bytes: Option<f64>,
@@ -321,6 +379,9 @@ pub struct RowResult {
     pub bound_q95_bytes: Option<f64>,
     pub checks: Vec<Check>,
 }
+
+// `calibrate` fills a vector of `Option<RowResult>` and unwraps it in place: same size.
+const _: () = assert!(std::mem::size_of::<Option<RowResult>>() == std::mem::size_of::<RowResult>());
 
 /// A card check, named.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -988,9 +1049,10 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
         fam_graphs: Vec<BTreeSet<&'a str>>,
         fam_rows: Vec<u64>,
         bound: BoundMetrics,
-        rows_out: Vec<RowResult>,
     }
-    let run_part = |part: &[(usize, Bucket, usize)]| {
+    // Each half writes its rows' results into its half of one vector of slots (no second copy
+    // of the results while they are merged).
+    let run_part = |part: &[(usize, Bucket, usize)], out: &mut [Option<RowResult>]| {
         let nm = Method::ALL.len();
         let new_accs = || (0..nm).map(|_| Acc::default()).collect::<Vec<Acc>>();
         let mut overall = new_accs();
@@ -999,8 +1061,7 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
         let mut fam_rows = vec![0u64; fam_names.len()];
         let mut last_graph: Vec<&str> = vec![""; fam_names.len()];
         let mut bound = BoundMetrics::default();
-        let mut rows_out = Vec::with_capacity(part.len());
-        for &(i, bucket, fam) in part {
+        for (&(i, bucket, fam), slot) in part.iter().zip(out.iter_mut()) {
             let r = &ds.rows[i];
             let id = &r.run_id;
             let (preds, oos) = predict(i, bucket, fam);
@@ -1116,7 +1177,7 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
                     bound_q95: v95,
                 });
             }
-            rows_out.push(RowResult {
+            *slot = Some(RowResult {
                 run_id: id.clone(),
                 file: r.file.clone(),
                 graph: r.graph.clone(),
@@ -1133,7 +1194,7 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
                     .and(measured)
                     .map(weight_of),
                 features: r.features.as_array(),
-                predictions: p.preds,
+                predictions: Predictions::from(&p.preds),
                 bound_q90_bytes: b90,
                 bound_q95_bytes: b95,
                 checks,
@@ -1145,23 +1206,29 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
             fam_graphs,
             fam_rows,
             bound,
-            rows_out,
         }
     };
     let (first, second) = usable.split_at(usable.len() / 2);
+    let mut slots: Vec<Option<RowResult>> = Vec::with_capacity(usable.len());
+    slots.resize_with(usable.len(), || None);
+    let (out_a, out_b) = slots.split_at_mut(first.len());
     let rp = &run_part;
     let (pa, pb) = std::thread::scope(|sc| {
-        let hb = sc.spawn(move || rp(second));
-        let pa = rp(first);
+        let hb = sc.spawn(move || rp(second, out_b));
+        let pa = rp(first, out_a);
         (pa, hb.join().expect("the check thread does not panic"))
     });
+    // In place: an Option<RowResult> is a RowResult's size (its names are never null).
+    let rows_out: Vec<RowResult> = slots
+        .into_iter()
+        .map(|r| r.expect("every usable row has its result"))
+        .collect();
     let Part {
         mut overall,
         mut fam_accs,
         mut fam_graphs,
         mut fam_rows,
         mut bound,
-        mut rows_out,
     } = pa;
     for (a, b) in overall.iter_mut().zip(pb.overall) {
         a.merge(b);
@@ -1185,7 +1252,6 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
         ba.on_fit.merge(&bb.on_fit);
         ba.missed_oom.extend(bb.missed_oom);
     }
-    rows_out.extend(pb.rows_out);
     bound.q90.missed_oom.sort();
     bound.q95.missed_oom.sort();
 
@@ -1245,12 +1311,13 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
         );
     }
 
-    let fitted: Vec<(&str, &str)> = usable
+    let mut fitted: Vec<(&str, super::Digest)> = usable
         .iter()
         .filter(|(_, b, _)| *b == Bucket::Fitted)
-        .map(|&(i, _, _)| (ds.rows[i].run_id.as_str(), ds.rows[i].file_sha256.as_str()))
+        .map(|&(i, _, _)| (ds.rows[i].run_id.as_str(), ds.rows[i].file_sha256))
         .collect();
-    let fitted_rows_sha256 = super::load::rows_sha256(&fitted);
+    let fitted_rows_sha256 = super::load::rows_sha256_digests(&mut fitted);
+    drop(fitted);
     let factors_file_rows_match = f
         .provenance
         .as_ref()

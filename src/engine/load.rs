@@ -7,8 +7,9 @@ use crate::baselines;
 use crate::error::{Error, Result};
 use crate::factors::FactorsFile;
 use crate::features::{self, Features, Precision};
-use crate::graph::{self, sha256_hex, Graph};
+use crate::graph::{self, Graph};
 use crate::run::{RunRow, RunStatus, RUN_FORMAT};
+use sha2::Digest as _;
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
@@ -20,14 +21,32 @@ pub const AFTER_FIT: &str = "after-fit";
 pub fn rows_sha256(rows: &[(&str, &str)]) -> String {
     let mut v = rows.to_vec();
     v.sort();
-    let mut text = String::with_capacity(v.len() * 100);
+    let mut h = sha2::Sha256::new();
     for (id, sha) in v {
-        text.push_str(id);
-        text.push('\t');
-        text.push_str(sha);
-        text.push('\n');
+        h.update(id.as_bytes());
+        h.update(b"\t");
+        h.update(sha.as_bytes());
+        h.update(b"\n");
     }
-    sha256_hex(text.as_bytes())
+    super::Digest(h.finalize().into()).hex()
+}
+
+/// [`rows_sha256`] of rows whose file hashes are [`Digest`](super::Digest)s (sorted in place;
+/// the digests' byte order is their hex order, so the result is the same).
+pub fn rows_sha256_digests(rows: &mut [(&str, super::Digest)]) -> String {
+    rows.sort_unstable();
+    let mut h = sha2::Sha256::new();
+    let mut hex = String::with_capacity(64);
+    for (id, sha) in rows.iter() {
+        use std::fmt::Write;
+        hex.clear();
+        let _ = write!(hex, "{sha}");
+        h.update(id.as_bytes());
+        h.update(b"\t");
+        h.update(hex.as_bytes());
+        h.update(b"\n");
+    }
+    super::Digest(h.finalize().into()).hex()
 }
 
 fn field(path: &Path, field: &str, message: impl Into<String>) -> Error {
@@ -152,7 +171,7 @@ type FeatureCache = HashMap<(String, u64, Precision), (Features, u64, Option<u64
 fn join(
     row: RunRow,
     rel: String,
-    file_sha256: String,
+    file_sha256: super::Digest,
     path: &Path,
     graphs: &BTreeMap<String, (Graph, GraphInfo)>,
     cache: &mut FeatureCache,
@@ -285,7 +304,7 @@ pub fn load(data_dir: &Path) -> Result<Dataset> {
         rows.push(join(
             row,
             rel,
-            sha256_hex(&bytes),
+            super::Digest::of(&bytes),
             &path,
             &graphs,
             &mut cache,

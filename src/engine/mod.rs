@@ -17,10 +17,10 @@ pub mod time;
 pub use calibrate::{
     calibrate, nearest_rank, truth, BoundCounts, BoundMetrics, Bucket, Calibration, Check,
     CheckRef, Exclusion, ExclusionReason, FamilyReport, FitReport, KnownMiss, Method,
-    MethodMetrics, Name, PerMethod, ProfileFits, RowResult, Settings, Totals, Truth, Upper,
-    VerdictCounts,
+    MethodMetrics, Name, PerMethod, Predictions, ProfileFits, RowResult, Settings, Totals, Truth,
+    Upper, VerdictCounts,
 };
-pub use load::{load, parse_row, rows_sha256};
+pub use load::{load, parse_row, rows_sha256, rows_sha256_digests};
 pub use output::{refit_factors_file, summary_table, write_calibration_json};
 
 use crate::factors::FactorsFile;
@@ -38,8 +38,8 @@ use std::collections::BTreeMap;
 pub struct Row {
     /// The row file, relative to the data folder, `/`-separated (e.g. `runs/cpu-free/x.json`).
     pub file: Name,
-    /// SHA-256 (hex) of the row file's bytes.
-    pub file_sha256: String,
+    /// SHA-256 of the row file's bytes (32 bytes; hex in JSON and text).
+    pub file_sha256: Digest,
     pub run_id: Name,
     /// The graph's name.
     pub graph: Name,
@@ -76,6 +76,44 @@ pub struct Row {
     pub device_kind: Name,
     pub harness_version: Name,
     pub torch_version: Name,
+}
+
+/// A SHA-256 digest, kept as its 32 bytes; printed and serialised as lowercase hex.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Digest(pub [u8; 32]);
+
+impl Digest {
+    /// The SHA-256 of `bytes`.
+    pub fn of(bytes: &[u8]) -> Digest {
+        use sha2::Digest as _;
+        Digest(sha2::Sha256::digest(bytes).into())
+    }
+
+    /// Lowercase hex, 64 characters.
+    pub fn hex(&self) -> String {
+        self.to_string()
+    }
+}
+
+impl std::fmt::Display for Digest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for b in self.0 {
+            write!(f, "{b:02x}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::fmt::Debug for Digest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "\"{self}\"")
+    }
+}
+
+impl Serialize for Digest {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
 }
 
 /// Shares equal names: one allocation per distinct string.

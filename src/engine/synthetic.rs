@@ -89,7 +89,7 @@ pub fn row(
 ) -> Row {
     Row {
         file: format!("runs/{run_id}.json").into(),
-        file_sha256: crate::graph::sha256_hex(run_id.as_bytes()),
+        file_sha256: super::Digest::of(run_id.as_bytes()),
         run_id: run_id.into(),
         graph: format!("{family}-g").into(),
         family: family.into(),
