@@ -295,7 +295,9 @@ fn a_large_runs_table_is_split_by_family_and_paged() {
             "runs-mlp.p2.html"
         ]
     );
-    let pages: Vec<_> = (0..site.runs.len()).map(|k| site.runs_page(k)).collect();
+    let pages: Vec<_> = (0..site.runs.len())
+        .map(|k| site.runs_page(k, true))
+        .collect();
     assert!(pages.iter().all(|p| p.table.rows.len() <= 5));
     let ids: Vec<String> = pages
         .iter()
@@ -320,7 +322,7 @@ fn a_large_runs_table_is_split_by_family_and_paged() {
         pages[2].pages.is_empty(),
         "a family on one page lists no pages"
     );
-    let fam = site.family_page(0);
+    let fam = site.family_page(0, true);
     assert!(fam.runs.is_none());
     let fam_links: Vec<&str> = fam.runs_pages.iter().map(|l| l.href.as_str()).collect();
     assert_eq!(fam_links, gpt);
@@ -330,6 +332,30 @@ fn a_large_runs_table_is_split_by_family_and_paged() {
     assert!(p2.contains("<a href=\"runs-gpt.html\">page 1 of 2"), "{p2}");
     let family = String::from_utf8(rendered["family-gpt.html"].clone()).unwrap();
     assert!(family.contains("<a href=\"runs-gpt.p2.html\">"));
+}
+
+#[test]
+fn runs_rows_written_straight_match_the_template() {
+    // Without --debug-json the runs tables are written straight from the engine's rows; with
+    // it, through a cell per value and the table macro. The pages must be the same bytes, for
+    // the one-table site and the split and paged one.
+    let ds = memcal::engine::load(&fixture()).unwrap();
+    let cal = memcal::engine::calibrate(&ds);
+    let prose = memcal::report::ProseInput::default();
+    for per_page in [memcal::report::adapter::RUNS_PER_PAGE_LIMIT, 5] {
+        let site =
+            memcal::report::adapter::from_calibration_paged(&cal, &ds.factors, &prose, per_page);
+        let fast = memcal::report::render::render(&site, false).unwrap();
+        let cells = memcal::report::render::render(&site, true).unwrap();
+        let mut pages = 0;
+        for (path, bytes) in &fast {
+            if path.ends_with(".html") {
+                assert!(cells[path] == *bytes, "{path} differs");
+                pages += 1;
+            }
+        }
+        assert!(pages > 3);
+    }
 }
 
 #[test]

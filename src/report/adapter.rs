@@ -241,6 +241,7 @@ fn table(id: &str, caption: &str, columns: Vec<Column>, empty: &str) -> Table {
         caption: caption.to_string(),
         columns,
         rows: Vec::new(),
+        rows_html: None,
         empty_text: empty.to_string(),
         sortable: false,
     }
@@ -478,41 +479,104 @@ pub struct Source<'a> {
     runs_rows: Vec<Vec<u32>>,
     runs_with_family: bool,
     family_rows: Vec<Vec<u32>>,
+    /// The JSON download without indentation (when the runs table is split: the same
+    /// content in about 60% of the bytes).
+    compact_download: bool,
 }
 
 impl Source<'_> {
-    fn fill(&self, t: &mut Table, rows: &[u32], with_family: bool) {
+    /// Fills a runs table: with `cells`, a cell per value (for `--debug-json`); otherwise
+    /// `rows_html`, the same rows rendered straight into HTML (see [`runs_rows_html`]).
+    fn fill(&self, t: &mut Table, rows: &[u32], with_family: bool, cells: bool) {
         let cal = self.ctx.cal;
-        t.rows = rows
-            .iter()
-            .map(|&i| runs_row(&self.ctx, &cal.rows[i as usize], with_family))
-            .collect();
+        let rows = rows.iter().map(|&i| &cal.rows[i as usize]);
+        if cells {
+            t.rows = rows.map(|r| runs_row(&self.ctx, r, with_family)).collect();
+        } else if rows.len() > 0 {
+            let mut html = String::with_capacity(rows.len() * 1200);
+            for r in rows {
+                runs_row_html(&self.ctx, r, with_family, &mut html);
+            }
+            t.rows_html = Some(html);
+        }
     }
 }
 
+/// One row of a runs table as the table macro (`templates/macros.html`) renders
+/// [`runs_row`]'s cells, byte for byte, written into `out` without a string per cell. A test
+/// renders the fixture both ways and compares.
+fn runs_row_html(ctx: &Ctx, r: &RowResult, with_family: bool, out: &mut String) {
+    use askama::filters::{Escaper, Html};
+    use std::fmt::Write;
+    let esc = |out: &mut String, s: &str| {
+        let _ = Html.write_escaped_str(&mut *out, s);
+    };
+    let text = |out: &mut String, s: &str| {
+        out.push_str("<td>");
+        esc(out, s);
+        out.push_str("</td>");
+    };
+    let bytes = |out: &mut String, b: Option<f64>| match b {
+        Some(x) => {
+            let _ = write!(out, "<td class=\"num\" data-sort=\"{x:.0}\">");
+            esc(out, &fmt::bytes(x));
+            out.push_str("</td>");
+        }
+        None => out.push_str("<td class=\"num\" data-sort=\"\">—</td>"),
+    };
+    out.push_str("<tr><th scope=\"row\">");
+    esc(out, &r.run_id);
+    out.push_str("</th>");
+    text(out, &r.graph);
+    if with_family {
+        out.push_str("<td><a href=\"");
+        esc(out, &ctx.family_href(&r.family));
+        out.push_str("\">");
+        esc(out, &r.family);
+        out.push_str("</a></td>");
+    }
+    text(out, &ctx.regime_label(&r.regime));
+    text(out, r.precision.as_str());
+    let _ = write!(out, "<td class=\"num\" data-sort=\"{}\">", r.batch);
+    esc(out, &fmt::count(r.batch));
+    out.push_str("</td>");
+    text(out, status_name(r.status));
+    text(out, bucket_name(r.bucket));
+    bytes(out, r.measured_bytes.map(|b| b as f64));
+    bytes(out, r.oom_capacity_bytes.map(|b| b as f64));
+    for m in Method::ALL {
+        bytes(out, r.predictions.get(&m).copied());
+    }
+    bytes(out, r.bound_q95_bytes);
+    out.push_str("</tr>\n");
+}
+
 impl Site<'_> {
-    /// Runs page `k` with its table filled.
-    pub fn runs_page(&self, k: usize) -> RunsPage {
+    /// Runs page `k` with its table filled: a cell per value with `cells` (what
+    /// `--debug-json` shows), else the rows already rendered (`Table::rows_html`).
+    pub fn runs_page(&self, k: usize, cells: bool) -> RunsPage {
         let mut p = self.runs[k].clone();
         let s = &self.source;
-        s.fill(&mut p.table, &s.runs_rows[k], s.runs_with_family);
+        s.fill(&mut p.table, &s.runs_rows[k], s.runs_with_family, cells);
         p
     }
 
-    /// Family page `k` with its runs table (if it has one) filled.
-    pub fn family_page(&self, k: usize) -> FamilyPage {
+    /// Family page `k` with its runs table (if it has one) filled, as [`Site::runs_page`].
+    pub fn family_page(&self, k: usize, cells: bool) -> FamilyPage {
         let mut p = self.families[k].clone();
         if let Some(t) = p.runs.as_mut() {
-            self.source.fill(t, &self.source.family_rows[k], false);
+            self.source
+                .fill(t, &self.source.family_rows[k], false, cells);
         }
         p
     }
 
     /// `memory-calibration.json`: the settings, the feature names and every counted row with
-    /// its features and predictions, exactly as the engine reports them; pretty JSON with a
-    /// trailing newline, serialised straight into `w`.
+    /// its features and predictions, exactly as the engine reports them, serialised straight
+    /// into `w`, with a trailing newline. Pretty JSON; compact (no indentation) when the runs
+    /// table is split (more than [`RUNS_PER_PAGE_LIMIT`] rows).
     pub fn write_download_json(&self, w: &mut dyn std::io::Write) -> std::io::Result<()> {
-        download_json(self.source.ctx.cal, w)
+        download_json(self.source.ctx.cal, self.source.compact_download, w)
     }
 
     /// `memory-calibration.csv`: one line per counted row, written straight into `w`.
@@ -966,6 +1030,7 @@ pub fn from_calibration_paged<'a>(
             runs_rows,
             runs_with_family: !split,
             family_rows,
+            compact_download: split,
         },
     }
 }
@@ -1563,7 +1628,11 @@ fn excluded_table(ctx: &Ctx) -> Table {
 
 /// `memory-calibration.json` (see [`Site::write_download_json`]). The same bytes as
 /// `serde_json::to_string_pretty` of the object, written as it goes.
-fn download_json(cal: &Calibration, w: &mut dyn std::io::Write) -> std::io::Result<()> {
+fn download_json(
+    cal: &Calibration,
+    compact: bool,
+    w: &mut dyn std::io::Write,
+) -> std::io::Result<()> {
     use std::io::Write;
     #[derive(serde::Serialize)]
     struct Download<'a> {
@@ -1583,7 +1652,11 @@ fn download_json(cal: &Calibration, w: &mut dyn std::io::Write) -> std::io::Resu
         exclusions: &cal.exclusions,
     };
     let mut w = std::io::BufWriter::with_capacity(1 << 16, w);
-    serde_json::to_writer_pretty(&mut w, &d).map_err(std::io::Error::other)?;
+    if compact {
+        serde_json::to_writer(&mut w, &d).map_err(std::io::Error::other)?;
+    } else {
+        serde_json::to_writer_pretty(&mut w, &d).map_err(std::io::Error::other)?;
+    }
     w.write_all(b"\n")?;
     w.flush()
 }

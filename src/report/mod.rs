@@ -151,7 +151,7 @@ impl SiteWriter<'_> {
 }
 
 impl render::Sink for SiteWriter<'_> {
-    fn put(&mut self, rel: &str, bytes: Vec<u8>) -> std::result::Result<(), String> {
+    fn put(&self, rel: &str, bytes: Vec<u8>) -> std::result::Result<(), String> {
         let p = self.path(rel)?;
         if std::fs::read(&p).ok().as_deref() != Some(bytes.as_slice()) {
             std::fs::write(&p, &bytes).map_err(|e| format!("cannot write {}: {e}", p.display()))?;
@@ -160,7 +160,7 @@ impl render::Sink for SiteWriter<'_> {
     }
 
     fn stream(
-        &mut self,
+        &self,
         rel: &str,
         write: &mut dyn FnMut(&mut dyn std::io::Write) -> std::io::Result<()>,
     ) -> std::result::Result<(), String> {
@@ -179,8 +179,8 @@ impl render::Sink for SiteWriter<'_> {
 pub fn write_site(site: &Site, out_dir: &Path, debug_json: bool) -> Result<BuildSummary> {
     let io = |path: PathBuf| move |source| Error::Io { path, source };
     let before = existing_files(out_dir)?;
-    let files = render::render_into(site, debug_json, &mut SiteWriter { out_dir })
-        .map_err(Error::Invalid)?;
+    let files =
+        render::render_into(site, debug_json, &SiteWriter { out_dir }).map_err(Error::Invalid)?;
     let mut removed = Vec::new();
     for rel in before {
         if site_owned(&rel) && files.binary_search(&rel).is_err() {

@@ -76,6 +76,10 @@ pub struct Table {
     pub caption: String,
     pub columns: Vec<Column>,
     pub rows: Vec<Vec<Cell>>,
+    /// The rows already rendered, exactly as the template renders `rows` (the runs tables,
+    /// written straight from the engine's rows without a cell per value); `rows` is then empty.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rows_html: Option<String>,
     /// Shown instead of an empty body.
     pub empty_text: String,
     /// Sortable by the inline script.
