@@ -140,31 +140,33 @@ impl Method {
 }
 
 /// A shared, cheaply cloned string (run ids, graph, family and regime names), serialised as a
-/// plain JSON string.
+/// plain JSON string. One pointer wide (8 bytes, where an `Arc<str>` is 16): a million rows
+/// hold several each.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Name(pub Arc<str>);
+pub struct Name(pub Arc<String>);
 
 impl From<&str> for Name {
     fn from(s: &str) -> Self {
-        Name(Arc::from(s))
+        Name(Arc::new(s.to_string()))
     }
 }
 
 impl From<String> for Name {
-    fn from(s: String) -> Self {
-        Name(Arc::from(s))
+    fn from(mut s: String) -> Self {
+        s.shrink_to_fit();
+        Name(Arc::new(s))
     }
 }
 
 impl std::borrow::Borrow<str> for Name {
     fn borrow(&self) -> &str {
-        &self.0
+        self.0.as_str()
     }
 }
 
 impl Name {
     pub fn as_str(&self) -> &str {
-        &self.0
+        self.0.as_str()
     }
 }
 
@@ -177,19 +179,19 @@ impl From<&Name> for String {
 impl std::ops::Deref for Name {
     type Target = str;
     fn deref(&self) -> &str {
-        &self.0
+        self.0.as_str()
     }
 }
 
 impl PartialEq<str> for Name {
     fn eq(&self, other: &str) -> bool {
-        &*self.0 == other
+        self.0.as_str() == other
     }
 }
 
 impl PartialEq<&str> for Name {
     fn eq(&self, other: &&str) -> bool {
-        &*self.0 == *other
+        self.0.as_str() == *other
     }
 }
 
@@ -206,7 +208,7 @@ impl Serialize for Name {
 }
 
 /// One value per method, serialised as a map from method name to value (present ones only).
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct PerMethod<T>(pub [Option<T>; N_METHODS]);
 
 impl<T: Copy> PerMethod<T> {
@@ -335,7 +337,7 @@ pub fn truth(status: RunStatus, measured: Option<u64>, capacity: u64, card: u64)
 }
 
 /// One card check of one row: the truth and every applicable method's verdict.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
 pub struct Check {
     pub card_bytes: u64,
     pub truth: Truth,
@@ -377,7 +379,54 @@ pub struct RowResult {
     pub bound_q90_bytes: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bound_q95_bytes: Option<f64>,
-    pub checks: Vec<Check>,
+    pub checks: Checks,
+}
+
+/// A row's card checks, shared: rows with the same checks (most of a million rows have one of
+/// a few thousand lists) hold one copy. Reads as a slice of [`Check`], serialised as a list.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Checks(Arc<[Check]>);
+
+impl std::ops::Deref for Checks {
+    type Target = [Check];
+    fn deref(&self) -> &[Check] {
+        &self.0
+    }
+}
+
+impl<'a> IntoIterator for &'a Checks {
+    type Item = &'a Check;
+    type IntoIter = std::slice::Iter<'a, Check>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter()
+    }
+}
+
+impl Serialize for Checks {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.0.iter())
+    }
+}
+
+/// Hands out one shared copy of each distinct list of checks.
+#[derive(Default)]
+struct CheckLists(std::collections::HashSet<Checks>);
+
+impl std::borrow::Borrow<[Check]> for Checks {
+    fn borrow(&self) -> &[Check] {
+        &self.0
+    }
+}
+
+impl CheckLists {
+    fn share(&mut self, checks: &[Check]) -> Checks {
+        if let Some(c) = self.0.get(checks) {
+            return c.clone();
+        }
+        let c = Checks(Arc::from(checks));
+        self.0.insert(c.clone());
+        c
+    }
 }
 
 // `calibrate` fills a vector of `Option<RowResult>` and unwraps it in place: same size.
@@ -670,9 +719,14 @@ impl Acc {
         if counted > 0 {
             m.accuracy = Some(m.correct_checks as f64 / counted as f64);
         }
-        m.missed_oom.sort();
-        m.false_alarm_edge.sort();
-        m.false_alarm_over.sort();
+        for list in [
+            &mut m.missed_oom,
+            &mut m.false_alarm_edge,
+            &mut m.false_alarm_over,
+        ] {
+            list.sort();
+            list.shrink_to_fit();
+        }
         m
     }
 }
@@ -1061,6 +1115,8 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
         let mut fam_rows = vec![0u64; fam_names.len()];
         let mut last_graph: Vec<&str> = vec![""; fam_names.len()];
         let mut bound = BoundMetrics::default();
+        let mut lists = CheckLists::default();
+        let mut checks: Vec<Check> = Vec::new();
         for (&(i, bucket, fam), slot) in part.iter().zip(out.iter_mut()) {
             let r = &ds.rows[i];
             let id = &r.run_id;
@@ -1100,7 +1156,7 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
             let b90 = p.oos.map(|e| plan::bound(e, q90m, f.bound_floor_bytes));
             let b95 = p.oos.map(|e| plan::bound(e, q95m, f.bound_floor_bytes));
             let cards = &f.regimes[r.regime.as_str()].cards;
-            let mut checks = Vec::with_capacity(cards.len());
+            checks.clear();
             for card in cards {
                 let t = truth(r.status, measured, r.capacity_bytes, card.bytes);
                 let edge = t == Truth::Fits
@@ -1197,7 +1253,7 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
                 predictions: Predictions::from(&p.preds),
                 bound_q90_bytes: b90,
                 bound_q95_bytes: b95,
-                checks,
+                checks: lists.share(&checks),
             });
         }
         Part {

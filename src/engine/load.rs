@@ -229,7 +229,7 @@ fn join(
             .emulated_capacity_bytes
             .unwrap_or(row.device.capacity_bytes),
         after_fit: row.marker.as_deref() == Some(AFTER_FIT),
-        timestamp: row.timestamp,
+        timestamp: names.name(&row.timestamp),
         graph_mismatch: row.graph_mismatch,
         has_batch_axis: info.has_batch_axis,
         features,

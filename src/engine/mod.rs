@@ -16,7 +16,7 @@ pub mod time;
 
 pub use calibrate::{
     calibrate, nearest_rank, truth, BoundCounts, BoundMetrics, Bucket, Calibration, Check,
-    CheckRef, Exclusion, ExclusionReason, FamilyReport, FitReport, KnownMiss, Method,
+    CheckRef, Checks, Exclusion, ExclusionReason, FamilyReport, FitReport, KnownMiss, Method,
     MethodMetrics, Name, PerMethod, Predictions, ProfileFits, RowResult, Settings, Totals, Truth,
     Upper, VerdictCounts,
 };
@@ -55,8 +55,8 @@ pub struct Row {
     pub capacity_bytes: u64,
     /// True when the row carries the marker `after-fit`.
     pub after_fit: bool,
-    /// RFC 3339 start time of the run.
-    pub timestamp: String,
+    /// RFC 3339 start time of the run (interned: runs started in the same second share it).
+    pub timestamp: Name,
     /// The graph file's SHA-256 differs from the one the run recorded.
     pub graph_changed: bool,
     /// The harness reported that the built model's parameters differ from the graph's.

@@ -225,6 +225,7 @@ pub fn dataset(
             &mut r.device_kind,
             &mut r.harness_version,
             &mut r.torch_version,
+            &mut r.timestamp,
         ] {
             *n = interned.name(n);
         }
