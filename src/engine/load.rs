@@ -31,6 +31,23 @@ pub fn rows_sha256(rows: &[(&str, &str)]) -> String {
     super::Digest(h.finalize().into()).hex()
 }
 
+/// [`rows_sha256`] of rows already in its order (by run id, then file hash), hashed as they
+/// come.
+pub fn rows_sha256_sorted<'a>(rows: impl Iterator<Item = (&'a str, super::Digest)>) -> String {
+    let mut h = sha2::Sha256::new();
+    let mut hex = String::with_capacity(64);
+    for (id, sha) in rows {
+        use std::fmt::Write;
+        hex.clear();
+        let _ = write!(hex, "{sha}");
+        h.update(id.as_bytes());
+        h.update(b"\t");
+        h.update(hex.as_bytes());
+        h.update(b"\n");
+    }
+    super::Digest(h.finalize().into()).hex()
+}
+
 /// [`rows_sha256`] of rows whose file hashes are [`Digest`](super::Digest)s (sorted in place;
 /// the digests' byte order is their hex order, so the result is the same).
 pub fn rows_sha256_digests(rows: &mut [(&str, super::Digest)]) -> String {
