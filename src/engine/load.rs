@@ -35,14 +35,10 @@ pub fn rows_sha256(rows: &[(&str, &str)]) -> String {
 /// come.
 pub fn rows_sha256_sorted<'a>(rows: impl Iterator<Item = (&'a str, super::Digest)>) -> String {
     let mut h = sha2::Sha256::new();
-    let mut hex = String::with_capacity(64);
     for (id, sha) in rows {
-        use std::fmt::Write;
-        hex.clear();
-        let _ = write!(hex, "{sha}");
         h.update(id.as_bytes());
         h.update(b"\t");
-        h.update(hex.as_bytes());
+        h.update(sha.hex_bytes());
         h.update(b"\n");
     }
     super::Digest(h.finalize().into()).hex()
@@ -53,14 +49,10 @@ pub fn rows_sha256_sorted<'a>(rows: impl Iterator<Item = (&'a str, super::Digest
 pub fn rows_sha256_digests(rows: &mut [(&str, super::Digest)]) -> String {
     rows.sort_unstable();
     let mut h = sha2::Sha256::new();
-    let mut hex = String::with_capacity(64);
     for (id, sha) in rows.iter() {
-        use std::fmt::Write;
-        hex.clear();
-        let _ = write!(hex, "{sha}");
         h.update(id.as_bytes());
         h.update(b"\t");
-        h.update(hex.as_bytes());
+        h.update(sha.hex_bytes());
         h.update(b"\n");
     }
     super::Digest(h.finalize().into()).hex()

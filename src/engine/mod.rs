@@ -95,12 +95,23 @@ impl Digest {
     }
 }
 
+impl Digest {
+    /// The 64 lowercase hex digits, without allocating.
+    pub fn hex_bytes(&self) -> [u8; 64] {
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        let mut out = [0u8; 64];
+        for (k, b) in self.0.iter().enumerate() {
+            out[2 * k] = DIGITS[(b >> 4) as usize];
+            out[2 * k + 1] = DIGITS[(b & 15) as usize];
+        }
+        out
+    }
+}
+
 impl std::fmt::Display for Digest {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        for b in self.0 {
-            write!(f, "{b:02x}")?;
-        }
-        Ok(())
+        let hex = self.hex_bytes();
+        f.write_str(std::str::from_utf8(&hex).expect("hex digits are ASCII"))
     }
 }
 
