@@ -3,18 +3,21 @@
 //!
 //! - `engine`: `calibrate` (bucketing, the shipped fit per profile, every held-out-by-architecture
 //!   refit, the upper bound, every card check and metric);
-//! - `pipeline`: `calibrate`, `write_calibration_json`, and the site (`report::from_calibration`,
-//!   `report::render::render`, every file written into a temporary folder).
+//! - `pipeline`: what `memcal build` does after loading: `calibrate`, the view model
+//!   (`report::from_calibration`), and the writer (`report::write_site`: every page rendered
+//!   and written one at a time, the charts, and the JSON and CSV downloads serialised straight
+//!   into their files) into a temporary folder.
 //!
-//! The dataset is generated once per size, outside the timing. `MEMCAL_BENCH_ROWS` selects the
-//! sizes (comma-separated, e.g. `MEMCAL_BENCH_ROWS=1000000`), so each size can run in its own
-//! process; the process's peak resident set (VmHWM) is printed after the engine and after the
-//! pipeline, and one untimed pipeline run prints where its time goes. The pipeline runs up to
-//! 100k rows by default (its memory grows to ~27 GB at 1M); `MEMCAL_BENCH_SITE=1` forces it at
-//! every size, `MEMCAL_BENCH_SITE=0` skips it. Results and commands: `docs/hardening.md`.
+//! The dataset is generated once per size, outside the timing (`memcal build` reads it from
+//! `data/runs/`; that load is not measured here). `MEMCAL_BENCH_ROWS` selects the sizes
+//! (comma-separated, e.g. `MEMCAL_BENCH_ROWS=1000000`), so each size can run in its own process;
+//! the process's peak resident set (VmHWM) is printed after the dataset, the engine and the
+//! pipeline, and one untimed pipeline run prints where its time goes and what it wrote.
+//! `MEMCAL_BENCH_SITE=0` skips the pipeline; `MEMCAL_BENCH_ONCE=1` runs only the one untimed
+//! pipeline with its breakdown (no criterion measurement). Results and commands: `docs/hardening.md`.
 
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, SamplingMode};
-use memcal::engine::{self, calibrate, synthetic, Dataset};
+use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion, SamplingMode};
+use memcal::engine::{calibrate, synthetic, Dataset};
 use memcal::report;
 use std::hint::black_box;
 use std::path::Path;
@@ -22,9 +25,6 @@ use std::time::{Duration, Instant};
 
 const SIZES: [usize; 3] = [10_000, 100_000, 1_000_000];
 const GRAPHS: usize = 100;
-/// Above this many rows the site is skipped unless `MEMCAL_BENCH_SITE=1`: it grows by about
-/// 27 MiB of resident memory per 1,000 rows (2.7 GB at 100k), so 1M rows needs some 27 GB.
-const SITE_ROWS: usize = 100_000;
 
 fn sizes() -> Vec<usize> {
     match std::env::var("MEMCAL_BENCH_ROWS") {
@@ -49,43 +49,54 @@ fn peak_rss_mib() -> Option<f64> {
     Some(kib / 1024.0)
 }
 
-/// calibrate + calibration.json + the site written to `out`; returns the bytes written. With
-/// `breakdown`, prints the seconds of each step and the sizes.
+/// Bytes under `dir`, recursively, and the number of files.
+fn du(dir: &Path) -> (u64, usize) {
+    let mut bytes = 0;
+    let mut files = 0;
+    for e in std::fs::read_dir(dir).unwrap() {
+        let e = e.unwrap();
+        let m = e.metadata().unwrap();
+        if m.is_dir() {
+            let (b, f) = du(&e.path());
+            bytes += b;
+            files += f;
+        } else {
+            bytes += m.len();
+            files += 1;
+        }
+    }
+    (bytes, files)
+}
+
+/// calibrate + the view model + the site written into `out` (what `memcal build` does after
+/// loading). With `breakdown`, prints the seconds of each step and what was written.
 fn pipeline(ds: &Dataset, out: &Path, breakdown: bool) -> usize {
     let t = Instant::now();
     let cal = calibrate(ds);
     let t_cal = t.elapsed().as_secs_f64();
-    let json = engine::write_calibration_json(&cal);
-    let t_json = t.elapsed().as_secs_f64();
-    let site = report::from_calibration(&cal, &ds.factors, &report::ProseInput::default());
+    let prose = report::ProseInput::default();
+    let site = report::from_calibration(&cal, &ds.factors, &prose);
     let t_view = t.elapsed().as_secs_f64();
-    let files = report::render::render(&site, false).expect("the site renders");
-    let t_render = t.elapsed().as_secs_f64();
-    let mut written = json.len();
-    std::fs::write(out.join("calibration.json"), &json).unwrap();
-    for (rel, bytes) in &files {
-        let p = out.join(rel);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(&p, bytes).unwrap();
-        written += bytes.len();
-    }
+    let summary = report::write_site(&site, out, false).expect("the site builds");
     let t_write = t.elapsed().as_secs_f64();
     if breakdown {
-        let site_bytes: usize = files.values().map(|b| b.len()).sum();
+        let (bytes, files) = du(out);
+        let size = |f: &str| std::fs::metadata(out.join(f)).map_or(0, |m| m.len()) as f64 / 1e6;
         eprintln!(
-            "rows {}: calibrate {t_cal:.2} s, calibration.json {:.2} s ({:.1} MB), view model {:.2} s, \
-             render {:.2} s ({} files, {:.1} MB), write {:.2} s; total {t_write:.2} s",
+            "rows {}: calibrate {t_cal:.2} s, view model {:.2} s, render + write {:.2} s; \
+             total {t_write:.2} s; wrote {files} files ({} pages, {} charts), {:.1} MB \
+             (memory-calibration.json {:.1} MB, memory-calibration.csv {:.1} MB)",
             ds.rows.len(),
-            t_json - t_cal,
-            json.len() as f64 / 1e6,
-            t_view - t_json,
-            t_render - t_view,
-            files.len(),
-            site_bytes as f64 / 1e6,
-            t_write - t_render,
+            t_view - t_cal,
+            t_write - t_view,
+            summary.pages,
+            summary.charts,
+            bytes as f64 / 1e6,
+            size("memory-calibration.json"),
+            size("memory-calibration.csv"),
         );
     }
-    written
+    summary.files.len()
 }
 
 fn bench(c: &mut Criterion) {
@@ -99,6 +110,16 @@ fn bench(c: &mut Criterion) {
         if let Some(m) = peak_rss_mib() {
             eprintln!("rows {rows}: peak RSS after generating the dataset {m:.0} MiB");
         }
+        if std::env::var("MEMCAL_BENCH_ONCE").as_deref() == Ok("1") {
+            // One untimed pipeline run with its breakdown, no criterion measurement.
+            let out = tempfile::tempdir().unwrap();
+            pipeline(&ds, out.path(), true);
+            drop(out);
+            if let Some(m) = peak_rss_mib() {
+                eprintln!("rows {rows}: peak RSS after the pipeline {m:.0} MiB");
+            }
+            continue;
+        }
         g.measurement_time(Duration::from_secs(if rows >= 1_000_000 { 60 } else { 10 }));
         g.bench_with_input(BenchmarkId::new("engine", rows), &ds, |b, ds| {
             b.iter(|| black_box(calibrate(black_box(ds))))
@@ -106,19 +127,24 @@ fn bench(c: &mut Criterion) {
         if let Some(m) = peak_rss_mib() {
             eprintln!("rows {rows}: peak RSS after the engine {m:.0} MiB");
         }
-        let site = match std::env::var("MEMCAL_BENCH_SITE").as_deref() {
-            Ok("0") => false,
-            Ok(_) => true,
-            Err(_) => rows <= SITE_ROWS,
-        };
-        if !site {
+        if std::env::var("MEMCAL_BENCH_SITE").as_deref() == Ok("0") {
             continue;
         }
-        let out = tempfile::tempdir().unwrap();
+        // Each run writes into a fresh folder (a first build; the folder is removed outside the
+        // timing). TMPDIR chooses where: a disk, not a tmpfs, for the 1M-row site.
         g.bench_with_input(BenchmarkId::new("pipeline", rows), &ds, |b, ds| {
-            b.iter(|| black_box(pipeline(black_box(ds), out.path(), false)))
+            b.iter_batched(
+                || tempfile::tempdir().unwrap(),
+                |out| {
+                    black_box(pipeline(black_box(ds), out.path(), false));
+                    out
+                },
+                BatchSize::PerIteration,
+            )
         });
+        let out = tempfile::tempdir().unwrap();
         pipeline(&ds, out.path(), true);
+        drop(out);
         if let Some(m) = peak_rss_mib() {
             eprintln!("rows {rows}: peak RSS after the pipeline {m:.0} MiB");
         }

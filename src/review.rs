@@ -373,7 +373,7 @@ pub fn diff(base: &Evaluated, head: &Evaluated, fail_on: &[FailOn]) -> DiffRepor
     let ids = |cal: &Calibration| -> BTreeSet<String> {
         cal.rows
             .iter()
-            .map(|r| r.run_id.clone())
+            .map(|r| r.run_id.to_string())
             .chain(cal.exclusions.iter().map(|e| e.run_id.clone()))
             .collect()
     };

@@ -429,10 +429,12 @@ fn refit_factors_file_and_outputs() {
         .collect();
     lines.sort();
     assert_eq!(p.rows_sha256, sha256_hex(lines.concat().as_bytes()));
+    let hex: Vec<String> = ds.rows.iter().map(|r| r.file_sha256.hex()).collect();
     let pairs: Vec<(&str, &str)> = ds
         .rows
         .iter()
-        .map(|r| (r.run_id.as_str(), r.file_sha256.as_str()))
+        .zip(&hex)
+        .map(|(r, h)| (r.run_id.as_str(), h.as_str()))
         .collect();
     assert_eq!(p.rows_sha256, rows_sha256(&pairs));
     for k in 0..N_FEATURES {

@@ -278,15 +278,36 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
 }
 
 #[test]
-fn a_large_runs_table_is_split_by_family() {
+fn a_large_runs_table_is_split_by_family_and_paged() {
     let ds = memcal::engine::load(&fixture()).unwrap();
     let cal = memcal::engine::calibrate(&ds);
     let prose = memcal::report::ProseInput::default();
+    // At most 5 rows a page: split by family, and the larger families into pages.
     let site = memcal::report::adapter::from_calibration_paged(&cal, &ds.factors, &prose, 5);
     let files: Vec<&str> = site.runs.iter().map(|r| r.meta.file.as_str()).collect();
-    assert_eq!(files, ["runs-gpt.html", "runs-gru.html", "runs-mlp.html"]);
-    let counted: usize = site.runs.iter().map(|r| r.table.rows.len()).sum();
-    assert_eq!(counted, cal.rows.len(), "every run is on exactly one page");
+    assert_eq!(
+        files,
+        [
+            "runs-gpt.html",
+            "runs-gpt.p2.html",
+            "runs-gru.html",
+            "runs-mlp.html",
+            "runs-mlp.p2.html"
+        ]
+    );
+    let pages: Vec<_> = (0..site.runs.len())
+        .map(|k| site.runs_page(k, true))
+        .collect();
+    assert!(pages.iter().all(|p| p.table.rows.len() <= 5));
+    let ids: Vec<String> = pages
+        .iter()
+        .flat_map(|p| p.table.rows.iter().map(|r| r[0].text.clone()))
+        .collect();
+    let distinct: std::collections::BTreeSet<&String> = ids.iter().collect();
+    assert_eq!(ids.len(), cal.rows.len(), "every run is on a page");
+    assert_eq!(distinct.len(), ids.len(), "and on one page only");
+    // The index links each family's first page; each page links its family's pages; the
+    // family page links them too and carries no copy of the table.
     let links: Vec<&str> = site
         .index
         .all_runs
@@ -294,9 +315,47 @@ fn a_large_runs_table_is_split_by_family() {
         .iter()
         .map(|l| l.href.as_str())
         .collect();
-    assert_eq!(links, files);
+    assert_eq!(links, ["runs-gpt.html", "runs-gru.html", "runs-mlp.html"]);
+    let gpt: Vec<&str> = pages[1].pages.iter().map(|l| l.href.as_str()).collect();
+    assert_eq!(gpt, ["runs-gpt.html", "runs-gpt.p2.html"]);
+    assert!(
+        pages[2].pages.is_empty(),
+        "a family on one page lists no pages"
+    );
+    let fam = site.family_page(0, true);
+    assert!(fam.runs.is_none());
+    let fam_links: Vec<&str> = fam.runs_pages.iter().map(|l| l.href.as_str()).collect();
+    assert_eq!(fam_links, gpt);
     let rendered = memcal::report::render::render(&site, false).unwrap();
-    assert!(rendered.contains_key("runs-gpt.html") && !rendered.contains_key("runs.html"));
+    assert!(rendered.contains_key("runs-gpt.p2.html") && !rendered.contains_key("runs.html"));
+    let p2 = String::from_utf8(rendered["runs-gpt.p2.html"].clone()).unwrap();
+    assert!(p2.contains("<a href=\"runs-gpt.html\">page 1 of 2"), "{p2}");
+    let family = String::from_utf8(rendered["family-gpt.html"].clone()).unwrap();
+    assert!(family.contains("<a href=\"runs-gpt.p2.html\">"));
+}
+
+#[test]
+fn runs_rows_written_straight_match_the_template() {
+    // Without --debug-json the runs tables are written straight from the engine's rows; with
+    // it, through a cell per value and the table macro. The pages must be the same bytes, for
+    // the one-table site and the split and paged one.
+    let ds = memcal::engine::load(&fixture()).unwrap();
+    let cal = memcal::engine::calibrate(&ds);
+    let prose = memcal::report::ProseInput::default();
+    for per_page in [memcal::report::adapter::RUNS_PER_PAGE_LIMIT, 5] {
+        let site =
+            memcal::report::adapter::from_calibration_paged(&cal, &ds.factors, &prose, per_page);
+        let fast = memcal::report::render::render(&site, false).unwrap();
+        let cells = memcal::report::render::render(&site, true).unwrap();
+        let mut pages = 0;
+        for (path, bytes) in &fast {
+            if path.ends_with(".html") {
+                assert!(cells[path] == *bytes, "{path} differs");
+                pages += 1;
+            }
+        }
+        assert!(pages > 3);
+    }
 }
 
 #[test]

@@ -140,19 +140,33 @@ impl Method {
 }
 
 /// A shared, cheaply cloned string (run ids, graph, family and regime names), serialised as a
-/// plain JSON string.
+/// plain JSON string. One pointer wide (8 bytes, where an `Arc<str>` is 16): a million rows
+/// hold several each.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Name(pub Arc<str>);
+pub struct Name(pub Arc<String>);
 
 impl From<&str> for Name {
     fn from(s: &str) -> Self {
-        Name(Arc::from(s))
+        Name(Arc::new(s.to_string()))
+    }
+}
+
+impl From<String> for Name {
+    fn from(mut s: String) -> Self {
+        s.shrink_to_fit();
+        Name(Arc::new(s))
+    }
+}
+
+impl std::borrow::Borrow<str> for Name {
+    fn borrow(&self) -> &str {
+        self.0.as_str()
     }
 }
 
 impl Name {
     pub fn as_str(&self) -> &str {
-        &self.0
+        self.0.as_str()
     }
 }
 
@@ -165,19 +179,19 @@ impl From<&Name> for String {
 impl std::ops::Deref for Name {
     type Target = str;
     fn deref(&self) -> &str {
-        &self.0
+        self.0.as_str()
     }
 }
 
 impl PartialEq<str> for Name {
     fn eq(&self, other: &str) -> bool {
-        &*self.0 == other
+        self.0.as_str() == other
     }
 }
 
 impl PartialEq<&str> for Name {
     fn eq(&self, other: &&str) -> bool {
-        &*self.0 == *other
+        self.0.as_str() == *other
     }
 }
 
@@ -194,7 +208,7 @@ impl Serialize for Name {
 }
 
 /// One value per method, serialised as a map from method name to value (present ones only).
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct PerMethod<T>(pub [Option<T>; N_METHODS]);
 
 impl<T: Copy> PerMethod<T> {
@@ -236,6 +250,64 @@ impl<T: Copy + Serialize> Serialize for PerMethod<T> {
     }
 }
 
+/// Predicted bytes per method: [`PerMethod<f64>`] in 64 bytes instead of 112 (the values and a
+/// bit per present method), for the million rows of a large calibration. Same reading API and
+/// the same JSON.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Predictions {
+    values: [f64; N_METHODS],
+    present: u8,
+}
+
+impl Predictions {
+    pub fn get(&self, m: &Method) -> Option<&f64> {
+        let i = *m as usize;
+        (self.present & (1 << i) != 0).then(|| &self.values[i])
+    }
+    pub fn set(&mut self, m: Method, v: f64) {
+        self.values[m as usize] = v;
+        self.present |= 1 << (m as usize);
+    }
+    pub fn contains_key(&self, m: &Method) -> bool {
+        self.get(m).is_some()
+    }
+    /// Present entries in method order.
+    pub fn iter(&self) -> impl Iterator<Item = (Method, f64)> + '_ {
+        Method::ALL
+            .iter()
+            .filter_map(|m| self.get(m).map(|v| (*m, *v)))
+    }
+}
+
+impl From<&PerMethod<f64>> for Predictions {
+    fn from(p: &PerMethod<f64>) -> Self {
+        let mut out = Predictions::default();
+        for (m, v) in p.iter() {
+            out.set(m, v);
+        }
+        out
+    }
+}
+
+impl std::ops::Index<&Method> for Predictions {
+    type Output = f64;
+    fn index(&self, m: &Method) -> &f64 {
+        self.get(m)
+            .unwrap_or_else(|| panic!("no value for method {}", m.as_str()))
+    }
+}
+
+impl Serialize for Predictions {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = s.serialize_map(Some(self.present.count_ones() as usize))?;
+        for (m, v) in self.iter() {
+            map.serialize_entry(m.as_str(), &v)?;
+        }
+        map.end()
+    }
+}
+
 /// What a run says about one card.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -265,7 +337,7 @@ pub fn truth(status: RunStatus, measured: Option<u64>, capacity: u64, card: u64)
 }
 
 /// One card check of one row: the truth and every applicable method's verdict.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
 pub struct Check {
     pub card_bytes: u64,
     pub truth: Truth,
@@ -279,14 +351,14 @@ pub struct Check {
     pub bound_q95: Option<Verdict>,
 }
 
-/// One usable row's results.
+/// One usable row's results. The names are shared with the input rows.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RowResult {
-    pub run_id: String,
-    pub file: String,
-    pub graph: String,
-    pub family: String,
-    pub regime: String,
+    pub run_id: Name,
+    pub file: Name,
+    pub graph: Name,
+    pub family: Name,
+    pub regime: Name,
     pub precision: Precision,
     pub batch: u64,
     pub status: RunStatus,
@@ -301,14 +373,64 @@ pub struct RowResult {
     pub weight: Option<f64>,
     pub features: [u64; N_FEATURES],
     /// Predicted bytes per method that predicts this row.
-    pub predictions: PerMethod<f64>,
+    pub predictions: Predictions,
     /// The bound (bytes) at q90 and q95 on this row's out-of-sample plan estimate.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bound_q90_bytes: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bound_q95_bytes: Option<f64>,
-    pub checks: Vec<Check>,
+    pub checks: Checks,
 }
+
+/// A row's card checks, shared: rows with the same checks (most of a million rows have one of
+/// a few thousand lists) hold one copy. Reads as a slice of [`Check`], serialised as a list.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Checks(Arc<[Check]>);
+
+impl std::ops::Deref for Checks {
+    type Target = [Check];
+    fn deref(&self) -> &[Check] {
+        &self.0
+    }
+}
+
+impl<'a> IntoIterator for &'a Checks {
+    type Item = &'a Check;
+    type IntoIter = std::slice::Iter<'a, Check>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter()
+    }
+}
+
+impl Serialize for Checks {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.0.iter())
+    }
+}
+
+/// Hands out one shared copy of each distinct list of checks.
+#[derive(Default)]
+struct CheckLists(std::collections::HashSet<Checks>);
+
+impl std::borrow::Borrow<[Check]> for Checks {
+    fn borrow(&self) -> &[Check] {
+        &self.0
+    }
+}
+
+impl CheckLists {
+    fn share(&mut self, checks: &[Check]) -> Checks {
+        if let Some(c) = self.0.get(checks) {
+            return c.clone();
+        }
+        let c = Checks(Arc::from(checks));
+        self.0.insert(c.clone());
+        c
+    }
+}
+
+// `calibrate` fills a vector of `Option<RowResult>` and unwraps it in place: same size.
+const _: () = assert!(std::mem::size_of::<Option<RowResult>>() == std::mem::size_of::<RowResult>());
 
 /// A card check, named.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -330,16 +452,31 @@ pub struct Measured {
 
 impl Measured {
     fn of(rows: &[super::Row]) -> Measured {
-        let distinct = |f: &dyn Fn(&super::Row) -> String| -> Vec<String> {
-            let set: std::collections::BTreeSet<String> = rows.iter().map(f).collect();
-            set.into_iter().collect()
+        let distinct = |f: &dyn Fn(&super::Row) -> &str| -> Vec<String> {
+            let set: BTreeSet<&str> = rows.iter().map(f).collect();
+            set.into_iter().map(str::to_string).collect()
         };
+        let devices: BTreeSet<String> = rows
+            .iter()
+            .map(|r| (r.device_kind.as_str(), r.device.as_str()))
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .map(|(k, d)| format!("{k}: {d}"))
+            .collect();
         Measured {
-            devices: distinct(&|r| format!("{}: {}", r.device_kind, r.device)),
-            first_run: rows.iter().map(|r| r.timestamp.clone()).min(),
-            last_run: rows.iter().map(|r| r.timestamp.clone()).max(),
-            harness_versions: distinct(&|r| r.harness_version.clone()),
-            torch_versions: distinct(&|r| r.torch_version.clone()),
+            devices: devices.into_iter().collect(),
+            first_run: rows
+                .iter()
+                .map(|r| r.timestamp.as_str())
+                .min()
+                .map(str::to_string),
+            last_run: rows
+                .iter()
+                .map(|r| r.timestamp.as_str())
+                .max()
+                .map(str::to_string),
+            harness_versions: distinct(&|r| r.harness_version.as_str()),
+            torch_versions: distinct(&|r| r.torch_version.as_str()),
         }
     }
 }
@@ -582,9 +719,14 @@ impl Acc {
         if counted > 0 {
             m.accuracy = Some(m.correct_checks as f64 / counted as f64);
         }
-        m.missed_oom.sort();
-        m.false_alarm_edge.sort();
-        m.false_alarm_over.sort();
+        for list in [
+            &mut m.missed_oom,
+            &mut m.false_alarm_edge,
+            &mut m.false_alarm_over,
+        ] {
+            list.sort();
+            list.shrink_to_fit();
+        }
         m
     }
 }
@@ -604,7 +746,10 @@ fn classify(
         ));
     }
     if row.graph_changed {
-        let now = ds.graphs.get(&row.graph).map_or("?", |g| g.sha256.as_str());
+        let now = ds
+            .graphs
+            .get(row.graph.as_str())
+            .map_or("?", |g| g.sha256.as_str());
         return Err((
             ExclusionReason::GraphChanged,
             format!("graph `{}` is now {now}", row.graph),
@@ -622,7 +767,7 @@ fn classify(
             format!("graph `{}` has no batch axis", row.graph),
         ));
     }
-    let Some(&(_, training)) = regimes.iter().find(|(r, _)| *r == row.regime) else {
+    let Some(&(_, training)) = regimes.iter().find(|(r, _)| *r == row.regime.as_str()) else {
         return Err((
             ExclusionReason::UnknownRegime,
             format!("regime `{}` is not in data/factors.json", row.regime),
@@ -686,7 +831,7 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
     {
         keys.sort_by(by_id_then_path);
     }
-    let order: Vec<usize> = keys.iter().map(|k| k.1 as usize).collect();
+    let order: Vec<u32> = keys.iter().map(|k| k.1).collect();
     drop(keys);
     let regimes: Vec<(&str, bool)> = f
         .regimes
@@ -698,7 +843,7 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
     let mut exclusions = Vec::new();
     let mut usable: Vec<(usize, Bucket)> = Vec::with_capacity(order.len());
     let mut prev: Option<usize> = None;
-    for &i in &order {
+    for i in order.into_iter().map(|i| i as usize) {
         let row = &ds.rows[i];
         let dup = prev.filter(|&p| ds.rows[p].run_id == row.run_id);
         let result = match dup {
@@ -714,8 +859,8 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
         match result {
             Ok(b) => usable.push((i, b)),
             Err((reason, detail)) => exclusions.push(Exclusion {
-                run_id: row.run_id.clone(),
-                file: row.file.clone(),
+                run_id: row.run_id.to_string(),
+                file: row.file.to_string(),
                 reason,
                 detail,
             }),
@@ -873,17 +1018,9 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
         );
     }
 
-    // Predictions, per usable row in run-id order.
-    struct Pred {
-        i: usize,
-        fam: usize,
-        bucket: Bucket,
-        preds: PerMethod<f64>,
-        /// The row's out-of-sample plan estimate (for the bound).
-        oos: Option<f64>,
-    }
-    let mut preds: Vec<Pred> = Vec::with_capacity(usable.len());
-    for &(i, bucket, fam) in &usable {
+    // Predictions, per usable row in run-id order: computed where they are used (here for the
+    // bound's ratios, again in the checks) rather than kept for every row.
+    let predict = |i: usize, bucket: Bucket, fam: usize| -> (PerMethod<f64>, Option<f64>) {
         let r = &ds.rows[i];
         let pf = &fits[&r.precision];
         let mut m = PerMethod::default();
@@ -917,33 +1054,23 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
                 oos = Some(e);
             }
         }
-        preds.push(Pred {
-            i,
-            fam,
-            bucket,
-            preds: m,
-            oos,
-        });
-    }
-    let ids: Vec<Name> = preds
-        .iter()
-        .map(|p| Name::from(ds.rows[p.i].run_id.as_str()))
-        .collect();
+        (m, oos)
+    };
 
     // The upper bound: measured / held-out-by-architecture over fitted completed runs >= threshold.
     let mut ratios = Vec::new();
     let mut unpredicted = Vec::new();
-    for (k, p) in preds.iter().enumerate() {
-        let r = &ds.rows[p.i];
-        if p.bucket != Bucket::Fitted || r.status != RunStatus::Completed {
+    for &(i, bucket, fam) in &usable {
+        let r = &ds.rows[i];
+        if bucket != Bucket::Fitted || r.status != RunStatus::Completed {
             continue;
         }
         let Some(m) = r.measured_bytes.filter(|m| *m >= threshold) else {
             continue;
         };
-        match p.oos {
-            Some(e) if e > 0.0 => ratios.push((ids[k].clone(), m as f64 / e)),
-            _ => unpredicted.push(ids[k].clone()),
+        match predict(i, bucket, fam).1 {
+            Some(e) if e > 0.0 => ratios.push((r.run_id.clone(), m as f64 / e)),
+            _ => unpredicted.push(r.run_id.clone()),
         }
     }
     ratios.sort_by(|a, b| a.1.total_cmp(&b.1).then_with(|| a.0.cmp(&b.0)));
@@ -959,6 +1086,15 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
         unpredicted,
     };
 
+    /// One row's predictions, in the checks.
+    struct Pred {
+        fam: usize,
+        bucket: Bucket,
+        preds: PerMethod<f64>,
+        /// The row's out-of-sample plan estimate (for the bound).
+        oos: Option<f64>,
+    }
+
     // Checks and metrics, over two halves of the rows on two threads, merged in order (the
     // result does not depend on the split).
     struct Part<'a> {
@@ -967,9 +1103,10 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
         fam_graphs: Vec<BTreeSet<&'a str>>,
         fam_rows: Vec<u64>,
         bound: BoundMetrics,
-        rows_out: Vec<RowResult>,
     }
-    let run_part = |preds: Vec<Pred>, ids: &[Name]| {
+    // Each half writes its rows' results into its half of one vector of slots (no second copy
+    // of the results while they are merged).
+    let run_part = |part: &[(usize, Bucket, usize)], out: &mut [Option<RowResult>]| {
         let nm = Method::ALL.len();
         let new_accs = || (0..nm).map(|_| Acc::default()).collect::<Vec<Acc>>();
         let mut overall = new_accs();
@@ -978,10 +1115,18 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
         let mut fam_rows = vec![0u64; fam_names.len()];
         let mut last_graph: Vec<&str> = vec![""; fam_names.len()];
         let mut bound = BoundMetrics::default();
-        let mut rows_out = Vec::with_capacity(preds.len());
-        for (k, p) in preds.into_iter().enumerate() {
-            let r = &ds.rows[p.i];
-            let id = &ids[k];
+        let mut lists = CheckLists::default();
+        let mut checks: Vec<Check> = Vec::new();
+        for (&(i, bucket, fam), slot) in part.iter().zip(out.iter_mut()) {
+            let r = &ds.rows[i];
+            let id = &r.run_id;
+            let (preds, oos) = predict(i, bucket, fam);
+            let p = Pred {
+                fam,
+                bucket,
+                preds,
+                oos,
+            };
             if last_graph[p.fam] != r.graph.as_str() {
                 fam_graphs[p.fam].insert(r.graph.as_str());
                 last_graph[p.fam] = r.graph.as_str();
@@ -996,11 +1141,13 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
                 let err = measured
                     .filter(|m| *m >= threshold)
                     .map(|m| (pred / m as f64 - 1.0).abs());
-                for acc in [&mut overall[mi], &mut fam_accs[p.fam][mi]] {
-                    acc.rows += 1;
-                    if let Some(e) = err {
-                        acc.errors.push(e);
-                    }
+                // The errors go to the family only; the overall list is the families' put
+                // together once (one copy of a million errors fewer while the checks run).
+                overall[mi].rows += 1;
+                let acc = &mut fam_accs[p.fam][mi];
+                acc.rows += 1;
+                if let Some(e) = err {
+                    acc.errors.push(e);
                 }
             }
             let (q90m, q95m) = if p.bucket == Bucket::AfterFit {
@@ -1010,8 +1157,8 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
             };
             let b90 = p.oos.map(|e| plan::bound(e, q90m, f.bound_floor_bytes));
             let b95 = p.oos.map(|e| plan::bound(e, q95m, f.bound_floor_bytes));
-            let cards = &f.regimes[&r.regime].cards;
-            let mut checks = Vec::with_capacity(cards.len());
+            let cards = &f.regimes[r.regime.as_str()].cards;
+            checks.clear();
             for card in cards {
                 let t = truth(r.status, measured, r.capacity_bytes, card.bytes);
                 let edge = t == Truth::Fits
@@ -1088,8 +1235,8 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
                     bound_q95: v95,
                 });
             }
-            rows_out.push(RowResult {
-                run_id: r.run_id.clone(),
+            *slot = Some(RowResult {
+                run_id: id.clone(),
                 file: r.file.clone(),
                 graph: r.graph.clone(),
                 family: r.family.clone(),
@@ -1105,10 +1252,10 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
                     .and(measured)
                     .map(weight_of),
                 features: r.features.as_array(),
-                predictions: p.preds,
+                predictions: Predictions::from(&p.preds),
                 bound_q90_bytes: b90,
                 bound_q95_bytes: b95,
-                checks,
+                checks: lists.share(&checks),
             });
         }
         Part {
@@ -1117,24 +1264,29 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
             fam_graphs,
             fam_rows,
             bound,
-            rows_out,
         }
     };
-    let second = preds.split_off(preds.len() / 2);
-    let (ids_a, ids_b) = ids.split_at(preds.len());
+    let (first, second) = usable.split_at(usable.len() / 2);
+    let mut slots: Vec<Option<RowResult>> = Vec::with_capacity(usable.len());
+    slots.resize_with(usable.len(), || None);
+    let (out_a, out_b) = slots.split_at_mut(first.len());
     let rp = &run_part;
     let (pa, pb) = std::thread::scope(|sc| {
-        let hb = sc.spawn(move || rp(second, ids_b));
-        let pa = rp(preds, ids_a);
+        let hb = sc.spawn(move || rp(second, out_b));
+        let pa = rp(first, out_a);
         (pa, hb.join().expect("the check thread does not panic"))
     });
+    // In place: an Option<RowResult> is a RowResult's size (its names are never null).
+    let rows_out: Vec<RowResult> = slots
+        .into_iter()
+        .map(|r| r.expect("every usable row has its result"))
+        .collect();
     let Part {
         mut overall,
         mut fam_accs,
         mut fam_graphs,
         mut fam_rows,
         mut bound,
-        mut rows_out,
     } = pa;
     for (a, b) in overall.iter_mut().zip(pb.overall) {
         a.merge(b);
@@ -1158,7 +1310,6 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
         ba.on_fit.merge(&bb.on_fit);
         ba.missed_oom.extend(bb.missed_oom);
     }
-    rows_out.extend(pb.rows_out);
     bound.q90.missed_oom.sort();
     bound.q95.missed_oom.sort();
 
@@ -1170,6 +1321,13 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
             .map(|(m, a)| (*m, a.finish()))
             .collect()
     };
+    for (mi, acc) in overall.iter_mut().enumerate() {
+        let n = fam_accs.iter().map(|f| f[mi].errors.len()).sum();
+        acc.errors.reserve_exact(n);
+        for f in &fam_accs {
+            acc.errors.extend_from_slice(&f[mi].errors);
+        }
+    }
     let methods = finish(overall);
     let mut families = BTreeMap::new();
     let mut known_misses = Vec::new();
@@ -1218,12 +1376,14 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
         );
     }
 
-    let fitted: Vec<(&str, &str)> = usable
-        .iter()
-        .filter(|(_, b, _)| *b == Bucket::Fitted)
-        .map(|&(i, _, _)| (ds.rows[i].run_id.as_str(), ds.rows[i].file_sha256.as_str()))
-        .collect();
-    let fitted_rows_sha256 = super::load::rows_sha256(&fitted);
+    // Usable rows are in run-id order and their run ids distinct (duplicates are excluded), so
+    // this is rows_sha256's order without collecting and sorting them.
+    let fitted_rows_sha256 = super::load::rows_sha256_sorted(
+        usable
+            .iter()
+            .filter(|(_, b, _)| *b == Bucket::Fitted)
+            .map(|&(i, _, _)| (ds.rows[i].run_id.as_str(), ds.rows[i].file_sha256)),
+    );
     let factors_file_rows_match = f
         .provenance
         .as_ref()

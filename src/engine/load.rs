@@ -7,8 +7,9 @@ use crate::baselines;
 use crate::error::{Error, Result};
 use crate::factors::FactorsFile;
 use crate::features::{self, Features, Precision};
-use crate::graph::{self, sha256_hex, Graph};
+use crate::graph::{self, Graph};
 use crate::run::{RunRow, RunStatus, RUN_FORMAT};
+use sha2::Digest as _;
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
@@ -20,14 +21,41 @@ pub const AFTER_FIT: &str = "after-fit";
 pub fn rows_sha256(rows: &[(&str, &str)]) -> String {
     let mut v = rows.to_vec();
     v.sort();
-    let mut text = String::with_capacity(v.len() * 100);
+    let mut h = sha2::Sha256::new();
     for (id, sha) in v {
-        text.push_str(id);
-        text.push('\t');
-        text.push_str(sha);
-        text.push('\n');
+        h.update(id.as_bytes());
+        h.update(b"\t");
+        h.update(sha.as_bytes());
+        h.update(b"\n");
     }
-    sha256_hex(text.as_bytes())
+    super::Digest(h.finalize().into()).hex()
+}
+
+/// [`rows_sha256`] of rows already in its order (by run id, then file hash), hashed as they
+/// come.
+pub fn rows_sha256_sorted<'a>(rows: impl Iterator<Item = (&'a str, super::Digest)>) -> String {
+    let mut h = sha2::Sha256::new();
+    for (id, sha) in rows {
+        h.update(id.as_bytes());
+        h.update(b"\t");
+        h.update(sha.hex_bytes());
+        h.update(b"\n");
+    }
+    super::Digest(h.finalize().into()).hex()
+}
+
+/// [`rows_sha256`] of rows whose file hashes are [`Digest`](super::Digest)s (sorted in place;
+/// the digests' byte order is their hex order, so the result is the same).
+pub fn rows_sha256_digests(rows: &mut [(&str, super::Digest)]) -> String {
+    rows.sort_unstable();
+    let mut h = sha2::Sha256::new();
+    for (id, sha) in rows.iter() {
+        h.update(id.as_bytes());
+        h.update(b"\t");
+        h.update(sha.hex_bytes());
+        h.update(b"\n");
+    }
+    super::Digest(h.finalize().into()).hex()
 }
 
 fn field(path: &Path, field: &str, message: impl Into<String>) -> Error {
@@ -152,10 +180,11 @@ type FeatureCache = HashMap<(String, u64, Precision), (Features, u64, Option<u64
 fn join(
     row: RunRow,
     rel: String,
-    file_sha256: String,
+    file_sha256: super::Digest,
     path: &Path,
     graphs: &BTreeMap<String, (Graph, GraphInfo)>,
     cache: &mut FeatureCache,
+    names: &mut super::Interner,
 ) -> Result<Row> {
     let Some((g, info)) = graphs.get(&row.graph.name) else {
         return Err(field(
@@ -193,13 +222,13 @@ fn join(
         ));
     }
     Ok(Row {
-        file: rel,
+        file: rel.into(),
         file_sha256,
         graph_changed: row.graph.sha256 != g.sha256,
-        run_id: row.run_id,
-        family: info.family.clone(),
-        graph: row.graph.name,
-        regime: row.regime,
+        run_id: row.run_id.into(),
+        family: names.name(&info.family),
+        graph: names.name(&row.graph.name),
+        regime: names.name(&row.regime),
         precision,
         batch: row.batch,
         status: row.status,
@@ -209,17 +238,17 @@ fn join(
             .emulated_capacity_bytes
             .unwrap_or(row.device.capacity_bytes),
         after_fit: row.marker.as_deref() == Some(AFTER_FIT),
-        timestamp: row.timestamp,
+        timestamp: names.name(&row.timestamp),
         graph_mismatch: row.graph_mismatch,
         has_batch_axis: info.has_batch_axis,
         features,
         accelerate_bytes,
         textbook_bytes,
         simulated_bytes,
-        device: row.device.name,
-        device_kind: row.device.kind,
-        harness_version: row.tool_version,
-        torch_version: row.device.torch,
+        device: names.name(&row.device.name),
+        device_kind: names.name(&row.device.kind),
+        harness_version: names.name(&row.tool_version),
+        torch_version: names.name(&row.device.torch),
     })
 }
 
@@ -267,6 +296,7 @@ pub fn load(data_dir: &Path) -> Result<Dataset> {
     }
     let mut rows = Vec::with_capacity(paths.len());
     let mut cache = HashMap::new();
+    let mut names = super::Interner::default();
     for path in paths {
         let bytes = std::fs::read(&path).map_err(|source| Error::Io {
             path: path.clone(),
@@ -283,10 +313,11 @@ pub fn load(data_dir: &Path) -> Result<Dataset> {
         rows.push(join(
             row,
             rel,
-            sha256_hex(&bytes),
+            super::Digest::of(&bytes),
             &path,
             &graphs,
             &mut cache,
+            &mut names,
         )?);
     }
     Ok(Dataset {

@@ -16,11 +16,11 @@ pub mod time;
 
 pub use calibrate::{
     calibrate, nearest_rank, truth, BoundCounts, BoundMetrics, Bucket, Calibration, Check,
-    CheckRef, Exclusion, ExclusionReason, FamilyReport, FitReport, KnownMiss, Method,
-    MethodMetrics, Name, PerMethod, ProfileFits, RowResult, Settings, Totals, Truth, Upper,
-    VerdictCounts,
+    CheckRef, Checks, Exclusion, ExclusionReason, FamilyReport, FitReport, KnownMiss, Method,
+    MethodMetrics, Name, PerMethod, Predictions, ProfileFits, RowResult, Settings, Totals, Truth,
+    Upper, VerdictCounts,
 };
-pub use load::{load, parse_row, rows_sha256};
+pub use load::{load, parse_row, rows_sha256, rows_sha256_digests, rows_sha256_sorted};
 pub use output::{refit_factors_file, summary_table, write_calibration_json};
 
 use crate::factors::FactorsFile;
@@ -30,18 +30,22 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 
 /// One run row, read, checked and joined to its graph: everything the engine needs of it.
+///
+/// The names many rows share (graph, family, regime, device, versions) are [`Name`]s, interned
+/// by the loader, so a million rows hold each once; the file and run id are `Name`s too, so
+/// the engine's results share them instead of copying.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Row {
     /// The row file, relative to the data folder, `/`-separated (e.g. `runs/cpu-free/x.json`).
-    pub file: String,
-    /// SHA-256 (hex) of the row file's bytes.
-    pub file_sha256: String,
-    pub run_id: String,
+    pub file: Name,
+    /// SHA-256 of the row file's bytes (32 bytes; hex in JSON and text).
+    pub file_sha256: Digest,
+    pub run_id: Name,
     /// The graph's name.
-    pub graph: String,
+    pub graph: Name,
     /// The graph's architecture family (the unit of "held out by architecture").
-    pub family: String,
-    pub regime: String,
+    pub family: Name,
+    pub regime: Name,
     pub precision: Precision,
     pub batch: u64,
     pub status: RunStatus,
@@ -51,8 +55,8 @@ pub struct Row {
     pub capacity_bytes: u64,
     /// True when the row carries the marker `after-fit`.
     pub after_fit: bool,
-    /// RFC 3339 start time of the run.
-    pub timestamp: String,
+    /// RFC 3339 start time of the run (interned: runs started in the same second share it).
+    pub timestamp: Name,
     /// The graph file's SHA-256 differs from the one the run recorded.
     pub graph_changed: bool,
     /// The harness reported that the built model's parameters differ from the graph's.
@@ -68,10 +72,74 @@ pub struct Row {
     /// The simulator's peak, where it has a rule table for the row's precision.
     pub simulated_bytes: Option<u64>,
     /// The device's name (the CPU model or the GPU), its kind, and the versions that measured.
-    pub device: String,
-    pub device_kind: String,
-    pub harness_version: String,
-    pub torch_version: String,
+    pub device: Name,
+    pub device_kind: Name,
+    pub harness_version: Name,
+    pub torch_version: Name,
+}
+
+/// A SHA-256 digest, kept as its 32 bytes; printed and serialised as lowercase hex.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Digest(pub [u8; 32]);
+
+impl Digest {
+    /// The SHA-256 of `bytes`.
+    pub fn of(bytes: &[u8]) -> Digest {
+        use sha2::Digest as _;
+        Digest(sha2::Sha256::digest(bytes).into())
+    }
+
+    /// Lowercase hex, 64 characters.
+    pub fn hex(&self) -> String {
+        self.to_string()
+    }
+}
+
+impl Digest {
+    /// The 64 lowercase hex digits, without allocating.
+    pub fn hex_bytes(&self) -> [u8; 64] {
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        let mut out = [0u8; 64];
+        for (k, b) in self.0.iter().enumerate() {
+            out[2 * k] = DIGITS[(b >> 4) as usize];
+            out[2 * k + 1] = DIGITS[(b & 15) as usize];
+        }
+        out
+    }
+}
+
+impl std::fmt::Display for Digest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let hex = self.hex_bytes();
+        f.write_str(std::str::from_utf8(&hex).expect("hex digits are ASCII"))
+    }
+}
+
+impl std::fmt::Debug for Digest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "\"{self}\"")
+    }
+}
+
+impl Serialize for Digest {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+/// Shares equal names: one allocation per distinct string.
+#[derive(Debug, Default)]
+pub struct Interner(std::collections::HashSet<Name>);
+
+impl Interner {
+    pub fn name(&mut self, s: &str) -> Name {
+        if let Some(n) = self.0.get(s) {
+            return n.clone();
+        }
+        let n = Name::from(s);
+        self.0.insert(n.clone());
+        n
+    }
 }
 
 /// What the engine knows of a graph.

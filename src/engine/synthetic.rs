@@ -88,11 +88,11 @@ pub fn row(
     capacity: u64,
 ) -> Row {
     Row {
-        file: format!("runs/{run_id}.json"),
-        file_sha256: crate::graph::sha256_hex(run_id.as_bytes()),
-        run_id: run_id.to_string(),
-        graph: format!("{family}-g"),
-        family: family.to_string(),
+        file: format!("runs/{run_id}.json").into(),
+        file_sha256: super::Digest::of(run_id.as_bytes()),
+        run_id: run_id.into(),
+        graph: format!("{family}-g").into(),
+        family: family.into(),
         regime: "cpu-free".into(),
         precision: Precision::Fp32,
         batch: 8,
@@ -177,6 +177,7 @@ pub fn dataset(
     }
     let gib = (1u64 << 30) as f64;
     let mut out = Vec::with_capacity(rows);
+    let mut interned = super::Interner::default();
     for i in 0..rows {
         let f = i % families;
         let (c, s) = &shapes[f];
@@ -215,7 +216,19 @@ pub fn dataset(
             r.after_fit = true;
             r.timestamp = "2026-06-01T00:00:00Z".into();
         }
-        r.file = format!("runs/{}/{id}.json", r.regime);
+        r.file = format!("runs/{}/{id}.json", r.regime).into();
+        for n in [
+            &mut r.graph,
+            &mut r.family,
+            &mut r.regime,
+            &mut r.device,
+            &mut r.device_kind,
+            &mut r.harness_version,
+            &mut r.torch_version,
+            &mut r.timestamp,
+        ] {
+            *n = interned.name(n);
+        }
         out.push(r);
     }
     Dataset {

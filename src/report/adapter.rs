@@ -17,8 +17,20 @@ use crate::run::RunStatus;
 use crate::units;
 use std::collections::BTreeMap;
 
-/// More rows than this and the runs table is split into one page per family.
+/// More rows than this and the runs table is split into one page per family, and each family
+/// into pages of at most this many rows.
 pub const RUNS_PER_PAGE_LIMIT: usize = 2000;
+
+/// A chart draws at most this many points; above it, every k-th in run-id order (the caption
+/// says so).
+pub const CHART_POINTS_LIMIT: usize = 2000;
+
+/// The did-not-fit table on the index lists at most this many checks (the first in run-id
+/// order; the caption says how many there are and the JSON download has them all).
+pub const DID_NOT_FIT_LIMIT: usize = 2000;
+
+/// A known miss lists at most this many of its checks by name.
+pub const MISSES_LISTED_LIMIT: usize = 100;
 
 /// The site's title.
 pub const TITLE: &str = "Memory calibration";
@@ -149,6 +161,7 @@ fn device_label(factors: &FactorsFile, regime: &str) -> &'static str {
 }
 
 /// Everything the adapter looks up besides the calibration.
+#[derive(Debug, Clone)]
 struct Ctx<'a> {
     cal: &'a Calibration,
     factors: &'a FactorsFile,
@@ -228,6 +241,7 @@ fn table(id: &str, caption: &str, columns: Vec<Column>, empty: &str) -> Table {
         caption: caption.to_string(),
         columns,
         rows: Vec::new(),
+        rows_html: None,
         empty_text: empty.to_string(),
         sortable: false,
     }
@@ -338,41 +352,70 @@ fn measured_point(r: &RowResult) -> Option<(f64, bool)> {
     }
 }
 
-fn scatter(
+/// Every `step`-th of `n` items, so that at most [`CHART_POINTS_LIMIT`] remain.
+fn chart_step(n: usize) -> usize {
+    n.div_ceil(CHART_POINTS_LIMIT).max(1)
+}
+
+/// A scatter chart of `method` over `rows`, and how many runs it stands for: above
+/// [`CHART_POINTS_LIMIT`] points it draws every k-th in run-id order.
+fn scatter<'r>(
     ctx: &Ctx,
     method: Method,
     file: String,
     title: String,
-    rows: &[&RowResult],
-) -> ScatterChart {
-    ScatterChart {
-        file,
-        title,
-        x_label: format!("predicted by {}, GB", method_name(method)),
-        families: ctx.families.clone(),
-        points: rows
-            .iter()
-            .filter_map(|r| {
-                let p = *r.predictions.get(&method)?;
-                let (m, oom) = measured_point(r)?;
-                Some(ScatterPoint {
-                    run_id: r.run_id.clone(),
-                    family: r.family.clone(),
-                    predicted_bytes: p,
-                    measured_bytes: m,
-                    oom,
-                })
-            })
-            .collect(),
+    rows: impl Iterator<Item = &'r RowResult> + Clone,
+) -> (ScatterChart, usize) {
+    let point = |r: &RowResult| -> Option<(f64, f64, bool)> {
+        let p = *r.predictions.get(&method)?;
+        let (m, oom) = measured_point(r)?;
+        Some((p, m, oom))
+    };
+    let total = rows.clone().filter(|r| point(r).is_some()).count();
+    let step = chart_step(total);
+    let points = rows
+        .filter_map(|r| point(r).map(|p| (r, p)))
+        .step_by(step)
+        .map(|(r, (p, m, oom))| ScatterPoint {
+            run_id: r.run_id.to_string(),
+            family: r.family.to_string(),
+            predicted_bytes: p,
+            measured_bytes: m,
+            oom,
+        })
+        .collect();
+    (
+        ScatterChart {
+            file,
+            title,
+            x_label: format!("predicted by {}, GB", method_name(method)),
+            families: ctx.families.clone(),
+            points,
+        },
+        total,
+    )
+}
+
+/// ` (every 3rd of them drawn, in run-id order)` when a chart draws a sample; empty otherwise.
+fn sample_note(drawn: usize, total: usize) -> String {
+    if drawn == total {
+        String::new()
+    } else {
+        format!(
+            " ({} of them drawn: every {}th in run-id order)",
+            fmt::count(drawn as u64),
+            chart_step(total)
+        )
     }
 }
 
-fn chart_ref(c: &ScatterChart, what: &str) -> ChartRef {
+fn chart_ref(c: &ScatterChart, total: usize, what: &str) -> ChartRef {
     ChartRef {
         src: format!("charts/{}", c.file),
         alt: format!(
-            "Log-log scatter of measured peak against {what} for {}, coloured by architecture family, with the line measured = predicted and a band of ±25%; out-of-memory runs are crosses at the capacity they failed on.",
-            fmt::runs(c.points.len() as u64)
+            "Log-log scatter of measured peak against {what} for {}{}, coloured by architecture family, with the line measured = predicted and a band of ±25%; out-of-memory runs are crosses at the capacity they failed on.",
+            fmt::runs(total as u64),
+            sample_note(c.points.len(), total)
         ),
         caption: c.title.clone(),
     }
@@ -421,11 +464,125 @@ fn runs_row(ctx: &Ctx, r: &RowResult, with_family: bool) -> Vec<Cell> {
     cells
 }
 
-fn runs_table(ctx: &Ctx, id: &str, caption: &str, rows: &[&RowResult], with_family: bool) -> Table {
+/// A runs table without its rows (filled page by page, see [`Source`]).
+fn runs_table(id: &str, caption: &str, with_family: bool) -> Table {
     let mut t = table(id, caption, runs_columns(with_family), "No runs yet.");
     t.sortable = true;
-    t.rows = rows.iter().map(|r| runs_row(ctx, r, with_family)).collect();
     t
+}
+
+/// What the lazily filled parts of the site are made from: the calibration and, per runs
+/// page and per family page, the indices of its rows in `cal.rows`.
+#[derive(Debug, Clone)]
+pub struct Source<'a> {
+    ctx: Ctx<'a>,
+    runs_rows: Vec<Vec<u32>>,
+    runs_with_family: bool,
+    family_rows: Vec<Vec<u32>>,
+    /// The JSON download without indentation (when the runs table is split: the same
+    /// content in about 60% of the bytes).
+    compact_download: bool,
+}
+
+impl Source<'_> {
+    /// Fills a runs table: with `cells`, a cell per value (for `--debug-json`); otherwise
+    /// `rows_html`, the same rows rendered straight into HTML (see [`runs_rows_html`]).
+    fn fill(&self, t: &mut Table, rows: &[u32], with_family: bool, cells: bool) {
+        let cal = self.ctx.cal;
+        let rows = rows.iter().map(|&i| &cal.rows[i as usize]);
+        if cells {
+            t.rows = rows.map(|r| runs_row(&self.ctx, r, with_family)).collect();
+        } else if rows.len() > 0 {
+            let mut html = String::with_capacity(rows.len() * 1200);
+            for r in rows {
+                runs_row_html(&self.ctx, r, with_family, &mut html);
+            }
+            t.rows_html = Some(html);
+        }
+    }
+}
+
+/// One row of a runs table as the table macro (`templates/macros.html`) renders
+/// [`runs_row`]'s cells, byte for byte, written into `out` without a string per cell. A test
+/// renders the fixture both ways and compares.
+fn runs_row_html(ctx: &Ctx, r: &RowResult, with_family: bool, out: &mut String) {
+    use askama::filters::{Escaper, Html};
+    use std::fmt::Write;
+    let esc = |out: &mut String, s: &str| {
+        let _ = Html.write_escaped_str(&mut *out, s);
+    };
+    let text = |out: &mut String, s: &str| {
+        out.push_str("<td>");
+        esc(out, s);
+        out.push_str("</td>");
+    };
+    let bytes = |out: &mut String, b: Option<f64>| match b {
+        Some(x) => {
+            let _ = write!(out, "<td class=\"num\" data-sort=\"{x:.0}\">");
+            esc(out, &fmt::bytes(x));
+            out.push_str("</td>");
+        }
+        None => out.push_str("<td class=\"num\" data-sort=\"\">—</td>"),
+    };
+    out.push_str("<tr><th scope=\"row\">");
+    esc(out, &r.run_id);
+    out.push_str("</th>");
+    text(out, &r.graph);
+    if with_family {
+        out.push_str("<td><a href=\"");
+        esc(out, &ctx.family_href(&r.family));
+        out.push_str("\">");
+        esc(out, &r.family);
+        out.push_str("</a></td>");
+    }
+    text(out, &ctx.regime_label(&r.regime));
+    text(out, r.precision.as_str());
+    let _ = write!(out, "<td class=\"num\" data-sort=\"{}\">", r.batch);
+    esc(out, &fmt::count(r.batch));
+    out.push_str("</td>");
+    text(out, status_name(r.status));
+    text(out, bucket_name(r.bucket));
+    bytes(out, r.measured_bytes.map(|b| b as f64));
+    bytes(out, r.oom_capacity_bytes.map(|b| b as f64));
+    for m in Method::ALL {
+        bytes(out, r.predictions.get(&m).copied());
+    }
+    bytes(out, r.bound_q95_bytes);
+    out.push_str("</tr>\n");
+}
+
+impl Site<'_> {
+    /// Runs page `k` with its table filled: a cell per value with `cells` (what
+    /// `--debug-json` shows), else the rows already rendered (`Table::rows_html`).
+    pub fn runs_page(&self, k: usize, cells: bool) -> RunsPage {
+        let mut p = self.runs[k].clone();
+        let s = &self.source;
+        s.fill(&mut p.table, &s.runs_rows[k], s.runs_with_family, cells);
+        p
+    }
+
+    /// Family page `k` with its runs table (if it has one) filled, as [`Site::runs_page`].
+    pub fn family_page(&self, k: usize, cells: bool) -> FamilyPage {
+        let mut p = self.families[k].clone();
+        if let Some(t) = p.runs.as_mut() {
+            self.source
+                .fill(t, &self.source.family_rows[k], false, cells);
+        }
+        p
+    }
+
+    /// `memory-calibration.json`: the settings, the feature names and every counted row with
+    /// its features and predictions, exactly as the engine reports them, serialised straight
+    /// into `w`, with a trailing newline. Pretty JSON; compact (no indentation) when the runs
+    /// table is split (more than [`RUNS_PER_PAGE_LIMIT`] rows).
+    pub fn write_download_json(&self, w: &mut dyn std::io::Write) -> std::io::Result<()> {
+        download_json(self.source.ctx.cal, self.source.compact_download, w)
+    }
+
+    /// `memory-calibration.csv`: one line per counted row, written straight into `w`.
+    pub fn write_download_csv(&self, w: &mut dyn std::io::Write) -> std::io::Result<()> {
+        download_csv(&self.source.ctx, w)
+    }
 }
 
 fn downloads() -> Vec<Link> {
@@ -472,25 +629,34 @@ fn nav(runs_pages: &[Link]) -> Vec<Link> {
 
 /// Builds the whole view model from the engine's calibration, the factors file it ran with
 /// and the rendered prose.
-pub fn from_calibration(cal: &Calibration, factors: &FactorsFile, prose: &ProseInput) -> Site {
+pub fn from_calibration<'a>(
+    cal: &'a Calibration,
+    factors: &'a FactorsFile,
+    prose: &'a ProseInput,
+) -> Site<'a> {
     from_calibration_paged(cal, factors, prose, RUNS_PER_PAGE_LIMIT)
 }
 
-/// [`from_calibration`] with the runs table split by family above `runs_per_page` rows.
-pub fn from_calibration_paged(
-    cal: &Calibration,
-    factors: &FactorsFile,
-    prose: &ProseInput,
+/// [`from_calibration`] with the runs table split by family above `runs_per_page` rows, and
+/// each family's runs into pages of at most `runs_per_page` rows.
+pub fn from_calibration_paged<'a>(
+    cal: &'a Calibration,
+    factors: &'a FactorsFile,
+    prose: &'a ProseInput,
     runs_per_page: usize,
-) -> Site {
+) -> Site<'a> {
+    let runs_per_page = runs_per_page.max(1);
     // Families: the engine's list, sorted (BTreeMap), plus any family a row names.
-    let mut families: Vec<String> = cal.families.keys().cloned().collect();
+    let mut names: std::collections::BTreeSet<&str> =
+        cal.families.keys().map(|f| f.as_str()).collect();
+    let mut last = None;
     for r in &cal.rows {
-        if !families.contains(&r.family) {
-            families.push(r.family.clone());
+        if last != Some(r.family.as_str()) {
+            names.insert(r.family.as_str());
+            last = Some(r.family.as_str());
         }
     }
-    families.sort();
+    let families: Vec<String> = names.into_iter().map(|f| f.to_string()).collect();
     let mut family_files = BTreeMap::new();
     let mut used = std::collections::BTreeSet::new();
     for f in &families {
@@ -505,7 +671,12 @@ pub fn from_calibration_paged(
         family_files.insert(f.clone(), name);
     }
     let mut devices: Vec<&str> = Vec::new();
+    let mut last = None;
     for r in &cal.rows {
+        if last == Some(r.regime.as_str()) {
+            continue;
+        }
+        last = Some(r.regime.as_str());
         let d = device_label(factors, &r.regime);
         if !devices.contains(&d) {
             devices.push(d);
@@ -523,37 +694,81 @@ pub fn from_calibration_paged(
         families,
         runs_label,
     };
-    let all_rows: Vec<&RowResult> = cal.rows.iter().collect();
     let empty = cal.totals.inputs == 0;
+    // Each family's rows, as indices into `cal.rows` (run-id order).
+    let mut fam_rows: Vec<Vec<u32>> = vec![Vec::new(); ctx.families.len()];
+    for (i, r) in cal.rows.iter().enumerate() {
+        let k = ctx
+            .families
+            .binary_search_by(|f| f.as_str().cmp(r.family.as_str()))
+            .expect("every row's family is listed");
+        fam_rows[k].push(i as u32);
+    }
+    let rows_of = |k: usize| fam_rows[k].iter().map(|&i| &cal.rows[i as usize]);
 
     // Charts.
     let mut charts = Vec::new();
     let mut scatter_refs = Vec::new();
     if !cal.rows.is_empty() {
         for m in SCATTER_METHODS {
-            let c = scatter(
+            let (c, total) = scatter(
                 &ctx,
                 m,
                 format!("scatter-{}.svg", m.as_str()),
                 format!("{}: {}", method_name(m), ctx.runs_label),
-                &all_rows,
+                cal.rows.iter(),
             );
             if c.points.is_empty() {
                 continue;
             }
-            scatter_refs.push(chart_ref(&c, method_name(m)));
+            scatter_refs.push(chart_ref(&c, total, method_name(m)));
             charts.push(Chart::Scatter(c));
         }
     }
 
-    // Runs pages.
+    // Runs pages: one, or per family in pages of at most `runs_per_page` rows.
     let mut runs_pages: Vec<RunsPage> = Vec::new();
+    let mut runs_rows: Vec<Vec<u32>> = Vec::new();
     let split = cal.rows.len() > runs_per_page;
+    // Per family: the links to its runs pages.
+    let family_page_links: Vec<Vec<Link>> = if split {
+        ctx.families
+            .iter()
+            .enumerate()
+            .map(|(k, f)| {
+                let stem = ctx.family_files[f].trim_start_matches("family-");
+                let n = fam_rows[k].len();
+                let pages = n.div_ceil(runs_per_page).max(1);
+                (0..pages)
+                    .map(|p| Link {
+                        href: if p == 0 {
+                            format!("runs-{stem}")
+                        } else {
+                            format!("runs-{}.p{}.html", stem.trim_end_matches(".html"), p + 1)
+                        },
+                        text: if pages == 1 {
+                            format!("Runs of {f}")
+                        } else {
+                            format!(
+                                "page {} of {pages}: runs {} to {}",
+                                p + 1,
+                                fmt::count((p * runs_per_page + 1) as u64),
+                                fmt::count(((p + 1) * runs_per_page).min(n) as u64)
+                            )
+                        },
+                    })
+                    .collect()
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
     let page_links: Vec<Link> = if split {
         ctx.families
             .iter()
-            .map(|f| Link {
-                href: format!("runs-{}", ctx.family_files[f].trim_start_matches("family-")),
+            .zip(&family_page_links)
+            .map(|(f, pages)| Link {
+                href: pages[0].href.clone(),
                 text: format!("Runs of {f}"),
             })
             .collect()
@@ -565,24 +780,49 @@ pub fn from_calibration_paged(
     };
     let nav_links = nav(&page_links);
     if split {
-        for (f, link) in ctx.families.iter().zip(&page_links) {
-            let rows: Vec<&RowResult> = cal.rows.iter().filter(|r| &r.family == f).collect();
-            runs_pages.push(RunsPage {
-                meta: PageMeta {
-                    file: link.href.clone(),
-                    title: format!("Runs of {f} — {TITLE}"),
-                    nav: nav_links.clone(),
-                },
-                heading: format!("Runs of {f}"),
-                intro: format!(
-                    "{} of family {f}; the runs table is split by family because there are {} in all.",
-                    fmt::runs(rows.len() as u64),
-                    fmt::runs(cal.rows.len() as u64)
-                ),
-                others: page_links.clone(),
-                downloads: downloads(),
-                table: runs_table(&ctx, "runs", &format!("Every counted run of {f}"), &rows, false),
-            });
+        for (k, f) in ctx.families.iter().enumerate() {
+            let n = fam_rows[k].len();
+            let pages = &family_page_links[k];
+            let many = pages.len() > 1;
+            for (p, link) in pages.iter().enumerate() {
+                let (a, b) = ((p * runs_per_page).min(n), ((p + 1) * runs_per_page).min(n));
+                let (title, intro) = if many {
+                    (
+                        format!("Runs of {f}, page {} of {}", p + 1, pages.len()),
+                        format!(
+                            "Runs {} to {} of the {} of family {f}, in run-id order; the runs table is split by family, and each family into pages of at most {}, because there are {} in all.",
+                            fmt::count(a as u64 + 1),
+                            fmt::count(b as u64),
+                            fmt::runs(n as u64),
+                            fmt::runs(runs_per_page as u64),
+                            fmt::runs(cal.rows.len() as u64)
+                        ),
+                    )
+                } else {
+                    (
+                        format!("Runs of {f}"),
+                        format!(
+                            "{} of family {f}; the runs table is split by family because there are {} in all.",
+                            fmt::runs(n as u64),
+                            fmt::runs(cal.rows.len() as u64)
+                        ),
+                    )
+                };
+                runs_pages.push(RunsPage {
+                    meta: PageMeta {
+                        file: link.href.clone(),
+                        title: format!("{title} — {TITLE}"),
+                        nav: nav_links.clone(),
+                    },
+                    heading: title,
+                    intro,
+                    others: page_links.clone(),
+                    pages: if many { pages.clone() } else { Vec::new() },
+                    downloads: downloads(),
+                    table: runs_table("runs", &format!("Every counted run of {f}"), false),
+                });
+                runs_rows.push(fam_rows[k][a..b].to_vec());
+            }
         }
     } else {
         runs_pages.push(RunsPage {
@@ -597,18 +837,21 @@ pub fn from_calibration_paged(
                 fmt::runs(cal.rows.len() as u64)
             ),
             others: Vec::new(),
+            pages: Vec::new(),
             downloads: downloads(),
-            table: runs_table(&ctx, "runs", "Every counted run", &all_rows, true),
+            table: runs_table("runs", "Every counted run", true),
         });
+        runs_rows.push((0..cal.rows.len() as u32).collect());
     }
 
     // Family pages.
     let mut family_pages = Vec::new();
-    for f in &ctx.families {
-        let rows: Vec<&RowResult> = cal.rows.iter().filter(|r| &r.family == f).collect();
+    let mut family_rows = Vec::new();
+    for (k, f) in ctx.families.iter().enumerate() {
+        let n_rows = fam_rows[k].len();
         let report = cal.families.get(f);
         let held = report.and_then(|r| r.methods.get(&Method::PlanHeldOutArchitecture));
-        let mut facts = vec![fact("Runs counted", fmt::count(rows.len() as u64))];
+        let mut facts = vec![fact("Runs counted", fmt::count(n_rows as u64))];
         if let Some(r) = report {
             facts.push(fact("Graphs", r.graphs.join(", ")));
         }
@@ -632,7 +875,7 @@ pub fn from_calibration_paged(
         }
         let file = ctx.family_files[f].clone();
         let chart_file = format!("{}.svg", file.trim_end_matches(".html"));
-        let c = scatter(
+        let (c, total) = scatter(
             &ctx,
             Method::PlanHeldOutArchitecture,
             chart_file,
@@ -641,15 +884,32 @@ pub fn from_calibration_paged(
                 method_name(Method::PlanHeldOutArchitecture),
                 ctx.runs_label
             ),
-            &rows,
+            rows_of(k),
         );
         let chart = if c.points.is_empty() {
             None
         } else {
-            let r = chart_ref(&c, method_name(Method::PlanHeldOutArchitecture));
+            let r = chart_ref(&c, total, method_name(Method::PlanHeldOutArchitecture));
             charts.push(Chart::Scatter(c));
             Some(r)
         };
+        let (runs, runs_pages_of) = if split {
+            (None, family_page_links[k].clone())
+        } else {
+            (
+                Some(runs_table(
+                    "runs",
+                    &format!("Every counted run of {f}"),
+                    false,
+                )),
+                Vec::new(),
+            )
+        };
+        family_rows.push(if split {
+            Vec::new()
+        } else {
+            fam_rows[k].clone()
+        });
         family_pages.push(FamilyPage {
             meta: PageMeta {
                 file,
@@ -660,15 +920,11 @@ pub fn from_calibration_paged(
             facts,
             chart,
             note_html: prose.misses.get(f).cloned(),
-            runs: runs_table(
-                &ctx,
-                "runs",
-                &format!("Every counted run of {f}"),
-                &rows,
-                false,
-            ),
+            runs,
+            runs_pages: runs_pages_of,
         });
     }
+    drop(fam_rows);
 
     // Section 5's chart.
     let upper_chart = if cal.upper.ratios.is_empty() {
@@ -677,7 +933,21 @@ pub fn from_calibration_paged(
         let c = RatioChart {
             file: "upper-bound-ratios.svg".into(),
             title: format!("Measured / held-out prediction, fitted {}", ctx.runs_label),
-            ratios: cal.upper.ratios.iter().map(|(_, r)| *r).collect(),
+            ratios: {
+                // Above the limit, evenly spaced in ratio order (the first and last included).
+                let n = cal.upper.ratios.len();
+                let drawn = n.min(CHART_POINTS_LIMIT);
+                (0..drawn)
+                    .map(|i| {
+                        let j = if drawn > 1 {
+                            i * (n - 1) / (drawn - 1)
+                        } else {
+                            0
+                        };
+                        cal.upper.ratios[j].1
+                    })
+                    .collect()
+            },
             q90: cal.upper.q90_used,
             q95: cal.upper.q95_used,
             q90_label: format!("q90 = {}", fmt::ratio(cal.upper.q90_used)),
@@ -687,8 +957,16 @@ pub fn from_calibration_paged(
         Some(ChartRef {
             src: "charts/upper-bound-ratios.svg".into(),
             alt: format!(
-                "Each of {} as a dot at its ratio of measured peak to held-out prediction, in ratio order, with vertical lines at ratio 1, q90 = {} and q95 = {}.",
+                "Each of {}{} as a dot at its ratio of measured peak to held-out prediction, in ratio order, with vertical lines at ratio 1, q90 = {} and q95 = {}.",
                 fmt::runs(cal.upper.ratios.len() as u64),
+                if cal.upper.ratios.len() > CHART_POINTS_LIMIT {
+                    format!(
+                        " ({} of them drawn, evenly spaced in ratio order)",
+                        fmt::count(CHART_POINTS_LIMIT as u64)
+                    )
+                } else {
+                    String::new()
+                },
                 fmt::ratio(cal.upper.q90_used),
                 fmt::ratio(cal.upper.q95_used)
             ),
@@ -747,8 +1025,13 @@ pub fn from_calibration_paged(
         families: family_pages,
         history: history_page(&prose.history, nav_links.clone()),
         charts,
-        download_json: download_json(cal),
-        download_csv: download_csv(&ctx),
+        source: Source {
+            ctx,
+            runs_rows,
+            runs_with_family: !split,
+            family_rows,
+            compact_download: split,
+        },
     }
 }
 
@@ -865,8 +1148,30 @@ fn did_not_fit_table(ctx: &Ctx) -> Table {
         Some(Verdict::Borderline) => Cell::text(verdict_name(Verdict::Borderline)).class("warn"),
         Some(Verdict::DoesNotFit) => Cell::text(verdict_name(Verdict::DoesNotFit)).class("good"),
     };
-    for r in &ctx.cal.rows {
+    let total: usize = ctx
+        .cal
+        .rows
+        .iter()
+        .map(|r| {
+            r.checks
+                .iter()
+                .filter(|c| c.truth == Truth::DoesNotFit)
+                .count()
+        })
+        .sum();
+    if total > DID_NOT_FIT_LIMIT {
+        t.caption = format!(
+            "{}: the first {} in run-id order of {}; memory-calibration.json has every check",
+            t.caption,
+            fmt::count(DID_NOT_FIT_LIMIT as u64),
+            fmt::count(total as u64)
+        );
+    }
+    'rows: for r in &ctx.cal.rows {
         for c in r.checks.iter().filter(|c| c.truth == Truth::DoesNotFit) {
+            if t.rows.len() == DID_NOT_FIT_LIMIT {
+                break 'rows;
+            }
             let what = match (r.status, r.measured_bytes, r.oom_capacity_bytes) {
                 (RunStatus::Oom, _, Some(cap)) => {
                     format!("ran out of memory at {}", ctx.card_name(&r.regime, cap))
@@ -1110,7 +1415,7 @@ fn how(ctx: &Ctx) -> HowView {
     let mut seen = BTreeMap::new();
     for r in &cal.rows {
         if let Some(b) = r.predictions.get(&Method::Accelerate) {
-            seen.entry((r.graph.clone(), r.precision.as_str()))
+            seen.entry((r.graph.as_str(), r.precision.as_str()))
                 .or_insert(*b);
         }
     }
@@ -1269,13 +1574,22 @@ fn misses(ctx: &Ctx) -> Vec<MissGroup> {
                     Cell::text(fmt::or_dash(if k.missed_oom.is_empty() {
                         None
                     } else {
-                        Some(
-                            k.missed_oom
+                        Some({
+                            let mut listed = k
+                                .missed_oom
                                 .iter()
+                                .take(MISSES_LISTED_LIMIT)
                                 .map(|c| ctx.check_ref(c))
                                 .collect::<Vec<_>>()
-                                .join("; "),
-                        )
+                                .join("; ");
+                            if k.missed_oom.len() > MISSES_LISTED_LIMIT {
+                                listed.push_str(&format!(
+                                    "; and {} more (memory-calibration.json has every check)",
+                                    fmt::count((k.missed_oom.len() - MISSES_LISTED_LIMIT) as u64)
+                                ));
+                            }
+                            listed
+                        })
                     })),
                 ]);
             }
@@ -1312,24 +1626,45 @@ fn excluded_table(ctx: &Ctx) -> Table {
     t
 }
 
-/// `memory-calibration.json`: the settings, the feature names and every counted row with its
-/// features and predictions, exactly as the engine reports them.
-fn download_json(cal: &Calibration) -> String {
-    let v = serde_json::json!({
-        "format": "memcal-site-download/1",
-        "tool_version": cal.tool_version,
-        "settings": cal.settings,
-        "totals": cal.totals,
-        "rows": cal.rows,
-        "exclusions": cal.exclusions,
-    });
-    let mut s = serde_json::to_string_pretty(&v).expect("calibration serialises");
-    s.push('\n');
-    s
+/// `memory-calibration.json` (see [`Site::write_download_json`]). The same bytes as
+/// `serde_json::to_string_pretty` of the object, written as it goes.
+fn download_json(
+    cal: &Calibration,
+    compact: bool,
+    w: &mut dyn std::io::Write,
+) -> std::io::Result<()> {
+    use std::io::Write;
+    #[derive(serde::Serialize)]
+    struct Download<'a> {
+        format: &'static str,
+        tool_version: &'a str,
+        settings: &'a crate::engine::Settings,
+        totals: &'a crate::engine::Totals,
+        rows: &'a [RowResult],
+        exclusions: &'a [crate::engine::Exclusion],
+    }
+    let d = Download {
+        format: "memcal-site-download/1",
+        tool_version: cal.tool_version,
+        settings: &cal.settings,
+        totals: &cal.totals,
+        rows: &cal.rows,
+        exclusions: &cal.exclusions,
+    };
+    let mut w = std::io::BufWriter::with_capacity(1 << 16, w);
+    if compact {
+        serde_json::to_writer(&mut w, &d).map_err(std::io::Error::other)?;
+    } else {
+        serde_json::to_writer_pretty(&mut w, &d).map_err(std::io::Error::other)?;
+    }
+    w.write_all(b"\n")?;
+    w.flush()
 }
 
-/// `memory-calibration.csv`: one line per counted row.
-fn download_csv(ctx: &Ctx) -> String {
+/// `memory-calibration.csv` (see [`Site::write_download_csv`]).
+fn download_csv(ctx: &Ctx, w: &mut dyn std::io::Write) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut w = std::io::BufWriter::with_capacity(1 << 16, w);
     let cal = ctx.cal;
     let mut head: Vec<String> = [
         "run_id",
@@ -1360,33 +1695,56 @@ fn download_csv(ctx: &Ctx) -> String {
     );
     head.push("bound_q90_bytes".into());
     head.push("bound_q95_bytes".into());
-    let mut out = head.join(",");
-    out.push('\n');
-    let opt = |v: Option<String>| v.unwrap_or_default();
+    writeln!(w, "{}", head.join(","))?;
+    let csv = |w: &mut dyn Write, s: &str| -> std::io::Result<()> {
+        if s.contains([',', '"', '\n', '\r']) {
+            w.write_all(fmt::csv_field(s).as_bytes())
+        } else {
+            w.write_all(s.as_bytes())
+        }
+    };
     for r in &cal.rows {
-        let mut f: Vec<String> = vec![
-            fmt::csv_field(&r.run_id),
-            fmt::csv_field(&r.graph),
-            fmt::csv_field(&r.family),
-            fmt::csv_field(&r.regime),
-            ctx.device(&r.regime).to_string(),
-            r.precision.as_str().to_string(),
-            r.batch.to_string(),
-            status_name(r.status).to_string(),
-            bucket_name(r.bucket).to_string(),
-            opt(r.measured_bytes.map(|b| b.to_string())),
-            opt(r.oom_capacity_bytes.map(|b| b.to_string())),
-        ];
-        f.extend(r.features.iter().map(|b| b.to_string()));
-        f.extend(
-            Method::ALL
-                .iter()
-                .map(|m| opt(r.predictions.get(m).map(|p| format!("{p}")))),
-        );
-        f.push(opt(r.bound_q90_bytes.map(|b| format!("{b}"))));
-        f.push(opt(r.bound_q95_bytes.map(|b| format!("{b}"))));
-        out.push_str(&f.join(","));
-        out.push('\n');
+        for (k, s) in [&r.run_id, &r.graph, &r.family, &r.regime]
+            .into_iter()
+            .enumerate()
+        {
+            if k > 0 {
+                w.write_all(b",")?;
+            }
+            csv(&mut w, s)?;
+        }
+        write!(
+            w,
+            ",{},{},{},{},{},",
+            ctx.device(&r.regime),
+            r.precision.as_str(),
+            r.batch,
+            status_name(r.status),
+            bucket_name(r.bucket)
+        )?;
+        if let Some(b) = r.measured_bytes {
+            write!(w, "{b}")?;
+        }
+        w.write_all(b",")?;
+        if let Some(b) = r.oom_capacity_bytes {
+            write!(w, "{b}")?;
+        }
+        for b in &r.features {
+            write!(w, ",{b}")?;
+        }
+        for m in &Method::ALL {
+            w.write_all(b",")?;
+            if let Some(p) = r.predictions.get(m) {
+                write!(w, "{p}")?;
+            }
+        }
+        for b in [r.bound_q90_bytes, r.bound_q95_bytes] {
+            w.write_all(b",")?;
+            if let Some(b) = b {
+                write!(w, "{b}")?;
+            }
+        }
+        w.write_all(b"\n")?;
     }
-    out
+    w.flush()
 }

@@ -90,26 +90,112 @@ pub fn load_prose<'a>(
     Ok(p)
 }
 
-/// Runs the engine on `data_dir` and returns the view model.
-pub fn site(data_dir: &Path) -> Result<Site> {
+/// Runs the engine on `data_dir`, builds the view model and hands it to `f`.
+pub fn with_site<T>(data_dir: &Path, f: impl FnOnce(&Site) -> Result<T>) -> Result<T> {
     let ds = crate::engine::load(data_dir)?;
     let cal = crate::engine::calibrate(&ds);
     let mut families: BTreeSet<String> = cal.families.keys().cloned().collect();
-    families.extend(cal.rows.iter().map(|r| r.family.clone()));
+    let mut last: Option<&str> = None;
+    for r in &cal.rows {
+        if last != Some(r.family.as_str()) {
+            families.insert(r.family.to_string());
+            last = Some(r.family.as_str());
+        }
+    }
     let mut prose = load_prose(data_dir, &families)?;
     prose.history =
         crate::factors::FactorHistory::load_or_empty(&data_dir.join("factors-history.json"))?;
-    Ok(from_calibration(&cal, &ds.factors, &prose))
+    let site = from_calibration(&cal, &ds.factors, &prose);
+    f(&site)
 }
 
-/// Every file of the site built from `data_dir`, by relative path.
+/// What [`render_files`] returns besides the files: the index's view model and the count.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rendered {
+    pub counted_rows: usize,
+    pub index: view::IndexPage,
+}
+
+/// Every file of the site built from `data_dir`, by relative path, in memory.
 pub fn render_files(
     data_dir: &Path,
     debug_json: bool,
-) -> Result<(Site, BTreeMap<String, Vec<u8>>)> {
-    let s = site(data_dir)?;
-    let files = render::render(&s, debug_json).map_err(Error::Invalid)?;
-    Ok((s, files))
+) -> Result<(Rendered, BTreeMap<String, Vec<u8>>)> {
+    with_site(data_dir, |s| {
+        let files = render::render(s, debug_json).map_err(Error::Invalid)?;
+        Ok((
+            Rendered {
+                counted_rows: s.counted_rows,
+                index: s.index.clone(),
+            },
+            files,
+        ))
+    })
+}
+
+/// The writer: files under `out_dir`, each written as it is rendered. A page whose bytes are
+/// already on disk is left untouched; the downloads are streamed into their files.
+pub struct SiteWriter<'a> {
+    pub out_dir: &'a Path,
+}
+
+impl SiteWriter<'_> {
+    fn path(&self, rel: &str) -> std::result::Result<PathBuf, String> {
+        let p = self.out_dir.join(rel);
+        if let Some(parent) = p.parent() {
+            std::fs::create_dir_all(parent)
+                .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
+        }
+        Ok(p)
+    }
+}
+
+impl render::Sink for SiteWriter<'_> {
+    fn put(&self, rel: &str, bytes: Vec<u8>) -> std::result::Result<(), String> {
+        let p = self.path(rel)?;
+        if std::fs::read(&p).ok().as_deref() != Some(bytes.as_slice()) {
+            std::fs::write(&p, &bytes).map_err(|e| format!("cannot write {}: {e}", p.display()))?;
+        }
+        Ok(())
+    }
+
+    fn stream(
+        &self,
+        rel: &str,
+        write: &mut dyn FnMut(&mut dyn std::io::Write) -> std::io::Result<()>,
+    ) -> std::result::Result<(), String> {
+        let p = self.path(rel)?;
+        let err = |e: std::io::Error| format!("cannot write {}: {e}", p.display());
+        let file = std::fs::File::create(&p).map_err(err)?;
+        let mut w = std::io::BufWriter::with_capacity(1 << 20, file);
+        write(&mut w).map_err(err)?;
+        std::io::Write::flush(&mut w).map_err(err)
+    }
+}
+
+/// Writes the site of `site` into `out_dir` through [`SiteWriter`], page by page. Stale pages,
+/// charts and downloads of an earlier build are removed; other files in `out_dir` are left
+/// alone.
+pub fn write_site(site: &Site, out_dir: &Path, debug_json: bool) -> Result<BuildSummary> {
+    let io = |path: PathBuf| move |source| Error::Io { path, source };
+    let before = existing_files(out_dir)?;
+    let files =
+        render::render_into(site, debug_json, &SiteWriter { out_dir }).map_err(Error::Invalid)?;
+    let mut removed = Vec::new();
+    for rel in before {
+        if site_owned(&rel) && files.binary_search(&rel).is_err() {
+            let p = out_dir.join(&rel);
+            std::fs::remove_file(&p).map_err(io(p.clone()))?;
+            removed.push(rel);
+        }
+    }
+    Ok(BuildSummary {
+        rows: site.counted_rows,
+        pages: files.iter().filter(|k| k.ends_with(".html")).count(),
+        charts: files.iter().filter(|k| k.ends_with(".svg")).count(),
+        files,
+        removed,
+    })
 }
 
 /// Files under `dir`, relative and `/`-separated, sorted.
@@ -150,36 +236,10 @@ fn site_owned(rel: &str) -> bool {
         || (chart && rel.ends_with(".svg"))
 }
 
-/// Builds the site from `data_dir` into `out_dir`. With `debug_json`, each page's view model is
-/// written next to it as JSON. Stale pages, charts and downloads of an earlier build are
-/// removed; other files in `out_dir` are left alone.
+/// Builds the site from `data_dir` into `out_dir` (see [`write_site`]). With `debug_json`,
+/// each page's view model is written next to it as JSON.
 pub fn build_site(data_dir: &Path, out_dir: &Path, debug_json: bool) -> Result<BuildSummary> {
-    let (site, files) = render_files(data_dir, debug_json)?;
-    let io = |path: PathBuf| move |source| Error::Io { path, source };
-    let mut removed = Vec::new();
-    for rel in existing_files(out_dir)? {
-        if site_owned(&rel) && !files.contains_key(&rel) {
-            let p = out_dir.join(&rel);
-            std::fs::remove_file(&p).map_err(io(p.clone()))?;
-            removed.push(rel);
-        }
-    }
-    for (rel, bytes) in &files {
-        let p = out_dir.join(rel);
-        if let Some(parent) = p.parent() {
-            std::fs::create_dir_all(parent).map_err(io(parent.to_path_buf()))?;
-        }
-        if std::fs::read(&p).ok().as_deref() != Some(bytes.as_slice()) {
-            std::fs::write(&p, bytes).map_err(io(p.clone()))?;
-        }
-    }
-    Ok(BuildSummary {
-        rows: site.counted_rows,
-        pages: files.keys().filter(|k| k.ends_with(".html")).count(),
-        charts: files.keys().filter(|k| k.ends_with(".svg")).count(),
-        files: files.keys().cloned().collect(),
-        removed,
-    })
+    with_site(data_dir, |site| write_site(site, out_dir, debug_json))
 }
 
 /// Builds the site in memory and compares it with `committed_site_dir`: `Ok` when every file

@@ -4,7 +4,7 @@
 
 use super::view::{FamilyPage, HistoryPage, IndexPage, PageMeta, RunsPage, Site};
 use askama::Template;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// The sorting script, inlined into pages with sortable tables.
 const SORT_JS: &str = include_str!("../../templates/sort.js");
@@ -54,83 +54,203 @@ fn debug_name(file: &str) -> String {
     format!("{}.json", file.trim_end_matches(".html"))
 }
 
-/// Every file of the site, by path relative to the site folder.
+/// Where rendered files go: the writer (files on disk, written as they come) or memory. Files
+/// are handed over from more than one thread, each path once.
+pub trait Sink: Sync {
+    /// A file whose bytes are all there.
+    fn put(&self, path: &str, bytes: Vec<u8>) -> Result<(), String>;
+    /// A large file, written by `write` as it is serialised.
+    fn stream(
+        &self,
+        path: &str,
+        write: &mut dyn FnMut(&mut dyn std::io::Write) -> std::io::Result<()>,
+    ) -> Result<(), String>;
+}
+
+/// Collects every file in memory, by relative path.
+impl Sink for std::sync::Mutex<BTreeMap<String, Vec<u8>>> {
+    fn put(&self, path: &str, bytes: Vec<u8>) -> Result<(), String> {
+        self.lock()
+            .map_err(|e| e.to_string())?
+            .insert(path.to_string(), bytes);
+        Ok(())
+    }
+
+    fn stream(
+        &self,
+        path: &str,
+        write: &mut dyn FnMut(&mut dyn std::io::Write) -> std::io::Result<()>,
+    ) -> Result<(), String> {
+        let mut bytes = Vec::new();
+        write(&mut bytes).map_err(|e| format!("{path}: {e}"))?;
+        self.put(path, bytes)
+    }
+}
+
+/// Every file of the site, by path relative to the site folder, in memory.
 pub fn render(site: &Site, debug_json: bool) -> Result<BTreeMap<String, Vec<u8>>, String> {
-    let mut files: BTreeMap<String, Vec<u8>> = BTreeMap::new();
-    let mut put = |path: String, bytes: Vec<u8>| -> Result<(), String> {
-        match files.insert(path.clone(), bytes) {
-            None => Ok(()),
-            Some(_) => Err(format!("two outputs want the path `{path}`")),
+    let files = std::sync::Mutex::new(BTreeMap::new());
+    render_into(site, debug_json, &files)?;
+    files.into_inner().map_err(|e| e.to_string())
+}
+
+/// One file to make.
+#[derive(Clone, Copy)]
+enum Job {
+    DownloadJson,
+    DownloadCsv,
+    Index,
+    Runs(usize),
+    Family(usize),
+    History,
+    Chart(usize),
+    ChartsJson,
+    Css,
+}
+
+/// A page's text with a trailing newline.
+fn page(r: askama::Result<String>, file: &str) -> Result<Vec<u8>, String> {
+    let mut s = r.map_err(|e| format!("{file}: {e}"))?;
+    if !s.ends_with('\n') {
+        s.push('\n');
+    }
+    Ok(s.into_bytes())
+}
+
+/// Makes one file (and its view model's JSON with `debug_json`) and hands it to `sink`.
+fn run(site: &Site, debug_json: bool, sink: &dyn Sink, job: Job) -> Result<(), String> {
+    let debug = |file: &str, v: Result<String, String>| -> Result<(), String> {
+        if debug_json {
+            sink.put(&debug_name(file), v?.into_bytes())?;
         }
+        Ok(())
     };
-    let page = |r: askama::Result<String>, file: &str| -> Result<Vec<u8>, String> {
-        let mut s = r.map_err(|e| format!("{file}: {e}"))?;
-        if !s.ends_with('\n') {
-            s.push('\n');
-        }
-        Ok(s.into_bytes())
-    };
-    let i = &site.index;
-    put(
-        i.meta.file.clone(),
-        page(
-            IndexTemplate {
+    match job {
+        Job::DownloadJson => sink.stream("memory-calibration.json", &mut |w| {
+            site.write_download_json(w)
+        }),
+        Job::DownloadCsv => sink.stream("memory-calibration.csv", &mut |w| {
+            site.write_download_csv(w)
+        }),
+        Job::Index => {
+            let i = &site.index;
+            let t = IndexTemplate {
                 meta: &i.meta,
                 p: i,
-            }
-            .render(),
-            &i.meta.file,
-        )?,
-    )?;
-    if debug_json {
-        put(debug_name(&i.meta.file), json(i)?.into_bytes())?;
-    }
-    for r in &site.runs {
-        let t = RunsTemplate {
-            meta: &r.meta,
-            p: r,
-            sort_js: SORT_JS,
-        };
-        put(r.meta.file.clone(), page(t.render(), &r.meta.file)?)?;
-        if debug_json {
-            put(debug_name(&r.meta.file), json(r)?.into_bytes())?;
+            };
+            sink.put(&i.meta.file, page(t.render(), &i.meta.file)?)?;
+            debug(&i.meta.file, json(i))
         }
-    }
-    for f in &site.families {
-        let t = FamilyTemplate {
-            meta: &f.meta,
-            p: f,
-            sort_js: SORT_JS,
-        };
-        put(f.meta.file.clone(), page(t.render(), &f.meta.file)?)?;
-        if debug_json {
-            put(debug_name(&f.meta.file), json(f)?.into_bytes())?;
+        Job::Runs(k) => {
+            let r = site.runs_page(k, debug_json);
+            let t = RunsTemplate {
+                meta: &r.meta,
+                p: &r,
+                sort_js: SORT_JS,
+            };
+            sink.put(&r.meta.file, page(t.render(), &r.meta.file)?)?;
+            debug(&r.meta.file, json(&r))
         }
+        Job::Family(k) => {
+            let f = site.family_page(k, debug_json);
+            let t = FamilyTemplate {
+                meta: &f.meta,
+                p: &f,
+                sort_js: SORT_JS,
+            };
+            sink.put(&f.meta.file, page(t.render(), &f.meta.file)?)?;
+            debug(&f.meta.file, json(&f))
+        }
+        Job::History => {
+            let h = &site.history;
+            let t = HistoryTemplate {
+                meta: &h.meta,
+                p: h,
+                sort_js: SORT_JS,
+            };
+            sink.put(&h.meta.file, page(t.render(), &h.meta.file)?)?;
+            debug(&h.meta.file, json(h))
+        }
+        Job::Chart(k) => {
+            let c = &site.charts[k];
+            sink.put(&format!("charts/{}", c.file()), c.render()?.into_bytes())
+        }
+        Job::ChartsJson => sink.put("charts.json", json(&site.charts)?.into_bytes()),
+        Job::Css => sink.put("site.css", SITE_CSS.as_bytes().to_vec()),
     }
-    let h = &site.history;
-    let t = HistoryTemplate {
-        meta: &h.meta,
-        p: h,
-        sort_js: SORT_JS,
-    };
-    put(h.meta.file.clone(), page(t.render(), &h.meta.file)?)?;
-    if debug_json {
-        put(debug_name(&h.meta.file), json(h)?.into_bytes())?;
-    }
-    for c in &site.charts {
-        put(format!("charts/{}", c.file()), c.render()?.into_bytes())?;
-    }
-    if debug_json {
-        put("charts.json".to_string(), json(&site.charts)?.into_bytes())?;
-    }
-    put("site.css".to_string(), SITE_CSS.as_bytes().to_vec())?;
-    put(
+}
+
+/// Renders every file of the site into `sink`: each runs page and family page is filled,
+/// rendered, handed over and dropped on its own, and the downloads are serialised straight
+/// into the sink, on as many threads as the machine has cores (two at most: the downloads
+/// start first, the pages share the rest). What each file holds does not depend on the order.
+/// Returns every path, sorted; two outputs wanting one path is an error.
+pub fn render_into(site: &Site, debug_json: bool, sink: &dyn Sink) -> Result<Vec<String>, String> {
+    let mut jobs = vec![Job::DownloadJson, Job::DownloadCsv, Job::Index];
+    let mut paths = vec![
         "memory-calibration.json".to_string(),
-        site.download_json.clone().into_bytes(),
-    )?;
-    put(
         "memory-calibration.csv".to_string(),
-        site.download_csv.clone().into_bytes(),
-    )?;
-    Ok(files)
+        site.index.meta.file.clone(),
+    ];
+    let with_debug = |paths: &mut Vec<String>, file: &str| {
+        paths.push(file.to_string());
+        if debug_json {
+            paths.push(debug_name(file));
+        }
+    };
+    paths.pop();
+    with_debug(&mut paths, &site.index.meta.file);
+    for (k, r) in site.runs.iter().enumerate() {
+        jobs.push(Job::Runs(k));
+        with_debug(&mut paths, &r.meta.file);
+    }
+    for (k, f) in site.families.iter().enumerate() {
+        jobs.push(Job::Family(k));
+        with_debug(&mut paths, &f.meta.file);
+    }
+    jobs.push(Job::History);
+    with_debug(&mut paths, &site.history.meta.file);
+    for (k, c) in site.charts.iter().enumerate() {
+        jobs.push(Job::Chart(k));
+        paths.push(format!("charts/{}", c.file()));
+    }
+    if debug_json {
+        jobs.push(Job::ChartsJson);
+        paths.push("charts.json".to_string());
+    }
+    jobs.push(Job::Css);
+    paths.push("site.css".to_string());
+    let mut seen = BTreeSet::new();
+    for p in &paths {
+        if !seen.insert(p.as_str()) {
+            return Err(format!("two outputs want the path `{p}`"));
+        }
+    }
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(2));
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let work = || -> Result<(), String> {
+        loop {
+            let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let Some(&job) = jobs.get(k) else {
+                return Ok(());
+            };
+            if let Err(e) = run(site, debug_json, sink, job) {
+                // Stop the other threads too.
+                next.store(jobs.len(), std::sync::atomic::Ordering::Relaxed);
+                return Err(e);
+            }
+        }
+    };
+    std::thread::scope(|sc| {
+        let others: Vec<_> = (1..threads).map(|_| sc.spawn(work)).collect();
+        let mut result = work();
+        for h in others {
+            let r = h
+                .join()
+                .unwrap_or_else(|_| Err("a render thread panicked".to_string()));
+            result = result.and(r);
+        }
+        result
+    })?;
+    Ok(seen.into_iter().map(str::to_string).collect())
 }

@@ -76,6 +76,10 @@ pub struct Table {
     pub caption: String,
     pub columns: Vec<Column>,
     pub rows: Vec<Vec<Cell>>,
+    /// The rows already rendered, exactly as the template renders `rows` (the runs tables,
+    /// written straight from the engine's rows without a cell per value); `rows` is then empty.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rows_html: Option<String>,
     /// Shown instead of an empty body.
     pub empty_text: String,
     /// Sortable by the inline script.
@@ -220,6 +224,9 @@ pub struct RunsPage {
     pub heading: String,
     pub intro: String,
     pub others: Vec<Link>,
+    /// The pages of this family's runs when they take more than one page (empty otherwise).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub pages: Vec<Link>,
     pub downloads: Vec<Link>,
     pub table: Table,
 }
@@ -240,12 +247,22 @@ pub struct FamilyPage {
     pub facts: Vec<Fact>,
     pub chart: Option<ChartRef>,
     pub note_html: Option<String>,
-    pub runs: Table,
+    /// The family's runs; `None` when the runs table is split, and the family's runs pages
+    /// (`runs_pages`) list them instead.
+    pub runs: Option<Table>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub runs_pages: Vec<Link>,
 }
 
 /// The whole site: every page's view model, the charts to draw and the downloads to write.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Site {
+///
+/// The runs tables (on the runs pages and the family pages) are filled one page at a time
+/// ([`Site::runs_page`], [`Site::family_page`]) and the downloads are serialised straight into
+/// their files ([`Site::write_download_json`], [`Site::write_download_csv`]), so a build's
+/// memory does not grow with the text of every row. In `runs` and `families` the tables have
+/// their columns but no rows.
+#[derive(Debug, Clone, Serialize)]
+pub struct Site<'a> {
     /// Counted rows.
     pub counted_rows: usize,
     pub index: IndexPage,
@@ -253,10 +270,7 @@ pub struct Site {
     pub families: Vec<FamilyPage>,
     pub history: HistoryPage,
     pub charts: Vec<Chart>,
-    /// `memory-calibration.json`, already serialised.
+    /// What the runs tables and the downloads are made from.
     #[serde(skip)]
-    pub download_json: String,
-    /// `memory-calibration.csv`, already serialised.
-    #[serde(skip)]
-    pub download_csv: String,
+    pub source: super::adapter::Source<'a>,
 }
