@@ -7,7 +7,41 @@ pub mod ratio;
 pub mod scatter;
 pub mod style;
 
+use plotters::chart::{ChartBuilder, MeshStyle};
+use plotters::coord::ranged1d::{Ranged, ValueFormatter};
+use plotters::coord::Shift;
+use plotters::drawing::DrawingArea;
+use plotters::prelude::{DrawingBackend, IntoFont};
 use serde::Serialize;
+
+/// The frame every chart shares: the title, the margin and the label areas.
+fn frame<'a, 'b, DB: DrawingBackend>(
+    area: &'a DrawingArea<DB, Shift>,
+    title: &str,
+) -> ChartBuilder<'a, 'b, DB> {
+    let mut b = ChartBuilder::on(area);
+    b.caption(title, (style::FONT, style::CAPTION_SIZE).into_font())
+        .margin(style::MARGIN)
+        .x_label_area_size(style::X_LABEL_AREA)
+        .y_label_area_size(style::Y_LABEL_AREA);
+    b
+}
+
+/// The mesh's look, the same on every chart: fonts, grid and axis colours.
+fn mesh_style<'m, 'a, 'b, X, Y, XT, YT, DB>(
+    mesh: &'m mut MeshStyle<'a, 'b, X, Y, DB>,
+) -> &'m mut MeshStyle<'a, 'b, X, Y, DB>
+where
+    X: Ranged<ValueType = XT> + ValueFormatter<XT>,
+    Y: Ranged<ValueType = YT> + ValueFormatter<YT>,
+    DB: DrawingBackend,
+{
+    mesh.label_style((style::FONT, style::LABEL_SIZE))
+        .axis_desc_style((style::FONT, style::LABEL_SIZE))
+        .light_line_style(style::BACKGROUND)
+        .bold_line_style(style::GRID)
+        .axis_style(style::INK)
+}
 
 /// One chart to draw: where it goes and what it shows.
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -39,26 +39,15 @@ pub fn render(c: &RatioChart) -> Result<String, String> {
         root.fill(&style::BACKGROUND).map_err(e)?;
         let (plot, legend_area) =
             root.split_horizontally(style::RATIO_SIZE.0 - style::LEGEND_WIDTH);
-        let mut chart = ChartBuilder::on(&plot)
-            .caption(&c.title, (style::FONT, style::CAPTION_SIZE).into_font())
-            .margin(style::MARGIN)
-            .x_label_area_size(style::X_LABEL_AREA)
-            .y_label_area_size(style::Y_LABEL_AREA)
+        let mut chart = super::frame(&plot, &c.title)
             .build_cartesian_2d(lo..hi, 0.0..n + 1.0)
             .map_err(e)?;
-        chart
-            .configure_mesh()
-            .x_desc("measured / held-out prediction")
+        let mut mesh = chart.configure_mesh();
+        mesh.x_desc("measured / held-out prediction")
             .y_desc("runs, in ratio order")
             .x_label_formatter(&|v| format!("{v:.2}"))
-            .y_label_formatter(&|v| format!("{v:.0}"))
-            .label_style((style::FONT, style::LABEL_SIZE))
-            .axis_desc_style((style::FONT, style::LABEL_SIZE))
-            .light_line_style(style::BACKGROUND)
-            .bold_line_style(style::GRID)
-            .axis_style(style::INK)
-            .draw()
-            .map_err(e)?;
+            .y_label_formatter(&|v| format!("{v:.0}"));
+        super::mesh_style(&mut mesh).draw().map_err(e)?;
         let dot = style::family_colour(0);
         chart
             .draw_series(

@@ -59,28 +59,17 @@ pub fn render(c: &ScatterChart) -> Result<String, String> {
         root.fill(&style::BACKGROUND).map_err(e)?;
         let (plot, legend_area) =
             root.split_horizontally(style::SCATTER_SIZE.0 - style::LEGEND_WIDTH);
-        let mut chart = ChartBuilder::on(&plot)
-            .caption(&c.title, (style::FONT, style::CAPTION_SIZE).into_font())
-            .margin(style::MARGIN)
-            .x_label_area_size(style::X_LABEL_AREA)
-            .y_label_area_size(style::Y_LABEL_AREA)
+        let mut chart = super::frame(&plot, &c.title)
             .build_cartesian_2d((lo..hi).log_scale(), (lo..hi).log_scale())
             .map_err(e)?;
-        chart
-            .configure_mesh()
-            .x_labels(style::LOG_AXIS_LABELS)
+        let mut mesh = chart.configure_mesh();
+        mesh.x_labels(style::LOG_AXIS_LABELS)
             .y_labels(style::LOG_AXIS_LABELS)
             .x_desc(&c.x_label)
             .y_desc("measured peak, GB")
             .x_label_formatter(&|v| super::log_tick_label(*v))
-            .y_label_formatter(&|v| super::log_tick_label(*v))
-            .label_style((style::FONT, style::LABEL_SIZE))
-            .axis_desc_style((style::FONT, style::LABEL_SIZE))
-            .light_line_style(style::BACKGROUND)
-            .bold_line_style(style::GRID)
-            .axis_style(style::INK)
-            .draw()
-            .map_err(e)?;
+            .y_label_formatter(&|v| super::log_tick_label(*v));
+        super::mesh_style(&mut mesh).draw().map_err(e)?;
         chart
             .draw_series(std::iter::once(Polygon::new(
                 vec![
