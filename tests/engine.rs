@@ -742,3 +742,20 @@ fn the_synthetic_data_folder_loads_with_the_synthetic_mix() {
     let cal = calibrate(&ds);
     assert!(!cal.rows.is_empty());
 }
+
+#[test]
+fn the_first_bad_row_in_path_order_is_reported_whichever_thread_reads_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let truth = [1.2, 0.9, 1.3, 3.6, 5.2, 2.0];
+    synthetic::write_data_folder(dir.path(), 4_000, 10, truth, 3).unwrap();
+    let late = dir.path().join("runs/0003/r0003500.json");
+    let early = dir.path().join("runs/0000/r0000010.json");
+    let text = std::fs::read_to_string(&late).unwrap();
+    std::fs::write(&late, text.replace("\"batch\"", "\"bach\"")).unwrap();
+    let e = engine::load(dir.path()).unwrap_err().to_string();
+    assert!(e.contains("r0003500.json"), "{e}");
+    let text = std::fs::read_to_string(&early).unwrap();
+    std::fs::write(&early, text.replace("memcal-run/1", "memcal-run/2")).unwrap();
+    let e = engine::load(dir.path()).unwrap_err().to_string();
+    assert!(e.contains("r0000010.json") && e.contains("format"), "{e}");
+}
