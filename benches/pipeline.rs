@@ -52,6 +52,19 @@ fn peak_rss_mib() -> Option<f64> {
     Some(kib / 1024.0)
 }
 
+/// The process's user and system CPU seconds so far, from /proc/self/stat (Linux; clock ticks of
+/// 1/100 s).
+fn cpu_seconds() -> Option<(f64, f64)> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // The fields after the command name, which is in parentheses: utime and stime are the 12th
+    // and 13th of them.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let mut f = rest.split_whitespace().skip(11);
+    let user: f64 = f.next()?.parse().ok()?;
+    let sys: f64 = f.next()?.parse().ok()?;
+    Some((user / 100.0, sys / 100.0))
+}
+
 /// Bytes under `dir`, recursively, and the number of files.
 fn du(dir: &Path) -> (u64, usize) {
     let mut bytes = 0;
@@ -75,9 +88,11 @@ fn du(dir: &Path) -> (u64, usize) {
 /// `data`, calibrate, the prose, the view model, and the site written into `out`. With
 /// `breakdown`, prints the seconds of each step and what was written.
 fn build(data: &Path, out: &Path, breakdown: bool) -> usize {
+    let cpu0 = cpu_seconds().unwrap_or((f64::NAN, f64::NAN));
     let t = Instant::now();
     let ds = memcal::engine::load(data).expect("the data folder loads");
     let t_load = t.elapsed().as_secs_f64();
+    let cpu1 = cpu_seconds().unwrap_or((f64::NAN, f64::NAN));
     let rss_load = peak_rss_mib();
     let cal = calibrate(&ds);
     let t_cal = t.elapsed().as_secs_f64();
@@ -99,11 +114,14 @@ fn build(data: &Path, out: &Path, breakdown: bool) -> usize {
         let (bytes, files) = du(out);
         let size = |f: &str| std::fs::metadata(out.join(f)).map_or(0, |m| m.len()) as f64 / 1e6;
         eprintln!(
-            "rows {}: load {t_load:.2} s (peak RSS then {:.0} MiB), calibrate {:.2} s, \
+            "rows {}: load {t_load:.2} s (CPU {:.2} s user + {:.2} s system; peak RSS then \
+             {:.0} MiB), calibrate {:.2} s, \
              view model {:.2} s, render + write {:.2} s; total {t_write:.2} s; wrote {files} \
              files ({} pages, {} charts), {:.1} MB (memory-calibration.json {:.1} MB, \
              memory-calibration.csv {:.1} MB)",
             ds.rows.len(),
+            cpu1.0 - cpu0.0,
+            cpu1.1 - cpu0.1,
             rss_load.unwrap_or(f64::NAN),
             t_cal - t_load,
             t_view - t_cal,
