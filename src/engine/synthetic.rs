@@ -1,5 +1,6 @@
-//! Synthetic datasets generated from known factors, for the engine's tests and benchmark (no
-//! file is read). Deterministic in the seed.
+//! Synthetic datasets generated from known factors, for the engine's tests and benchmark: rows
+//! in memory ([`dataset`], no file is read) or a data folder on disk ([`write_data_folder`]).
+//! Deterministic in the seed.
 
 use super::{Dataset, GraphInfo, Row};
 use crate::factors::{Card, FactorsFile, Profile, Provenance, Regime, SmallRuns, Upper};
