@@ -1,24 +1,27 @@
-//! The whole pipeline at scale: synthetic rows over 100 graphs (one architecture family each) at
-//! 10k, 100k and 1M rows. Two measurements per size:
+//! The whole `memcal build` at scale: a data folder on disk with 100 graphs (one architecture
+//! family each) and 10k, 100k or 1M row files. Two measurements per size:
 //!
-//! - `engine`: `calibrate` (bucketing, the shipped fit per profile, every held-out-by-architecture
-//!   refit, the upper bound, every card check and metric);
-//! - `pipeline`: what `memcal build` does after loading: `calibrate`, the view model
-//!   (`report::from_calibration`), and the writer (`report::write_site`: every page rendered
-//!   and written one at a time, the charts, and the JSON and CSV downloads serialised straight
-//!   into their files) into a temporary folder.
+//! - `engine`: `calibrate` on the loaded dataset (bucketing, the shipped fit per profile, every
+//!   held-out-by-architecture refit, the upper bound, every card check and metric);
+//! - `build`: exactly what `memcal build` does (`report::build_site`): `engine::load` (read,
+//!   parse, check and hash every row file, features per graph, batch and precision, join to the
+//!   graphs), `calibrate`, the prose, the view model and the writer (`report::write_site`: every
+//!   page rendered and written one at a time, the charts, and the JSON and CSV downloads
+//!   serialised straight into their files) into a fresh temporary folder.
 //!
-//! The dataset is generated once per size, outside the timing (`memcal build` reads it from
-//! `data/runs/`; that load is not measured here). `MEMCAL_BENCH_ROWS` selects the sizes
+//! The data folder is written once per size, outside the timing, by
+//! `engine::synthetic::write_data_folder` into a temporary folder (`TMPDIR`; 1M rows are about
+//! 2.5 GB in 1M files) and removed afterwards. `MEMCAL_BENCH_ROWS` selects the sizes
 //! (comma-separated, e.g. `MEMCAL_BENCH_ROWS=1000000`), so each size can run in its own process;
-//! the process's peak resident set (VmHWM) is printed after the dataset, the engine and the
-//! pipeline, and one untimed pipeline run prints where its time goes and what it wrote.
-//! `MEMCAL_BENCH_SITE=0` skips the pipeline; `MEMCAL_BENCH_ONCE=1` runs only the one untimed
-//! pipeline with its breakdown (no criterion measurement). Results and commands: `docs/hardening.md`.
+//! the process's peak resident set (VmHWM) is printed after each step, and one untimed build
+//! prints where its time goes and what it wrote. `MEMCAL_BENCH_SITE=0` skips `build`;
+//! `MEMCAL_BENCH_ONCE=1` runs only the one untimed build with its breakdown (load first; no
+//! criterion measurement). Results and commands: `docs/hardening.md`.
 
 use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion, SamplingMode};
-use memcal::engine::{calibrate, synthetic, Dataset};
+use memcal::engine::{calibrate, synthetic};
 use memcal::report;
+use std::collections::BTreeSet;
 use std::hint::black_box;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -49,6 +52,19 @@ fn peak_rss_mib() -> Option<f64> {
     Some(kib / 1024.0)
 }
 
+/// The process's user and system CPU seconds so far, from /proc/self/stat (Linux; clock ticks of
+/// 1/100 s).
+fn cpu_seconds() -> Option<(f64, f64)> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // The fields after the command name, which is in parentheses: utime and stime are the 12th
+    // and 13th of them.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let mut f = rest.split_whitespace().skip(11);
+    let user: f64 = f.next()?.parse().ok()?;
+    let sys: f64 = f.next()?.parse().ok()?;
+    Some((user / 100.0, sys / 100.0))
+}
+
 /// Bytes under `dir`, recursively, and the number of files.
 fn du(dir: &Path) -> (u64, usize) {
     let mut bytes = 0;
@@ -68,13 +84,28 @@ fn du(dir: &Path) -> (u64, usize) {
     (bytes, files)
 }
 
-/// calibrate + the view model + the site written into `out` (what `memcal build` does after
-/// loading). With `breakdown`, prints the seconds of each step and what was written.
-fn pipeline(ds: &Dataset, out: &Path, breakdown: bool) -> usize {
+/// What `memcal build` does (`report::build_site`), step by step so that each is timed: load
+/// `data`, calibrate, the prose, the view model, and the site written into `out`. With
+/// `breakdown`, prints the seconds of each step and what was written.
+fn build(data: &Path, out: &Path, breakdown: bool) -> usize {
+    let cpu0 = cpu_seconds().unwrap_or((f64::NAN, f64::NAN));
     let t = Instant::now();
-    let cal = calibrate(ds);
+    let ds = memcal::engine::load(data).expect("the data folder loads");
+    let t_load = t.elapsed().as_secs_f64();
+    let cpu1 = cpu_seconds().unwrap_or((f64::NAN, f64::NAN));
+    let rss_load = peak_rss_mib();
+    let cal = calibrate(&ds);
     let t_cal = t.elapsed().as_secs_f64();
-    let prose = report::ProseInput::default();
+    let families: BTreeSet<String> = cal
+        .families
+        .keys()
+        .cloned()
+        .chain(cal.rows.iter().map(|r| r.family.to_string()))
+        .collect();
+    let mut prose = report::load_prose(data, &families).expect("the prose loads");
+    prose.history =
+        memcal::factors::FactorHistory::load_or_empty(&data.join("factors-history.json"))
+            .expect("the history loads");
     let site = report::from_calibration(&cal, &ds.factors, &prose);
     let t_view = t.elapsed().as_secs_f64();
     let summary = report::write_site(&site, out, false).expect("the site builds");
@@ -83,10 +114,16 @@ fn pipeline(ds: &Dataset, out: &Path, breakdown: bool) -> usize {
         let (bytes, files) = du(out);
         let size = |f: &str| std::fs::metadata(out.join(f)).map_or(0, |m| m.len()) as f64 / 1e6;
         eprintln!(
-            "rows {}: calibrate {t_cal:.2} s, view model {:.2} s, render + write {:.2} s; \
-             total {t_write:.2} s; wrote {files} files ({} pages, {} charts), {:.1} MB \
-             (memory-calibration.json {:.1} MB, memory-calibration.csv {:.1} MB)",
+            "rows {}: load {t_load:.2} s (CPU {:.2} s user + {:.2} s system; peak RSS then \
+             {:.0} MiB), calibrate {:.2} s, \
+             view model {:.2} s, render + write {:.2} s; total {t_write:.2} s; wrote {files} \
+             files ({} pages, {} charts), {:.1} MB (memory-calibration.json {:.1} MB, \
+             memory-calibration.csv {:.1} MB)",
             ds.rows.len(),
+            cpu1.0 - cpu0.0,
+            cpu1.1 - cpu0.1,
+            rss_load.unwrap_or(f64::NAN),
+            t_cal - t_load,
             t_view - t_cal,
             t_write - t_view,
             summary.pages,
@@ -106,47 +143,61 @@ fn bench(c: &mut Criterion) {
     g.sampling_mode(SamplingMode::Flat);
     g.warm_up_time(Duration::from_secs(1));
     for rows in sizes() {
-        let ds = synthetic::dataset(rows, GRAPHS, truth, 0.1, 7);
+        let data = tempfile::tempdir().unwrap();
+        let t = Instant::now();
+        let bytes = synthetic::write_data_folder(data.path(), rows, GRAPHS, truth, 7)
+            .expect("the data folder is written");
+        eprintln!(
+            "rows {rows}: wrote the data folder ({:.1} MB) in {:.1} s (not timed)",
+            bytes as f64 / 1e6,
+            t.elapsed().as_secs_f64()
+        );
         if let Some(m) = peak_rss_mib() {
-            eprintln!("rows {rows}: peak RSS after generating the dataset {m:.0} MiB");
+            eprintln!("rows {rows}: peak RSS after writing the data folder {m:.0} MiB");
         }
         if std::env::var("MEMCAL_BENCH_ONCE").as_deref() == Ok("1") {
-            // One untimed pipeline run with its breakdown, no criterion measurement.
+            // One untimed build with its breakdown, no criterion measurement.
             let out = tempfile::tempdir().unwrap();
-            pipeline(&ds, out.path(), true);
+            build(data.path(), out.path(), true);
             drop(out);
             if let Some(m) = peak_rss_mib() {
-                eprintln!("rows {rows}: peak RSS after the pipeline {m:.0} MiB");
+                eprintln!("rows {rows}: peak RSS after the build {m:.0} MiB");
             }
             continue;
         }
         g.measurement_time(Duration::from_secs(if rows >= 1_000_000 { 60 } else { 10 }));
-        g.bench_with_input(BenchmarkId::new("engine", rows), &ds, |b, ds| {
-            b.iter(|| black_box(calibrate(black_box(ds))))
-        });
+        {
+            let ds = memcal::engine::load(data.path()).expect("the data folder loads");
+            g.bench_with_input(BenchmarkId::new("engine", rows), &ds, |b, ds| {
+                b.iter(|| black_box(calibrate(black_box(ds))))
+            });
+        }
         if let Some(m) = peak_rss_mib() {
             eprintln!("rows {rows}: peak RSS after the engine {m:.0} MiB");
         }
         if std::env::var("MEMCAL_BENCH_SITE").as_deref() == Ok("0") {
             continue;
         }
-        // Each run writes into a fresh folder (a first build; the folder is removed outside the
-        // timing). TMPDIR chooses where: a disk, not a tmpfs, for the 1M-row site.
-        g.bench_with_input(BenchmarkId::new("pipeline", rows), &ds, |b, ds| {
+        // Each build writes into a fresh folder (a first build; the folder is removed outside
+        // the timing). TMPDIR chooses where: a disk, not a tmpfs, for 1M rows.
+        g.bench_with_input(BenchmarkId::new("build", rows), data.path(), |b, data| {
             b.iter_batched(
                 || tempfile::tempdir().unwrap(),
                 |out| {
-                    black_box(pipeline(black_box(ds), out.path(), false));
+                    black_box(
+                        report::build_site(black_box(data), out.path(), false)
+                            .expect("the site builds"),
+                    );
                     out
                 },
                 BatchSize::PerIteration,
             )
         });
         let out = tempfile::tempdir().unwrap();
-        pipeline(&ds, out.path(), true);
+        build(data.path(), out.path(), true);
         drop(out);
         if let Some(m) = peak_rss_mib() {
-            eprintln!("rows {rows}: peak RSS after the pipeline {m:.0} MiB");
+            eprintln!("rows {rows}: peak RSS after the build {m:.0} MiB");
         }
     }
     g.finish();

@@ -707,3 +707,55 @@ fn an_empty_data_folder_loads_and_calibrates() {
     assert_eq!(cal.fits[&Precision::Fp32].shipped.source, "kept");
     assert!(summary_table(&cal).contains("rows: 0 in"));
 }
+
+#[test]
+fn the_synthetic_data_folder_loads_with_the_synthetic_mix() {
+    let dir = tempfile::tempdir().unwrap();
+    let truth = [1.2, 0.9, 1.3, 3.6, 5.2, 2.0];
+    let bytes = synthetic::write_data_folder(dir.path(), 2_500, 20, truth, 7).unwrap();
+    assert!(bytes > 0);
+    let ds = engine::load(dir.path()).unwrap();
+    assert_eq!(ds.rows.len(), 2_500);
+    assert_eq!(ds.graphs.len(), 20);
+    // Path order is row order; every row joins its graph, unchanged.
+    assert!(ds.rows.windows(2).all(|w| w[0].file < w[1].file));
+    assert!(ds.rows.iter().all(|r| !r.graph_changed));
+    let count = |p: &dyn Fn(&engine::Row) -> bool| ds.rows.iter().filter(|r| p(r)).count();
+    let free = count(&|r| r.regime.as_str() == "cpu-free" && !r.after_fit);
+    let edge = count(&|r| r.regime.as_str() == "cpu-edge");
+    let after = count(&|r| r.after_fit);
+    let oom = count(&|r| r.status == RunStatus::Oom);
+    assert!(
+        free > 2_000 && edge > 150 && after > 20 && oom > 50,
+        "{free} {edge} {after} {oom}"
+    );
+    // Features differ between graphs.
+    let distinct: std::collections::BTreeSet<_> =
+        ds.rows.iter().map(|r| r.features.as_array()).collect();
+    assert!(distinct.len() > 100);
+    // The same seed writes the same bytes.
+    let again = tempfile::tempdir().unwrap();
+    synthetic::write_data_folder(again.path(), 2_500, 20, truth, 7).unwrap();
+    let a = std::fs::read(dir.path().join("runs/0001/r0001234.json")).unwrap();
+    let b = std::fs::read(again.path().join("runs/0001/r0001234.json")).unwrap();
+    assert_eq!(a, b);
+    let cal = calibrate(&ds);
+    assert!(!cal.rows.is_empty());
+}
+
+#[test]
+fn the_first_bad_row_in_path_order_is_reported_whichever_thread_reads_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let truth = [1.2, 0.9, 1.3, 3.6, 5.2, 2.0];
+    synthetic::write_data_folder(dir.path(), 4_000, 10, truth, 3).unwrap();
+    let late = dir.path().join("runs/0003/r0003500.json");
+    let early = dir.path().join("runs/0000/r0000010.json");
+    let text = std::fs::read_to_string(&late).unwrap();
+    std::fs::write(&late, text.replace("\"batch\"", "\"bach\"")).unwrap();
+    let e = engine::load(dir.path()).unwrap_err().to_string();
+    assert!(e.contains("r0003500.json"), "{e}");
+    let text = std::fs::read_to_string(&early).unwrap();
+    std::fs::write(&early, text.replace("memcal-run/1", "memcal-run/2")).unwrap();
+    let e = engine::load(dir.path()).unwrap_err().to_string();
+    assert!(e.contains("r0000010.json") && e.contains("format"), "{e}");
+}

@@ -9,6 +9,7 @@ use crate::factors::FactorsFile;
 use crate::features::{self, Features, Precision};
 use crate::graph::{self, Graph};
 use crate::run::{RunRow, RunStatus, RUN_FORMAT};
+use serde::Deserialize as _;
 use sha2::Digest as _;
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -73,9 +74,17 @@ pub fn parse_row(bytes: &[u8], path: &Path) -> Result<RunRow> {
         what: "run row",
         message: format!("not UTF-8 text ({e})"),
     })?;
-    let de = &mut serde_json::Deserializer::from_str(text);
-    let row: RunRow = serde_path_to_error::deserialize(de)
-        .map_err(|e| graph::json_error(path, "run row JSON", "docs/run-format.md", text, e))?;
+    // Plain serde first; only a row that fails is parsed again to find the failing field's path
+    // (the same deserializer, so the same rows pass and the same message is reported).
+    let row: RunRow = match RunRow::deserialize(&mut serde_json::Deserializer::from_str(text)) {
+        Ok(row) => row,
+        Err(_) => {
+            let de = &mut serde_json::Deserializer::from_str(text);
+            serde_path_to_error::deserialize(de).map_err(|e| {
+                graph::json_error(path, "run row JSON", "docs/run-format.md", text, e)
+            })?
+        }
+    };
     if row.format != RUN_FORMAT {
         return Err(field(
             path,
@@ -252,6 +261,43 @@ fn join(
     })
 }
 
+/// Reads, parses, checks, hashes and joins the row files `paths` in order, stopping at the first
+/// error.
+fn load_rows(
+    data_dir: &Path,
+    paths: &[std::path::PathBuf],
+    capacity: usize,
+    graphs: &BTreeMap<String, (Graph, GraphInfo)>,
+) -> Result<Vec<Row>> {
+    let mut rows = Vec::with_capacity(capacity);
+    let mut cache = HashMap::new();
+    let mut names = super::Interner::default();
+    for path in paths {
+        let bytes = std::fs::read(path).map_err(|source| Error::Io {
+            path: path.clone(),
+            source,
+        })?;
+        let row = parse_row(&bytes, path)?;
+        let rel = path
+            .strip_prefix(data_dir)
+            .unwrap_or(path)
+            .components()
+            .map(|c| c.as_os_str().to_string_lossy().into_owned())
+            .collect::<Vec<_>>()
+            .join("/");
+        rows.push(join(
+            row,
+            rel,
+            super::Digest::of(&bytes),
+            path,
+            graphs,
+            &mut cache,
+            &mut names,
+        )?);
+    }
+    Ok(rows)
+}
+
 /// Reads `data_dir/factors.json`, `data_dir/graphs/*.json` and every `data_dir/runs/**/*.json`
 /// (sorted paths). A missing `graphs/` or `runs/` folder counts as empty.
 pub fn load(data_dir: &Path) -> Result<Dataset> {
@@ -294,31 +340,41 @@ pub fn load(data_dir: &Path) -> Result<Dataset> {
             }
         }
     }
-    let mut rows = Vec::with_capacity(paths.len());
-    let mut cache = HashMap::new();
-    let mut names = super::Interner::default();
-    for path in paths {
-        let bytes = std::fs::read(&path).map_err(|source| Error::Io {
-            path: path.clone(),
-            source,
-        })?;
-        let row = parse_row(&bytes, &path)?;
-        let rel = path
-            .strip_prefix(data_dir)
-            .unwrap_or(&path)
-            .components()
-            .map(|c| c.as_os_str().to_string_lossy().into_owned())
-            .collect::<Vec<_>>()
-            .join("/");
-        rows.push(join(
-            row,
-            rel,
-            super::Digest::of(&bytes),
-            &path,
-            &graphs,
-            &mut cache,
-            &mut names,
-        )?);
+    // Read, parse, check, hash and join the rows on up to `threads` threads, each a contiguous
+    // run of the sorted paths with its own feature cache and interner (equal names compare
+    // equal whichever interner made them). Each run stops at its first error; the runs are
+    // joined in path order, so the rows keep path order and the error reported is the first in
+    // path order, as if read one by one.
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, 4)
+        .min(paths.len().div_ceil(1_000).max(1));
+    let per = paths.len().div_ceil(threads).max(1);
+    let total = paths.len();
+    let graphs_ref = &graphs;
+    let runs: Vec<Result<Vec<Row>>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = paths
+            .chunks(per)
+            .enumerate()
+            .map(|(k, chunk)| {
+                // The first run's vector takes every row, so joining copies only the others.
+                let capacity = if k == 0 { total } else { chunk.len() };
+                scope.spawn(move || load_rows(data_dir, chunk, capacity, graphs_ref))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("a row-loading thread panicked"))
+            .collect()
+    });
+    let mut rows: Vec<Row> = Vec::new();
+    for run in runs {
+        let run = run?;
+        if rows.is_empty() {
+            rows = run;
+        } else {
+            rows.extend(run);
+        }
     }
     Ok(Dataset {
         factors,

@@ -1,5 +1,6 @@
-//! Synthetic datasets generated from known factors, for the engine's tests and benchmark (no
-//! file is read). Deterministic in the seed.
+//! Synthetic datasets generated from known factors, for the engine's tests and benchmark: rows
+//! in memory ([`dataset`], no file is read) or a data folder on disk ([`write_data_folder`]).
+//! Deterministic in the seed.
 
 use super::{Dataset, GraphInfo, Row};
 use crate::factors::{Card, FactorsFile, Profile, Provenance, Regime, SmallRuns, Upper};
@@ -236,4 +237,281 @@ pub fn dataset(
         rows: out,
         graphs,
     }
+}
+
+/// The graph of family `f` for [`write_data_folder`]: a token model (`fam{f:03}-g`, family
+/// `fam{f:03}`) of the given sizes: embedding, an LSTM if `lstm`, a self-attention block if
+/// `heads > 0`, a ReLU MLP of width `ff` if `ff > 0`, a decoder and a cross-entropy loss.
+fn token_graph(
+    f: usize,
+    t: u64,
+    d: u64,
+    heads: u64,
+    ff: u64,
+    lstm: bool,
+) -> crate::graph::GraphFile {
+    use crate::zoo::{Builder, B};
+    use serde_json::{json, Value};
+    let vocab = 8192;
+    let name = format!("fam{f:03}");
+    let mut b = Builder::new(&format!("{name}-g"), &name, "full").describe(format!(
+        "synthetic benchmark graph: T={t}, d={d}, heads {heads}, ff {ff}, lstm {lstm}"
+    ));
+    let tokens = b.int_input("tokens", &[B, t], vocab);
+    let labels = b.int_input("labels", &[B, t], vocab);
+    let mut x = b.node(
+        "emb",
+        "embedding",
+        &[&tokens],
+        json!({"num_embeddings": vocab, "embedding_dim": d}),
+    );
+    if lstm {
+        x = b.node(
+            "rnn",
+            "lstm",
+            &[&x],
+            json!({"input_size": d, "hidden_size": d, "num_layers": 1}),
+        );
+    }
+    if heads > 0 {
+        let ln = b.node("ln", "layer_norm", &[&x], json!({"normalized_shape": d}));
+        let attn = b.node(
+            "attn",
+            "multihead_attention",
+            &[&ln],
+            json!({"embed_dim": d, "num_heads": heads, "causal": true, "bias": true}),
+        );
+        x = b.node("add", "add", &[&x, &attn], Value::Null);
+    }
+    if ff > 0 {
+        let fc = b.node(
+            "fc",
+            "linear",
+            &[&x],
+            json!({"in_features": d, "out_features": ff}),
+        );
+        let act = b.node("relu", "relu", &[&fc], Value::Null);
+        x = b.node(
+            "proj",
+            "linear",
+            &[&act],
+            json!({"in_features": ff, "out_features": d}),
+        );
+    }
+    let logits = b.node(
+        "decoder",
+        "linear",
+        &[&x],
+        json!({"in_features": d, "out_features": vocab}),
+    );
+    b.node("loss", "cross_entropy", &[&logits, &labels], Value::Null);
+    b.finish("loss")
+}
+
+/// `2025-06-01T00:00:00Z` (or 2026 with `after_fit`) plus `seconds` (under 120 days).
+fn timestamp(seconds: u64, after_fit: bool) -> String {
+    let year = if after_fit { 2026 } else { 2025 };
+    let mut day = seconds / 86_400;
+    let mut month = 6;
+    for len in [30, 31, 31, 30, 31] {
+        if day < len {
+            break;
+        }
+        day -= len;
+        month += 1;
+    }
+    let s = seconds % 86_400;
+    format!(
+        "{year}-{month:02}-{:02}T{:02}:{:02}:{:02}Z",
+        day + 1,
+        s / 3600,
+        s / 60 % 60,
+        s % 60
+    )
+}
+
+/// Writes a data folder `dir` that [`load`](super::load) reads: `factors.json` (this module's
+/// [`factors_file`] with factors `truth`), `graphs/` with `graphs` token-model graphs of varying
+/// sizes (one family each; `fam{f:03}-g.json`), and `rows` `memcal-run/1` files under
+/// `runs/NNNN/` (1,000 a folder, `rNNNNNNN.json`). The rows are the mix of [`dataset`]: about
+/// 88% completed `cpu-free` rows, 1% `cpu-free` out of memory, 9% `cpu-edge` (some out of
+/// memory) and 2% after the fit; each measured as `truth`·features x (1 ± 10%), its features
+/// computed from its graph; each run has its own timestamp, 5 s after the previous one.
+/// Deterministic in the seed. Returns the bytes written.
+pub fn write_data_folder(
+    dir: &std::path::Path,
+    rows: usize,
+    graphs: usize,
+    truth: [f64; N_FEATURES],
+    seed: u64,
+) -> crate::error::Result<u64> {
+    use crate::error::Error;
+    use crate::run::{DeviceInfo, Failure, GraphRef, ParameterCounts, Peak, Phase, RunRow};
+    let io = |path: &std::path::Path| {
+        let path = path.to_path_buf();
+        move |source| Error::Io { path, source }
+    };
+    let write =
+        |path: &std::path::Path, bytes: &[u8]| std::fs::write(path, bytes).map_err(io(path));
+    let mkdir = |path: &std::path::Path| std::fs::create_dir_all(path).map_err(io(path));
+    let mut rng = Lcg(seed);
+    let mut written = 0u64;
+    mkdir(dir)?;
+    let factors = factors_file(truth).to_json();
+    write(&dir.join("factors.json"), factors.as_bytes())?;
+    written += factors.len() as u64;
+    let gdir = dir.join("graphs");
+    mkdir(&gdir)?;
+    let mut loaded = Vec::with_capacity(graphs);
+    for f in 0..graphs {
+        let t = 64 << (rng.next_u64() % 3);
+        let d = 128 * (1 + rng.next_u64() % 6);
+        let heads = if rng.unit() < 0.4 { 4 } else { 0 };
+        let ff = if rng.unit() < 0.7 {
+            d * (1 + rng.next_u64() % 4)
+        } else {
+            0
+        };
+        let lstm = rng.unit() < 0.2;
+        let file = token_graph(f, t, d, heads, ff, lstm);
+        let bytes = crate::zoo::to_bytes(&file);
+        let path = gdir.join(format!("{}.json", file.name));
+        write(&path, &bytes)?;
+        written += bytes.len() as u64;
+        loaded.push(crate::graph::Graph::from_bytes(&bytes, &path)?);
+    }
+    let gib = 1u64 << 30;
+    let device = |cap: Option<u64>| DeviceInfo {
+        kind: "cpu".into(),
+        name: "Synthetic CPU".into(),
+        capacity_bytes: 64 * gib,
+        emulated_capacity_bytes: cap,
+        allocator: "cpu-counting-allocator".into(),
+        reserved_equals_allocated: true,
+        torch: "2.11.0".into(),
+        cuda: None,
+        driver: None,
+        cores: 2,
+    };
+    let phase = |name: &str, status: &str, start: u64, peak: Option<u64>, end: Option<u64>| Phase {
+        name: name.into(),
+        status: status.into(),
+        allocated_start: start,
+        reserved_start: start,
+        allocated_peak: peak,
+        reserved_peak: peak,
+        allocated_end: end,
+        reserved_end: end,
+        wall_seconds: 0.25,
+    };
+    let mut features = BTreeMap::new();
+    let mut folder = None;
+    for i in 0..rows {
+        let f = i % graphs;
+        let g = &loaded[f];
+        let batch = 1 + rng.next_u64() % 64;
+        let x = *features
+            .entry((f, batch))
+            .or_insert_with(|| crate::features::features(g, batch, Precision::Fp32).as_array());
+        let peak: f64 = (0..N_FEATURES).map(|k| truth[k] * x[k] as f64).sum::<f64>()
+            * (1.0 + 0.1 * (2.0 * rng.unit() - 1.0));
+        let peak = peak.max(1.0);
+        let kind = rng.unit();
+        let mut regime = "cpu-free";
+        let mut cap = None;
+        let mut oom = false;
+        let mut after_fit = false;
+        if kind < 0.01 {
+            oom = true;
+            cap = Some((peak * (0.6 + 0.35 * rng.unit())).max(1.0) as u64);
+        } else if kind < 0.10 {
+            regime = "cpu-edge";
+            let c = [2, 4, 8][(rng.next_u64() % 3) as usize] * gib;
+            cap = Some(c);
+            if kind < 0.04 || peak > c as f64 {
+                oom = true;
+                cap = Some((peak * (0.6 + 0.35 * rng.unit())).max(1.0) as u64);
+            }
+        } else if kind < 0.12 {
+            after_fit = true;
+        }
+        let peak = peak as u64;
+        let model = x[0] / 4;
+        let mut phases = vec![
+            phase("model_load", "ok", 0, Some(model), Some(model)),
+            phase("inputs", "ok", model, Some(model), Some(model)),
+        ];
+        if oom {
+            phases.push(phase("step1.forward", "oom", model, None, None));
+        } else {
+            phases.push(phase(
+                "step1.forward",
+                "ok",
+                model,
+                Some(peak / 2),
+                Some(peak / 3),
+            ));
+            phases.push(phase(
+                "step1.backward",
+                "ok",
+                peak / 3,
+                Some(peak),
+                Some(model),
+            ));
+            phases.push(phase(
+                "step1.optimizer",
+                "ok",
+                model,
+                Some(model),
+                Some(model),
+            ));
+        }
+        let row = RunRow {
+            format: crate::run::RUN_FORMAT.into(),
+            run_id: format!("{regime}/{}/b{batch}/r{i:07}", g.name),
+            graph: GraphRef {
+                name: g.name.clone(),
+                sha256: g.sha256.clone(),
+            },
+            batch,
+            precision: Precision::Fp32.as_str().into(),
+            regime: regime.into(),
+            marker: after_fit.then(|| super::load::AFTER_FIT.to_string()),
+            device: device(cap),
+            host: "synthetic".into(),
+            timestamp: timestamp(5 * i as u64, after_fit),
+            tool_version: "memcal-measure 0.1.0".into(),
+            parameters: ParameterCounts {
+                graph: g.parameters(),
+                built: g.parameters(),
+            },
+            graph_mismatch: false,
+            status: if oom {
+                RunStatus::Oom
+            } else {
+                RunStatus::Completed
+            },
+            oom: oom.then(|| Failure {
+                phase: "step1.forward".into(),
+                message: "out of memory (synthetic)".into(),
+            }),
+            error: None,
+            phases,
+            peak: (!oom).then(|| Peak {
+                allocated_bytes: peak.max(1),
+                reserved_bytes: peak.max(1),
+                phase: "step1.backward".into(),
+            }),
+        };
+        let sub = dir.join("runs").join(format!("{:04}", i / 1000));
+        if folder.as_ref() != Some(&sub) {
+            mkdir(&sub)?;
+            folder = Some(sub.clone());
+        }
+        let mut bytes = serde_json::to_vec_pretty(&row).expect("a row always serialises");
+        bytes.push(b'\n');
+        write(&sub.join(format!("r{i:07}.json")), &bytes)?;
+        written += bytes.len() as u64;
+    }
+    Ok(written)
 }
