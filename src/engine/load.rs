@@ -17,6 +17,14 @@ use std::path::Path;
 /// The marker of rows measured after the factors were fixed.
 pub const AFTER_FIT: &str = "after-fit";
 
+/// One line of [`rows_sha256`]: `"{run_id}\t{file_sha256 in hex}\n"`.
+fn hash_line(h: &mut sha2::Sha256, id: &str, sha_hex: &[u8]) {
+    h.update(id.as_bytes());
+    h.update(b"\t");
+    h.update(sha_hex);
+    h.update(b"\n");
+}
+
 /// SHA-256 over the fitted rows: the hex digest of the lines `"{run_id}\t{file_sha256}\n"`,
 /// one per row, sorted by run id (then by file hash).
 pub fn rows_sha256(rows: &[(&str, &str)]) -> String {
@@ -24,10 +32,7 @@ pub fn rows_sha256(rows: &[(&str, &str)]) -> String {
     v.sort();
     let mut h = sha2::Sha256::new();
     for (id, sha) in v {
-        h.update(id.as_bytes());
-        h.update(b"\t");
-        h.update(sha.as_bytes());
-        h.update(b"\n");
+        hash_line(&mut h, id, sha.as_bytes());
     }
     super::Digest(h.finalize().into()).hex()
 }
@@ -37,10 +42,7 @@ pub fn rows_sha256(rows: &[(&str, &str)]) -> String {
 pub fn rows_sha256_sorted<'a>(rows: impl Iterator<Item = (&'a str, super::Digest)>) -> String {
     let mut h = sha2::Sha256::new();
     for (id, sha) in rows {
-        h.update(id.as_bytes());
-        h.update(b"\t");
-        h.update(sha.hex_bytes());
-        h.update(b"\n");
+        hash_line(&mut h, id, &sha.hex_bytes());
     }
     super::Digest(h.finalize().into()).hex()
 }
@@ -49,14 +51,7 @@ pub fn rows_sha256_sorted<'a>(rows: impl Iterator<Item = (&'a str, super::Digest
 /// the digests' byte order is their hex order, so the result is the same).
 pub fn rows_sha256_digests(rows: &mut [(&str, super::Digest)]) -> String {
     rows.sort_unstable();
-    let mut h = sha2::Sha256::new();
-    for (id, sha) in rows.iter() {
-        h.update(id.as_bytes());
-        h.update(b"\t");
-        h.update(sha.hex_bytes());
-        h.update(b"\n");
-    }
-    super::Digest(h.finalize().into()).hex()
+    rows_sha256_sorted(rows.iter().map(|(id, sha)| (*id, *sha)))
 }
 
 fn field(path: &Path, field: &str, message: impl Into<String>) -> Error {
