@@ -47,13 +47,6 @@ pub fn rows_sha256_sorted<'a>(rows: impl Iterator<Item = (&'a str, super::Digest
     super::Digest(h.finalize().into()).hex()
 }
 
-/// [`rows_sha256`] of rows whose file hashes are [`Digest`](super::Digest)s (sorted in place;
-/// the digests' byte order is their hex order, so the result is the same).
-pub fn rows_sha256_digests(rows: &mut [(&str, super::Digest)]) -> String {
-    rows.sort_unstable();
-    rows_sha256_sorted(rows.iter().map(|(id, sha)| (*id, *sha)))
-}
-
 fn field(path: &Path, field: &str, message: impl Into<String>) -> Error {
     Error::Field {
         path: path.to_path_buf(),
