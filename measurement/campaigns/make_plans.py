@@ -27,7 +27,16 @@ uncapped runs marked after-fit at a (variant, batch) that no row on disk has, r1
 family near 1.5 GB (x0.5 for the slow recurrent families).
   measurement/campaigns/make_plans.py --after2
 
-Usage: measurement/campaigns/make_plans.py [--memcal target/debug/memcal] [--factors FILE] [--round3 | --after2]
+GPU (`--gpu`, cuda.toml): bf16 autocast on one CUDA card, generated with the factors in force
+(bf16 still the seed's). Every family twice (its full-size graph and its r3, or r1 and r3 where the
+full size does not fit one card), uncapped (cuda-free) at batches whose estimate lands near 4, 12
+and 32 GB, and capped (cuda-edge) at 16 GiB on one graph and 40 GiB on the other, just under
+(0.85x) and over (1.3x) the cap. Ordered in tiers so that a campaign cut short covers every family.
+  measurement/campaigns/make_plans.py --gpu
+After the GPU fit (`--gpu-after`, cuda-after-fit.toml): uncapped, after-fit, each GPU graph at an
+estimate near 20 GB, at a batch no row on disk has.
+
+Usage: measurement/campaigns/make_plans.py [--memcal target/debug/memcal] [--factors FILE] [--round3 | --after2 | --gpu | --gpu-after]
 """
 import argparse
 import json
@@ -39,9 +48,13 @@ ROOT = HERE.parent.parent
 GIB = 2**30
 
 
+PRECISION = "fp32"
+MAX_BATCH = 4096
+
+
 def estimate(memcal, graph, batch, factors):
     out = subprocess.run(
-        [memcal, "plan", str(graph), "--batch", str(batch), "--precision", "fp32",
+        [memcal, "plan", str(graph), "--batch", str(batch), "--precision", PRECISION,
          "--factors", str(factors), "--json"],
         check=True, capture_output=True, text=True).stdout
     return json.loads(out)["estimate_bytes"]
@@ -56,7 +69,7 @@ def batch_for(memcal, graph, target, factors, cache):
     if est(1) >= target:
         return 1
     lo, hi = 1, 2
-    while est(hi) < target and hi < 4096:
+    while est(hi) < target and hi < MAX_BATCH:
         lo, hi = hi, hi * 2
     while hi - lo > 1:
         mid = (lo + hi) // 2
@@ -73,7 +86,11 @@ def main():
     ap.add_argument("--factors", default=str(ROOT / "data/factors.json"))
     ap.add_argument("--round3", action="store_true", help="write only cpu-round3.toml")
     ap.add_argument("--after2", action="store_true", help="write only cpu-after-fit-2.toml")
+    ap.add_argument("--gpu", action="store_true", help="write only cuda.toml (bf16 autocast)")
+    ap.add_argument("--gpu-after", action="store_true", help="write only cuda-after-fit.toml")
     args = ap.parse_args()
+    if args.gpu or args.gpu_after:
+        return gpu(args)
     if args.round3:
         return round3(args)
     if args.after2:
@@ -229,6 +246,63 @@ def after2(args):
         lines += ["[[run]]", f'graph = "{rel}"', f"batches = {json.dumps(batches)}", ""]
     (HERE / "cpu-after-fit-2.toml").write_text("\n".join(lines))
     print(f"cpu-after-fit-2.toml: {len(entries)} runs")
+
+
+# The graphs measured on the GPU: every family's full size where it fits one card (llama, mixtral
+# and mla do not: r1 and r3 stand in), and its r3.
+GPU_GRAPHS = {
+    "bert": ["bert-base-cased", "bert-r3"], "cnn-lstm": ["cnn-lstm-full", "cnn-lstm-r3"],
+    "conv1d-audio": ["conv1d-audio-full", "conv1d-audio-r3"], "gpt": ["gpt2-small", "gpt-r3"],
+    "gru": ["gru-full", "gru-r3"], "llama": ["llama-r1", "llama-r3"],
+    "lstm-lm": ["lstm-lm-full", "lstm-lm-r3"], "mixtral": ["mixtral-r1", "mixtral-r3"],
+    "mla": ["mla-r1", "mla-r3"], "mlp": ["mlp-full", "mlp-r3"],
+    "mobilenet": ["mobilenet-full", "mobilenet-r3"], "resnet": ["resnet50", "resnet-r3"],
+    "t5": ["t5-small", "t5-r3"], "unet": ["unet-full", "unet-r3"], "vit": ["vit-b16", "vit-r3"],
+}
+
+
+def gpu(args):
+    global PRECISION, MAX_BATCH
+    PRECISION, MAX_BATCH = "bf16-autocast", 1 << 20
+    header = 'device = "cuda:0"\nprecision = "bf16-autocast"\n'
+    tiers = [[], [], [], [], []]
+    after = []
+    for family, stems in sorted(GPU_GRAPHS.items()):
+        for k, stem in enumerate(stems):
+            rel = pathlib.Path("data/graphs") / f"{stem}.json"
+            cache = {}
+            est_batch = lambda target: batch_for(args.memcal, ROOT / rel, target, args.factors, cache)
+            if args.gpu_after:
+                b = est_batch(20e9)
+                taken = existing_batches(stem)
+                while b in taken:
+                    b += 1
+                after.append((rel, [b], [], "cuda-free"))
+                continue
+            fb = []
+            for t in (4e9, 12e9, 32e9):
+                b = est_batch(t)
+                fb.append(b if not fb or b > fb[-1] else fb[-1] + 1)
+            tiers[0].append((rel, [fb[0]], [], "cuda-free"))
+            tiers[2].append((rel, [fb[1]], [], "cuda-free"))
+            tiers[4].append((rel, [fb[2]], [], "cuda-free"))
+            cap = 16 if k == 0 else 40
+            tier = 1 if k == 0 else 3
+            for x in (0.85, 1.3):
+                tiers[tier].append((rel, [est_batch(x * cap * GIB)], [cap], "cuda-edge"))
+    if args.gpu_after:
+        name, entries = "cuda-after-fit.toml", after
+        header += 'marker = "after-fit"\n'
+    else:
+        name, entries = "cuda.toml", [e for t in tiers for e in t]
+    lines = [f"# Generated by measurement/campaigns/make_plans.py {'--gpu-after' if args.gpu_after else '--gpu'}; re-run it to regenerate.\n{header}"]
+    for rel, batches, caps, regime in entries:
+        lines += ["[[run]]", f'graph = "{rel}"', f"batches = {json.dumps(batches)}"]
+        if caps:
+            lines.append(f"caps = {json.dumps(caps)}")
+        lines += [f'regime = "{regime}"', ""]
+    (HERE / name).write_text("\n".join(lines))
+    print(f"{name}: {len(entries)} runs")
 
 
 if __name__ == "__main__":
