@@ -31,11 +31,30 @@ pub struct Regime {
     pub cards: Vec<Card>,
 }
 
-/// The factors of one precision profile, in feature order.
+/// The factors of one precision profile, in feature order, and (once the profile is fitted)
+/// its own upper-bound multipliers and the time its factors were fixed.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Profile {
     pub factors: [f64; N_FEATURES],
+    /// The profile's bound multipliers, from its own fitted rows; absent: the file's `upper`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upper: Option<Upper>,
+    /// RFC 3339 time this profile's factors and multipliers were last changed by a fit; its
+    /// after-the-fit rows must be later. Absent: `provenance.fixed_at`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fixed_at: Option<String>,
+}
+
+impl Profile {
+    /// Factors alone (a seed profile: no multipliers or fixing time of its own).
+    pub fn seed(factors: [f64; N_FEATURES]) -> Profile {
+        Profile {
+            factors,
+            upper: None,
+            fixed_at: None,
+        }
+    }
 }
 
 /// Upper-bound multipliers (empirical quantiles of measured / held-out prediction).
@@ -77,6 +96,7 @@ pub struct FactorsFile {
     pub profiles: BTreeMap<String, Profile>,
     /// Safety margin of a verdict: a plan fits a card iff estimate x (1 + headroom) <= card.
     pub headroom: f64,
+    /// The bound multipliers of a profile without its own (`profiles.<p>.upper`).
     pub upper: Upper,
     /// The bound is never below this many bytes.
     pub bound_floor_bytes: u64,
@@ -90,7 +110,8 @@ pub struct FactorsFile {
     pub small_runs: SmallRuns,
     /// Weight of an out-of-memory inequality's shortfall in the fit.
     pub oom_penalty: f64,
-    /// Absent until the factors are fitted.
+    /// Absent until the factors are fitted. `fixed_at` is the time of the last fit; a profile
+    /// that fit left unchanged keeps its own earlier `fixed_at`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provenance: Option<Provenance>,
 }
@@ -133,6 +154,21 @@ impl FactorsFile {
                     &format!("profiles.{name}.factors"),
                     "factors must be finite and non-negative",
                 ));
+            }
+            if let Some(u) = &p.upper {
+                for (q, v) in [("q90", u.q90), ("q95", u.q95)] {
+                    if !(v.is_finite() && v > 0.0) {
+                        return Err(Error::field(
+                            path,
+                            &format!("profiles.{name}.upper.{q}"),
+                            format!("must be a positive number, found {v}"),
+                        ));
+                    }
+                }
+            }
+            if let Some(t) = &p.fixed_at {
+                crate::engine::time::parse_rfc3339(t)
+                    .map_err(|m| Error::field(path, &format!("profiles.{name}.fixed_at"), m))?;
             }
         }
         let positive = |field: &str, v: f64| {
@@ -189,6 +225,23 @@ impl FactorsFile {
         self.profiles.get(precision.as_str()).map(|p| &p.factors)
     }
 
+    /// The bound multipliers for a precision profile: its own, else the file's `upper`.
+    pub fn upper_for(&self, precision: Precision) -> &Upper {
+        self.profiles
+            .get(precision.as_str())
+            .and_then(|p| p.upper.as_ref())
+            .unwrap_or(&self.upper)
+    }
+
+    /// When a precision profile's factors were fixed: its own `fixed_at`, else
+    /// `provenance.fixed_at`; `None` before any fit.
+    pub fn fixed_at_for(&self, precision: Precision) -> Option<&str> {
+        self.profiles
+            .get(precision.as_str())
+            .and_then(|p| p.fixed_at.as_deref())
+            .or(self.provenance.as_ref().map(|p| p.fixed_at.as_str()))
+    }
+
     /// Pretty JSON with a trailing newline: the only way the file is written.
     pub fn to_json(&self) -> String {
         let mut s = serde_json::to_string_pretty(self).expect("factors serialise");
@@ -211,8 +264,15 @@ pub struct HistoryEntry {
     pub rows_sha256: String,
     /// Factors per precision profile.
     pub profiles: BTreeMap<String, [f64; N_FEATURES]>,
+    /// The file's `upper` (the multipliers of a profile without its own).
     pub q90: f64,
     pub q95: f64,
+    /// A profile's own multipliers, where it has them (entries before they existed have none).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub upper: BTreeMap<String, Upper>,
+    /// When each profile's factors were fixed, where it has its own time.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub profile_fixed_at: BTreeMap<String, String>,
     /// The plan's held-out-by-architecture median |relative error| when the factors were fixed.
     pub held_out_median: Option<f64>,
     /// The shipped factors' in-sample median |relative error| when they were fixed.

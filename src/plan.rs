@@ -132,7 +132,8 @@ pub fn plan_with_simulation(
         })?;
     let feats = features::features(graph, batch, precision);
     let est = estimate(f, &feats);
-    let b = bound(est, factors.upper.q95, factors.bound_floor_bytes);
+    let q95 = factors.upper_for(precision).q95;
+    let b = bound(est, q95, factors.bound_floor_bytes);
     let verdicts: Vec<CardVerdict> = cards
         .iter()
         .map(|c| CardVerdict {
@@ -152,7 +153,7 @@ pub fn plan_with_simulation(
         factors: *f,
         estimate_bytes: est,
         headroom: factors.headroom,
-        q95: factors.upper.q95,
+        q95,
         bound_bytes: b,
         smallest_card: verdicts
             .iter()

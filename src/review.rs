@@ -581,6 +581,16 @@ pub fn history_entry(f: &FactorsFile, cal: &Calibration) -> HistoryEntry {
             .collect(),
         q90: f.upper.q90,
         q95: f.upper.q95,
+        upper: f
+            .profiles
+            .iter()
+            .filter_map(|(k, v)| v.upper.clone().map(|u| (k.clone(), u)))
+            .collect(),
+        profile_fixed_at: f
+            .profiles
+            .iter()
+            .filter_map(|(k, v)| v.fixed_at.clone().map(|t| (k.clone(), t)))
+            .collect(),
         held_out_median: median(Method::PlanHeldOutArchitecture),
         in_sample_median: median(Method::PlanShipped),
     }
@@ -592,7 +602,8 @@ pub struct AuditEntry {
     pub commit: String,
     pub date: String,
     pub factors: BTreeMap<String, [f64; 6]>,
-    pub q95: f64,
+    /// Per profile: the q95 its bound used (its own, else the file's `upper`).
+    pub q95: BTreeMap<String, f64>,
     pub fixed_at: Option<String>,
     pub rows_sha256: Option<String>,
     /// The plan's held-out-by-architecture median error with that commit's data.
@@ -639,6 +650,25 @@ pub fn reproduce(data_dir: &Path) -> Result<Reproduction> {
                         prof.factors[i], r.factors[i]
                     ));
                 }
+            }
+            if prof.upper != r.upper {
+                let q = |u: &Option<crate::factors::Upper>| {
+                    u.as_ref().map_or("none".to_string(), |u| {
+                        format!("q90 {} / q95 {}", u.q90, u.q95)
+                    })
+                };
+                differences.push(format!(
+                    "profiles.{p}.upper: the file has {}, the rows give {}",
+                    q(&prof.upper),
+                    q(&r.upper)
+                ));
+            }
+            if prof.fixed_at != r.fixed_at {
+                differences.push(format!(
+                    "profiles.{p}.fixed_at: the file has {}, a refit of the rows gives {} (a profile keeps its time only when the refit leaves it unchanged)",
+                    prof.fixed_at.as_deref().unwrap_or("none"),
+                    r.fixed_at.as_deref().unwrap_or("none")
+                ));
             }
         }
     }
@@ -703,7 +733,11 @@ pub fn audit(repo: &Path, data_dir: &Path) -> Result<AuditReport> {
                 .iter()
                 .map(|(k, v)| (k.clone(), v.factors))
                 .collect(),
-            q95: f.upper.q95,
+            q95: f
+                .profiles
+                .iter()
+                .map(|(k, v)| (k.clone(), v.upper.as_ref().unwrap_or(&f.upper).q95))
+                .collect(),
             fixed_at: f.provenance.as_ref().map(|p| p.fixed_at.clone()),
             rows_sha256: f.provenance.as_ref().map(|p| p.rows_sha256.clone()),
             held_out_median,
@@ -738,12 +772,12 @@ pub fn audit_text(a: &AuditReport) -> String {
         let _ = writeln!(s, "{}  {}", &e.commit[..12.min(e.commit.len())], e.date);
         for (p, f) in &e.factors {
             let v: Vec<String> = f.iter().map(|x| format!("{x:.4}")).collect();
-            let _ = writeln!(s, "  {p:<14} [{}]", v.join(", "));
+            let q95 = e.q95.get(p).map_or("-".into(), |q| format!("{q:.4}"));
+            let _ = writeln!(s, "  {p:<14} [{}]  q95 {q95}", v.join(", "));
         }
         let _ = writeln!(
             s,
-            "  q95 {:.4}  fixed_at {}  rows {}  held-out median error then {}",
-            e.q95,
+            "  fixed_at {}  rows {}  held-out median error then {}",
             e.fixed_at.as_deref().unwrap_or("(never fitted)"),
             e.rows_sha256
                 .as_deref()

@@ -81,7 +81,7 @@ fn recovers_known_factors() {
     assert!(m.median_abs_rel_error.unwrap() < 1e-6);
     assert_eq!(m.within_25pct, Some(1.0));
     // The quantiles of an exact fit are 1.
-    assert!(rel(cal.upper.q95.unwrap(), 1.0) < 1e-6);
+    assert!(rel(cal.fits[&Precision::Fp32].upper.q95.unwrap(), 1.0) < 1e-6);
 }
 
 #[test]
@@ -306,6 +306,18 @@ fn every_bucket_and_exclusion_reason() {
     );
     assert_eq!(bucket_of(&cal, "late"), Some(Bucket::AfterFit));
     assert_eq!(bucket_of(&cal, "edge"), Some(Bucket::HeldOutRegime));
+    // A profile's own fixing time decides its after-the-fit rows: fixed earlier than the file's
+    // last fit, "early" is after it.
+    let mut ds2 = ds.clone();
+    ds2.factors.profiles.get_mut("fp32").unwrap().fixed_at = Some("2025-12-31T00:00:00Z".into());
+    let cal2 = calibrate(&ds2);
+    assert_eq!(bucket_of(&cal2, "early"), Some(Bucket::AfterFit));
+    ds2.factors.profiles.get_mut("fp32").unwrap().fixed_at = Some("2026-06-01T00:00:00Z".into());
+    let cal2 = calibrate(&ds2);
+    assert_eq!(
+        reason_of(&cal2, "late"),
+        Some(ExclusionReason::AfterFitNotLater)
+    );
     assert_eq!(bucket_of(&cal, "dup"), Some(Bucket::Fitted));
     let t = &cal.totals;
     assert_eq!(
@@ -442,7 +454,16 @@ fn refit_factors_file_and_outputs() {
     }
     // bf16 has no fitted rows: its factors stay.
     assert_eq!(f.profiles["bf16-autocast"].factors, [1.0; N_FEATURES]);
-    assert_eq!(f.upper.q95, cal.upper.q95.unwrap());
+    // The fitted profile gets its own multipliers and fixing time; the file's `upper` (for
+    // profiles without their own) and the unfitted bf16 profile stay as they were.
+    let fp32 = &f.profiles["fp32"];
+    assert_eq!(
+        fp32.upper.as_ref().unwrap().q95,
+        cal.fits[&Precision::Fp32].upper.q95.unwrap()
+    );
+    assert_eq!(fp32.fixed_at.as_deref(), Some("2026-11-29T18:00:00Z"));
+    assert_eq!(f.upper, ds.factors.upper);
+    assert_eq!(f.profiles["bf16-autocast"].upper, None);
     // It is a valid factors file; a calibration against it knows its rows.
     let back = FactorsFile::parse(&f.to_json(), Path::new("factors.json")).unwrap();
     assert_eq!(back, f);
@@ -451,6 +472,31 @@ fn refit_factors_file_and_outputs() {
         ..ds.clone()
     });
     assert!(again.factors_file_rows_match);
+    // Refitting the same rows again changes nothing of fp32: it keeps the time it was fixed,
+    // while the file's provenance records the new fit.
+    let ds2 = Dataset {
+        factors: f.clone(),
+        ..ds.clone()
+    };
+    let f2 = refit_factors_file(&ds2, &again, "2026-11-30T00:00:00Z");
+    assert_eq!(
+        f2.profiles["fp32"].fixed_at.as_deref(),
+        Some("2026-11-29T18:00:00Z")
+    );
+    assert_eq!(f2.provenance.unwrap().fixed_at, "2026-11-30T00:00:00Z");
+    // A profile whose multipliers the rows no longer give is fixed anew.
+    let mut moved = f.clone();
+    moved.profiles.get_mut("fp32").unwrap().upper =
+        Some(memcal::factors::Upper { q90: 2.0, q95: 3.0 });
+    let ds3 = Dataset {
+        factors: moved,
+        ..ds.clone()
+    };
+    let f3 = refit_factors_file(&ds3, &calibrate(&ds3), "2026-11-30T00:00:00Z");
+    assert_eq!(
+        f3.profiles["fp32"].fixed_at.as_deref(),
+        Some("2026-11-30T00:00:00Z")
+    );
     let s = summary_table(&cal);
     assert!(s.contains("rows: 120 in = 120 fitted"), "{s}");
     assert!(s.contains("plan-held-out-architecture"));

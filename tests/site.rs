@@ -77,7 +77,7 @@ fn every_chart_is_present_and_drawn() {
             "{rel} draws points"
         );
     }
-    assert!(read(out.path(), "charts/upper-bound-ratios.svg").contains("<circle"));
+    assert!(read(out.path(), "charts/upper-bound-ratios-fp32.svg").contains("<circle"));
     // Every chart an HTML page references exists and is non-empty, and every chart is used.
     let svgs: Vec<&String> = summary
         .files
@@ -430,6 +430,8 @@ fn the_factor_history_page_lists_every_fixing_newest_first() {
             .collect(),
         q90: 1.1,
         q95: 1.3,
+        upper: Default::default(),
+        profile_fixed_at: Default::default(),
         held_out_median: Some(0.125),
         in_sample_median: None,
     };
@@ -437,7 +439,22 @@ fn the_factor_history_page_lists_every_fixing_newest_first() {
         format: memcal::factors::HISTORY_FORMAT.into(),
         entries: vec![
             entry("2026-01-01T00:00:00Z", 0.75),
-            entry("2026-02-01T00:00:00Z", 1.25),
+            // The newer entry: the profile's own multipliers and an earlier fixing time.
+            memcal::factors::HistoryEntry {
+                upper: [(
+                    "fp32".to_string(),
+                    memcal::factors::Upper {
+                        q90: 1.2,
+                        q95: 1.875,
+                    },
+                )]
+                .into_iter()
+                .collect(),
+                profile_fixed_at: [("fp32".to_string(), "2026-01-15T00:00:00Z".to_string())]
+                    .into_iter()
+                    .collect(),
+                ..entry("2026-02-01T00:00:00Z", 1.25)
+            },
         ],
     };
     std::fs::write(data.path().join("factors-history.json"), history.to_json()).unwrap();
@@ -448,6 +465,10 @@ fn the_factor_history_page_lists_every_fixing_newest_first() {
     let older = html.find("2026-01-01T00:00:00Z").expect("older entry");
     assert!(newer < older, "newest first");
     assert!(html.contains("12.5%"), "held-out median then: {html}");
+    assert!(
+        html.contains("2026-01-15T00:00:00Z") && html.contains("1.875"),
+        "the profile's own fixing time and q95: {html}"
+    );
     assert!(read(out.path(), "index.html").contains("href=\"history.html\""));
 }
 

@@ -568,10 +568,15 @@ pub struct ProfileFits {
     pub shipped: FitReport,
     /// Per family: refitted without that family (absent when no other family has completed runs).
     pub held_out_architecture: BTreeMap<String, FitReport>,
+    /// The profile's upper bound, from its own fitted rows.
+    pub upper: Upper,
 }
 
-/// The upper-bound quantiles.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// How the bound's quantiles are read off the sorted ratios.
+pub const NEAREST_RANK_RULE: &str = "nearest rank: q_p = sorted[ceil(p * n) - 1]";
+
+/// The upper-bound quantiles of one profile.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Upper {
     /// `nearest rank: q_p = sorted[ceil(p * n) - 1]`.
     pub rule: &'static str,
@@ -640,7 +645,6 @@ pub struct Calibration {
     /// Sorted by file.
     pub exclusions: Vec<Exclusion>,
     pub fits: BTreeMap<Precision, ProfileFits>,
-    pub upper: Upper,
     pub methods: BTreeMap<Method, MethodMetrics>,
     pub bound: BoundMetrics,
     pub families: BTreeMap<String, FamilyReport>,
@@ -734,7 +738,7 @@ impl Acc {
 fn classify(
     ds: &Dataset,
     row: &Row,
-    fixed_at: Option<(i64, u32)>,
+    fixed_at: &[Option<(i64, u32)>; 2],
     regimes: &[(&str, bool)],
     has_factors: &[bool; 2],
 ) -> Result<Bucket, (ExclusionReason, String)> {
@@ -780,7 +784,7 @@ fn classify(
         ));
     }
     if row.after_fit {
-        let Some(fixed) = fixed_at else {
+        let Some(fixed) = fixed_at[row.precision as usize] else {
             return Err((
                 ExclusionReason::AfterFitUnfixed,
                 "data/factors.json has no provenance.fixed_at".into(),
@@ -788,7 +792,7 @@ fn classify(
         };
         let later = parse_rfc3339(&row.timestamp).is_ok_and(|t| t > fixed);
         if !later {
-            let at = f.provenance.as_ref().map_or("", |p| p.fixed_at.as_str());
+            let at = f.fixed_at_for(row.precision).unwrap_or("");
             return Err((
                 ExclusionReason::AfterFitNotLater,
                 format!(
@@ -810,10 +814,8 @@ fn classify(
 pub fn calibrate(ds: &Dataset) -> Calibration {
     let f = &ds.factors;
     let threshold = f.small_runs.threshold_bytes;
-    let fixed_at = f
-        .provenance
-        .as_ref()
-        .and_then(|p| parse_rfc3339(&p.fixed_at).ok());
+    // When each profile's factors were fixed (its after-the-fit rows must be later).
+    let fixed_at = Precision::ALL.map(|p| f.fixed_at_for(p).and_then(|t| parse_rfc3339(t).ok()));
     // Order by (run id, path): duplicates become neighbours, the first by path first.
     let mut keys: Vec<(&str, u32)> = ds
         .rows
@@ -853,7 +855,7 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
             )),
             None => {
                 prev = Some(i);
-                classify(ds, row, fixed_at, &regimes, &has_factors)
+                classify(ds, row, &fixed_at, &regimes, &has_factors)
             }
         };
         match result {
@@ -1014,6 +1016,8 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
                 file_factors,
                 shipped,
                 held_out_architecture: held,
+                // Set once the held-out predictions exist (below).
+                upper: Upper::default(),
             },
         );
     }
@@ -1057,9 +1061,10 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
         (m, oos)
     };
 
-    // The upper bound: measured / held-out-by-architecture over fitted completed runs >= threshold.
-    let mut ratios = Vec::new();
-    let mut unpredicted = Vec::new();
+    // The upper bound of each profile: measured / held-out-by-architecture over its fitted
+    // completed runs >= threshold.
+    let mut ratios: BTreeMap<Precision, Vec<(Name, f64)>> = BTreeMap::new();
+    let mut unpredicted: BTreeMap<Precision, Vec<Name>> = BTreeMap::new();
     for &(i, bucket, fam) in &usable {
         let r = &ds.rows[i];
         if bucket != Bucket::Fitted || r.status != RunStatus::Completed {
@@ -1069,22 +1074,36 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
             continue;
         };
         match predict(i, bucket, fam).1 {
-            Some(e) if e > 0.0 => ratios.push((r.run_id.clone(), m as f64 / e)),
-            _ => unpredicted.push(r.run_id.clone()),
+            Some(e) if e > 0.0 => ratios
+                .entry(r.precision)
+                .or_default()
+                .push((r.run_id.clone(), m as f64 / e)),
+            _ => unpredicted
+                .entry(r.precision)
+                .or_default()
+                .push(r.run_id.clone()),
         }
     }
-    ratios.sort_by(|a, b| a.1.total_cmp(&b.1).then_with(|| a.0.cmp(&b.0)));
-    let sorted: Vec<f64> = ratios.iter().map(|r| r.1).collect();
-    let (q90, q95) = (nearest_rank(&sorted, 90), nearest_rank(&sorted, 95));
-    let upper = Upper {
-        rule: "nearest rank: q_p = sorted[ceil(p * n) - 1]",
-        q90,
-        q95,
-        q90_used: q90.unwrap_or(f.upper.q90),
-        q95_used: q95.unwrap_or(f.upper.q95),
-        ratios,
-        unpredicted,
-    };
+    let mut uppers: BTreeMap<Precision, Upper> = BTreeMap::new();
+    for &p in fits.keys() {
+        let mut ratios = ratios.remove(&p).unwrap_or_default();
+        ratios.sort_by(|a, b| a.1.total_cmp(&b.1).then_with(|| a.0.cmp(&b.0)));
+        let sorted: Vec<f64> = ratios.iter().map(|r| r.1).collect();
+        let (q90, q95) = (nearest_rank(&sorted, 90), nearest_rank(&sorted, 95));
+        let file = f.upper_for(p);
+        uppers.insert(
+            p,
+            Upper {
+                rule: NEAREST_RANK_RULE,
+                q90,
+                q95,
+                q90_used: q90.unwrap_or(file.q90),
+                q95_used: q95.unwrap_or(file.q95),
+                ratios,
+                unpredicted: unpredicted.remove(&p).unwrap_or_default(),
+            },
+        );
+    }
 
     /// One row's predictions, in the checks.
     struct Pred {
@@ -1151,9 +1170,11 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
                 }
             }
             let (q90m, q95m) = if p.bucket == Bucket::AfterFit {
-                (f.upper.q90, f.upper.q95)
+                let u = f.upper_for(r.precision);
+                (u.q90, u.q95)
             } else {
-                (upper.q90_used, upper.q95_used)
+                let u = &uppers[&r.precision];
+                (u.q90_used, u.q95_used)
             };
             let b90 = p.oos.map(|e| plan::bound(e, q90m, f.bound_floor_bytes));
             let b95 = p.oos.map(|e| plan::bound(e, q95m, f.bound_floor_bytes));
@@ -1389,6 +1410,11 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
         .as_ref()
         .is_some_and(|p| p.rows_sha256 == fitted_rows_sha256);
 
+    for (p, u) in uppers {
+        if let Some(pf) = fits.get_mut(&p) {
+            pf.upper = u;
+        }
+    }
     Calibration {
         tool_version: env!("CARGO_PKG_VERSION"),
         settings: settings(f),
@@ -1396,7 +1422,6 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
         excluded_by_reason,
         exclusions,
         fits,
-        upper,
         methods,
         bound,
         families,

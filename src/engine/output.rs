@@ -3,7 +3,7 @@
 
 use super::calibrate::{Calibration, Method, MethodMetrics};
 use super::Dataset;
-use crate::factors::{FactorsFile, Profile, Provenance};
+use crate::factors::{FactorsFile, Profile, Provenance, Upper};
 use crate::features::FEATURE_NAMES;
 use std::fmt::Write;
 
@@ -100,20 +100,29 @@ pub fn summary_table(cal: &Calibration) -> String {
             pf.held_out_architecture.len()
         );
     }
-    let u = &cal.upper;
     let _ = writeln!(
         s,
-        "\nupper bound over {} fitted runs >= {} (measured / held-out prediction, nearest rank): q90 {}  q95 {}{}",
-        u.ratios.len(),
+        "\nupper bound per profile, over its fitted runs >= {} (measured / held-out prediction, nearest rank):",
         gb(cal.settings.small_runs_threshold_bytes),
-        u.q90.map_or("n/a".into(), |v| format!("{v:.3}")),
-        u.q95.map_or("n/a".into(), |v| format!("{v:.3}")),
-        if u.unpredicted.is_empty() {
-            String::new()
-        } else {
-            format!("  ({} runs without a held-out prediction)", u.unpredicted.len())
-        }
     );
+    for (p, pf) in &cal.fits {
+        let u = &pf.upper;
+        let _ = writeln!(
+            s,
+            "  {p:<14} {} runs: q90 {}  q95 {}{}",
+            u.ratios.len(),
+            u.q90.map_or("n/a".into(), |v| format!("{v:.3}")),
+            u.q95.map_or("n/a".into(), |v| format!("{v:.3}")),
+            if u.unpredicted.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "  ({} runs without a held-out prediction)",
+                    u.unpredicted.len()
+                )
+            }
+        );
+    }
     let _ = writeln!(s);
     let _ = writeln!(
         s,
@@ -162,25 +171,34 @@ pub fn summary_table(cal: &Calibration) -> String {
     s
 }
 
-/// The factors file with the calibration's shipped factors (each profile that has fitted rows;
-/// the others keep theirs), the quantiles (where there are any) and new provenance.
+/// The factors file with the calibration's shipped factors and bound multipliers for each
+/// profile that has fitted rows (the others keep theirs) and new provenance. A fitted profile
+/// whose factors and multipliers come out exactly as they were keeps the time they were fixed
+/// (its after-the-fit rows stay after the fit); a changed one is fixed at `now_rfc3339`.
 pub fn refit_factors_file(ds: &Dataset, cal: &Calibration, now_rfc3339: &str) -> FactorsFile {
     let mut f = ds.factors.clone();
     for (p, pf) in &cal.fits {
-        if pf.shipped.source == "fit" {
-            f.profiles.insert(
-                p.as_str().to_string(),
-                Profile {
-                    factors: pf.shipped.factors,
-                },
-            );
+        if pf.shipped.source != "fit" {
+            continue;
         }
-    }
-    if let Some(q) = cal.upper.q90 {
-        f.upper.q90 = q;
-    }
-    if let Some(q) = cal.upper.q95 {
-        f.upper.q95 = q;
+        // No fitted run >= the threshold with a held-out prediction: the multipliers stay.
+        let upper = match (pf.upper.q90, pf.upper.q95) {
+            (Some(q90), Some(q95)) => Upper { q90, q95 },
+            _ => ds.factors.upper_for(*p).clone(),
+        };
+        let unchanged = pf.file_factors == pf.shipped.factors && *ds.factors.upper_for(*p) == upper;
+        let fixed_at = match ds.factors.fixed_at_for(*p) {
+            Some(t) if unchanged => t.to_string(),
+            _ => now_rfc3339.to_string(),
+        };
+        f.profiles.insert(
+            p.as_str().to_string(),
+            Profile {
+                factors: pf.shipped.factors,
+                upper: Some(upper),
+                fixed_at: Some(fixed_at),
+            },
+        );
     }
     f.provenance = Some(Provenance {
         fixed_at: now_rfc3339.to_string(),

@@ -48,7 +48,7 @@ pub fn factors_file(factors: [f64; N_FEATURES]) -> FactorsFile {
         format: crate::factors::FACTORS_FORMAT.into(),
         profiles: Precision::ALL
             .iter()
-            .map(|p| (p.as_str().to_string(), Profile { factors }))
+            .map(|p| (p.as_str().to_string(), Profile::seed(factors)))
             .collect(),
         headroom: 0.15,
         upper: Upper {

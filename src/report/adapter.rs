@@ -9,6 +9,7 @@ use super::format as fmt;
 use super::view::*;
 use crate::engine::{
     Bucket, Calibration, CheckRef, ExclusionReason, Method, MethodMetrics, RowResult, Truth,
+    NEAREST_RANK_RULE,
 };
 use crate::factors::{FactorHistory, FactorsFile};
 use crate::features::FEATURE_NAMES;
@@ -47,12 +48,13 @@ pub struct ProseInput {
 
 /// The factor history page: one row per fixing of the factors, newest first.
 fn history_page(history: &FactorHistory, nav: Vec<Link>) -> HistoryPage {
-    let mut columns = vec![col("Fixed at (UTC)", false), col("Rows fitted", true)];
-    columns.extend(
-        FEATURE_NAMES
-            .iter()
-            .map(|f| col(&format!("fp32 {f}"), true)),
-    );
+    let mut columns = vec![
+        col("Fixed at (UTC)", false),
+        col("Profile", false),
+        col("Profile's factors fixed at", false),
+        col("Rows fitted", true),
+    ];
+    columns.extend(FEATURE_NAMES.iter().map(|f| col(f, true)));
     columns.extend([
         col("q90", true),
         col("q95", true),
@@ -63,25 +65,35 @@ fn history_page(history: &FactorHistory, nav: Vec<Link>) -> HistoryPage {
     ]);
     let mut t = table(
         "factor-history",
-        "Every fixing of the shipped factors (fp32 profile), newest first",
+        "Every fixing of the shipped factors, newest first, one row per precision profile",
         columns,
         "The factors have not been fitted yet: data/factors.json holds the seed values.",
     );
     for e in history.entries.iter().rev() {
-        let mut row = vec![Cell::text(e.fixed_at.clone()), count_cell(e.rows)];
-        match e.profiles.get("fp32") {
-            Some(f) => row.extend(f.iter().map(|x| Cell::num(fmt::factor(*x), format!("{x}")))),
-            None => row.extend(FEATURE_NAMES.iter().map(|_| Cell::num("—", ""))),
+        for (p, f) in &e.profiles {
+            let (q90, q95) = e.upper.get(p).map_or((e.q90, e.q95), |u| (u.q90, u.q95));
+            let mut row = vec![
+                Cell::text(e.fixed_at.clone()),
+                Cell::text(p.clone()),
+                Cell::text(
+                    e.profile_fixed_at
+                        .get(p)
+                        .cloned()
+                        .unwrap_or_else(|| "—".into()),
+                ),
+                count_cell(e.rows),
+            ];
+            row.extend(f.iter().map(|x| Cell::num(fmt::factor(*x), format!("{x}"))));
+            row.extend([
+                Cell::num(fmt::factor(q90), format!("{q90}")),
+                Cell::num(fmt::factor(q95), format!("{q95}")),
+                opt_pct(e.held_out_median),
+                opt_pct(e.in_sample_median),
+                Cell::text(e.rows_sha256.chars().take(16).collect::<String>()),
+                Cell::text(e.tool_version.clone()),
+            ]);
+            t.rows.push(row);
         }
-        row.extend([
-            Cell::num(fmt::factor(e.q90), format!("{}", e.q90)),
-            Cell::num(fmt::factor(e.q95), format!("{}", e.q95)),
-            opt_pct(e.held_out_median),
-            opt_pct(e.in_sample_median),
-            Cell::text(e.rows_sha256.chars().take(16).collect::<String>()),
-            Cell::text(e.tool_version.clone()),
-        ]);
-        t.rows.push(row);
     }
     HistoryPage {
         meta: PageMeta {
@@ -89,7 +101,7 @@ fn history_page(history: &FactorHistory, nav: Vec<Link>) -> HistoryPage {
             title: format!("Factor history: {TITLE}"),
             nav,
         },
-        intro: "Each row is one run of `memcal fit --write-factors`, the only command that changes data/factors.json, as recorded in data/factors-history.json. `memcal audit` checks this log against the git history of the factors file and refits the current factors from the rows they claim.".into(),
+        intro: "Each fixing is one run of `memcal fit --write-factors`, the only command that changes data/factors.json, as recorded in data/factors-history.json; it has one row per precision profile. Since multipliers are kept per profile, a profile that a fit leaves unchanged keeps the time its factors were fixed (\"Profile's factors fixed at\"; — where the entry predates that). `memcal audit` checks this log against the git history of the factors file and refits the current factors from the rows they claim.".into(),
         table: t,
     }
 }
@@ -926,16 +938,24 @@ pub fn from_calibration_paged<'a>(
     }
     drop(fam_rows);
 
-    // Section 5's chart.
-    let upper_chart = if cal.upper.ratios.is_empty() {
-        None
-    } else {
+    // Section 5's charts: one per profile with ratios.
+    let mut upper_charts = Vec::new();
+    for (p, pf) in &cal.fits {
+        let u = &pf.upper;
+        if u.ratios.is_empty() {
+            continue;
+        }
+        let file = format!("upper-bound-ratios-{}.svg", p.as_str());
         let c = RatioChart {
-            file: "upper-bound-ratios.svg".into(),
-            title: format!("Measured / held-out prediction, fitted {}", ctx.runs_label),
+            file: file.clone(),
+            title: format!(
+                "Measured / held-out prediction, fitted {} {}",
+                p.as_str(),
+                ctx.runs_label
+            ),
             ratios: {
                 // Above the limit, evenly spaced in ratio order (the first and last included).
-                let n = cal.upper.ratios.len();
+                let n = u.ratios.len();
                 let drawn = n.min(CHART_POINTS_LIMIT);
                 (0..drawn)
                     .map(|i| {
@@ -944,22 +964,22 @@ pub fn from_calibration_paged<'a>(
                         } else {
                             0
                         };
-                        cal.upper.ratios[j].1
+                        u.ratios[j].1
                     })
                     .collect()
             },
-            q90: cal.upper.q90_used,
-            q95: cal.upper.q95_used,
-            q90_label: format!("q90 = {}", fmt::ratio(cal.upper.q90_used)),
-            q95_label: format!("q95 = {}", fmt::ratio(cal.upper.q95_used)),
+            q90: u.q90_used,
+            q95: u.q95_used,
+            q90_label: format!("q90 = {}", fmt::ratio(u.q90_used)),
+            q95_label: format!("q95 = {}", fmt::ratio(u.q95_used)),
         };
         charts.push(Chart::Ratio(c));
-        Some(ChartRef {
-            src: "charts/upper-bound-ratios.svg".into(),
+        upper_charts.push(ChartRef {
+            src: format!("charts/{file}"),
             alt: format!(
-                "Each of {}{} as a dot at its ratio of measured peak to held-out prediction, in ratio order, with vertical lines at ratio 1, q90 = {} and q95 = {}.",
-                fmt::runs(cal.upper.ratios.len() as u64),
-                if cal.upper.ratios.len() > CHART_POINTS_LIMIT {
+                "Each of {}{} of the {} profile as a dot at its ratio of measured peak to held-out prediction, in ratio order, with vertical lines at ratio 1, q90 = {} and q95 = {}.",
+                fmt::runs(u.ratios.len() as u64),
+                if u.ratios.len() > CHART_POINTS_LIMIT {
                     format!(
                         " ({} of them drawn, evenly spaced in ratio order)",
                         fmt::count(CHART_POINTS_LIMIT as u64)
@@ -967,12 +987,16 @@ pub fn from_calibration_paged<'a>(
                 } else {
                     String::new()
                 },
-                fmt::ratio(cal.upper.q90_used),
-                fmt::ratio(cal.upper.q95_used)
+                p.as_str(),
+                fmt::ratio(u.q90_used),
+                fmt::ratio(u.q95_used)
             ),
-            caption: "The distribution the upper-bound multipliers are read from.".into(),
-        })
-    };
+            caption: format!(
+                "The distribution the {} upper-bound multipliers are read from.",
+                p.as_str()
+            ),
+        });
+    }
     charts.sort_by(|a, b| a.file().cmp(b.file()));
 
     let index = IndexPage {
@@ -1000,7 +1024,7 @@ pub fn from_calibration_paged<'a>(
         methods: methods_table(&ctx),
         did_not_fit: did_not_fit_table(&ctx),
         upper: UpperView {
-            chart: upper_chart,
+            charts: upper_charts,
             multipliers: multipliers_table(&ctx),
             counts: bound_counts_table(&ctx),
         },
@@ -1201,12 +1225,13 @@ fn did_not_fit_table(ctx: &Ctx) -> Table {
 }
 
 fn multipliers_table(ctx: &Ctx) -> Table {
-    let u = &ctx.cal.upper;
     let mut t = table(
         "multipliers",
-        "The upper-bound multipliers",
+        "The upper-bound multipliers, per precision profile",
         vec![
+            col("Profile", false),
             col("Multiplier", false),
+            col("Held-out ratios", true),
             col("From today's held-out ratios", true),
             col("Used by the checks", true),
             col("In data/factors.json", true),
@@ -1217,24 +1242,22 @@ fn multipliers_table(ctx: &Ctx) -> Table {
         Some(x) => Cell::num(fmt::ratio(x), fmt::ratio(x)),
         None => Cell::num("none (no ratios)", ""),
     };
-    t.rows.push(vec![
-        Cell::text("q90"),
-        q(u.q90),
-        Cell::num(fmt::ratio(u.q90_used), fmt::ratio(u.q90_used)),
-        Cell::num(
-            fmt::ratio(ctx.factors.upper.q90),
-            fmt::ratio(ctx.factors.upper.q90),
-        ),
-    ]);
-    t.rows.push(vec![
-        Cell::text("q95"),
-        q(u.q95),
-        Cell::num(fmt::ratio(u.q95_used), fmt::ratio(u.q95_used)),
-        Cell::num(
-            fmt::ratio(ctx.factors.upper.q95),
-            fmt::ratio(ctx.factors.upper.q95),
-        ),
-    ]);
+    for (p, pf) in &ctx.cal.fits {
+        let (u, file) = (&pf.upper, ctx.factors.upper_for(*p));
+        for (name, today, used, in_file) in [
+            ("q90", u.q90, u.q90_used, file.q90),
+            ("q95", u.q95, u.q95_used, file.q95),
+        ] {
+            t.rows.push(vec![
+                Cell::text(p.as_str()),
+                Cell::text(name),
+                count_cell(u.ratios.len() as u64),
+                q(today),
+                Cell::num(fmt::ratio(used), fmt::ratio(used)),
+                Cell::num(fmt::ratio(in_file), fmt::ratio(in_file)),
+            ]);
+        }
+    }
     t
 }
 
@@ -1333,7 +1356,7 @@ fn how(ctx: &Ctx) -> HowView {
             "Factors fixed at",
             s.fixed_at.clone().unwrap_or_else(|| "not fixed yet".into()),
         ),
-        fact("Quantile rule", cal.upper.rule),
+        fact("Quantile rule", NEAREST_RANK_RULE),
     ];
     let mut fit = vec![
         fact("Rows fitted", fmt::count(cal.totals.fitted)),
@@ -1445,8 +1468,6 @@ fn how(ctx: &Ctx) -> HowView {
             fmt::count(t.excluded),
             "totals.excluded",
         ),
-        ("q90 used", fmt::ratio(cal.upper.q90_used), "upper.q90_used"),
-        ("q95 used", fmt::ratio(cal.upper.q95_used), "upper.q95_used"),
         ("headroom", fmt::pct(s.headroom), "settings.headroom"),
         (
             "small-run threshold",
@@ -1458,6 +1479,16 @@ fn how(ctx: &Ctx) -> HowView {
         injected
             .rows
             .push(vec![Cell::text(n), Cell::num(v.clone(), v), Cell::text(f)]);
+    }
+    for (p, pf) in &cal.fits {
+        for (q, v) in [("q90", pf.upper.q90_used), ("q95", pf.upper.q95_used)] {
+            let v = fmt::ratio(v);
+            injected.rows.push(vec![
+                Cell::text(format!("{q} used ({})", p.as_str())),
+                Cell::num(v.clone(), v),
+                Cell::text(format!("fits.{}.upper.{q}_used", p.as_str())),
+            ]);
+        }
     }
     let mut refit_table = table(
         "refits",

@@ -144,7 +144,8 @@ pub struct Headline {
 /// Section 5.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct UpperView {
-    pub chart: Option<ChartRef>,
+    /// One chart per precision profile with ratios.
+    pub charts: Vec<ChartRef>,
     pub multipliers: Table,
     pub counts: Table,
 }
