@@ -33,8 +33,10 @@ full size does not fit one card), uncapped (cuda-free) at batches whose estimate
 and 32 GB, and capped (cuda-edge) at 16 GiB on one graph and 40 GiB on the other, just under
 (0.85x) and over (1.3x) the cap. Ordered in tiers so that a campaign cut short covers every family.
   measurement/campaigns/make_plans.py --gpu
-After the GPU fit (`--gpu-after`, cuda-after-fit.toml): uncapped, after-fit, each GPU graph at an
-estimate near 20 GB, at a batch no row on disk has.
+After the GPU fit (`--gpu-after`, cuda-after-fit.toml, generated with the factors it fixed): every
+run marked after-fit, at a (graph, batch) no row on disk has: each GPU graph uncapped near 8, 20
+and 45 GB, and at its cap (16 GiB on the first graph of a family, 40 GiB on the second) near 0.9x
+and 1.15x of it.
 
 Usage: measurement/campaigns/make_plans.py [--memcal target/debug/memcal] [--factors FILE] [--round3 | --after2 | --gpu | --gpu-after]
 """
@@ -266,18 +268,22 @@ def gpu(args):
     PRECISION, MAX_BATCH = "bf16-autocast", 1 << 20
     header = 'device = "cuda:0"\nprecision = "bf16-autocast"\n'
     tiers = [[], [], [], [], []]
-    after = []
     for family, stems in sorted(GPU_GRAPHS.items()):
         for k, stem in enumerate(stems):
             rel = pathlib.Path("data/graphs") / f"{stem}.json"
             cache = {}
             est_batch = lambda target: batch_for(args.memcal, ROOT / rel, target, args.factors, cache)
             if args.gpu_after:
-                b = est_batch(20e9)
                 taken = existing_batches(stem)
-                while b in taken:
-                    b += 1
-                after.append((rel, [b], [], "cuda-free"))
+                cap = 16 if k == 0 else 40
+                targets = [(t, [], "cuda-free") for t in (8e9, 20e9, 45e9)]
+                targets += [(x * cap * GIB, [cap], "cuda-edge") for x in (0.9, 1.15)]
+                for tier, (t, caps, regime) in enumerate(targets):
+                    b = est_batch(t)
+                    while b in taken:
+                        b += 1
+                    taken.add(b)
+                    tiers[tier].append((rel, [b], caps, regime))
                 continue
             fb = []
             for t in (4e9, 12e9, 32e9):
@@ -291,7 +297,7 @@ def gpu(args):
             for x in (0.85, 1.3):
                 tiers[tier].append((rel, [est_batch(x * cap * GIB)], [cap], "cuda-edge"))
     if args.gpu_after:
-        name, entries = "cuda-after-fit.toml", after
+        name, entries = "cuda-after-fit.toml", [e for t in tiers for e in t]
         header += 'marker = "after-fit"\n'
     else:
         name, entries = "cuda.toml", [e for t in tiers for e in t]
