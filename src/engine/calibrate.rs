@@ -570,6 +570,8 @@ pub struct ProfileFits {
     pub held_out_architecture: BTreeMap<String, FitReport>,
     /// The profile's upper bound, from its own fitted rows.
     pub upper: Upper,
+    /// Each method's metrics over this profile's rows alone.
+    pub methods: BTreeMap<Method, MethodMetrics>,
 }
 
 /// How the bound's quantiles are read off the sorted ratios.
@@ -1016,8 +1018,9 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
                 file_factors,
                 shipped,
                 held_out_architecture: held,
-                // Set once the held-out predictions exist (below).
+                // Set once the held-out predictions and the checks exist (below).
                 upper: Upper::default(),
+                methods: BTreeMap::new(),
             },
         );
     }
@@ -1119,6 +1122,8 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
     struct Part<'a> {
         overall: Vec<Acc>,
         fam_accs: Vec<Vec<Acc>>,
+        /// Per precision profile (by `Precision as usize`).
+        prof_accs: Vec<Vec<Acc>>,
         fam_graphs: Vec<BTreeSet<&'a str>>,
         fam_rows: Vec<u64>,
         bound: BoundMetrics,
@@ -1130,6 +1135,7 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
         let new_accs = || (0..nm).map(|_| Acc::default()).collect::<Vec<Acc>>();
         let mut overall = new_accs();
         let mut fam_accs: Vec<Vec<Acc>> = (0..fam_names.len()).map(|_| new_accs()).collect();
+        let mut prof_accs: Vec<Vec<Acc>> = Precision::ALL.iter().map(|_| new_accs()).collect();
         let mut fam_graphs: Vec<BTreeSet<&str>> = vec![BTreeSet::new(); fam_names.len()];
         let mut fam_rows = vec![0u64; fam_names.len()];
         let mut last_graph: Vec<&str> = vec![""; fam_names.len()];
@@ -1168,6 +1174,11 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
                 if let Some(e) = err {
                     acc.errors.push(e);
                 }
+                let acc = &mut prof_accs[r.precision as usize][mi];
+                acc.rows += 1;
+                if let Some(e) = err {
+                    acc.errors.push(e);
+                }
             }
             let (q90m, q95m) = if p.bucket == Bucket::AfterFit {
                 let u = f.upper_for(r.precision);
@@ -1199,7 +1210,11 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
                         card_bytes: card.bytes,
                     };
                     let mi = method as usize;
-                    for acc in [&mut overall[mi], &mut fam_accs[p.fam][mi]] {
+                    for acc in [
+                        &mut overall[mi],
+                        &mut fam_accs[p.fam][mi],
+                        &mut prof_accs[r.precision as usize][mi],
+                    ] {
                         let m = &mut acc.m;
                         match t {
                             Truth::DoesNotFit => {
@@ -1282,6 +1297,7 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
         Part {
             overall,
             fam_accs,
+            prof_accs,
             fam_graphs,
             fam_rows,
             bound,
@@ -1305,6 +1321,7 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
     let Part {
         mut overall,
         mut fam_accs,
+        mut prof_accs,
         mut fam_graphs,
         mut fam_rows,
         mut bound,
@@ -1314,6 +1331,11 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
     }
     for (fa, fb) in fam_accs.iter_mut().zip(pb.fam_accs) {
         for (a, b) in fa.iter_mut().zip(fb) {
+            a.merge(b);
+        }
+    }
+    for (pa, pb) in prof_accs.iter_mut().zip(pb.prof_accs) {
+        for (a, b) in pa.iter_mut().zip(pb) {
             a.merge(b);
         }
     }
@@ -1413,6 +1435,11 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
     for (p, u) in uppers {
         if let Some(pf) = fits.get_mut(&p) {
             pf.upper = u;
+        }
+    }
+    for (p, accs) in Precision::ALL.into_iter().zip(prof_accs) {
+        if let Some(pf) = fits.get_mut(&p) {
+            pf.methods = finish(accs);
         }
     }
     Calibration {

@@ -1022,6 +1022,7 @@ pub fn from_calibration_paged<'a>(
         headline: headline(&ctx),
         scatter: scatter_refs,
         methods: methods_table(&ctx),
+        methods_by_profile: methods_by_profile_table(&ctx),
         did_not_fit: did_not_fit_table(&ctx),
         upper: UpperView {
             charts: upper_charts,
@@ -1143,6 +1144,29 @@ fn methods_table(ctx: &Ctx) -> Table {
     for m in Method::ALL {
         if let Some(mm) = ctx.cal.methods.get(&m) {
             t.rows.push(metrics_cells(Cell::text(method_name(m)), mm));
+        }
+    }
+    t
+}
+
+/// The methods again, over each precision profile's rows alone (the profiles are measured on
+/// different devices: one profile's rows never flatter or spoil the other's numbers).
+fn methods_by_profile_table(ctx: &Ctx) -> Table {
+    let mut columns = vec![col("Precision profile", false)];
+    columns.extend(metrics_columns("Method"));
+    let mut t = table(
+        "methods-by-profile",
+        "Each method's error and card checks, per precision profile",
+        columns,
+        "No method has predicted a row yet.",
+    );
+    for (p, pf) in &ctx.cal.fits {
+        for m in Method::ALL {
+            if let Some(mm) = pf.methods.get(&m) {
+                let mut row = vec![Cell::text(p.as_str())];
+                row.extend(metrics_cells(Cell::text(method_name(m)), mm));
+                t.rows.push(row);
+            }
         }
     }
     t

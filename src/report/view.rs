@@ -209,6 +209,8 @@ pub struct IndexPage {
     pub headline: Headline,
     pub scatter: Vec<ChartRef>,
     pub methods: Table,
+    /// The methods over each precision profile's rows alone.
+    pub methods_by_profile: Table,
     pub did_not_fit: Table,
     pub upper: UpperView,
     pub how: HowView,
