@@ -68,6 +68,32 @@ fn shipped_rows_pass_the_campaign_checks() {
                 row.device.kind, row.precision
             ));
         }
+        // GPU rows: a CUDA device, bf16 autocast, the caching allocator (reserved >= allocated),
+        // and, with this campaign's 139.8 GiB card, an out-of-memory error only under a cap.
+        if rel.starts_with("runs/cuda") {
+            if row.device.kind != "cuda"
+                || row.precision != "bf16-autocast"
+                || row.device.reserved_equals_allocated
+            {
+                problems.push(format!(
+                    "{rel}: under runs/cuda but device {} precision {} reserved_equals_allocated {}",
+                    row.device.kind, row.precision, row.device.reserved_equals_allocated
+                ));
+            }
+            if let Some(peak) = &row.peak {
+                if peak.reserved_bytes < peak.allocated_bytes {
+                    problems.push(format!(
+                        "{rel}: reserved peak {} below the allocated peak {}",
+                        peak.reserved_bytes, peak.allocated_bytes
+                    ));
+                }
+            }
+            if row.status == RunStatus::Oom && row.device.emulated_capacity_bytes.is_none() {
+                problems.push(format!(
+                    "{rel}: a GPU out-of-memory error without an emulated capacity"
+                ));
+            }
+        }
         if row.device.kind == "cpu"
             && row.status == RunStatus::Oom
             && row.device.emulated_capacity_bytes.is_none()

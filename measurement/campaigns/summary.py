@@ -21,6 +21,11 @@ def main():
     ap.add_argument("--data", default="data")
     args = ap.parse_args()
     cal = json.load(open(args.calibration))
+    # The family of a graph, as its file says (gpt2-small is a gpt, resnet50 a resnet).
+    family_of = {}
+    for g in pathlib.Path(args.data, "graphs").glob("*.json"):
+        gj = json.loads(g.read_text())
+        family_of[gj["name"]] = gj.get("family", gj["name"])
     rows = []
     for f in sorted(pathlib.Path(args.data, "runs").glob("**/*.json")):
         r = json.loads(f.read_text())
@@ -30,7 +35,7 @@ def main():
     wall = 0.0
     stamps = []
     for r in rows:
-        family = r["graph"]["name"].rsplit("-", 1)[0]
+        family = family_of.get(r["graph"]["name"], r["graph"]["name"])
         col = r["regime"] + (" after-fit" if r.get("marker") == "after-fit" else "")
         per[family][col] += 1
         status[(r["regime"], r["status"])] += 1
@@ -59,7 +64,17 @@ def main():
         print(f"factors {prec}: shipped {[round(x, 4) for x in fits['shipped']['factors']]} "
               f"({fits['shipped']['source']}); in data/factors.json "
               f"{[round(x, 4) for x in fits['file_factors']]}")
-    print(f"upper: q90 {cal['upper']['q90']}, q95 {cal['upper']['q95']}")
+        u = fits["upper"]
+        print(f"upper {prec}: q90 {u['q90']}, q95 {u['q95']} over {len(u['ratios'])} fitted runs >= 1 GB")
+    print()
+    print("| profile | method | median abs error (rows >= 1 GB) | rows | within 25% | missed OOM |")
+    print("|---|---|---:|---:|---:|---:|")
+    for prec, fits in cal["fits"].items():
+        for m, x in fits["methods"].items():
+            e = x.get("median_abs_rel_error")
+            w = x.get("within_25pct")
+            print(f"| {prec} | {m} | {'-' if e is None else f'{100 * e:.1f}%'} | {x['error_rows']} | "
+                  f"{'-' if w is None else f'{100 * w:.1f}%'} | {len(x['missed_oom'])} of {x['did_not_fit_checks']} |")
     print()
     print("| family | held-out-by-architecture median abs error (rows >= 1 GB) | rows | after-the-fit median | rows |")
     print("|---|---:|---:|---:|---:|")
