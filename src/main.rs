@@ -127,13 +127,31 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", chain_message(&e));
             let code = e
                 .downcast_ref::<memcal::Error>()
                 .map_or(1, |m| m.exit_code());
             ExitCode::from(code as u8)
         }
     }
+}
+
+/// The error and its causes, joined by ": ", without a cause that the message before it already
+/// ends with (memcal's own errors print their io cause themselves).
+fn chain_message(e: &anyhow::Error) -> String {
+    let mut msg = String::new();
+    let mut prev = String::new();
+    for cause in e.chain() {
+        let s = cause.to_string();
+        if !prev.ends_with(&s) {
+            if !msg.is_empty() {
+                msg.push_str(": ");
+            }
+            msg.push_str(&s);
+        }
+        prev = s;
+    }
+    msg
 }
 
 /// Writes a file through a temporary sibling and a rename, so a reader never sees half of it.

@@ -135,3 +135,19 @@ fn no_batch_axis_loads_but_is_flagged() {
     let graph = memcal::graph::Graph::from_bytes(g.as_bytes(), Path::new("x.json")).unwrap();
     assert!(!graph.has_batch_axis());
 }
+
+#[test]
+fn a_missing_graph_file_says_so_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("missing.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_memcal"))
+        .args(["plan", path.to_str().unwrap(), "--batch", "4", "--factors"])
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("data/factors.json"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("missing.json: cannot read"), "{err}");
+    // The io error is printed once, not once by the message and again as its cause.
+    assert_eq!(err.matches("os error 2").count(), 1, "{err}");
+}
