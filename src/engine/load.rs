@@ -355,9 +355,43 @@ fn check(row: &RowRef, path: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Features, accelerate's and the textbook's bytes per (graph, batch, precision).
-type FeatureCache<'g> =
-    HashMap<(&'g str, u64, Precision), (Features, u64, Option<u64>, Option<u64>)>;
+/// Features, accelerate's, the textbook's and the simulator's bytes of a (graph, batch,
+/// precision).
+type Computed = (Features, u64, Option<u64>, Option<u64>);
+
+type Keyed<'g> = HashMap<(&'g str, u64, Precision), Computed>;
+
+/// [`Computed`] per (graph, batch, precision): each loading thread's own map in front of one
+/// shared by the threads, so that each key is computed about once (the simulator dominates).
+struct FeatureCache<'g, 's> {
+    own: Keyed<'g>,
+    shared: &'s std::sync::Mutex<Keyed<'g>>,
+}
+
+impl<'g> FeatureCache<'g, '_> {
+    fn get(&mut self, key: (&'g str, u64, Precision), g: &Graph) -> Computed {
+        if let Some(c) = self.own.get(&key) {
+            return *c;
+        }
+        let lock = || self.shared.lock().unwrap_or_else(|e| e.into_inner());
+        let known = lock().get(&key).copied();
+        let c = known.unwrap_or_else(|| {
+            let (batch, precision) = (key.1, key.2);
+            let c = (
+                features::features(g, batch, precision),
+                baselines::accelerate(g, precision).training_bytes,
+                baselines::textbook(g, batch).ok().map(|t| t.total_bytes),
+                crate::simulate::simulate(g, batch, precision)
+                    .ok()
+                    .map(|s| s.peak_bytes),
+            );
+            lock().insert(key, c);
+            c
+        });
+        self.own.insert(key, c);
+        c
+    }
+}
 
 /// Turns a parsed row into an engine row, joined to its graph.
 fn join<'g>(
@@ -366,7 +400,7 @@ fn join<'g>(
     file_sha256: super::Digest,
     path: &Path,
     graphs: &'g BTreeMap<String, (Graph, GraphInfo)>,
-    cache: &mut FeatureCache<'g>,
+    cache: &mut FeatureCache<'g, '_>,
     names: &mut super::Interner,
 ) -> Result<Row> {
     let Some((name, (g, info))) = graphs.get_key_value(row.graph.name.as_ref()) else {
@@ -380,20 +414,8 @@ fn join<'g>(
         ));
     };
     let precision: Precision = row.precision.parse().expect("validated in parse_row");
-    let key = (name.as_str(), row.batch, precision);
     let (features, accelerate_bytes, textbook_bytes, simulated_bytes) =
-        *cache.entry(key).or_insert_with(|| {
-            (
-                features::features(g, row.batch, precision),
-                baselines::accelerate(g, precision).training_bytes,
-                baselines::textbook(g, row.batch)
-                    .ok()
-                    .map(|t| t.total_bytes),
-                crate::simulate::simulate(g, row.batch, precision)
-                    .ok()
-                    .map(|s| s.peak_bytes),
-            )
-        });
+        cache.get((name.as_str(), row.batch, precision), g);
     if features.as_array().contains(&u64::MAX) {
         return Err(field(
             path,
@@ -464,14 +486,18 @@ fn bundle_lines(bytes: &[u8]) -> impl Iterator<Item = (usize, &[u8])> {
 
 /// Reads, parses, checks, hashes and joins the row files and bundles `paths` in order, stopping
 /// at the first error.
-fn load_rows(
+fn load_rows<'g>(
     data_dir: &Path,
     paths: &[std::path::PathBuf],
     capacity: usize,
-    graphs: &BTreeMap<String, (Graph, GraphInfo)>,
+    graphs: &'g BTreeMap<String, (Graph, GraphInfo)>,
+    shared: &std::sync::Mutex<Keyed<'g>>,
 ) -> Result<Vec<Row>> {
     let mut rows = Vec::with_capacity(capacity);
-    let mut cache = HashMap::new();
+    let mut cache = FeatureCache {
+        own: HashMap::new(),
+        shared,
+    };
     let mut names = super::Interner::default();
     for path in paths {
         let bytes = std::fs::read(path).map_err(|source| Error::Io {
@@ -629,7 +655,8 @@ pub fn load(data_dir: &Path) -> Result<Dataset> {
     }
     // Read, parse, check, hash and join the rows on up to `threads` threads, each a contiguous
     // run of the sorted paths (about as many rows each: a bundle weighs as its rows) with its
-    // own feature cache and interner (equal names compare equal whichever interner made them).
+    // own interner (equal names compare equal whichever interner made them) and its own
+    // feature cache in front of a shared one (each graph, batch and precision simulated once).
     // Each run stops at its first error; the runs are joined in path order, so the rows keep
     // path order (a bundle's in line order) and the error reported is the first in path order,
     // as if read one by one.
@@ -650,6 +677,7 @@ pub fn load(data_dir: &Path) -> Result<Dataset> {
     }
     let graphs_ref = &graphs;
     let paths = &paths;
+    let shared = &std::sync::Mutex::new(HashMap::new());
     let runs: Vec<Result<Vec<Row>>> = std::thread::scope(|scope| {
         let mut before = 0;
         let handles: Vec<_> = chunks
@@ -660,7 +688,8 @@ pub fn load(data_dir: &Path) -> Result<Dataset> {
                 // touched), so joining copies only the others.
                 let capacity = if k == 0 { total } else { upto - before };
                 before = upto;
-                scope.spawn(move || load_rows(data_dir, &paths[range], capacity, graphs_ref))
+                scope
+                    .spawn(move || load_rows(data_dir, &paths[range], capacity, graphs_ref, shared))
             })
             .collect();
         handles
