@@ -10,13 +10,16 @@
 //!   serialised straight into their files) into a fresh temporary folder.
 //!
 //! The data folder is written once per size, outside the timing, by
-//! `engine::synthetic::write_data_folder` into a temporary folder (`TMPDIR`; 1M rows are about
+//! `engine::synthetic::write_data_folder_as` into a temporary folder (`TMPDIR`; 1M rows are about
 //! 2.5 GB in 1M files) and removed afterwards. `MEMCAL_BENCH_ROWS` selects the sizes
 //! (comma-separated, e.g. `MEMCAL_BENCH_ROWS=1000000`), so each size can run in its own process;
 //! the process's peak resident set (VmHWM) is printed after each step, and one untimed build
 //! prints where its time goes and what it wrote. `MEMCAL_BENCH_SITE=0` skips `build`;
 //! `MEMCAL_BENCH_ONCE=1` runs only the one untimed build with its breakdown (load first; no
-//! criterion measurement). Results and commands: `docs/hardening.md`.
+//! criterion measurement). `MEMCAL_BENCH_LAYOUT=bundles` writes the rows as row bundles (1,000
+//! rows a `.jsonl` file; `bundles:N` for N) instead of one file per row, and
+//! `MEMCAL_BENCH_DATA=<dir>` keeps the data folder under `<dir>` for later runs. Results and
+//! commands: `docs/hardening.md`.
 
 use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion, SamplingMode};
 use memcal::engine::{calibrate, synthetic};
