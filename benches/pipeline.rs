@@ -10,13 +10,16 @@
 //!   serialised straight into their files) into a fresh temporary folder.
 //!
 //! The data folder is written once per size, outside the timing, by
-//! `engine::synthetic::write_data_folder` into a temporary folder (`TMPDIR`; 1M rows are about
+//! `engine::synthetic::write_data_folder_as` into a temporary folder (`TMPDIR`; 1M rows are about
 //! 2.5 GB in 1M files) and removed afterwards. `MEMCAL_BENCH_ROWS` selects the sizes
 //! (comma-separated, e.g. `MEMCAL_BENCH_ROWS=1000000`), so each size can run in its own process;
 //! the process's peak resident set (VmHWM) is printed after each step, and one untimed build
 //! prints where its time goes and what it wrote. `MEMCAL_BENCH_SITE=0` skips `build`;
 //! `MEMCAL_BENCH_ONCE=1` runs only the one untimed build with its breakdown (load first; no
-//! criterion measurement). Results and commands: `docs/hardening.md`.
+//! criterion measurement). `MEMCAL_BENCH_LAYOUT=bundles` writes the rows as row bundles (1,000
+//! rows a `.jsonl` file; `bundles:N` for N) instead of one file per row, and
+//! `MEMCAL_BENCH_DATA=<dir>` keeps the data folder under `<dir>` for later runs. Results and
+//! commands: `docs/hardening.md`.
 
 use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion, SamplingMode};
 use memcal::engine::{calibrate, synthetic};
@@ -136,6 +139,71 @@ fn build(data: &Path, out: &Path, breakdown: bool) -> usize {
     summary.files.len()
 }
 
+/// `MEMCAL_BENCH_LAYOUT`: `files` (the default: one row file per run) or `bundles` (row
+/// bundles of 1,000 rows; `bundles:N` for N rows a bundle).
+fn layout() -> synthetic::Layout {
+    match std::env::var("MEMCAL_BENCH_LAYOUT").as_deref() {
+        Err(_) | Ok("files") => synthetic::Layout::Files,
+        Ok("bundles") => synthetic::Layout::Bundles(1_000),
+        Ok(s) => match s.strip_prefix("bundles:").map(str::parse) {
+            Some(Ok(n)) => synthetic::Layout::Bundles(n),
+            _ => panic!("MEMCAL_BENCH_LAYOUT: `files`, `bundles` or `bundles:N`, not `{s}`"),
+        },
+    }
+}
+
+/// The data folder for `rows` rows: a fresh temporary folder, removed afterwards, or with
+/// `MEMCAL_BENCH_DATA=<dir>` the folder `<dir>/<layout>-<rows>`, kept and reused by later runs
+/// (it is complete once `<dir>/<layout>-<rows>.done` exists).
+enum DataDir {
+    Temp(tempfile::TempDir),
+    Kept(std::path::PathBuf),
+}
+
+impl DataDir {
+    fn path(&self) -> &Path {
+        match self {
+            DataDir::Temp(t) => t.path(),
+            DataDir::Kept(p) => p,
+        }
+    }
+}
+
+fn data_folder(rows: usize, layout: synthetic::Layout, truth: [f64; 6]) -> DataDir {
+    let name = match layout {
+        synthetic::Layout::Files => format!("files-{rows}"),
+        synthetic::Layout::Bundles(n) => format!("bundles{n}-{rows}"),
+    };
+    let (dir, done) = match std::env::var_os("MEMCAL_BENCH_DATA") {
+        Some(root) => {
+            let root = std::path::PathBuf::from(root);
+            let done = root.join(format!("{name}.done"));
+            let dir = root.join(&name);
+            if done.exists() {
+                eprintln!("rows {rows}: reusing the data folder {}", dir.display());
+                return DataDir::Kept(dir);
+            }
+            if dir.exists() {
+                std::fs::remove_dir_all(&dir).unwrap();
+            }
+            (DataDir::Kept(dir), Some(done))
+        }
+        None => (DataDir::Temp(tempfile::tempdir().unwrap()), None),
+    };
+    let t = Instant::now();
+    let bytes = synthetic::write_data_folder_as(dir.path(), rows, GRAPHS, truth, 7, layout)
+        .expect("the data folder is written");
+    eprintln!(
+        "rows {rows}: wrote the data folder ({name}, {:.1} MB) in {:.1} s (not timed)",
+        bytes as f64 / 1e6,
+        t.elapsed().as_secs_f64()
+    );
+    if let Some(done) = done {
+        std::fs::write(done, b"").unwrap();
+    }
+    dir
+}
+
 fn bench(c: &mut Criterion) {
     let truth = [1.2, 0.9, 1.3, 3.6, 5.2, 2.0];
     let mut g = c.benchmark_group("pipeline");
@@ -143,15 +211,7 @@ fn bench(c: &mut Criterion) {
     g.sampling_mode(SamplingMode::Flat);
     g.warm_up_time(Duration::from_secs(1));
     for rows in sizes() {
-        let data = tempfile::tempdir().unwrap();
-        let t = Instant::now();
-        let bytes = synthetic::write_data_folder(data.path(), rows, GRAPHS, truth, 7)
-            .expect("the data folder is written");
-        eprintln!(
-            "rows {rows}: wrote the data folder ({:.1} MB) in {:.1} s (not timed)",
-            bytes as f64 / 1e6,
-            t.elapsed().as_secs_f64()
-        );
+        let data = data_folder(rows, layout(), truth);
         if let Some(m) = peak_rss_mib() {
             eprintln!("rows {rows}: peak RSS after writing the data folder {m:.0} MiB");
         }

@@ -5,7 +5,8 @@
 //! an error but an exclusion, whose reason is snapshotted instead.
 //!
 //! Layout: `graphs/<case>.json` (a graph file, or a directory where a file is expected) and
-//! `rows/<case>/` (a complete data folder: `factors.json`, `graphs/`, `runs/`). Adding a case
+//! `rows/<case>/` (a complete data folder: `factors.json`, `graphs/`, `runs/`; the `bundle_*` cases
+//! hold a row bundle `runs/rows.jsonl`, whose errors name `file:line`). Adding a case
 //! means adding the file or folder and its name to the lists below; `corpus_is_listed` checks
 //! that the two agree.
 
@@ -158,6 +159,9 @@ mod rows {
         factors_negative_factor,
         factors_truncated,
         factors_wrong_format_version,
+        bundle_bad_line,
+        bundle_empty_line,
+        bundle_unknown_field,
     );
 }
 

@@ -674,7 +674,15 @@ pub fn nearest_rank(sorted: &[f64], percent: u32) -> Option<f64> {
 }
 
 fn cmp_path(a: &str, b: &str) -> Ordering {
-    Path::new(a).cmp(Path::new(b))
+    // A row of a bundle is `file.jsonl:line`: by the file's path, then by line number.
+    fn split(s: &str) -> (&str, u64) {
+        s.rsplit_once(':')
+            .filter(|(p, _)| p.ends_with(".jsonl"))
+            .and_then(|(p, n)| n.parse().ok().map(|n| (p, n)))
+            .unwrap_or((s, 0))
+    }
+    let (a, b) = (split(a), split(b));
+    Path::new(a.0).cmp(Path::new(b.0)).then(a.1.cmp(&b.1))
 }
 
 fn median(v: &mut [f64]) -> Option<f64> {

@@ -11,6 +11,7 @@ use crate::graph::{self, Graph};
 use crate::run::{RunRow, RunStatus, RUN_FORMAT};
 use serde::Deserialize as _;
 use sha2::Digest as _;
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
@@ -55,24 +56,208 @@ fn field(path: &Path, field: &str, message: impl Into<String>) -> Error {
     }
 }
 
-/// Parses and validates one row file's bytes; `path` names it in errors.
-pub fn parse_row(bytes: &[u8], path: &Path) -> Result<RunRow> {
-    let text = std::str::from_utf8(bytes).map_err(|e| Error::Parse {
-        path: path.to_path_buf(),
-        what: "run row",
-        message: format!("not UTF-8 text ({e})"),
-    })?;
-    // Plain serde first; only a row that fails is parsed again to find the failing field's path
-    // (the same deserializer, so the same rows pass and the same message is reported).
-    let row: RunRow = match RunRow::deserialize(&mut serde_json::Deserializer::from_str(text)) {
+/// A row as the loader reads it: [`RunRow`]'s fields, borrowed from the row's text where it
+/// can be (a string with an escape is copied), and the parts the engine does not keep
+/// (`phases`, `parameters`, the device's allocator ...) checked and dropped. It accepts exactly
+/// what [`RunRow`] accepts (the same fields, types, defaults and `deny_unknown_fields`); a row
+/// it rejects is parsed again as a [`RunRow`] to report the failing field.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RowRef<'a> {
+    #[serde(borrow)]
+    format: Cow<'a, str>,
+    #[serde(borrow)]
+    run_id: Cow<'a, str>,
+    #[serde(borrow)]
+    graph: GraphRefRef<'a>,
+    batch: u64,
+    #[serde(borrow)]
+    precision: Cow<'a, str>,
+    #[serde(borrow)]
+    regime: Cow<'a, str>,
+    #[serde(default, borrow)]
+    marker: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    device: DeviceRef<'a>,
+    #[serde(borrow)]
+    #[allow(dead_code)]
+    host: Cow<'a, str>,
+    #[serde(borrow)]
+    timestamp: Cow<'a, str>,
+    #[serde(borrow)]
+    tool_version: Cow<'a, str>,
+    #[allow(dead_code)]
+    parameters: crate::run::ParameterCounts,
+    graph_mismatch: bool,
+    status: RunStatus,
+    #[serde(default, borrow)]
+    oom: Option<FailureRef<'a>>,
+    #[serde(default, borrow)]
+    error: Option<FailureRef<'a>>,
+    #[allow(dead_code)]
+    phases: Phases,
+    #[serde(default, borrow)]
+    peak: Option<PeakRef<'a>>,
+}
+
+/// [`crate::run::GraphRef`], borrowed.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GraphRefRef<'a> {
+    #[serde(borrow)]
+    name: Cow<'a, str>,
+    #[serde(borrow)]
+    sha256: Cow<'a, str>,
+}
+
+/// [`crate::run::DeviceInfo`], borrowed.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+struct DeviceRef<'a> {
+    #[serde(borrow)]
+    kind: Cow<'a, str>,
+    #[serde(borrow)]
+    name: Cow<'a, str>,
+    capacity_bytes: u64,
+    #[serde(default)]
+    emulated_capacity_bytes: Option<u64>,
+    #[serde(borrow)]
+    allocator: Cow<'a, str>,
+    reserved_equals_allocated: bool,
+    #[serde(borrow)]
+    torch: Cow<'a, str>,
+    #[serde(default, borrow)]
+    cuda: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    driver: Option<Cow<'a, str>>,
+    cores: u64,
+}
+
+/// [`crate::run::Failure`], borrowed.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+struct FailureRef<'a> {
+    #[serde(borrow)]
+    phase: Cow<'a, str>,
+    #[serde(borrow)]
+    message: Cow<'a, str>,
+}
+
+/// [`crate::run::Peak`], borrowed.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+struct PeakRef<'a> {
+    allocated_bytes: u64,
+    reserved_bytes: u64,
+    #[serde(borrow)]
+    phase: Cow<'a, str>,
+}
+
+/// [`crate::run::Phase`], borrowed.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+struct PhaseRef<'a> {
+    #[serde(borrow)]
+    name: Cow<'a, str>,
+    #[serde(borrow)]
+    status: Cow<'a, str>,
+    allocated_start: u64,
+    reserved_start: u64,
+    #[serde(default)]
+    allocated_peak: Option<u64>,
+    #[serde(default)]
+    reserved_peak: Option<u64>,
+    #[serde(default)]
+    allocated_end: Option<u64>,
+    #[serde(default)]
+    reserved_end: Option<u64>,
+    wall_seconds: f64,
+}
+
+/// A row's `phases`: each element is checked as a [`crate::run::Phase`] and dropped.
+struct Phases;
+
+impl<'de> serde::Deserialize<'de> for Phases {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct Each;
+        impl<'de> serde::de::Visitor<'de> for Each {
+            type Value = Phases;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a sequence")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> std::result::Result<Phases, A::Error> {
+                while seq.next_element::<PhaseRef<'de>>()?.is_some() {}
+                Ok(Phases)
+            }
+        }
+        d.deserialize_seq(Each)
+    }
+}
+
+/// Parses one row's text into a [`RowRef`] and checks it; `path` names it in errors.
+fn parse_ref<'a>(text: &'a str, path: &Path) -> Result<RowRef<'a>> {
+    // The borrowed rows first; only a row that fails is parsed again, as a `RunRow`, to find the
+    // failing field's path (the same fields and types, so the same rows pass and the message
+    // is the one the owned row type reports).
+    let row = match RowRef::deserialize(&mut serde_json::Deserializer::from_str(text)) {
         Ok(row) => row,
         Err(_) => {
             let de = &mut serde_json::Deserializer::from_str(text);
-            serde_path_to_error::deserialize(de).map_err(|e| {
-                graph::json_error(path, "run row JSON", "docs/run-format.md", text, e)
-            })?
+            let e = match serde_path_to_error::deserialize::<_, RunRow>(de) {
+                Err(e) => e,
+                Ok(_) => {
+                    return Err(Error::Parse {
+                        path: path.to_path_buf(),
+                        what: "run row",
+                        message: "the row parses as a run row but not as the loader reads it \
+                                  (a bug in memcal: please report it)"
+                            .into(),
+                    })
+                }
+            };
+            return Err(graph::json_error(
+                path,
+                "run row JSON",
+                "docs/run-format.md",
+                text,
+                e,
+            ));
         }
     };
+    check(&row, path)?;
+    Ok(row)
+}
+
+fn utf8<'a>(bytes: &'a [u8], path: &Path) -> Result<&'a str> {
+    std::str::from_utf8(bytes).map_err(|e| Error::Parse {
+        path: path.to_path_buf(),
+        what: "run row",
+        message: format!("not UTF-8 text ({e})"),
+    })
+}
+
+/// Parses and validates one row file's bytes; `path` names it in errors.
+pub fn parse_row(bytes: &[u8], path: &Path) -> Result<RunRow> {
+    let text = utf8(bytes, path)?;
+    parse_ref(text, path)?;
+    serde_json::from_str(text).map_err(|e| Error::Parse {
+        path: path.to_path_buf(),
+        what: "run row",
+        message: format!(
+            "the loader accepts the row but it is not a run row ({e}): a bug in memcal"
+        ),
+    })
+}
+
+/// The checks serde's types do not make.
+fn check(row: &RowRef, path: &Path) -> Result<()> {
     if row.format != RUN_FORMAT {
         return Err(field(
             path,
@@ -167,23 +352,58 @@ pub fn parse_row(bytes: &[u8], path: &Path) -> Result<RunRow> {
             }
         }
     }
-    Ok(row)
+    Ok(())
 }
 
-/// Features, accelerate's and the textbook's bytes per (graph, batch, precision).
-type FeatureCache = HashMap<(String, u64, Precision), (Features, u64, Option<u64>, Option<u64>)>;
+/// Features, accelerate's, the textbook's and the simulator's bytes of a (graph, batch,
+/// precision).
+type Computed = (Features, u64, Option<u64>, Option<u64>);
+
+type Keyed<'g> = HashMap<(&'g str, u64, Precision), Computed>;
+
+/// [`Computed`] per (graph, batch, precision): each loading thread's own map in front of one
+/// shared by the threads, so that each key is computed about once (the simulator dominates).
+struct FeatureCache<'g, 's> {
+    own: Keyed<'g>,
+    shared: &'s std::sync::Mutex<Keyed<'g>>,
+}
+
+impl<'g> FeatureCache<'g, '_> {
+    fn get(&mut self, key: (&'g str, u64, Precision), g: &Graph) -> Computed {
+        if let Some(c) = self.own.get(&key) {
+            return *c;
+        }
+        let lock = || self.shared.lock().unwrap_or_else(|e| e.into_inner());
+        let known = lock().get(&key).copied();
+        let c = known.unwrap_or_else(|| {
+            let (batch, precision) = (key.1, key.2);
+            let c = (
+                features::features(g, batch, precision),
+                baselines::accelerate(g, precision).training_bytes,
+                baselines::textbook(g, batch).ok().map(|t| t.total_bytes),
+                crate::simulate::simulate(g, batch, precision)
+                    .ok()
+                    .map(|s| s.peak_bytes),
+            );
+            lock().insert(key, c);
+            c
+        });
+        self.own.insert(key, c);
+        c
+    }
+}
 
 /// Turns a parsed row into an engine row, joined to its graph.
-fn join(
-    row: RunRow,
+fn join<'g>(
+    row: RowRef,
     rel: String,
     file_sha256: super::Digest,
     path: &Path,
-    graphs: &BTreeMap<String, (Graph, GraphInfo)>,
-    cache: &mut FeatureCache,
+    graphs: &'g BTreeMap<String, (Graph, GraphInfo)>,
+    cache: &mut FeatureCache<'g, '_>,
     names: &mut super::Interner,
 ) -> Result<Row> {
-    let Some((g, info)) = graphs.get(&row.graph.name) else {
+    let Some((name, (g, info))) = graphs.get_key_value(row.graph.name.as_ref()) else {
         return Err(field(
             path,
             "graph.name",
@@ -194,20 +414,8 @@ fn join(
         ));
     };
     let precision: Precision = row.precision.parse().expect("validated in parse_row");
-    let key = (row.graph.name.clone(), row.batch, precision);
     let (features, accelerate_bytes, textbook_bytes, simulated_bytes) =
-        *cache.entry(key).or_insert_with(|| {
-            (
-                features::features(g, row.batch, precision),
-                baselines::accelerate(g, precision).training_bytes,
-                baselines::textbook(g, row.batch)
-                    .ok()
-                    .map(|t| t.total_bytes),
-                crate::simulate::simulate(g, row.batch, precision)
-                    .ok()
-                    .map(|s| s.peak_bytes),
-            )
-        });
+        cache.get((name.as_str(), row.batch, precision), g);
     if features.as_array().contains(&u64::MAX) {
         return Err(field(
             path,
@@ -222,9 +430,9 @@ fn join(
         file: rel.into(),
         file_sha256,
         graph_changed: row.graph.sha256 != g.sha256,
-        run_id: row.run_id.into(),
+        run_id: row.run_id.as_ref().into(),
         family: names.name(&info.family),
-        graph: names.name(&row.graph.name),
+        graph: names.name(name),
         regime: names.name(&row.regime),
         precision,
         batch: row.batch,
@@ -249,45 +457,152 @@ fn join(
     })
 }
 
-/// Reads, parses, checks, hashes and joins the row files `paths` in order, stopping at the first
-/// error.
-fn load_rows(
+/// Whether `path` is a row bundle (`.jsonl`: one row per line) rather than a row file.
+fn is_bundle(path: &Path) -> bool {
+    path.extension().is_some_and(|x| x == "jsonl")
+}
+
+/// `path` relative to `data_dir`, `/`-separated.
+fn relative(data_dir: &Path, path: &Path) -> String {
+    let mut rel = String::new();
+    for c in path.strip_prefix(data_dir).unwrap_or(path).components() {
+        if !rel.is_empty() {
+            rel.push('/');
+        }
+        rel.push_str(&c.as_os_str().to_string_lossy());
+    }
+    rel
+}
+
+/// The rows of a bundle's `bytes`: each line with its number (from 1) and its bytes including
+/// its newline (the last line may have none). A file that ends with a newline has no empty
+/// line after it.
+fn bundle_lines(bytes: &[u8]) -> impl Iterator<Item = (usize, &[u8])> {
+    bytes
+        .split_inclusive(|&b| b == b'\n')
+        .enumerate()
+        .map(|(k, line)| (k + 1, line))
+}
+
+/// Reads, parses, checks, hashes and joins the row files and bundles `paths` in order, stopping
+/// at the first error.
+fn load_rows<'g>(
     data_dir: &Path,
     paths: &[std::path::PathBuf],
     capacity: usize,
-    graphs: &BTreeMap<String, (Graph, GraphInfo)>,
+    graphs: &'g BTreeMap<String, (Graph, GraphInfo)>,
+    shared: &std::sync::Mutex<Keyed<'g>>,
 ) -> Result<Vec<Row>> {
     let mut rows = Vec::with_capacity(capacity);
-    let mut cache = HashMap::new();
+    let mut cache = FeatureCache {
+        own: HashMap::new(),
+        shared,
+    };
     let mut names = super::Interner::default();
     for path in paths {
         let bytes = std::fs::read(path).map_err(|source| Error::Io {
             path: path.clone(),
             source,
         })?;
-        let row = parse_row(&bytes, path)?;
-        let rel = path
-            .strip_prefix(data_dir)
-            .unwrap_or(path)
-            .components()
-            .map(|c| c.as_os_str().to_string_lossy().into_owned())
-            .collect::<Vec<_>>()
-            .join("/");
-        rows.push(join(
-            row,
-            rel,
-            super::Digest::of(&bytes),
-            path,
-            graphs,
-            &mut cache,
-            &mut names,
-        )?);
+        let rel = relative(data_dir, path);
+        if !is_bundle(path) {
+            let row = parse_ref(utf8(&bytes, path)?, path)?;
+            let digest = super::Digest::of(&bytes);
+            rows.push(join(
+                row, rel, digest, path, graphs, &mut cache, &mut names,
+            )?);
+            continue;
+        }
+        // A bundle: every line is a row, named `file:line` (in errors too); its digest is
+        // over the line's bytes with its newline, as if the line were a row file.
+        let text = std::str::from_utf8(&bytes).map_err(|e| {
+            let line = bytes[..e.valid_up_to()]
+                .iter()
+                .filter(|&&b| b == b'\n')
+                .count()
+                + 1;
+            Error::Parse {
+                path: line_path(path, line),
+                what: "run row",
+                message: format!("not UTF-8 text ({e})"),
+            }
+        })?;
+        if text.is_empty() {
+            return Err(Error::Parse {
+                path: path.clone(),
+                what: "run row bundle",
+                message: "the file is empty; a row bundle (.jsonl) holds one run row per line \
+                          (docs/run-format.md): add its rows, or delete it"
+                    .into(),
+            });
+        }
+        for (n, line) in bundle_lines(text.as_bytes()) {
+            let at = line_path(path, n);
+            let start = line.as_ptr() as usize - text.as_ptr() as usize;
+            let line_text = &text[start..start + line.len()];
+            if line_text.trim().is_empty() {
+                return Err(Error::Parse {
+                    path: at,
+                    what: "run row bundle",
+                    message: "an empty line; a row bundle (.jsonl) holds one run row per line \
+                              and no empty lines: remove it"
+                        .into(),
+                });
+            }
+            let row = parse_ref(line_text, &at).map_err(in_line)?;
+            let digest = super::Digest::of(line);
+            rows.push(join(
+                row,
+                format!("{rel}:{n}"),
+                digest,
+                &at,
+                graphs,
+                &mut cache,
+                &mut names,
+            )?);
+        }
     }
     Ok(rows)
 }
 
-/// Reads `data_dir/factors.json`, `data_dir/graphs/*.json` and every `data_dir/runs/**/*.json`
-/// (sorted paths). A missing `graphs/` or `runs/` folder counts as empty.
+/// How a line of a bundle is named: `file:line`.
+fn line_path(path: &Path, line: usize) -> std::path::PathBuf {
+    let mut p = path.as_os_str().to_owned();
+    p.push(format!(":{line}"));
+    p.into()
+}
+
+/// A parse error in a bundle's line speaks of the line, not of a file (serde_json counts the
+/// line as line 1 of its text).
+fn in_line(e: Error) -> Error {
+    match e {
+        Error::Parse {
+            path,
+            what,
+            message,
+        } => Error::Parse {
+            path,
+            what,
+            message: message
+                .replace(" at line 1 column ", " at column ")
+                .replace("the file is cut short", "the line is cut short"),
+        },
+        Error::Field {
+            path,
+            field,
+            message,
+        } => Error::Field {
+            path,
+            field,
+            message: message.replace(" at line 1 column ", " at column "),
+        },
+        e => e,
+    }
+}
+
+/// Reads `data_dir/factors.json`, `data_dir/graphs/*.json`, every row file
+/// `data_dir/runs/**/*.json` and every row bundle `data_dir/runs/**/*.jsonl` (one row per
+/// line), in sorted path order. A missing `graphs/` or `runs/` folder counts as empty.
 pub fn load(data_dir: &Path) -> Result<Dataset> {
     let factors_path = data_dir.join("factors.json");
     let factors = FactorsFile::load(&factors_path)?;
@@ -314,6 +629,7 @@ pub fn load(data_dir: &Path) -> Result<Dataset> {
 
     let runs_dir = data_dir.join("runs");
     let mut paths = Vec::new();
+    let mut weights = Vec::new();
     if runs_dir.is_dir() {
         for entry in walkdir::WalkDir::new(&runs_dir).sort_by_file_name() {
             let entry = entry.map_err(|e| Error::Io {
@@ -322,32 +638,58 @@ pub fn load(data_dir: &Path) -> Result<Dataset> {
                     .into_io_error()
                     .unwrap_or_else(|| std::io::Error::other("walk failed")),
             })?;
-            if entry.file_type().is_file() && entry.path().extension().is_some_and(|x| x == "json")
-            {
+            let ext = entry.path().extension();
+            if entry.file_type().is_file() && ext.is_some_and(|x| x == "json" || x == "jsonl") {
+                // About how many rows: one a row file, one per 512 bytes of a bundle (a row
+                // line is longer, so this is more than it holds).
+                let weight = if is_bundle(entry.path()) {
+                    let len = entry.metadata().map_or(0, |m| m.len());
+                    (len / 512).max(1) as usize
+                } else {
+                    1
+                };
                 paths.push(entry.into_path());
+                weights.push(weight);
             }
         }
     }
     // Read, parse, check, hash and join the rows on up to `threads` threads, each a contiguous
-    // run of the sorted paths with its own feature cache and interner (equal names compare
-    // equal whichever interner made them). Each run stops at its first error; the runs are
-    // joined in path order, so the rows keep path order and the error reported is the first in
-    // path order, as if read one by one.
+    // run of the sorted paths (about as many rows each: a bundle weighs as its rows) with its
+    // own interner (equal names compare equal whichever interner made them) and its own
+    // feature cache in front of a shared one (each graph, batch and precision simulated once).
+    // Each run stops at its first error; the runs are joined in path order, so the rows keep
+    // path order (a bundle's in line order) and the error reported is the first in path order,
+    // as if read one by one.
+    let total: usize = weights.iter().sum();
     let threads = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
         .clamp(1, 4)
-        .min(paths.len().div_ceil(1_000).max(1));
-    let per = paths.len().div_ceil(threads).max(1);
-    let total = paths.len();
+        .min(total.div_ceil(1_000).max(1));
+    let per = total.div_ceil(threads).max(1);
+    let mut chunks = Vec::with_capacity(threads);
+    let (mut from, mut sum) = (0, 0);
+    for (k, w) in weights.iter().enumerate() {
+        sum += w;
+        if sum >= per * (chunks.len() + 1) || k + 1 == paths.len() {
+            chunks.push((from..k + 1, sum));
+            from = k + 1;
+        }
+    }
     let graphs_ref = &graphs;
+    let paths = &paths;
+    let shared = &std::sync::Mutex::new(HashMap::new());
     let runs: Vec<Result<Vec<Row>>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = paths
-            .chunks(per)
+        let mut before = 0;
+        let handles: Vec<_> = chunks
+            .into_iter()
             .enumerate()
-            .map(|(k, chunk)| {
-                // The first run's vector takes every row, so joining copies only the others.
-                let capacity = if k == 0 { total } else { chunk.len() };
-                scope.spawn(move || load_rows(data_dir, chunk, capacity, graphs_ref))
+            .map(|(k, (range, upto))| {
+                // The first run's vector is made for every row (its unused part is never
+                // touched), so joining copies only the others.
+                let capacity = if k == 0 { total } else { upto - before };
+                before = upto;
+                scope
+                    .spawn(move || load_rows(data_dir, &paths[range], capacity, graphs_ref, shared))
             })
             .collect();
         handles

@@ -129,7 +129,52 @@ impl Serialize for Digest {
 
 /// Shares equal names: one allocation per distinct string.
 #[derive(Debug, Default)]
-pub struct Interner(std::collections::HashSet<Name>);
+pub struct Interner(std::collections::HashSet<Name, FastHash>);
+
+/// A fast, not DoS-resistant hash for the interner (an Fx-style multiply-rotate over 8-byte
+/// words): the loader looks up eight names per row, and the names are the data folder's own.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct FastHash;
+
+impl std::hash::BuildHasher for FastHash {
+    type Hasher = FastHasher;
+    fn build_hasher(&self) -> FastHasher {
+        FastHasher(0)
+    }
+}
+
+/// The hasher of [`FastHash`].
+pub struct FastHasher(u64);
+
+impl FastHasher {
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+}
+
+impl std::hash::Hasher for FastHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            self.add(u64::from_le_bytes(c.try_into().expect("8 bytes")));
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut b = [0u8; 8];
+            b[..rest.len()].copy_from_slice(rest);
+            self.add(u64::from_le_bytes(b) ^ ((rest.len() as u64) << 59));
+        }
+    }
+    fn write_u8(&mut self, i: u8) {
+        self.add(u64::from(i));
+    }
+    fn write_usize(&mut self, i: usize) {
+        self.add(i as u64);
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
 
 impl Interner {
     pub fn name(&mut self, s: &str) -> Name {

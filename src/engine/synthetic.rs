@@ -345,6 +345,29 @@ pub fn write_data_folder(
     truth: [f64; N_FEATURES],
     seed: u64,
 ) -> crate::error::Result<u64> {
+    write_data_folder_as(dir, rows, graphs, truth, seed, Layout::Files)
+}
+
+/// How [`write_data_folder_as`] lays out the rows under `runs/`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// One pretty-printed row file per run: `runs/NNNN/rNNNNNNN.json`, 1,000 a folder.
+    Files,
+    /// Row bundles of this many rows (the last may hold fewer): `runs/bNNNNNNN.jsonl`, named by
+    /// the index of its first row, one compact row per line.
+    Bundles(usize),
+}
+
+/// [`write_data_folder`] with the rows laid out as `layout` says. The rows are the same
+/// whatever the layout (only their bytes differ: pretty-printed files or compact lines).
+pub fn write_data_folder_as(
+    dir: &std::path::Path,
+    rows: usize,
+    graphs: usize,
+    truth: [f64; N_FEATURES],
+    seed: u64,
+    layout: Layout,
+) -> crate::error::Result<u64> {
     use crate::error::Error;
     use crate::run::{DeviceInfo, Failure, GraphRef, ParameterCounts, Peak, Phase, RunRow};
     let io = |path: &std::path::Path| {
@@ -406,6 +429,7 @@ pub fn write_data_folder(
     };
     let mut features = BTreeMap::new();
     let mut folder = None;
+    let mut bundle = Vec::new();
     for i in 0..rows {
         let f = i % graphs;
         let g = &loaded[f];
@@ -503,15 +527,44 @@ pub fn write_data_folder(
                 phase: "step1.backward".into(),
             }),
         };
-        let sub = dir.join("runs").join(format!("{:04}", i / 1000));
-        if folder.as_ref() != Some(&sub) {
-            mkdir(&sub)?;
-            folder = Some(sub.clone());
+        match layout {
+            Layout::Files => {
+                let sub = dir.join("runs").join(format!("{:04}", i / 1000));
+                if folder.as_ref() != Some(&sub) {
+                    mkdir(&sub)?;
+                    folder = Some(sub.clone());
+                }
+                let mut bytes = serde_json::to_vec_pretty(&row).expect("a row always serialises");
+                bytes.push(b'\n');
+                write(&sub.join(format!("r{i:07}.json")), &bytes)?;
+                written += bytes.len() as u64;
+            }
+            Layout::Bundles(n) => {
+                let n = n.max(1);
+                serde_json::to_writer(&mut bundle, &row).expect("a row always serialises");
+                bundle.push(b'\n');
+                if (i + 1).is_multiple_of(n) || i + 1 == rows {
+                    let runs = dir.join("runs");
+                    if folder.is_none() {
+                        mkdir(&runs)?;
+                        folder = Some(runs.clone());
+                    }
+                    let first = i + 1 - bundle_rows(i, n, rows);
+                    write(&runs.join(format!("b{first:07}.jsonl")), &bundle)?;
+                    written += bundle.len() as u64;
+                    bundle.clear();
+                }
+            }
         }
-        let mut bytes = serde_json::to_vec_pretty(&row).expect("a row always serialises");
-        bytes.push(b'\n');
-        write(&sub.join(format!("r{i:07}.json")), &bytes)?;
-        written += bytes.len() as u64;
     }
     Ok(written)
+}
+
+/// The rows in the bundle that row `i` (its last) closes: `n`, or fewer for the last bundle.
+fn bundle_rows(i: usize, n: usize, rows: usize) -> usize {
+    if i + 1 == rows && !rows.is_multiple_of(n) {
+        rows % n
+    } else {
+        n
+    }
 }

@@ -1708,7 +1708,9 @@ fn download_json(
     };
     let mut w = std::io::BufWriter::with_capacity(1 << 16, w);
     if compact {
-        serde_json::to_writer(&mut w, &d).map_err(std::io::Error::other)?;
+        // The same bytes as `serde_json::to_writer(&mut w, &d)`, each shared check list
+        // serialised once.
+        super::download::write_compact(cal, d.format, &mut w)?;
     } else {
         serde_json::to_writer_pretty(&mut w, &d).map_err(std::io::Error::other)?;
     }

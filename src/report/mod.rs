@@ -6,6 +6,7 @@
 
 pub mod adapter;
 pub mod charts;
+mod download;
 pub mod format;
 pub mod markdown;
 pub mod render;
