@@ -805,3 +805,51 @@ fn the_first_bad_row_in_path_order_is_reported_whichever_thread_reads_it() {
     let e = engine::load(dir.path()).unwrap_err().to_string();
     assert!(e.contains("r0000010.json") && e.contains("format"), "{e}");
 }
+
+#[test]
+fn known_misses_are_found_per_precision_profile() {
+    // fam0 and fam1 also have exact bf16 rows; fam0's fp32 rows measure twice the truth, so
+    // fp32 misses on fam0 however good its bf16 rows are.
+    let mut ds = exact_dataset();
+    let mut extra = Vec::new();
+    for r in ds.rows.iter_mut() {
+        if r.family.as_str() == "fam0" {
+            r.measured_bytes = r.measured_bytes.map(|m| m * 2);
+        }
+    }
+    for r in &ds.rows {
+        if matches!(r.family.as_str(), "fam0" | "fam1") {
+            let mut b = r.clone();
+            b.run_id = format!("{}-bf16", r.run_id).as_str().into();
+            b.precision = Precision::Bf16Autocast;
+            let m: f64 = (0..N_FEATURES)
+                .map(|k| TRUTH[k] * b.features.as_f64()[k])
+                .sum();
+            b.measured_bytes = Some(m.round() as u64);
+            extra.push(b);
+        }
+    }
+    ds.rows.extend(extra);
+    ds.rows.sort_by(|a, b| a.run_id.cmp(&b.run_id));
+    let cal = calibrate(&ds);
+    let fam0 = &cal.families["fam0"];
+    assert_eq!(fam0.by_profile.len(), 2);
+    let rows = |ms: &std::collections::BTreeMap<Method, memcal::engine::MethodMetrics>| {
+        ms[&Method::PlanShipped].rows + ms[&Method::PlanHeldOutArchitecture].rows
+    };
+    assert_eq!(
+        rows(&fam0.methods),
+        fam0.by_profile.values().map(rows).sum::<u64>()
+    );
+    let misses: Vec<_> = cal
+        .known_misses
+        .iter()
+        .filter(|k| k.family == "fam0" && k.method == Method::PlanHeldOutArchitecture)
+        .collect();
+    assert_eq!(misses.len(), 1, "{misses:?}");
+    assert_eq!(misses[0].precision, Precision::Fp32);
+    assert!(misses[0].text.starts_with("fp32: "), "{}", misses[0].text);
+    // The per-profile method table agrees with the family split: bf16 is exact.
+    let bf16 = &cal.fits[&Precision::Bf16Autocast].methods[&Method::PlanShipped];
+    assert!(bf16.median_abs_rel_error.unwrap() < 1e-6);
+}

@@ -17,6 +17,9 @@ use std::sync::Arc;
 /// Relative error within which a prediction counts as "within 25%".
 pub const WITHIN: f64 = 0.25;
 
+/// The number of precision profiles (`Precision::ALL`), for arrays indexed by `precision as usize`.
+const NP: usize = Precision::ALL.len();
+
 /// Where a usable row goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -608,6 +611,9 @@ pub struct Totals {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct KnownMiss {
     pub family: String,
+    /// Misses are found per precision profile, so that one profile's good runs never hide the
+    /// other's misses.
+    pub precision: Precision,
     pub method: Method,
     /// The numbers, in words.
     pub text: String,
@@ -622,6 +628,8 @@ pub struct FamilyReport {
     pub graphs: Vec<String>,
     pub rows: u64,
     pub methods: BTreeMap<Method, MethodMetrics>,
+    /// The same over each precision profile's rows of the family alone (profiles with rows).
+    pub by_profile: BTreeMap<Precision, BTreeMap<Method, MethodMetrics>>,
 }
 
 /// The settings the calibration ran with.
@@ -699,7 +707,7 @@ fn median(v: &mut [f64]) -> Option<f64> {
 }
 
 /// Running tallies of one method over a set of rows.
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct Acc {
     rows: u64,
     errors: Vec<f64>,
@@ -1129,8 +1137,10 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
     // result does not depend on the split).
     struct Part<'a> {
         overall: Vec<Acc>,
+        /// Per family and precision profile: index `family * NP + precision as usize`.
         fam_accs: Vec<Vec<Acc>>,
-        /// Per precision profile (by `Precision as usize`).
+        /// Per precision profile (by `Precision as usize`); its errors are the families' put
+        /// together at the end.
         prof_accs: Vec<Vec<Acc>>,
         fam_graphs: Vec<BTreeSet<&'a str>>,
         fam_rows: Vec<u64>,
@@ -1142,7 +1152,7 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
         let nm = Method::ALL.len();
         let new_accs = || (0..nm).map(|_| Acc::default()).collect::<Vec<Acc>>();
         let mut overall = new_accs();
-        let mut fam_accs: Vec<Vec<Acc>> = (0..fam_names.len()).map(|_| new_accs()).collect();
+        let mut fam_accs: Vec<Vec<Acc>> = (0..fam_names.len() * NP).map(|_| new_accs()).collect();
         let mut prof_accs: Vec<Vec<Acc>> = Precision::ALL.iter().map(|_| new_accs()).collect();
         let mut fam_graphs: Vec<BTreeSet<&str>> = vec![BTreeSet::new(); fam_names.len()];
         let mut fam_rows = vec![0u64; fam_names.len()];
@@ -1177,12 +1187,8 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
                 // The errors go to the family only; the overall list is the families' put
                 // together once (one copy of a million errors fewer while the checks run).
                 overall[mi].rows += 1;
-                let acc = &mut fam_accs[p.fam][mi];
-                acc.rows += 1;
-                if let Some(e) = err {
-                    acc.errors.push(e);
-                }
-                let acc = &mut prof_accs[r.precision as usize][mi];
+                prof_accs[r.precision as usize][mi].rows += 1;
+                let acc = &mut fam_accs[p.fam * NP + r.precision as usize][mi];
                 acc.rows += 1;
                 if let Some(e) = err {
                     acc.errors.push(e);
@@ -1220,7 +1226,7 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
                     let mi = method as usize;
                     for acc in [
                         &mut overall[mi],
-                        &mut fam_accs[p.fam][mi],
+                        &mut fam_accs[p.fam * NP + r.precision as usize][mi],
                         &mut prof_accs[r.precision as usize][mi],
                     ] {
                         let m = &mut acc.m;
@@ -1380,41 +1386,72 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
         }
     }
     let methods = finish(overall);
+    for (pi, accs) in prof_accs.iter_mut().enumerate() {
+        for (mi, acc) in accs.iter_mut().enumerate() {
+            for f in fam_accs.iter().skip(pi).step_by(NP) {
+                acc.errors.extend_from_slice(&f[mi].errors);
+            }
+        }
+    }
     let mut families = BTreeMap::new();
     let mut known_misses = Vec::new();
-    for (k, accs) in fam_accs.into_iter().enumerate() {
+    let mut cells = fam_accs.into_iter();
+    for k in 0..fam_names.len() {
         let name = fam_names[k].to_string();
-        let ms = finish(accs);
-        for (&method, m) in &ms {
-            if method == Method::PlanHeldOutArchitecture {
-                if let Some(e) = m.median_abs_rel_error.filter(|e| *e > WITHIN) {
-                    known_misses.push(KnownMiss {
-                        family: name.clone(),
-                        method,
-                        text: format!(
-                            "held-out median |error| {:.1}% over {} runs (beyond {:.0}%)",
-                            e * 100.0,
-                            m.error_rows,
-                            WITHIN * 100.0
-                        ),
-                        median_abs_rel_error: Some(e),
-                        missed_oom: Vec::new(),
-                    });
+        // The family's cells, one per profile: each finished alone, then all merged.
+        let mut by_profile = BTreeMap::new();
+        let mut accs: Option<Vec<Acc>> = None;
+        for p in Precision::ALL {
+            let cell = cells.next().expect("a cell per family and profile");
+            if cell.iter().any(|a| a.rows > 0) {
+                by_profile.insert(p, finish(cell.clone()));
+            }
+            match &mut accs {
+                None => accs = Some(cell),
+                Some(all) => {
+                    for (a, b) in all.iter_mut().zip(cell) {
+                        a.merge(b);
+                    }
                 }
             }
-            if method.out_of_sample_plan() && !m.missed_oom.is_empty() {
-                known_misses.push(KnownMiss {
-                    family: name.clone(),
-                    method,
-                    text: format!(
-                        "{} of {} did-not-fit checks called \"fits\" by {}",
-                        m.missed_oom.len(),
-                        m.did_not_fit_checks,
-                        method.as_str()
-                    ),
-                    median_abs_rel_error: m.median_abs_rel_error,
-                    missed_oom: m.missed_oom.clone(),
-                });
+        }
+        let ms = finish(accs.expect("at least one profile"));
+        for (&precision, pms) in &by_profile {
+            for (&method, m) in pms {
+                if method == Method::PlanHeldOutArchitecture {
+                    if let Some(e) = m.median_abs_rel_error.filter(|e| *e > WITHIN) {
+                        known_misses.push(KnownMiss {
+                            family: name.clone(),
+                            precision,
+                            method,
+                            text: format!(
+                                "{}: held-out median |error| {:.1}% over {} runs (beyond {:.0}%)",
+                                precision.as_str(),
+                                e * 100.0,
+                                m.error_rows,
+                                WITHIN * 100.0
+                            ),
+                            median_abs_rel_error: Some(e),
+                            missed_oom: Vec::new(),
+                        });
+                    }
+                }
+                if method.out_of_sample_plan() && !m.missed_oom.is_empty() {
+                    known_misses.push(KnownMiss {
+                        family: name.clone(),
+                        precision,
+                        method,
+                        text: format!(
+                            "{}: {} of {} did-not-fit checks called \"fits\" by {}",
+                            precision.as_str(),
+                            m.missed_oom.len(),
+                            m.did_not_fit_checks,
+                            method.as_str()
+                        ),
+                        median_abs_rel_error: m.median_abs_rel_error,
+                        missed_oom: m.missed_oom.clone(),
+                    });
+                }
             }
         }
         families.insert(
@@ -1423,6 +1460,7 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
                 graphs: fam_graphs[k].iter().map(|g| g.to_string()).collect(),
                 rows: fam_rows[k],
                 methods: ms,
+                by_profile,
             },
         );
     }

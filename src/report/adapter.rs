@@ -862,28 +862,39 @@ pub fn from_calibration_paged<'a>(
     for (k, f) in ctx.families.iter().enumerate() {
         let n_rows = fam_rows[k].len();
         let report = cal.families.get(f);
-        let held = report.and_then(|r| r.methods.get(&Method::PlanHeldOutArchitecture));
         let mut facts = vec![fact("Runs counted", fmt::count(n_rows as u64))];
         if let Some(r) = report {
             facts.push(fact("Graphs", r.graphs.join(", ")));
-        }
-        if let Some(m) = held {
-            facts.push(fact(
-                "Held-out-by-architecture median |error|",
-                fmt::or_dash(m.median_abs_rel_error.map(fmt::pct)),
-            ));
-            facts.push(fact(
-                "Held-out-by-architecture within ±25%",
-                fmt::or_dash(m.within_25pct.map(fmt::pct)),
-            ));
-            facts.push(fact(
-                "Held-out did-not-fit checks called fits",
-                format!(
-                    "{} of {}",
-                    fmt::count(m.missed_oom.len() as u64),
-                    fmt::count(m.did_not_fit_checks)
-                ),
-            ));
+            // All of the family's rows, then each profile's alone when it has more than one.
+            let mut groups = vec![(String::new(), &r.methods)];
+            if r.by_profile.len() > 1 {
+                groups.extend(
+                    r.by_profile
+                        .iter()
+                        .map(|(p, ms)| (format!(", {}", p.as_str()), ms)),
+                );
+            }
+            for (suffix, ms) in groups {
+                let Some(m) = ms.get(&Method::PlanHeldOutArchitecture) else {
+                    continue;
+                };
+                facts.push(fact(
+                    &format!("Held-out-by-architecture median |error|{suffix}"),
+                    fmt::or_dash(m.median_abs_rel_error.map(fmt::pct)),
+                ));
+                facts.push(fact(
+                    &format!("Held-out-by-architecture within ±25%{suffix}"),
+                    fmt::or_dash(m.within_25pct.map(fmt::pct)),
+                ));
+                facts.push(fact(
+                    &format!("Held-out did-not-fit checks called fits{suffix}"),
+                    format!(
+                        "{} of {}",
+                        fmt::count(m.missed_oom.len() as u64),
+                        fmt::count(m.did_not_fit_checks)
+                    ),
+                ));
+            }
         }
         let file = ctx.family_files[f].clone();
         let chart_file = format!("{}.svg", file.trim_end_matches(".html"));
