@@ -76,16 +76,18 @@ def main():
             print(f"| {prec} | {m} | {'-' if e is None else f'{100 * e:.1f}%'} | {x['error_rows']} | "
                   f"{'-' if w is None else f'{100 * w:.1f}%'} | {len(x['missed_oom'])} of {x['did_not_fit_checks']} |")
     print()
-    print("| family | held-out-by-architecture median abs error (rows >= 1 GB) | rows | after-the-fit median | rows |")
-    print("|---|---:|---:|---:|---:|")
+    print("| family | profile | held-out-by-architecture median abs error (rows >= 1 GB) | rows | after-the-fit median | rows |")
+    print("|---|---|---:|---:|---:|---:|")
     for fam, rep in sorted(cal["families"].items()):
-        def cell(m):
-            x = rep["methods"].get(m, {})
-            e = x.get("median_abs_rel_error")
-            return ("-" if e is None else f"{100 * e:.1f}%"), x.get("error_rows", 0)
-        h, hn = cell("plan-held-out-architecture")
-        a, an = cell("plan-after-fit")
-        print(f"| {fam} | {h} | {hn} | {a} | {an} |")
+        groups = [("all", rep["methods"])] + sorted(rep.get("by_profile", {}).items())
+        for prof, methods in groups:
+            def cell(m):
+                x = methods.get(m, {})
+                e = x.get("median_abs_rel_error")
+                return ("-" if e is None else f"{100 * e:.1f}%"), x.get("error_rows", 0)
+            h, hn = cell("plan-held-out-architecture")
+            a, an = cell("plan-after-fit")
+            print(f"| {fam} | {prof} | {h} | {hn} | {a} | {an} |")
     parse = lambda s: datetime.datetime.fromisoformat(s.replace("Z", "+00:00"))
     span = parse(max(stamps)) - parse(min(stamps))
     print()
