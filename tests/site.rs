@@ -484,3 +484,30 @@ fn copy_tree(from: &Path, to: &Path) {
         }
     }
 }
+
+#[test]
+fn the_shipped_site_keeps_each_precision_profile_apart() {
+    // data/ has CPU fp32 and GPU bf16-autocast rows: the headline, the methods and the
+    // multipliers speak of each profile on its own rows.
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("data");
+    let out = tempfile::tempdir().unwrap();
+    build_site(&data, out.path(), false).unwrap();
+    let index = read(out.path(), "index.html");
+    for p in ["fp32", "bf16-autocast"] {
+        assert!(
+            index.contains(&format!(
+                "The plan out of sample, <code>{p}</code> rows only"
+            )),
+            "headline lines of {p}"
+        );
+        assert!(
+            std::fs::metadata(
+                out.path()
+                    .join(format!("charts/upper-bound-ratios-{p}.svg"))
+            )
+            .is_ok(),
+            "the bound's chart of {p}"
+        );
+    }
+    assert!(index.contains("id=\"methods-by-profile\""));
+}

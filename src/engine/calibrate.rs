@@ -134,7 +134,7 @@ impl Method {
     }
 
     /// Out-of-sample plan methods (their missed OOMs are known misses).
-    fn out_of_sample_plan(self) -> bool {
+    pub fn out_of_sample_plan(self) -> bool {
         matches!(
             self,
             Method::PlanHeldOutArchitecture | Method::PlanHeldOutRegime | Method::PlanAfterFit

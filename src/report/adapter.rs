@@ -1136,11 +1136,38 @@ fn headline(ctx: &Ctx) -> Headline {
             })
         })
         .collect();
+    let with_rows: Vec<_> = cal
+        .fits
+        .iter()
+        .filter(|(_, pf)| !pf.methods.is_empty())
+        .collect();
+    let profiles = if with_rows.len() > 1 {
+        with_rows
+            .into_iter()
+            .map(|(p, pf)| ProfileLines {
+                profile: p.as_str().to_string(),
+                methods: Method::ALL
+                    .iter()
+                    .filter(|m| m.out_of_sample_plan())
+                    .filter_map(|m| {
+                        let mm = pf.methods.get(m)?;
+                        Some(MethodLine {
+                            method: method_name(*m).to_string(),
+                            sentence: method_sentence(mm, cal.settings.small_runs_threshold_bytes),
+                        })
+                    })
+                    .collect(),
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
     Headline {
         facts,
         regimes,
         cards,
         methods,
+        profiles,
         cpu_only: ctx.runs_label == "CPU runs",
     }
 }

@@ -137,8 +137,18 @@ pub struct Headline {
     pub regimes: Vec<RegimeLine>,
     pub cards: Vec<String>,
     pub methods: Vec<MethodLine>,
+    /// With more than one precision profile: the out-of-sample plan methods over each
+    /// profile's rows alone.
+    pub profiles: Vec<ProfileLines>,
     /// True when every measured row is from a CPU regime.
     pub cpu_only: bool,
+}
+
+/// One precision profile's headline lines.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ProfileLines {
+    pub profile: String,
+    pub methods: Vec<MethodLine>,
 }
 
 /// Section 5.
