@@ -1727,23 +1727,7 @@ fn download_json(
     w: &mut dyn std::io::Write,
 ) -> std::io::Result<()> {
     use std::io::Write;
-    #[derive(serde::Serialize)]
-    struct Download<'a> {
-        format: &'static str,
-        tool_version: &'a str,
-        settings: &'a crate::engine::Settings,
-        totals: &'a crate::engine::Totals,
-        rows: &'a [RowResult],
-        exclusions: &'a [crate::engine::Exclusion],
-    }
-    let d = Download {
-        format: "memcal-site-download/1",
-        tool_version: cal.tool_version,
-        settings: &cal.settings,
-        totals: &cal.totals,
-        rows: &cal.rows,
-        exclusions: &cal.exclusions,
-    };
+    let d = super::download::Download::of(cal);
     let mut w = std::io::BufWriter::with_capacity(1 << 16, w);
     if compact {
         // The same bytes as `serde_json::to_writer(&mut w, &d)`, each shared check list

@@ -8,6 +8,31 @@ use serde::Serialize;
 use std::collections::HashMap;
 use std::io::Write;
 
+/// The download object: `serde_json` writes it (pretty, for a small site); [`write_compact`]
+/// writes the same bytes as its compact form.
+#[derive(Serialize)]
+pub(crate) struct Download<'a> {
+    pub format: &'static str,
+    pub tool_version: &'a str,
+    pub settings: &'a crate::engine::Settings,
+    pub totals: &'a crate::engine::Totals,
+    pub rows: &'a [RowResult],
+    pub exclusions: &'a [crate::engine::Exclusion],
+}
+
+impl<'a> Download<'a> {
+    pub fn of(cal: &'a Calibration) -> Download<'a> {
+        Download {
+            format: "memcal-site-download/1",
+            tool_version: cal.tool_version,
+            settings: &cal.settings,
+            totals: &cal.totals,
+            rows: &cal.rows,
+            exclusions: &cal.exclusions,
+        }
+    }
+}
+
 /// At most this many bytes of serialised check lists are kept for copying; lists beyond are
 /// serialised where they occur.
 const CACHE_BYTES: usize = 64 << 20;
@@ -166,17 +191,6 @@ fn write_compact_caching(
 mod tests {
     use crate::engine::{calibrate, synthetic};
 
-    /// The download as serde writes it, for comparison.
-    #[derive(serde::Serialize)]
-    struct Download<'a> {
-        format: &'static str,
-        tool_version: &'a str,
-        settings: &'a crate::engine::Settings,
-        totals: &'a crate::engine::Totals,
-        rows: &'a [crate::engine::RowResult],
-        exclusions: &'a [crate::engine::Exclusion],
-    }
-
     #[test]
     fn the_same_bytes_as_serde() {
         let mut ds = synthetic::dataset(5_000, 12, [1.2, 0.9, 1.3, 3.6, 5.2, 2.0], 0.1, 11);
@@ -185,15 +199,8 @@ mod tests {
         ds.rows.push(again);
         let cal = calibrate(&ds);
         assert!(cal.rows.len() > 4_000 && !cal.exclusions.is_empty());
-        let want = serde_json::to_vec(&Download {
-            format: "memcal-site-download/1",
-            tool_version: cal.tool_version,
-            settings: &cal.settings,
-            totals: &cal.totals,
-            rows: &cal.rows,
-            exclusions: &cal.exclusions,
-        })
-        .unwrap();
+        // The download as serde writes it, for comparison.
+        let want = serde_json::to_vec(&super::Download::of(&cal)).unwrap();
         let mut have = Vec::new();
         super::write_compact(&cal, "memcal-site-download/1", &mut have).unwrap();
         assert!(have == want, "the fast download differs from serde's");
