@@ -227,8 +227,13 @@ impl FactorsFile {
 
     /// The bound multipliers for a precision profile: its own, else the file's `upper`.
     pub fn upper_for(&self, precision: Precision) -> &Upper {
+        self.upper_of(precision.as_str())
+    }
+
+    /// [`FactorsFile::upper_for`] by profile name.
+    pub fn upper_of(&self, profile: &str) -> &Upper {
         self.profiles
-            .get(precision.as_str())
+            .get(profile)
             .and_then(|p| p.upper.as_ref())
             .unwrap_or(&self.upper)
     }

@@ -735,8 +735,8 @@ pub fn audit(repo: &Path, data_dir: &Path) -> Result<AuditReport> {
                 .collect(),
             q95: f
                 .profiles
-                .iter()
-                .map(|(k, v)| (k.clone(), v.upper.as_ref().unwrap_or(&f.upper).q95))
+                .keys()
+                .map(|k| (k.clone(), f.upper_of(k).q95))
                 .collect(),
             fixed_at: f.provenance.as_ref().map(|p| p.fixed_at.clone()),
             rows_sha256: f.provenance.as_ref().map(|p| p.rows_sha256.clone()),

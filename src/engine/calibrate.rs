@@ -756,9 +756,9 @@ impl Acc {
 fn classify(
     ds: &Dataset,
     row: &Row,
-    fixed_at: &[Option<(i64, u32)>; 2],
+    fixed_at: &[Option<(i64, u32)>; NP],
     regimes: &[(&str, bool)],
-    has_factors: &[bool; 2],
+    has_factors: &[bool; NP],
 ) -> Result<Bucket, (ExclusionReason, String)> {
     let f = &ds.factors;
     if row.status == RunStatus::Error {

@@ -1126,16 +1126,8 @@ fn headline(ctx: &Ctx) -> Headline {
         .iter()
         .map(|c| format!("{} ({})", c.name, units::both(c.bytes as f64)))
         .collect();
-    let methods = Method::ALL
-        .iter()
-        .filter_map(|m| {
-            let mm = cal.methods.get(m)?;
-            Some(MethodLine {
-                method: method_name(*m).to_string(),
-                sentence: method_sentence(mm, cal.settings.small_runs_threshold_bytes),
-            })
-        })
-        .collect();
+    let threshold = cal.settings.small_runs_threshold_bytes;
+    let methods = method_lines(&cal.methods, threshold, |_| true);
     let with_rows: Vec<_> = cal
         .fits
         .iter()
@@ -1146,17 +1138,7 @@ fn headline(ctx: &Ctx) -> Headline {
             .into_iter()
             .map(|(p, pf)| ProfileLines {
                 profile: p.as_str().to_string(),
-                methods: Method::ALL
-                    .iter()
-                    .filter(|m| m.out_of_sample_plan())
-                    .filter_map(|m| {
-                        let mm = pf.methods.get(m)?;
-                        Some(MethodLine {
-                            method: method_name(*m).to_string(),
-                            sentence: method_sentence(mm, cal.settings.small_runs_threshold_bytes),
-                        })
-                    })
-                    .collect(),
+                methods: method_lines(&pf.methods, threshold, Method::out_of_sample_plan),
             })
             .collect()
     } else {
@@ -1170,6 +1152,24 @@ fn headline(ctx: &Ctx) -> Headline {
         profiles,
         cpu_only: ctx.runs_label == "CPU runs",
     }
+}
+
+/// A headline line for each method of `ms` that `keep` keeps, in method order.
+fn method_lines(
+    ms: &BTreeMap<Method, MethodMetrics>,
+    threshold: u64,
+    keep: impl Fn(Method) -> bool,
+) -> Vec<MethodLine> {
+    Method::ALL
+        .iter()
+        .filter(|m| keep(**m))
+        .filter_map(|m| {
+            Some(MethodLine {
+                method: method_name(*m).to_string(),
+                sentence: method_sentence(ms.get(m)?, threshold),
+            })
+        })
+        .collect()
 }
 
 fn methods_table(ctx: &Ctx) -> Table {
