@@ -413,7 +413,7 @@ impl Serialize for Checks {
 
 /// Hands out one shared copy of each distinct list of checks.
 #[derive(Default)]
-struct CheckLists(std::collections::HashSet<Checks>);
+struct CheckLists(std::collections::HashSet<Checks, super::FastHash>);
 
 impl std::borrow::Borrow<[Check]> for Checks {
     fn borrow(&self) -> &[Check] {
@@ -828,8 +828,56 @@ fn classify(
     }
 }
 
+/// Sorts `v` by `cmp` on two threads (each half alone, then merged): the same order as
+/// `sort_by` for a total order.
+fn sort_on_two_threads<T, F>(v: &mut Vec<T>, cmp: F)
+where
+    T: Send + Copy,
+    F: Fn(&T, &T) -> Ordering + Sync,
+{
+    if v.len() < 1 << 14 {
+        v.sort_by(&cmp);
+        return;
+    }
+    let mid = v.len() / 2;
+    let (a, b) = v.split_at_mut(mid);
+    std::thread::scope(|sc| {
+        let other = sc.spawn(|| b.sort_by(&cmp));
+        a.sort_by(&cmp);
+        other.join().expect("the sorting thread does not panic");
+    });
+    let (a, b) = v.split_at(mid);
+    let mut out = Vec::with_capacity(v.len());
+    let (mut x, mut y) = (0, 0);
+    while x < a.len() && y < b.len() {
+        if cmp(&b[y], &a[x]) == Ordering::Less {
+            out.push(b[y]);
+            y += 1;
+        } else {
+            out.push(a[x]);
+            x += 1;
+        }
+    }
+    out.extend_from_slice(&a[x..]);
+    out.extend_from_slice(&b[y..]);
+    *v = out;
+}
+
 /// Runs the whole calibration on a dataset. Pure and deterministic.
 pub fn calibrate(ds: &Dataset) -> Calibration {
+    // The facts of the measurement read every row and nothing else: on a thread of their own.
+    std::thread::scope(|sc| {
+        let measured = sc.spawn(|| Measured::of(&ds.rows));
+        let mut c = calibrate_rows(ds);
+        c.measured = measured
+            .join()
+            .expect("the thread of the facts does not panic");
+        c
+    })
+}
+
+/// [`calibrate`] but for `measured`.
+fn calibrate_rows(ds: &Dataset) -> Calibration {
     let f = &ds.factors;
     let threshold = f.small_runs.threshold_bytes;
     // When each profile's factors were fixed (its after-the-fit rows must be later).
@@ -849,7 +897,7 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
         .windows(2)
         .any(|w| by_id_then_path(&w[0], &w[1]) == Ordering::Greater)
     {
-        keys.sort_by(by_id_then_path);
+        sort_on_two_threads(&mut keys, by_id_then_path);
     }
     let order: Vec<u32> = keys.iter().map(|k| k.1).collect();
     drop(keys);
@@ -859,9 +907,31 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
         .map(|k| (k.as_str(), f.training_regimes.contains(k)))
         .collect();
     let has_factors = Precision::ALL.map(|p| f.factors(p).is_some());
+    let h = f.headroom;
+    let weight_of = |m: u64| {
+        if m < threshold {
+            f.small_runs.weight
+        } else {
+            1.0
+        }
+    };
 
+    // One pass over the rows in run-id order (each row read once, while it is in the cache):
+    // bucket or exclusion; for a usable row its family (numbered as first seen; by the name's
+    // shared allocation first, then by the name); for a fitted row its line of the fitted
+    // rows' SHA-256 (usable rows are in run-id order and their run ids distinct: duplicates
+    // are excluded, so this is rows_sha256's order) and its part of the fit, per profile and
+    // family: normal equations of the completed runs, constraint vectors of the out-of-memory
+    // runs, both in run-id order.
+    type Block = (Normal, Vec<[f64; N_FEATURES]>);
+    type Blocks = Vec<Option<Block>>;
+    let mut blocks: BTreeMap<Precision, Blocks> = BTreeMap::new();
+    let mut fitted_hash = super::load::RowsHasher::default();
+    let mut fam_by_alloc: HashMap<usize, usize, super::FastHash> = HashMap::default();
+    let mut fam_by_name: HashMap<&str, usize> = HashMap::new();
+    let mut first_seen: Vec<&str> = Vec::new();
     let mut exclusions = Vec::new();
-    let mut usable: Vec<(usize, Bucket)> = Vec::with_capacity(order.len());
+    let mut usable: Vec<(usize, Bucket, usize)> = Vec::with_capacity(order.len());
     let mut prev: Option<usize> = None;
     for i in order.into_iter().map(|i| i as usize) {
         let row = &ds.rows[i];
@@ -876,22 +946,59 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
                 classify(ds, row, &fixed_at, &regimes, &has_factors)
             }
         };
-        match result {
-            Ok(b) => usable.push((i, b)),
-            Err((reason, detail)) => exclusions.push(Exclusion {
-                run_id: row.run_id.to_string(),
-                file: row.file.to_string(),
-                reason,
-                detail,
-            }),
+        let b = match result {
+            Ok(b) => b,
+            Err((reason, detail)) => {
+                exclusions.push(Exclusion {
+                    run_id: row.run_id.to_string(),
+                    file: row.file.to_string(),
+                    reason,
+                    detail,
+                });
+                continue;
+            }
+        };
+        let alloc = Arc::as_ptr(&row.family.0) as usize;
+        let fam = match fam_by_alloc.get(&alloc) {
+            Some(&k) => k,
+            None => {
+                let n = first_seen.len();
+                let k = *fam_by_name.entry(row.family.as_str()).or_insert(n);
+                if k == n {
+                    first_seen.push(row.family.as_str());
+                }
+                fam_by_alloc.insert(alloc, k);
+                k
+            }
+        };
+        usable.push((i, b, fam));
+        if b != Bucket::Fitted {
+            continue;
+        }
+        fitted_hash.add(&row.run_id, &row.file_sha256);
+        let list = blocks.entry(row.precision).or_default();
+        if list.len() <= fam {
+            list.resize(fam + 1, None);
+        }
+        let e = list[fam].get_or_insert_with(Default::default);
+        match (row.status, row.measured_bytes) {
+            (RunStatus::Completed, Some(m)) => {
+                e.0.add_run(&row.features.as_f64(), m as f64, weight_of(m))
+            }
+            (RunStatus::Oom, _) => {
+                let c = row.capacity_bytes as f64;
+                e.1.push(row.features.as_f64().map(|v| (1.0 + h) * v / c));
+            }
+            _ => {}
         }
     }
+    let fitted_rows_sha256 = fitted_hash.finish();
     exclusions.sort_by(|a, b| cmp_path(&a.file, &b.file));
     let mut excluded_by_reason = BTreeMap::new();
     for e in &exclusions {
         *excluded_by_reason.entry(e.reason).or_insert(0u64) += 1;
     }
-    let count = |b: Bucket| usable.iter().filter(|(_, x)| *x == b).count() as u64;
+    let count = |b: Bucket| usable.iter().filter(|(_, x, _)| *x == b).count() as u64;
     let totals = {
         let (fitted, regime, after) = (
             count(Bucket::Fitted),
@@ -910,61 +1017,24 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
         }
     };
 
-    // Families of the usable rows, by index in name order.
-    let mut first_seen: HashMap<&str, usize> = HashMap::new();
-    let provisional: Vec<usize> = usable
-        .iter()
-        .map(|&(i, _)| {
-            let n = first_seen.len();
-            *first_seen.entry(ds.rows[i].family.as_str()).or_insert(n)
-        })
-        .collect();
-    let mut fam_names: Vec<&str> = first_seen.keys().copied().collect();
+    // Families by index in name order.
+    let mut fam_names = first_seen.clone();
     fam_names.sort_unstable();
     let mut rank = vec![0usize; fam_names.len()];
     for (k, n) in fam_names.iter().enumerate() {
-        rank[first_seen[n]] = k;
+        rank[fam_by_name[n]] = k;
     }
-    drop(first_seen);
-    let usable: Vec<(usize, Bucket, usize)> = usable
-        .iter()
-        .zip(&provisional)
-        .map(|(&(i, b), &p)| (i, b, rank[p]))
-        .collect();
-    drop(provisional);
-
-    // Per profile and family: normal equations of the completed runs, constraint vectors of
-    // the out-of-memory runs, both in run-id order.
-    let h = f.headroom;
-    let weight_of = |m: u64| {
-        if m < threshold {
-            f.small_runs.weight
-        } else {
-            1.0
-        }
-    };
-    type Block = (Normal, Vec<[f64; N_FEATURES]>);
-    type Blocks = Vec<Option<Block>>;
-    let mut blocks: BTreeMap<Precision, Blocks> = BTreeMap::new();
-    for &(i, b, fam) in &usable {
-        if b != Bucket::Fitted {
-            continue;
-        }
-        let r = &ds.rows[i];
-        let x = r.features.as_f64();
-        let e = blocks
-            .entry(r.precision)
-            .or_insert_with(|| vec![None; fam_names.len()])[fam]
-            .get_or_insert_with(Default::default);
-        match (r.status, r.measured_bytes) {
-            (RunStatus::Completed, Some(m)) => e.0.add_run(&x, m as f64, weight_of(m)),
-            (RunStatus::Oom, _) => {
-                let c = r.capacity_bytes as f64;
-                e.1.push(x.map(|v| (1.0 + h) * v / c));
-            }
-            _ => {}
-        }
+    for u in &mut usable {
+        u.2 = rank[u.2];
     }
+    for list in blocks.values_mut() {
+        let mut by_rank: Blocks = vec![None; fam_names.len()];
+        for (k, b) in list.drain(..).enumerate() {
+            by_rank[rank[k]] = b;
+        }
+        *list = by_rank;
+    }
+    drop((fam_by_alloc, fam_by_name, first_seen));
 
     let mut fits: BTreeMap<Precision, ProfileFits> = BTreeMap::new();
     // Per profile, per family index: the held-out-by-architecture factors.
@@ -1465,14 +1535,6 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
         );
     }
 
-    // Usable rows are in run-id order and their run ids distinct (duplicates are excluded), so
-    // this is rows_sha256's order without collecting and sorting them.
-    let fitted_rows_sha256 = super::load::rows_sha256_sorted(
-        usable
-            .iter()
-            .filter(|(_, b, _)| *b == Bucket::Fitted)
-            .map(|&(i, _, _)| (ds.rows[i].run_id.as_str(), ds.rows[i].file_sha256)),
-    );
     let factors_file_rows_match = f
         .provenance
         .as_ref()
@@ -1506,7 +1568,8 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
             .iter()
             .filter_map(|(g, i)| i.textbook_not_applicable.clone().map(|r| (g.clone(), r)))
             .collect(),
-        measured: Measured::of(&ds.rows),
+        // Set by `calibrate`.
+        measured: Measured::default(),
         rows: rows_out,
     }
 }

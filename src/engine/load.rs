@@ -39,13 +39,20 @@ pub fn rows_sha256(rows: &[(&str, &str)]) -> String {
 }
 
 /// [`rows_sha256`] of rows already in its order (by run id, then file hash), hashed as they
-/// come.
-pub fn rows_sha256_sorted<'a>(rows: impl Iterator<Item = (&'a str, super::Digest)>) -> String {
-    let mut h = sha2::Sha256::new();
-    for (id, sha) in rows {
-        hash_line(&mut h, id, &sha.hex_bytes());
+/// come: [`RowsHasher::add`] each row, then [`RowsHasher::finish`].
+#[derive(Default)]
+pub struct RowsHasher(sha2::Sha256);
+
+impl RowsHasher {
+    /// The next row (rows come in run-id order, then by file hash).
+    pub fn add(&mut self, run_id: &str, file_sha256: &super::Digest) {
+        hash_line(&mut self.0, run_id, &file_sha256.hex_bytes());
     }
-    super::Digest(h.finalize().into()).hex()
+
+    /// The hex digest of the rows added.
+    pub fn finish(self) -> String {
+        super::Digest(self.0.finalize().into()).hex()
+    }
 }
 
 fn field(path: &Path, field: &str, message: impl Into<String>) -> Error {

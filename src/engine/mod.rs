@@ -20,7 +20,7 @@ pub use calibrate::{
     MethodMetrics, Name, PerMethod, Predictions, ProfileFits, RowResult, Settings, Totals, Truth,
     Upper, VerdictCounts, NEAREST_RANK_RULE,
 };
-pub use load::{load, parse_row, rows_sha256, rows_sha256_sorted};
+pub use load::{load, parse_row, rows_sha256, RowsHasher};
 pub use output::{refit_factors_file, summary_table, write_calibration_json};
 
 use crate::factors::FactorsFile;
