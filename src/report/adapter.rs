@@ -5,6 +5,7 @@
 use super::charts::ratio::RatioChart;
 use super::charts::scatter::{ScatterChart, ScatterPoint};
 use super::charts::Chart;
+use super::digits;
 use super::format as fmt;
 use super::view::*;
 use crate::engine::{
@@ -519,7 +520,6 @@ impl Source<'_> {
 /// renders the fixture both ways and compares.
 fn runs_row_html(ctx: &Ctx, r: &RowResult, with_family: bool, out: &mut String) {
     use askama::filters::{Escaper, Html};
-    use std::fmt::Write;
     let esc = |out: &mut String, s: &str| {
         let _ = Html.write_escaped_str(&mut *out, s);
     };
@@ -530,8 +530,11 @@ fn runs_row_html(ctx: &Ctx, r: &RowResult, with_family: bool, out: &mut String) 
     };
     let bytes = |out: &mut String, b: Option<f64>| match b {
         Some(x) => {
-            let _ = write!(out, "<td class=\"num\" data-sort=\"{x:.0}\">");
-            esc(out, &fmt::bytes(x));
+            // `{x:.0}` and `fmt::bytes(x)` (nothing in either needs escaping).
+            out.push_str("<td class=\"num\" data-sort=\"");
+            digits::push_fixed(out, x, 0);
+            out.push_str("\">");
+            digits::push_gb(out, x);
             out.push_str("</td>");
         }
         None => out.push_str("<td class=\"num\" data-sort=\"\">—</td>"),
@@ -549,7 +552,9 @@ fn runs_row_html(ctx: &Ctx, r: &RowResult, with_family: bool, out: &mut String) 
     }
     text(out, &ctx.regime_label(&r.regime));
     text(out, r.precision.as_str());
-    let _ = write!(out, "<td class=\"num\" data-sort=\"{}\">", r.batch);
+    out.push_str("<td class=\"num\" data-sort=\"");
+    digits::push_u64(out, r.batch);
+    out.push_str("\">");
     esc(out, &fmt::count(r.batch));
     out.push_str("</td>");
     text(out, status_name(r.status));
@@ -1775,55 +1780,63 @@ fn download_csv(ctx: &Ctx, w: &mut dyn std::io::Write) -> std::io::Result<()> {
     head.push("bound_q90_bytes".into());
     head.push("bound_q95_bytes".into());
     writeln!(w, "{}", head.join(","))?;
-    let csv = |w: &mut dyn Write, s: &str| -> std::io::Result<()> {
+    let csv = |line: &mut String, s: &str| {
         if s.contains([',', '"', '\n', '\r']) {
-            w.write_all(fmt::csv_field(s).as_bytes())
+            line.push_str(&fmt::csv_field(s));
         } else {
-            w.write_all(s.as_bytes())
+            line.push_str(s);
         }
     };
+    // Each line is put together in one buffer (numbers through `digits`: std's text, without
+    // the formatting machinery) and written at once.
+    let mut line = String::with_capacity(512);
     for r in &cal.rows {
+        line.clear();
         for (k, s) in [&r.run_id, &r.graph, &r.family, &r.regime]
             .into_iter()
             .enumerate()
         {
             if k > 0 {
-                w.write_all(b",")?;
+                line.push(',');
             }
-            csv(&mut w, s)?;
+            csv(&mut line, s);
         }
-        write!(
-            w,
-            ",{},{},{},{},{},",
-            ctx.device(&r.regime),
-            r.precision.as_str(),
-            r.batch,
-            status_name(r.status),
-            bucket_name(r.bucket)
-        )?;
+        for s in [ctx.device(&r.regime), r.precision.as_str()] {
+            line.push(',');
+            line.push_str(s);
+        }
+        line.push(',');
+        digits::push_u64(&mut line, r.batch);
+        for s in [status_name(r.status), bucket_name(r.bucket)] {
+            line.push(',');
+            line.push_str(s);
+        }
+        line.push(',');
         if let Some(b) = r.measured_bytes {
-            write!(w, "{b}")?;
+            digits::push_u64(&mut line, b);
         }
-        w.write_all(b",")?;
+        line.push(',');
         if let Some(b) = r.oom_capacity_bytes {
-            write!(w, "{b}")?;
+            digits::push_u64(&mut line, b);
         }
         for b in &r.features {
-            write!(w, ",{b}")?;
+            line.push(',');
+            digits::push_u64(&mut line, *b);
         }
         for m in &Method::ALL {
-            w.write_all(b",")?;
+            line.push(',');
             if let Some(p) = r.predictions.get(m) {
-                write!(w, "{p}")?;
+                digits::push_f64(&mut line, *p);
             }
         }
         for b in [r.bound_q90_bytes, r.bound_q95_bytes] {
-            w.write_all(b",")?;
+            line.push(',');
             if let Some(b) = b {
-                write!(w, "{b}")?;
+                digits::push_f64(&mut line, b);
             }
         }
-        w.write_all(b"\n")?;
+        line.push('\n');
+        w.write_all(line.as_bytes())?;
     }
     w.flush()
 }

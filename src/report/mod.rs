@@ -6,6 +6,7 @@
 
 pub mod adapter;
 pub mod charts;
+mod digits;
 mod download;
 pub mod format;
 pub mod markdown;
