@@ -450,7 +450,7 @@ fn join<'g>(
             .emulated_capacity_bytes
             .unwrap_or(row.device.capacity_bytes),
         after_fit: row.marker.as_deref() == Some(AFTER_FIT),
-        timestamp: names.name(&row.timestamp),
+        timestamp: names.mostly_distinct(&row.timestamp),
         graph_mismatch: row.graph_mismatch,
         has_batch_axis: info.has_batch_axis,
         features,
@@ -483,12 +483,21 @@ fn relative(data_dir: &Path, path: &Path) -> String {
 
 /// The rows of a bundle's `bytes`: each line with its number (from 1) and its bytes including
 /// its newline (the last line may have none). A file that ends with a newline has no empty
-/// line after it.
+/// line after it. (`split_inclusive` with the same cut; the newlines are found by `memchr`,
+/// not byte by byte.)
 fn bundle_lines(bytes: &[u8]) -> impl Iterator<Item = (usize, &[u8])> {
-    bytes
-        .split_inclusive(|&b| b == b'\n')
-        .enumerate()
-        .map(|(k, line)| (k + 1, line))
+    let mut rest = bytes;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let end = memchr::memchr(b'\n', rest).map_or(rest.len(), |k| k + 1);
+        let (line, after) = rest.split_at(end);
+        rest = after;
+        Some(line)
+    })
+    .enumerate()
+    .map(|(k, line)| (k + 1, line))
 }
 
 /// Reads, parses, checks, hashes and joins the row files and bundles `paths` in order, stopping
@@ -718,4 +727,32 @@ pub fn load(data_dir: &Path) -> Result<Dataset> {
         rows,
         graphs: graphs.into_iter().map(|(k, (_, i))| (k, i)).collect(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::bundle_lines;
+
+    #[test]
+    fn bundle_lines_cut_as_split_inclusive() {
+        for text in [
+            "",
+            "\n",
+            "\n\n",
+            "a",
+            "a\n",
+            "a\nb",
+            "a\nb\n",
+            "a\n\nb\n\n",
+            "{\"x\":1}\r\n{\"y\":2}",
+        ] {
+            let b = text.as_bytes();
+            let want: Vec<(usize, &[u8])> = b
+                .split_inclusive(|&c| c == b'\n')
+                .enumerate()
+                .map(|(k, l)| (k + 1, l))
+                .collect();
+            assert_eq!(bundle_lines(b).collect::<Vec<_>>(), want, "{text:?}");
+        }
+    }
 }
