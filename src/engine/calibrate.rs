@@ -916,66 +916,20 @@ fn calibrate_rows(ds: &Dataset) -> Calibration {
         }
     };
 
-    // One pass over the rows in run-id order (each row read once, while it is in the cache):
-    // bucket or exclusion; for a usable row its family (numbered as first seen; by the name's
-    // shared allocation first, then by the name); for a fitted row its line of the fitted
-    // rows' SHA-256 (usable rows are in run-id order and their run ids distinct: duplicates
-    // are excluded, so this is rows_sha256's order) and its part of the fit, per profile and
-    // family: normal equations of the completed runs, constraint vectors of the out-of-memory
-    // runs, both in run-id order.
+    // One pass over the rows in run-id order (each row read once, while it is in the cache),
+    // in two halves on two threads: bucket or exclusion; for a usable row its family
+    // (numbered as first seen; by the name's shared allocation first, then by the name); for a
+    // fitted row its line of the fitted rows' SHA-256 (usable rows are in run-id order and
+    // their run ids distinct: duplicates are excluded, so this is rows_sha256's order) and its
+    // part of the fit, per profile and family: normal equations of the completed runs,
+    // constraint vectors of the out-of-memory runs, both in run-id order. The first half
+    // hashes and adds its fitted rows as it goes; the second keeps its fitted rows' lines of
+    // the SHA-256, hashed after the first's, and its fitted rows are added to the blocks after
+    // the first's: the same order, so the same bytes and the same floats as one pass.
     type Block = (Normal, Vec<[f64; N_FEATURES]>);
     type Blocks = Vec<Option<Block>>;
-    let mut blocks: BTreeMap<Precision, Blocks> = BTreeMap::new();
-    let mut fitted_hash = super::load::RowsHasher::default();
-    let mut fam_by_alloc: HashMap<usize, usize, super::FastHash> = HashMap::default();
-    let mut fam_by_name: HashMap<&str, usize> = HashMap::new();
-    let mut first_seen: Vec<&str> = Vec::new();
-    let mut exclusions = Vec::new();
-    let mut usable: Vec<(usize, Bucket, usize)> = Vec::with_capacity(order.len());
-    let mut prev: Option<usize> = None;
-    for i in order.into_iter().map(|i| i as usize) {
-        let row = &ds.rows[i];
-        let dup = prev.filter(|&p| ds.rows[p].run_id == row.run_id);
-        let result = match dup {
-            Some(p) => Err((
-                ExclusionReason::DuplicateRunId,
-                format!("run id also in {}, which comes first", ds.rows[p].file),
-            )),
-            None => {
-                prev = Some(i);
-                classify(ds, row, &fixed_at, &regimes, &has_factors)
-            }
-        };
-        let b = match result {
-            Ok(b) => b,
-            Err((reason, detail)) => {
-                exclusions.push(Exclusion {
-                    run_id: row.run_id.to_string(),
-                    file: row.file.to_string(),
-                    reason,
-                    detail,
-                });
-                continue;
-            }
-        };
-        let alloc = Arc::as_ptr(&row.family.0) as usize;
-        let fam = match fam_by_alloc.get(&alloc) {
-            Some(&k) => k,
-            None => {
-                let n = first_seen.len();
-                let k = *fam_by_name.entry(row.family.as_str()).or_insert(n);
-                if k == n {
-                    first_seen.push(row.family.as_str());
-                }
-                fam_by_alloc.insert(alloc, k);
-                k
-            }
-        };
-        usable.push((i, b, fam));
-        if b != Bucket::Fitted {
-            continue;
-        }
-        fitted_hash.add(&row.run_id, &row.file_sha256);
+    // A fitted row's part of its profile's and family's block.
+    let add_fitted = |blocks: &mut BTreeMap<Precision, Blocks>, row: &Row, fam: usize| {
         let list = blocks.entry(row.precision).or_default();
         if list.len() <= fam {
             list.resize(fam + 1, None);
@@ -991,7 +945,129 @@ fn calibrate_rows(ds: &Dataset) -> Calibration {
             }
             _ => {}
         }
+    };
+    /// What a half of the rows gives.
+    #[derive(Default)]
+    struct Half<'a> {
+        /// (row, bucket, family as an index into `families`).
+        usable: Vec<(usize, Bucket, usize)>,
+        exclusions: Vec<Exclusion>,
+        /// Family names in the order first seen.
+        families: Vec<&'a str>,
+        /// The second half's fitted rows' lines of the SHA-256, hashed after the first's.
+        lines: Vec<u8>,
+        /// The first half's fitted rows, hashed and added as it goes.
+        hash: super::load::RowsHasher,
+        blocks: BTreeMap<Precision, Blocks>,
     }
+    // `prev`: the row before the half that is not a duplicate (the first of its run id).
+    let half = |part: &[u32], mut prev: Option<usize>, direct: bool| -> Half {
+        let mut out = Half {
+            // The first half's usable rows take the second's after them.
+            usable: Vec::with_capacity(if direct { order.len() } else { part.len() }),
+            ..Half::default()
+        };
+        let mut fam_by_alloc: HashMap<usize, usize, super::FastHash> = HashMap::default();
+        let mut fam_by_name: HashMap<&str, usize> = HashMap::new();
+        for i in part.iter().map(|&i| i as usize) {
+            let row = &ds.rows[i];
+            let dup = prev.filter(|&p| ds.rows[p].run_id == row.run_id);
+            let result = match dup {
+                Some(p) => Err((
+                    ExclusionReason::DuplicateRunId,
+                    format!("run id also in {}, which comes first", ds.rows[p].file),
+                )),
+                None => {
+                    prev = Some(i);
+                    classify(ds, row, &fixed_at, &regimes, &has_factors)
+                }
+            };
+            let b = match result {
+                Ok(b) => b,
+                Err((reason, detail)) => {
+                    out.exclusions.push(Exclusion {
+                        run_id: row.run_id.to_string(),
+                        file: row.file.to_string(),
+                        reason,
+                        detail,
+                    });
+                    continue;
+                }
+            };
+            let alloc = Arc::as_ptr(&row.family.0) as usize;
+            let fam = match fam_by_alloc.get(&alloc) {
+                Some(&k) => k,
+                None => {
+                    let n = out.families.len();
+                    let k = *fam_by_name.entry(row.family.as_str()).or_insert(n);
+                    if k == n {
+                        out.families.push(row.family.as_str());
+                    }
+                    fam_by_alloc.insert(alloc, k);
+                    k
+                }
+            };
+            out.usable.push((i, b, fam));
+            if b == Bucket::Fitted {
+                if direct {
+                    out.hash.add(&row.run_id, &row.file_sha256);
+                    add_fitted(&mut out.blocks, row, fam);
+                } else {
+                    super::load::RowsHasher::line_into(
+                        &mut out.lines,
+                        &row.run_id,
+                        &row.file_sha256,
+                    );
+                }
+            }
+        }
+        out
+    };
+    let mid = order.len() / 2;
+    let (first, second) = order.split_at(mid);
+    let prev_second = mid.checked_sub(1).map(|mut j| {
+        while j > 0 && ds.rows[order[j - 1] as usize].run_id == ds.rows[order[j] as usize].run_id {
+            j -= 1;
+        }
+        order[j] as usize
+    });
+    let (a, b) = std::thread::scope(|sc| {
+        let hb = sc.spawn(|| half(second, prev_second, false));
+        let a = half(first, None, true);
+        (a, hb.join().expect("the row thread does not panic"))
+    });
+    drop(order);
+    let Half {
+        mut usable,
+        mut exclusions,
+        families: mut first_seen,
+        hash: mut fitted_hash,
+        mut blocks,
+        ..
+    } = a;
+    // The second half's families as the first's numbers (new ones after them).
+    let second_fam: Vec<usize> = b
+        .families
+        .iter()
+        .map(|n| match first_seen.iter().position(|x| x == n) {
+            Some(k) => k,
+            None => {
+                first_seen.push(n);
+                first_seen.len() - 1
+            }
+        })
+        .collect();
+    fitted_hash.add_lines(&b.lines);
+    drop(b.lines);
+    for &(i, bk, fam) in &b.usable {
+        let fam = second_fam[fam];
+        if bk == Bucket::Fitted {
+            add_fitted(&mut blocks, &ds.rows[i], fam);
+        }
+        usable.push((i, bk, fam));
+    }
+    exclusions.extend(b.exclusions);
+    drop(b.usable);
     let fitted_rows_sha256 = fitted_hash.finish();
     exclusions.sort_by(|a, b| cmp_path(&a.file, &b.file));
     let mut excluded_by_reason = BTreeMap::new();
@@ -1021,8 +1097,10 @@ fn calibrate_rows(ds: &Dataset) -> Calibration {
     let mut fam_names = first_seen.clone();
     fam_names.sort_unstable();
     let mut rank = vec![0usize; fam_names.len()];
-    for (k, n) in fam_names.iter().enumerate() {
-        rank[fam_by_name[n]] = k;
+    for (k, n) in first_seen.iter().enumerate() {
+        rank[k] = fam_names
+            .binary_search(n)
+            .expect("every family seen is in the sorted list");
     }
     for u in &mut usable {
         u.2 = rank[u.2];
@@ -1034,7 +1112,7 @@ fn calibrate_rows(ds: &Dataset) -> Calibration {
         }
         *list = by_rank;
     }
-    drop((fam_by_alloc, fam_by_name, first_seen));
+    drop(first_seen);
 
     let mut fits: BTreeMap<Precision, ProfileFits> = BTreeMap::new();
     // Per profile, per family index: the held-out-by-architecture factors.

@@ -49,6 +49,20 @@ impl RowsHasher {
         hash_line(&mut self.0, run_id, &file_sha256.hex_bytes());
     }
 
+    /// A row's line as [`RowsHasher::add`] hashes it, appended to `out` (for
+    /// [`RowsHasher::add_lines`] to hash later).
+    pub fn line_into(out: &mut Vec<u8>, run_id: &str, file_sha256: &super::Digest) {
+        out.extend_from_slice(run_id.as_bytes());
+        out.push(b'\t');
+        out.extend_from_slice(&file_sha256.hex_bytes());
+        out.push(b'\n');
+    }
+
+    /// Rows' lines made by [`RowsHasher::line_into`], in order.
+    pub fn add_lines(&mut self, lines: &[u8]) {
+        self.0.update(lines);
+    }
+
     /// The hex digest of the rows added.
     pub fn finish(self) -> String {
         super::Digest(self.0.finalize().into()).hex()
