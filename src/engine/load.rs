@@ -380,7 +380,7 @@ fn check(row: &RowRef, path: &Path) -> Result<()> {
 /// precision).
 type Computed = (Features, u64, Option<u64>, Option<u64>);
 
-type Keyed<'g> = HashMap<(&'g str, u64, Precision), Computed>;
+type Keyed<'g> = HashMap<(&'g str, u64, Precision), Computed, super::FastHash>;
 
 /// [`Computed`] per (graph, batch, precision): each loading thread's own map in front of one
 /// shared by the threads, so that each key is computed about once (the simulator dominates).
@@ -525,7 +525,7 @@ fn load_rows<'g>(
 ) -> Result<Vec<Row>> {
     let mut rows = Vec::with_capacity(capacity);
     let mut cache = FeatureCache {
-        own: HashMap::new(),
+        own: HashMap::default(),
         shared,
     };
     let mut names = super::Interner::default();
@@ -567,29 +567,29 @@ fn load_rows<'g>(
             });
         }
         for (n, line) in bundle_lines(text.as_bytes()) {
-            let at = line_path(path, n);
             let start = line.as_ptr() as usize - text.as_ptr() as usize;
             let line_text = &text[start..start + line.len()];
             if line_text.trim().is_empty() {
                 return Err(Error::Parse {
-                    path: at,
+                    path: line_path(path, n),
                     what: "run row bundle",
                     message: "an empty line; a row bundle (.jsonl) holds one run row per line \
                               and no empty lines: remove it"
                         .into(),
                 });
             }
-            let row = parse_ref(line_text, &at).map_err(in_line)?;
+            // Errors are made with the bundle's path and then named by the line (`in_line`),
+            // so that a row read without error makes no name of its line but `file`.
+            let row = parse_ref(line_text, path).map_err(|e| in_line(e, path, n))?;
             let digest = super::Digest::of(line);
-            rows.push(join(
-                row,
-                format!("{rel}:{n}"),
-                digest,
-                &at,
-                graphs,
-                &mut cache,
-                &mut names,
-            )?);
+            let mut file = String::with_capacity(rel.len() + 8);
+            file.push_str(&rel);
+            file.push(':');
+            file.push_str(itoa::Buffer::new().format(n));
+            rows.push(
+                join(row, file, digest, path, graphs, &mut cache, &mut names)
+                    .map_err(|e| in_line(e, path, n))?,
+            );
         }
     }
     Ok(rows)
@@ -602,30 +602,29 @@ fn line_path(path: &Path, line: usize) -> std::path::PathBuf {
     p.into()
 }
 
-/// A parse error in a bundle's line speaks of the line, not of a file (serde_json counts the
-/// line as line 1 of its text).
-fn in_line(e: Error) -> Error {
+/// An error in line `line` of the bundle `bundle` names the line (`file:line`), and a parse
+/// error speaks of the line, not of a file (serde_json counts the line as line 1 of its text).
+fn in_line(e: Error, bundle: &Path, line: usize) -> Error {
+    let at = line_path(bundle, line);
     match e {
-        Error::Parse {
-            path,
-            what,
-            message,
-        } => Error::Parse {
-            path,
+        Error::Parse { what, message, .. } => Error::Parse {
+            path: at,
             what,
             message: message
                 .replace(" at line 1 column ", " at column ")
                 .replace("the file is cut short", "the line is cut short"),
         },
-        Error::Field {
-            path,
-            field,
-            message,
-        } => Error::Field {
-            path,
+        Error::Field { field, message, .. } => Error::Field {
+            path: at,
             field,
             message: message.replace(" at line 1 column ", " at column "),
         },
+        Error::Node { node, message, .. } => Error::Node {
+            path: at,
+            node,
+            message,
+        },
+        Error::Io { source, .. } => Error::Io { path: at, source },
         e => e,
     }
 }
@@ -707,7 +706,7 @@ pub fn load(data_dir: &Path) -> Result<Dataset> {
     }
     let graphs_ref = &graphs;
     let paths = &paths;
-    let shared = &std::sync::Mutex::new(HashMap::new());
+    let shared = &std::sync::Mutex::new(HashMap::default());
     let runs: Vec<Result<Vec<Row>>> = std::thread::scope(|scope| {
         let mut before = 0;
         let handles: Vec<_> = chunks

@@ -589,8 +589,9 @@ impl Site<'_> {
     }
 
     /// `memory-calibration.json`: the settings, the feature names and every counted row with
-    /// its features and predictions, exactly as the engine reports them, serialised straight
-    /// into `w`, with a trailing newline. Pretty JSON; compact (no indentation) when the runs
+    /// its features, predictions and card checks (by index into the shared `check_lists`),
+    /// exactly as the engine reports them, serialised straight into `w`, with a trailing
+    /// newline. Pretty JSON; compact (no indentation) when the runs
     /// table is split (more than [`RUNS_PER_PAGE_LIMIT`] rows).
     pub fn write_download_json(&self, w: &mut dyn std::io::Write) -> std::io::Result<()> {
         download_json(self.source.ctx.cal, self.source.compact_download, w)
@@ -1724,8 +1725,8 @@ fn excluded_table(ctx: &Ctx) -> Table {
     t
 }
 
-/// `memory-calibration.json` (see [`Site::write_download_json`]). The same bytes as
-/// `serde_json::to_string_pretty` of the object, written as it goes.
+/// `memory-calibration.json` (see [`Site::write_download_json`] and [`super::download`]),
+/// serialised as it goes.
 fn download_json(
     cal: &Calibration,
     compact: bool,
@@ -1735,9 +1736,7 @@ fn download_json(
     let d = super::download::Download::of(cal);
     let mut w = std::io::BufWriter::with_capacity(1 << 16, w);
     if compact {
-        // The same bytes as `serde_json::to_writer(&mut w, &d)`, each shared check list
-        // serialised once.
-        super::download::write_compact(cal, d.format, &mut w)?;
+        serde_json::to_writer(&mut w, &d).map_err(std::io::Error::other)?;
     } else {
         serde_json::to_writer_pretty(&mut w, &d).map_err(std::io::Error::other)?;
     }
