@@ -550,7 +550,12 @@ fn runs_row_html(ctx: &Ctx, r: &RowResult, with_family: bool, out: &mut String) 
         esc(out, &r.family);
         out.push_str("</a></td>");
     }
-    text(out, &ctx.regime_label(&r.regime));
+    // `ctx.regime_label`, escaped as one text: the regime escaped, then " (device)".
+    out.push_str("<td>");
+    esc(out, &r.regime);
+    out.push_str(" (");
+    esc(out, ctx.device(&r.regime));
+    out.push_str(")</td>");
     text(out, r.precision.as_str());
     out.push_str("<td class=\"num\" data-sort=\"");
     digits::push_u64(out, r.batch);
@@ -1736,7 +1741,7 @@ fn download_json(
     let d = super::download::Download::of(cal);
     let mut w = std::io::BufWriter::with_capacity(1 << 16, w);
     if compact {
-        serde_json::to_writer(&mut w, &d).map_err(std::io::Error::other)?;
+        super::download::write_compact(&d, &mut w)?;
     } else {
         serde_json::to_writer_pretty(&mut w, &d).map_err(std::io::Error::other)?;
     }

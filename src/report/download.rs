@@ -9,6 +9,7 @@ use crate::engine::{Calibration, Check, RowResult};
 use serde::ser::SerializeSeq;
 use serde::Serialize;
 use std::collections::HashMap;
+use std::io::Write;
 
 /// The format of the download.
 pub(crate) const FORMAT: &str = "memcal-site-download/2";
@@ -152,6 +153,130 @@ fn row(r: &RowResult, list: u32) -> Row<'_> {
     }
 }
 
+fn json<T: Serialize + ?Sized>(w: &mut impl Write, v: &T) -> std::io::Result<()> {
+    serde_json::to_writer(w, v).map_err(std::io::Error::other)
+}
+
+/// A JSON string: as is between quotes when nothing in it needs escaping, else serde_json's.
+fn string(out: &mut Vec<u8>, s: &str) {
+    if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        out.push(b'"');
+        out.extend_from_slice(s.as_bytes());
+        out.push(b'"');
+    } else {
+        serde_json::to_writer(&mut *out, s).expect("a string serialises");
+    }
+}
+
+/// A JSON number as serde_json writes an `f64` (`null` for NaN and the infinities).
+fn float(out: &mut Vec<u8>, x: f64) {
+    if x.is_finite() {
+        out.extend_from_slice(zmij::Buffer::new().format_finite(x).as_bytes());
+    } else {
+        out.extend_from_slice(b"null");
+    }
+}
+
+fn unsigned(out: &mut Vec<u8>, n: u64) {
+    out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+}
+
+/// A row's compact JSON, byte for byte what serde_json makes of [`Row`], written field by field
+/// (keys as constants; a large download's writing was most of it in serde's machinery).
+fn compact_row(out: &mut Vec<u8>, r: &Row) -> std::io::Result<()> {
+    out.extend_from_slice(b"{\"run_id\":");
+    string(out, r.run_id);
+    out.extend_from_slice(b",\"file\":");
+    string(out, r.file);
+    out.extend_from_slice(b",\"graph\":");
+    string(out, r.graph);
+    out.extend_from_slice(b",\"family\":");
+    string(out, r.family);
+    out.extend_from_slice(b",\"regime\":");
+    string(out, r.regime);
+    out.extend_from_slice(b",\"precision\":");
+    json(out, &r.precision)?;
+    out.extend_from_slice(b",\"batch\":");
+    unsigned(out, r.batch);
+    out.extend_from_slice(b",\"status\":");
+    json(out, &r.status)?;
+    out.extend_from_slice(b",\"bucket\":");
+    json(out, &r.bucket)?;
+    if let Some(m) = r.measured_bytes {
+        out.extend_from_slice(b",\"measured_bytes\":");
+        unsigned(out, m);
+    }
+    if let Some(c) = r.oom_capacity_bytes {
+        out.extend_from_slice(b",\"oom_capacity_bytes\":");
+        unsigned(out, c);
+    }
+    if let Some(w) = r.weight {
+        out.extend_from_slice(b",\"weight\":");
+        float(out, w);
+    }
+    out.extend_from_slice(b",\"features\":[");
+    for (k, f) in r.features.iter().enumerate() {
+        if k > 0 {
+            out.push(b',');
+        }
+        unsigned(out, *f);
+    }
+    out.extend_from_slice(b"],\"predictions\":{");
+    for (k, (m, v)) in r.predictions.iter().enumerate() {
+        if k > 0 {
+            out.push(b',');
+        }
+        string(out, m.as_str());
+        out.push(b':');
+        float(out, v);
+    }
+    out.push(b'}');
+    for (key, b) in [
+        (&b",\"bound_q90_bytes\":"[..], r.bound_q90_bytes),
+        (&b",\"bound_q95_bytes\":"[..], r.bound_q95_bytes),
+    ] {
+        if let Some(b) = b {
+            out.extend_from_slice(key);
+            float(out, b);
+        }
+    }
+    out.extend_from_slice(b",\"checks\":");
+    unsigned(out, u64::from(r.checks));
+    out.push(b'}');
+    Ok(())
+}
+
+/// The download as compact JSON into `w`: byte for byte `serde_json::to_writer` of `d`, the
+/// rows written by [`compact_row`].
+pub(crate) fn write_compact(d: &Download, w: &mut impl Write) -> std::io::Result<()> {
+    w.write_all(b"{\"format\":")?;
+    json(w, d.format)?;
+    w.write_all(b",\"tool_version\":")?;
+    json(w, d.tool_version)?;
+    w.write_all(b",\"settings\":")?;
+    json(w, d.settings)?;
+    w.write_all(b",\"totals\":")?;
+    json(w, d.totals)?;
+    w.write_all(b",\"check_lists\":")?;
+    json(w, &d.check_lists)?;
+    w.write_all(b",\"rows\":[")?;
+    let mut buf = Vec::with_capacity(1 << 16);
+    for (k, (r, &list)) in d.rows.rows.iter().zip(&d.rows.list).enumerate() {
+        if k > 0 {
+            buf.push(b',');
+        }
+        compact_row(&mut buf, &row(r, list))?;
+        if buf.len() >= 1 << 15 {
+            w.write_all(&buf)?;
+            buf.clear();
+        }
+    }
+    w.write_all(&buf)?;
+    w.write_all(b"],\"exclusions\":")?;
+    json(w, d.exclusions)?;
+    w.write_all(b"}")
+}
+
 #[cfg(test)]
 mod tests {
     use crate::engine::{calibrate, synthetic};
@@ -179,6 +304,19 @@ mod tests {
         let distinct: std::collections::BTreeSet<String> =
             lists.iter().map(|l| l.to_string()).collect();
         assert_eq!(distinct.len(), lists.len());
+        // The compact writer makes serde's bytes, names that need escaping included.
+        let mut odd = cal.clone();
+        odd.rows[3].run_id = "a \"quoted\\ id\u{1}\tnew\nline é ✓".into();
+        odd.rows[4].graph = "</script>".into();
+        for c in [&cal, &odd] {
+            let d = super::Download::of(c);
+            let mut fast = Vec::new();
+            super::write_compact(&d, &mut fast).unwrap();
+            assert!(
+                fast == serde_json::to_vec(&d).unwrap(),
+                "the compact writer differs"
+            );
+        }
         let rows = have["rows"].as_array().unwrap();
         assert_eq!(rows.len(), cal.rows.len());
         for (h, r) in rows.iter().zip(&cal.rows) {
