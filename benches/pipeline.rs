@@ -99,6 +99,7 @@ fn build(data: &Path, out: &Path, breakdown: bool) -> usize {
     let rss_load = peak_rss_mib();
     let cal = calibrate(&ds);
     let t_cal = t.elapsed().as_secs_f64();
+    let rss_cal = peak_rss_mib();
     let families: BTreeSet<String> = cal
         .families
         .keys()
@@ -111,6 +112,7 @@ fn build(data: &Path, out: &Path, breakdown: bool) -> usize {
             .expect("the history loads");
     let site = report::from_calibration(&cal, &ds.factors, &prose);
     let t_view = t.elapsed().as_secs_f64();
+    let rss_view = peak_rss_mib();
     let summary = report::write_site(&site, out, false).expect("the site builds");
     let t_write = t.elapsed().as_secs_f64();
     if breakdown {
@@ -118,16 +120,18 @@ fn build(data: &Path, out: &Path, breakdown: bool) -> usize {
         let size = |f: &str| std::fs::metadata(out.join(f)).map_or(0, |m| m.len()) as f64 / 1e6;
         eprintln!(
             "rows {}: load {t_load:.2} s (CPU {:.2} s user + {:.2} s system; peak RSS then \
-             {:.0} MiB), calibrate {:.2} s, \
-             view model {:.2} s, render + write {:.2} s; total {t_write:.2} s; wrote {files} \
-             files ({} pages, {} charts), {:.1} MB (memory-calibration.json {:.1} MB, \
-             memory-calibration.csv {:.1} MB)",
+             {:.0} MiB), calibrate {:.2} s (peak RSS then {:.0} MiB), \
+             view model {:.2} s (peak RSS then {:.0} MiB), render + write {:.2} s; total \
+             {t_write:.2} s; wrote {files} files ({} pages, {} charts), {:.1} MB \
+             (memory-calibration.json {:.1} MB, memory-calibration.csv {:.1} MB)",
             ds.rows.len(),
             cpu1.0 - cpu0.0,
             cpu1.1 - cpu0.1,
             rss_load.unwrap_or(f64::NAN),
             t_cal - t_load,
+            rss_cal.unwrap_or(f64::NAN),
             t_view - t_cal,
+            rss_view.unwrap_or(f64::NAN),
             t_write - t_view,
             summary.pages,
             summary.charts,

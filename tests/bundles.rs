@@ -111,6 +111,18 @@ fn a_bad_line_is_named_by_file_and_line_and_field() {
         "{e}"
     );
     assert!(e.contains("the line is cut short"), "{e}");
+    // A line that parses but names a graph the folder lacks (an error of the join, after the
+    // parse) is named by its line too.
+    let text = bundle_text(bundles.path(), "b0001000.jsonl");
+    let mut lines: Vec<&str> = text.split_inclusive('\n').collect();
+    let bad = lines[41].replace("\"name\":\"fam", "\"name\":\"gone");
+    lines[41] = &bad;
+    std::fs::write(bundles.path().join("runs/b0001000.jsonl"), lines.concat()).unwrap();
+    let e = load_err(bundles.path());
+    assert!(
+        e.contains("runs/b0001000.jsonl:42: field `graph.name`: names graph `gone"),
+        "{e}"
+    );
 }
 
 #[test]

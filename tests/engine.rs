@@ -204,6 +204,69 @@ fn permuting_rows_changes_nothing() {
     assert_eq!(write_calibration_json(&a), write_calibration_json(&b));
 }
 
+#[test]
+fn duplicates_around_the_middle_of_the_rows_are_found() {
+    // The engine reads the rows in run-id order in two halves on two threads: a run of
+    // duplicates across the middle must come out as if read in one pass.
+    let ds = synthetic::dataset(301, 5, TRUTH, 0.1, 13);
+    let clean = calibrate(&ds);
+    let mut ids: Vec<(String, usize)> = ds
+        .rows
+        .iter()
+        .enumerate()
+        .map(|(i, r)| (r.run_id.to_string(), i))
+        .collect();
+    ids.sort();
+    let n = ds.rows.len() + 2;
+    for rank in n / 2 - 3..n / 2 + 2 {
+        let i = ids[rank].1;
+        let mut dup = ds.clone();
+        for k in [2, 3] {
+            let mut r = ds.rows[i].clone();
+            r.file = format!("{}~{k}", r.file).into();
+            dup.rows.push(r);
+        }
+        let cal = calibrate(&dup);
+        let id = ds.rows[i].run_id.as_str();
+        let dups: Vec<_> = cal.exclusions.iter().filter(|e| e.run_id == id).collect();
+        assert_eq!(dups.len(), 2, "rank {rank}");
+        for e in dups {
+            assert_eq!(e.reason, ExclusionReason::DuplicateRunId);
+            assert_eq!(
+                e.detail,
+                format!("run id also in {}, which comes first", ds.rows[i].file)
+            );
+        }
+        assert!(cal.totals.balanced);
+        assert_eq!(cal.totals.excluded, clean.totals.excluded + 2);
+        // Everything else is the clean data set's calibration.
+        assert_eq!(cal.fitted_rows_sha256, clean.fitted_rows_sha256);
+        assert_eq!(
+            serde_json::to_string(&cal.rows).unwrap(),
+            serde_json::to_string(&clean.rows).unwrap()
+        );
+        assert_eq!(
+            serde_json::to_string(&cal.fits).unwrap(),
+            serde_json::to_string(&clean.fits).unwrap()
+        );
+    }
+    // The fitted rows' digest is rows_sha256 of the fitted rows.
+    let fitted: Vec<(String, String)> = clean
+        .rows
+        .iter()
+        .filter(|r| r.bucket == Bucket::Fitted)
+        .map(|r| {
+            let row = ds.rows.iter().find(|x| x.run_id == r.run_id).unwrap();
+            (r.run_id.to_string(), row.file_sha256.hex())
+        })
+        .collect();
+    let pairs: Vec<(&str, &str)> = fitted
+        .iter()
+        .map(|(a, b)| (a.as_str(), b.as_str()))
+        .collect();
+    assert_eq!(clean.fitted_rows_sha256, rows_sha256(&pairs));
+}
+
 fn reason_of(cal: &engine::Calibration, run_id: &str) -> Option<ExclusionReason> {
     cal.exclusions
         .iter()

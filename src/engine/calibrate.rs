@@ -413,7 +413,7 @@ impl Serialize for Checks {
 
 /// Hands out one shared copy of each distinct list of checks.
 #[derive(Default)]
-struct CheckLists(std::collections::HashSet<Checks>);
+struct CheckLists(std::collections::HashSet<Checks, super::FastHash>);
 
 impl std::borrow::Borrow<[Check]> for Checks {
     fn borrow(&self) -> &[Check] {
@@ -828,8 +828,56 @@ fn classify(
     }
 }
 
+/// Sorts `v` by `cmp` on two threads (each half alone, then merged): the same order as
+/// `sort_by` for a total order.
+fn sort_on_two_threads<T, F>(v: &mut Vec<T>, cmp: F)
+where
+    T: Send + Copy,
+    F: Fn(&T, &T) -> Ordering + Sync,
+{
+    if v.len() < 1 << 14 {
+        v.sort_by(&cmp);
+        return;
+    }
+    let mid = v.len() / 2;
+    let (a, b) = v.split_at_mut(mid);
+    std::thread::scope(|sc| {
+        let other = sc.spawn(|| b.sort_by(&cmp));
+        a.sort_by(&cmp);
+        other.join().expect("the sorting thread does not panic");
+    });
+    let (a, b) = v.split_at(mid);
+    let mut out = Vec::with_capacity(v.len());
+    let (mut x, mut y) = (0, 0);
+    while x < a.len() && y < b.len() {
+        if cmp(&b[y], &a[x]) == Ordering::Less {
+            out.push(b[y]);
+            y += 1;
+        } else {
+            out.push(a[x]);
+            x += 1;
+        }
+    }
+    out.extend_from_slice(&a[x..]);
+    out.extend_from_slice(&b[y..]);
+    *v = out;
+}
+
 /// Runs the whole calibration on a dataset. Pure and deterministic.
 pub fn calibrate(ds: &Dataset) -> Calibration {
+    // The facts of the measurement read every row and nothing else: on a thread of their own.
+    std::thread::scope(|sc| {
+        let measured = sc.spawn(|| Measured::of(&ds.rows));
+        let mut c = calibrate_rows(ds);
+        c.measured = measured
+            .join()
+            .expect("the thread of the facts does not panic");
+        c
+    })
+}
+
+/// [`calibrate`] but for `measured`.
+fn calibrate_rows(ds: &Dataset) -> Calibration {
     let f = &ds.factors;
     let threshold = f.small_runs.threshold_bytes;
     // When each profile's factors were fixed (its after-the-fit rows must be later).
@@ -849,7 +897,7 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
         .windows(2)
         .any(|w| by_id_then_path(&w[0], &w[1]) == Ordering::Greater)
     {
-        keys.sort_by(by_id_then_path);
+        sort_on_two_threads(&mut keys, by_id_then_path);
     }
     let order: Vec<u32> = keys.iter().map(|k| k.1).collect();
     drop(keys);
@@ -859,39 +907,174 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
         .map(|k| (k.as_str(), f.training_regimes.contains(k)))
         .collect();
     let has_factors = Precision::ALL.map(|p| f.factors(p).is_some());
-
-    let mut exclusions = Vec::new();
-    let mut usable: Vec<(usize, Bucket)> = Vec::with_capacity(order.len());
-    let mut prev: Option<usize> = None;
-    for i in order.into_iter().map(|i| i as usize) {
-        let row = &ds.rows[i];
-        let dup = prev.filter(|&p| ds.rows[p].run_id == row.run_id);
-        let result = match dup {
-            Some(p) => Err((
-                ExclusionReason::DuplicateRunId,
-                format!("run id also in {}, which comes first", ds.rows[p].file),
-            )),
-            None => {
-                prev = Some(i);
-                classify(ds, row, &fixed_at, &regimes, &has_factors)
-            }
-        };
-        match result {
-            Ok(b) => usable.push((i, b)),
-            Err((reason, detail)) => exclusions.push(Exclusion {
-                run_id: row.run_id.to_string(),
-                file: row.file.to_string(),
-                reason,
-                detail,
-            }),
+    let h = f.headroom;
+    let weight_of = |m: u64| {
+        if m < threshold {
+            f.small_runs.weight
+        } else {
+            1.0
         }
+    };
+
+    // One pass over the rows in run-id order (each row read once, while it is in the cache),
+    // in two halves on two threads: bucket or exclusion; for a usable row its family
+    // (numbered as first seen; by the name's shared allocation first, then by the name); for a
+    // fitted row its line of the fitted rows' SHA-256 (usable rows are in run-id order and
+    // their run ids distinct: duplicates are excluded, so this is rows_sha256's order) and its
+    // part of the fit, per profile and family: normal equations of the completed runs,
+    // constraint vectors of the out-of-memory runs, both in run-id order. The first half
+    // hashes and adds its fitted rows as it goes; the second keeps its fitted rows' lines of
+    // the SHA-256, hashed after the first's, and its fitted rows are added to the blocks after
+    // the first's: the same order, so the same bytes and the same floats as one pass.
+    type Block = (Normal, Vec<[f64; N_FEATURES]>);
+    type Blocks = Vec<Option<Block>>;
+    // A fitted row's part of its profile's and family's block.
+    let add_fitted = |blocks: &mut BTreeMap<Precision, Blocks>, row: &Row, fam: usize| {
+        let list = blocks.entry(row.precision).or_default();
+        if list.len() <= fam {
+            list.resize(fam + 1, None);
+        }
+        let e = list[fam].get_or_insert_with(Default::default);
+        match (row.status, row.measured_bytes) {
+            (RunStatus::Completed, Some(m)) => {
+                e.0.add_run(&row.features.as_f64(), m as f64, weight_of(m))
+            }
+            (RunStatus::Oom, _) => {
+                let c = row.capacity_bytes as f64;
+                e.1.push(row.features.as_f64().map(|v| (1.0 + h) * v / c));
+            }
+            _ => {}
+        }
+    };
+    /// What a half of the rows gives.
+    #[derive(Default)]
+    struct Half<'a> {
+        /// (row, bucket, family as an index into `families`).
+        usable: Vec<(usize, Bucket, usize)>,
+        exclusions: Vec<Exclusion>,
+        /// Family names in the order first seen.
+        families: Vec<&'a str>,
+        /// The second half's fitted rows' lines of the SHA-256, hashed after the first's.
+        lines: Vec<u8>,
+        /// The first half's fitted rows, hashed and added as it goes.
+        hash: super::load::RowsHasher,
+        blocks: BTreeMap<Precision, Blocks>,
     }
+    // `prev`: the row before the half that is not a duplicate (the first of its run id).
+    let half = |part: &[u32], mut prev: Option<usize>, direct: bool| -> Half {
+        let mut out = Half {
+            // The first half's usable rows take the second's after them.
+            usable: Vec::with_capacity(if direct { order.len() } else { part.len() }),
+            ..Half::default()
+        };
+        let mut fam_by_alloc: HashMap<usize, usize, super::FastHash> = HashMap::default();
+        let mut fam_by_name: HashMap<&str, usize> = HashMap::new();
+        for i in part.iter().map(|&i| i as usize) {
+            let row = &ds.rows[i];
+            let dup = prev.filter(|&p| ds.rows[p].run_id == row.run_id);
+            let result = match dup {
+                Some(p) => Err((
+                    ExclusionReason::DuplicateRunId,
+                    format!("run id also in {}, which comes first", ds.rows[p].file),
+                )),
+                None => {
+                    prev = Some(i);
+                    classify(ds, row, &fixed_at, &regimes, &has_factors)
+                }
+            };
+            let b = match result {
+                Ok(b) => b,
+                Err((reason, detail)) => {
+                    out.exclusions.push(Exclusion {
+                        run_id: row.run_id.to_string(),
+                        file: row.file.to_string(),
+                        reason,
+                        detail,
+                    });
+                    continue;
+                }
+            };
+            let alloc = Arc::as_ptr(&row.family.0) as usize;
+            let fam = match fam_by_alloc.get(&alloc) {
+                Some(&k) => k,
+                None => {
+                    let n = out.families.len();
+                    let k = *fam_by_name.entry(row.family.as_str()).or_insert(n);
+                    if k == n {
+                        out.families.push(row.family.as_str());
+                    }
+                    fam_by_alloc.insert(alloc, k);
+                    k
+                }
+            };
+            out.usable.push((i, b, fam));
+            if b == Bucket::Fitted {
+                if direct {
+                    out.hash.add(&row.run_id, &row.file_sha256);
+                    add_fitted(&mut out.blocks, row, fam);
+                } else {
+                    super::load::RowsHasher::line_into(
+                        &mut out.lines,
+                        &row.run_id,
+                        &row.file_sha256,
+                    );
+                }
+            }
+        }
+        out
+    };
+    let mid = order.len() / 2;
+    let (first, second) = order.split_at(mid);
+    let prev_second = mid.checked_sub(1).map(|mut j| {
+        while j > 0 && ds.rows[order[j - 1] as usize].run_id == ds.rows[order[j] as usize].run_id {
+            j -= 1;
+        }
+        order[j] as usize
+    });
+    let (a, b) = std::thread::scope(|sc| {
+        let hb = sc.spawn(|| half(second, prev_second, false));
+        let a = half(first, None, true);
+        (a, hb.join().expect("the row thread does not panic"))
+    });
+    drop(order);
+    let Half {
+        mut usable,
+        mut exclusions,
+        families: mut first_seen,
+        hash: mut fitted_hash,
+        mut blocks,
+        ..
+    } = a;
+    // The second half's families as the first's numbers (new ones after them).
+    let second_fam: Vec<usize> = b
+        .families
+        .iter()
+        .map(|n| match first_seen.iter().position(|x| x == n) {
+            Some(k) => k,
+            None => {
+                first_seen.push(n);
+                first_seen.len() - 1
+            }
+        })
+        .collect();
+    fitted_hash.add_lines(&b.lines);
+    drop(b.lines);
+    for &(i, bk, fam) in &b.usable {
+        let fam = second_fam[fam];
+        if bk == Bucket::Fitted {
+            add_fitted(&mut blocks, &ds.rows[i], fam);
+        }
+        usable.push((i, bk, fam));
+    }
+    exclusions.extend(b.exclusions);
+    drop(b.usable);
+    let fitted_rows_sha256 = fitted_hash.finish();
     exclusions.sort_by(|a, b| cmp_path(&a.file, &b.file));
     let mut excluded_by_reason = BTreeMap::new();
     for e in &exclusions {
         *excluded_by_reason.entry(e.reason).or_insert(0u64) += 1;
     }
-    let count = |b: Bucket| usable.iter().filter(|(_, x)| *x == b).count() as u64;
+    let count = |b: Bucket| usable.iter().filter(|(_, x, _)| *x == b).count() as u64;
     let totals = {
         let (fitted, regime, after) = (
             count(Bucket::Fitted),
@@ -910,61 +1093,26 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
         }
     };
 
-    // Families of the usable rows, by index in name order.
-    let mut first_seen: HashMap<&str, usize> = HashMap::new();
-    let provisional: Vec<usize> = usable
-        .iter()
-        .map(|&(i, _)| {
-            let n = first_seen.len();
-            *first_seen.entry(ds.rows[i].family.as_str()).or_insert(n)
-        })
-        .collect();
-    let mut fam_names: Vec<&str> = first_seen.keys().copied().collect();
+    // Families by index in name order.
+    let mut fam_names = first_seen.clone();
     fam_names.sort_unstable();
     let mut rank = vec![0usize; fam_names.len()];
-    for (k, n) in fam_names.iter().enumerate() {
-        rank[first_seen[n]] = k;
+    for (k, n) in first_seen.iter().enumerate() {
+        rank[k] = fam_names
+            .binary_search(n)
+            .expect("every family seen is in the sorted list");
+    }
+    for u in &mut usable {
+        u.2 = rank[u.2];
+    }
+    for list in blocks.values_mut() {
+        let mut by_rank: Blocks = vec![None; fam_names.len()];
+        for (k, b) in list.drain(..).enumerate() {
+            by_rank[rank[k]] = b;
+        }
+        *list = by_rank;
     }
     drop(first_seen);
-    let usable: Vec<(usize, Bucket, usize)> = usable
-        .iter()
-        .zip(&provisional)
-        .map(|(&(i, b), &p)| (i, b, rank[p]))
-        .collect();
-    drop(provisional);
-
-    // Per profile and family: normal equations of the completed runs, constraint vectors of
-    // the out-of-memory runs, both in run-id order.
-    let h = f.headroom;
-    let weight_of = |m: u64| {
-        if m < threshold {
-            f.small_runs.weight
-        } else {
-            1.0
-        }
-    };
-    type Block = (Normal, Vec<[f64; N_FEATURES]>);
-    type Blocks = Vec<Option<Block>>;
-    let mut blocks: BTreeMap<Precision, Blocks> = BTreeMap::new();
-    for &(i, b, fam) in &usable {
-        if b != Bucket::Fitted {
-            continue;
-        }
-        let r = &ds.rows[i];
-        let x = r.features.as_f64();
-        let e = blocks
-            .entry(r.precision)
-            .or_insert_with(|| vec![None; fam_names.len()])[fam]
-            .get_or_insert_with(Default::default);
-        match (r.status, r.measured_bytes) {
-            (RunStatus::Completed, Some(m)) => e.0.add_run(&x, m as f64, weight_of(m)),
-            (RunStatus::Oom, _) => {
-                let c = r.capacity_bytes as f64;
-                e.1.push(x.map(|v| (1.0 + h) * v / c));
-            }
-            _ => {}
-        }
-    }
 
     let mut fits: BTreeMap<Precision, ProfileFits> = BTreeMap::new();
     // Per profile, per family index: the held-out-by-architecture factors.
@@ -1465,14 +1613,6 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
         );
     }
 
-    // Usable rows are in run-id order and their run ids distinct (duplicates are excluded), so
-    // this is rows_sha256's order without collecting and sorting them.
-    let fitted_rows_sha256 = super::load::rows_sha256_sorted(
-        usable
-            .iter()
-            .filter(|(_, b, _)| *b == Bucket::Fitted)
-            .map(|&(i, _, _)| (ds.rows[i].run_id.as_str(), ds.rows[i].file_sha256)),
-    );
     let factors_file_rows_match = f
         .provenance
         .as_ref()
@@ -1506,7 +1646,8 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
             .iter()
             .filter_map(|(g, i)| i.textbook_not_applicable.clone().map(|r| (g.clone(), r)))
             .collect(),
-        measured: Measured::of(&ds.rows),
+        // Set by `calibrate`.
+        measured: Measured::default(),
         rows: rows_out,
     }
 }

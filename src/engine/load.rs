@@ -39,13 +39,34 @@ pub fn rows_sha256(rows: &[(&str, &str)]) -> String {
 }
 
 /// [`rows_sha256`] of rows already in its order (by run id, then file hash), hashed as they
-/// come.
-pub fn rows_sha256_sorted<'a>(rows: impl Iterator<Item = (&'a str, super::Digest)>) -> String {
-    let mut h = sha2::Sha256::new();
-    for (id, sha) in rows {
-        hash_line(&mut h, id, &sha.hex_bytes());
+/// come: [`RowsHasher::add`] each row, then [`RowsHasher::finish`].
+#[derive(Default)]
+pub struct RowsHasher(sha2::Sha256);
+
+impl RowsHasher {
+    /// The next row (rows come in run-id order, then by file hash).
+    pub fn add(&mut self, run_id: &str, file_sha256: &super::Digest) {
+        hash_line(&mut self.0, run_id, &file_sha256.hex_bytes());
     }
-    super::Digest(h.finalize().into()).hex()
+
+    /// A row's line as [`RowsHasher::add`] hashes it, appended to `out` (for
+    /// [`RowsHasher::add_lines`] to hash later).
+    pub fn line_into(out: &mut Vec<u8>, run_id: &str, file_sha256: &super::Digest) {
+        out.extend_from_slice(run_id.as_bytes());
+        out.push(b'\t');
+        out.extend_from_slice(&file_sha256.hex_bytes());
+        out.push(b'\n');
+    }
+
+    /// Rows' lines made by [`RowsHasher::line_into`], in order.
+    pub fn add_lines(&mut self, lines: &[u8]) {
+        self.0.update(lines);
+    }
+
+    /// The hex digest of the rows added.
+    pub fn finish(self) -> String {
+        super::Digest(self.0.finalize().into()).hex()
+    }
 }
 
 fn field(path: &Path, field: &str, message: impl Into<String>) -> Error {
@@ -359,7 +380,7 @@ fn check(row: &RowRef, path: &Path) -> Result<()> {
 /// precision).
 type Computed = (Features, u64, Option<u64>, Option<u64>);
 
-type Keyed<'g> = HashMap<(&'g str, u64, Precision), Computed>;
+type Keyed<'g> = HashMap<(&'g str, u64, Precision), Computed, super::FastHash>;
 
 /// [`Computed`] per (graph, batch, precision): each loading thread's own map in front of one
 /// shared by the threads, so that each key is computed about once (the simulator dominates).
@@ -443,7 +464,7 @@ fn join<'g>(
             .emulated_capacity_bytes
             .unwrap_or(row.device.capacity_bytes),
         after_fit: row.marker.as_deref() == Some(AFTER_FIT),
-        timestamp: names.name(&row.timestamp),
+        timestamp: names.mostly_distinct(&row.timestamp),
         graph_mismatch: row.graph_mismatch,
         has_batch_axis: info.has_batch_axis,
         features,
@@ -476,12 +497,21 @@ fn relative(data_dir: &Path, path: &Path) -> String {
 
 /// The rows of a bundle's `bytes`: each line with its number (from 1) and its bytes including
 /// its newline (the last line may have none). A file that ends with a newline has no empty
-/// line after it.
+/// line after it. (`split_inclusive` with the same cut; the newlines are found by `memchr`,
+/// not byte by byte.)
 fn bundle_lines(bytes: &[u8]) -> impl Iterator<Item = (usize, &[u8])> {
-    bytes
-        .split_inclusive(|&b| b == b'\n')
-        .enumerate()
-        .map(|(k, line)| (k + 1, line))
+    let mut rest = bytes;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let end = memchr::memchr(b'\n', rest).map_or(rest.len(), |k| k + 1);
+        let (line, after) = rest.split_at(end);
+        rest = after;
+        Some(line)
+    })
+    .enumerate()
+    .map(|(k, line)| (k + 1, line))
 }
 
 /// Reads, parses, checks, hashes and joins the row files and bundles `paths` in order, stopping
@@ -495,7 +525,7 @@ fn load_rows<'g>(
 ) -> Result<Vec<Row>> {
     let mut rows = Vec::with_capacity(capacity);
     let mut cache = FeatureCache {
-        own: HashMap::new(),
+        own: HashMap::default(),
         shared,
     };
     let mut names = super::Interner::default();
@@ -537,29 +567,29 @@ fn load_rows<'g>(
             });
         }
         for (n, line) in bundle_lines(text.as_bytes()) {
-            let at = line_path(path, n);
             let start = line.as_ptr() as usize - text.as_ptr() as usize;
             let line_text = &text[start..start + line.len()];
             if line_text.trim().is_empty() {
                 return Err(Error::Parse {
-                    path: at,
+                    path: line_path(path, n),
                     what: "run row bundle",
                     message: "an empty line; a row bundle (.jsonl) holds one run row per line \
                               and no empty lines: remove it"
                         .into(),
                 });
             }
-            let row = parse_ref(line_text, &at).map_err(in_line)?;
+            // Errors are made with the bundle's path and then named by the line (`in_line`),
+            // so that a row read without error makes no name of its line but `file`.
+            let row = parse_ref(line_text, path).map_err(|e| in_line(e, path, n))?;
             let digest = super::Digest::of(line);
-            rows.push(join(
-                row,
-                format!("{rel}:{n}"),
-                digest,
-                &at,
-                graphs,
-                &mut cache,
-                &mut names,
-            )?);
+            let mut file = String::with_capacity(rel.len() + 8);
+            file.push_str(&rel);
+            file.push(':');
+            file.push_str(itoa::Buffer::new().format(n));
+            rows.push(
+                join(row, file, digest, path, graphs, &mut cache, &mut names)
+                    .map_err(|e| in_line(e, path, n))?,
+            );
         }
     }
     Ok(rows)
@@ -572,30 +602,29 @@ fn line_path(path: &Path, line: usize) -> std::path::PathBuf {
     p.into()
 }
 
-/// A parse error in a bundle's line speaks of the line, not of a file (serde_json counts the
-/// line as line 1 of its text).
-fn in_line(e: Error) -> Error {
+/// An error in line `line` of the bundle `bundle` names the line (`file:line`), and a parse
+/// error speaks of the line, not of a file (serde_json counts the line as line 1 of its text).
+fn in_line(e: Error, bundle: &Path, line: usize) -> Error {
+    let at = line_path(bundle, line);
     match e {
-        Error::Parse {
-            path,
-            what,
-            message,
-        } => Error::Parse {
-            path,
+        Error::Parse { what, message, .. } => Error::Parse {
+            path: at,
             what,
             message: message
                 .replace(" at line 1 column ", " at column ")
                 .replace("the file is cut short", "the line is cut short"),
         },
-        Error::Field {
-            path,
-            field,
-            message,
-        } => Error::Field {
-            path,
+        Error::Field { field, message, .. } => Error::Field {
+            path: at,
             field,
             message: message.replace(" at line 1 column ", " at column "),
         },
+        Error::Node { node, message, .. } => Error::Node {
+            path: at,
+            node,
+            message,
+        },
+        Error::Io { source, .. } => Error::Io { path: at, source },
         e => e,
     }
 }
@@ -677,7 +706,7 @@ pub fn load(data_dir: &Path) -> Result<Dataset> {
     }
     let graphs_ref = &graphs;
     let paths = &paths;
-    let shared = &std::sync::Mutex::new(HashMap::new());
+    let shared = &std::sync::Mutex::new(HashMap::default());
     let runs: Vec<Result<Vec<Row>>> = std::thread::scope(|scope| {
         let mut before = 0;
         let handles: Vec<_> = chunks
@@ -711,4 +740,32 @@ pub fn load(data_dir: &Path) -> Result<Dataset> {
         rows,
         graphs: graphs.into_iter().map(|(k, (_, i))| (k, i)).collect(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::bundle_lines;
+
+    #[test]
+    fn bundle_lines_cut_as_split_inclusive() {
+        for text in [
+            "",
+            "\n",
+            "\n\n",
+            "a",
+            "a\n",
+            "a\nb",
+            "a\nb\n",
+            "a\n\nb\n\n",
+            "{\"x\":1}\r\n{\"y\":2}",
+        ] {
+            let b = text.as_bytes();
+            let want: Vec<(usize, &[u8])> = b
+                .split_inclusive(|&c| c == b'\n')
+                .enumerate()
+                .map(|(k, l)| (k + 1, l))
+                .collect();
+            assert_eq!(bundle_lines(b).collect::<Vec<_>>(), want, "{text:?}");
+        }
+    }
 }

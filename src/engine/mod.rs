@@ -20,7 +20,7 @@ pub use calibrate::{
     MethodMetrics, Name, PerMethod, Predictions, ProfileFits, RowResult, Settings, Totals, Truth,
     Upper, VerdictCounts, NEAREST_RANK_RULE,
 };
-pub use load::{load, parse_row, rows_sha256, rows_sha256_sorted};
+pub use load::{load, parse_row, rows_sha256, RowsHasher};
 pub use output::{refit_factors_file, summary_table, write_calibration_json};
 
 use crate::factors::FactorsFile;
@@ -55,7 +55,8 @@ pub struct Row {
     pub capacity_bytes: u64,
     /// True when the row carries the marker `after-fit`.
     pub after_fit: bool,
-    /// RFC 3339 start time of the run (interned: runs started in the same second share it).
+    /// RFC 3339 start time of the run (shared by neighbouring rows that started in the same
+    /// second).
     pub timestamp: Name,
     /// The graph file's SHA-256 differs from the one the run recorded.
     pub graph_changed: bool,
@@ -129,7 +130,11 @@ impl Serialize for Digest {
 
 /// Shares equal names: one allocation per distinct string.
 #[derive(Debug, Default)]
-pub struct Interner(std::collections::HashSet<Name, FastHash>);
+pub struct Interner {
+    set: std::collections::HashSet<Name, FastHash>,
+    /// The last name [`Interner::mostly_distinct`] handed out.
+    last: Option<Name>,
+}
 
 /// A fast, not DoS-resistant hash for the interner (an Fx-style multiply-rotate over 8-byte
 /// words): the loader looks up eight names per row, and the names are the data folder's own.
@@ -178,12 +183,27 @@ impl std::hash::Hasher for FastHasher {
 
 impl Interner {
     pub fn name(&mut self, s: &str) -> Name {
-        if let Some(n) = self.0.get(s) {
+        if let Some(n) = self.set.get(s) {
             return n.clone();
         }
         let n = Name::from(s);
-        self.0.insert(n.clone());
+        self.set.insert(n.clone());
         n
+    }
+
+    /// A name for a string that is mostly new (a run's timestamp): shared with the previous
+    /// one asked for this way when they are equal (rows read in order that started in the same
+    /// second), and not kept in the set (a million distinct timestamps would only make every
+    /// lookup slower).
+    pub fn mostly_distinct(&mut self, s: &str) -> Name {
+        match &self.last {
+            Some(n) if n.as_str() == s => n.clone(),
+            _ => {
+                let n = Name::from(s);
+                self.last = Some(n.clone());
+                n
+            }
+        }
     }
 }
 

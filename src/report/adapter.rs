@@ -5,6 +5,7 @@
 use super::charts::ratio::RatioChart;
 use super::charts::scatter::{ScatterChart, ScatterPoint};
 use super::charts::Chart;
+use super::digits;
 use super::format as fmt;
 use super::view::*;
 use crate::engine::{
@@ -519,7 +520,6 @@ impl Source<'_> {
 /// renders the fixture both ways and compares.
 fn runs_row_html(ctx: &Ctx, r: &RowResult, with_family: bool, out: &mut String) {
     use askama::filters::{Escaper, Html};
-    use std::fmt::Write;
     let esc = |out: &mut String, s: &str| {
         let _ = Html.write_escaped_str(&mut *out, s);
     };
@@ -530,8 +530,11 @@ fn runs_row_html(ctx: &Ctx, r: &RowResult, with_family: bool, out: &mut String) 
     };
     let bytes = |out: &mut String, b: Option<f64>| match b {
         Some(x) => {
-            let _ = write!(out, "<td class=\"num\" data-sort=\"{x:.0}\">");
-            esc(out, &fmt::bytes(x));
+            // `{x:.0}` and `fmt::bytes(x)` (nothing in either needs escaping).
+            out.push_str("<td class=\"num\" data-sort=\"");
+            digits::push_fixed(out, x, 0);
+            out.push_str("\">");
+            digits::push_gb(out, x);
             out.push_str("</td>");
         }
         None => out.push_str("<td class=\"num\" data-sort=\"\">—</td>"),
@@ -547,9 +550,16 @@ fn runs_row_html(ctx: &Ctx, r: &RowResult, with_family: bool, out: &mut String) 
         esc(out, &r.family);
         out.push_str("</a></td>");
     }
-    text(out, &ctx.regime_label(&r.regime));
+    // `ctx.regime_label`, escaped as one text: the regime escaped, then " (device)".
+    out.push_str("<td>");
+    esc(out, &r.regime);
+    out.push_str(" (");
+    esc(out, ctx.device(&r.regime));
+    out.push_str(")</td>");
     text(out, r.precision.as_str());
-    let _ = write!(out, "<td class=\"num\" data-sort=\"{}\">", r.batch);
+    out.push_str("<td class=\"num\" data-sort=\"");
+    digits::push_u64(out, r.batch);
+    out.push_str("\">");
     esc(out, &fmt::count(r.batch));
     out.push_str("</td>");
     text(out, status_name(r.status));
@@ -584,8 +594,9 @@ impl Site<'_> {
     }
 
     /// `memory-calibration.json`: the settings, the feature names and every counted row with
-    /// its features and predictions, exactly as the engine reports them, serialised straight
-    /// into `w`, with a trailing newline. Pretty JSON; compact (no indentation) when the runs
+    /// its features, predictions and card checks (by index into the shared `check_lists`),
+    /// exactly as the engine reports them, serialised straight into `w`, with a trailing
+    /// newline. Pretty JSON; compact (no indentation) when the runs
     /// table is split (more than [`RUNS_PER_PAGE_LIMIT`] rows).
     pub fn write_download_json(&self, w: &mut dyn std::io::Write) -> std::io::Result<()> {
         download_json(self.source.ctx.cal, self.source.compact_download, w)
@@ -708,245 +719,278 @@ pub fn from_calibration_paged<'a>(
     };
     let empty = cal.totals.inputs == 0;
     // Each family's rows, as indices into `cal.rows` (run-id order).
+    // (A row's family found by its name's shared allocation first, then by the name.)
     let mut fam_rows: Vec<Vec<u32>> = vec![Vec::new(); ctx.families.len()];
+    let mut by_alloc: std::collections::HashMap<usize, usize> = Default::default();
     for (i, r) in cal.rows.iter().enumerate() {
-        let k = ctx
-            .families
-            .binary_search_by(|f| f.as_str().cmp(r.family.as_str()))
-            .expect("every row's family is listed");
+        let k = *by_alloc
+            .entry(std::sync::Arc::as_ptr(&r.family.0) as usize)
+            .or_insert_with(|| {
+                ctx.families
+                    .binary_search_by(|f| f.as_str().cmp(r.family.as_str()))
+                    .expect("every row's family is listed")
+            });
         fam_rows[k].push(i as u32);
     }
     let rows_of = |k: usize| fam_rows[k].iter().map(|&i| &cal.rows[i as usize]);
 
-    // Charts.
-    let mut charts = Vec::new();
-    let mut scatter_refs = Vec::new();
-    if !cal.rows.is_empty() {
-        for m in SCATTER_METHODS {
+    // Charts. The scatter charts over every row are made on a thread of their own while the
+    // runs pages and the family pages are laid out (the family pages' charts come after them).
+    let top_charts = || {
+        let mut charts = Vec::new();
+        let mut scatter_refs = Vec::new();
+        if !cal.rows.is_empty() {
+            for m in SCATTER_METHODS {
+                let (c, total) = scatter(
+                    &ctx,
+                    m,
+                    format!("scatter-{}.svg", m.as_str()),
+                    format!("{}: {}", method_name(m), ctx.runs_label),
+                    cal.rows.iter(),
+                );
+                if c.points.is_empty() {
+                    continue;
+                }
+                scatter_refs.push(chart_ref(&c, total, method_name(m)));
+                charts.push(Chart::Scatter(c));
+            }
+        }
+        (charts, scatter_refs)
+    };
+    let mut fam_charts = Vec::new();
+    let (
+        (mut charts, scatter_refs),
+        runs_pages,
+        runs_rows,
+        split,
+        page_links,
+        nav_links,
+        family_pages,
+        family_rows,
+    ) = std::thread::scope(|sc| {
+        let top = sc.spawn(top_charts);
+        // Runs pages: one, or per family in pages of at most `runs_per_page` rows.
+        let mut runs_pages: Vec<RunsPage> = Vec::new();
+        let mut runs_rows: Vec<Vec<u32>> = Vec::new();
+        let split = cal.rows.len() > runs_per_page;
+        // Per family: the links to its runs pages.
+        let family_page_links: Vec<Vec<Link>> = if split {
+            ctx.families
+                .iter()
+                .enumerate()
+                .map(|(k, f)| {
+                    let stem = ctx.family_files[f].trim_start_matches("family-");
+                    let n = fam_rows[k].len();
+                    let pages = n.div_ceil(runs_per_page).max(1);
+                    (0..pages)
+                        .map(|p| Link {
+                            href: if p == 0 {
+                                format!("runs-{stem}")
+                            } else {
+                                format!("runs-{}.p{}.html", stem.trim_end_matches(".html"), p + 1)
+                            },
+                            text: if pages == 1 {
+                                format!("Runs of {f}")
+                            } else {
+                                format!(
+                                    "page {} of {pages}: runs {} to {}",
+                                    p + 1,
+                                    fmt::count((p * runs_per_page + 1) as u64),
+                                    fmt::count(((p + 1) * runs_per_page).min(n) as u64)
+                                )
+                            },
+                        })
+                        .collect()
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let page_links: Vec<Link> = if split {
+            ctx.families
+                .iter()
+                .zip(&family_page_links)
+                .map(|(f, pages)| Link {
+                    href: pages[0].href.clone(),
+                    text: format!("Runs of {f}"),
+                })
+                .collect()
+        } else {
+            vec![Link {
+                href: "runs.html".into(),
+                text: "Runs table".into(),
+            }]
+        };
+        let nav_links = nav(&page_links);
+        if split {
+            for (k, f) in ctx.families.iter().enumerate() {
+                let n = fam_rows[k].len();
+                let pages = &family_page_links[k];
+                let many = pages.len() > 1;
+                for (p, link) in pages.iter().enumerate() {
+                    let (a, b) = ((p * runs_per_page).min(n), ((p + 1) * runs_per_page).min(n));
+                    let (title, intro) = if many {
+                        (
+                            format!("Runs of {f}, page {} of {}", p + 1, pages.len()),
+                            format!(
+                                "Runs {} to {} of the {} of family {f}, in run-id order; the runs table is split by family, and each family into pages of at most {}, because there are {} in all.",
+                                fmt::count(a as u64 + 1),
+                                fmt::count(b as u64),
+                                fmt::runs(n as u64),
+                                fmt::runs(runs_per_page as u64),
+                                fmt::runs(cal.rows.len() as u64)
+                            ),
+                        )
+                    } else {
+                        (
+                            format!("Runs of {f}"),
+                            format!(
+                                "{} of family {f}; the runs table is split by family because there are {} in all.",
+                                fmt::runs(n as u64),
+                                fmt::runs(cal.rows.len() as u64)
+                            ),
+                        )
+                    };
+                    runs_pages.push(RunsPage {
+                        meta: PageMeta {
+                            file: link.href.clone(),
+                            title: format!("{title} — {TITLE}"),
+                            nav: nav_links.clone(),
+                        },
+                        heading: title,
+                        intro,
+                        others: page_links.clone(),
+                        pages: if many { pages.clone() } else { Vec::new() },
+                        downloads: downloads(),
+                        table: runs_table("runs", &format!("Every counted run of {f}"), false),
+                    });
+                    runs_rows.push(fam_rows[k][a..b].to_vec());
+                }
+            }
+        } else {
+            runs_pages.push(RunsPage {
+                meta: PageMeta {
+                    file: "runs.html".into(),
+                    title: format!("All runs — {TITLE}"),
+                    nav: nav_links.clone(),
+                },
+                heading: "All runs".into(),
+                intro: format!(
+                    "{} counted; click a column heading to sort. Sizes are in GB (10⁹ bytes).",
+                    fmt::runs(cal.rows.len() as u64)
+                ),
+                others: Vec::new(),
+                pages: Vec::new(),
+                downloads: downloads(),
+                table: runs_table("runs", "Every counted run", true),
+            });
+            runs_rows.push((0..cal.rows.len() as u32).collect());
+        }
+
+        // Family pages.
+        let mut family_pages = Vec::new();
+        let mut family_rows = Vec::new();
+        for (k, f) in ctx.families.iter().enumerate() {
+            let n_rows = fam_rows[k].len();
+            let report = cal.families.get(f);
+            let mut facts = vec![fact("Runs counted", fmt::count(n_rows as u64))];
+            if let Some(r) = report {
+                facts.push(fact("Graphs", r.graphs.join(", ")));
+                // All of the family's rows, then each profile's alone when it has more than one.
+                let mut groups = vec![(String::new(), &r.methods)];
+                if r.by_profile.len() > 1 {
+                    groups.extend(
+                        r.by_profile
+                            .iter()
+                            .map(|(p, ms)| (format!(", {}", p.as_str()), ms)),
+                    );
+                }
+                for (suffix, ms) in groups {
+                    let Some(m) = ms.get(&Method::PlanHeldOutArchitecture) else {
+                        continue;
+                    };
+                    facts.push(fact(
+                        &format!("Held-out-by-architecture median |error|{suffix}"),
+                        fmt::or_dash(m.median_abs_rel_error.map(fmt::pct)),
+                    ));
+                    facts.push(fact(
+                        &format!("Held-out-by-architecture within ±25%{suffix}"),
+                        fmt::or_dash(m.within_25pct.map(fmt::pct)),
+                    ));
+                    facts.push(fact(
+                        &format!("Held-out did-not-fit checks called fits{suffix}"),
+                        format!(
+                            "{} of {}",
+                            fmt::count(m.missed_oom.len() as u64),
+                            fmt::count(m.did_not_fit_checks)
+                        ),
+                    ));
+                }
+            }
+            let file = ctx.family_files[f].clone();
+            let chart_file = format!("{}.svg", file.trim_end_matches(".html"));
             let (c, total) = scatter(
                 &ctx,
-                m,
-                format!("scatter-{}.svg", m.as_str()),
-                format!("{}: {}", method_name(m), ctx.runs_label),
-                cal.rows.iter(),
+                Method::PlanHeldOutArchitecture,
+                chart_file,
+                format!(
+                    "{f}: {}, {}",
+                    method_name(Method::PlanHeldOutArchitecture),
+                    ctx.runs_label
+                ),
+                rows_of(k),
             );
-            if c.points.is_empty() {
-                continue;
-            }
-            scatter_refs.push(chart_ref(&c, total, method_name(m)));
-            charts.push(Chart::Scatter(c));
+            let chart = if c.points.is_empty() {
+                None
+            } else {
+                let r = chart_ref(&c, total, method_name(Method::PlanHeldOutArchitecture));
+                fam_charts.push(Chart::Scatter(c));
+                Some(r)
+            };
+            let (runs, runs_pages_of) = if split {
+                (None, family_page_links[k].clone())
+            } else {
+                (
+                    Some(runs_table(
+                        "runs",
+                        &format!("Every counted run of {f}"),
+                        false,
+                    )),
+                    Vec::new(),
+                )
+            };
+            family_rows.push(if split {
+                Vec::new()
+            } else {
+                fam_rows[k].clone()
+            });
+            family_pages.push(FamilyPage {
+                meta: PageMeta {
+                    file,
+                    title: format!("Family {f} — {TITLE}"),
+                    nav: nav_links.clone(),
+                },
+                family: f.clone(),
+                facts,
+                chart,
+                note_html: prose.misses.get(f).cloned(),
+                runs,
+                runs_pages: runs_pages_of,
+            });
         }
-    }
 
-    // Runs pages: one, or per family in pages of at most `runs_per_page` rows.
-    let mut runs_pages: Vec<RunsPage> = Vec::new();
-    let mut runs_rows: Vec<Vec<u32>> = Vec::new();
-    let split = cal.rows.len() > runs_per_page;
-    // Per family: the links to its runs pages.
-    let family_page_links: Vec<Vec<Link>> = if split {
-        ctx.families
-            .iter()
-            .enumerate()
-            .map(|(k, f)| {
-                let stem = ctx.family_files[f].trim_start_matches("family-");
-                let n = fam_rows[k].len();
-                let pages = n.div_ceil(runs_per_page).max(1);
-                (0..pages)
-                    .map(|p| Link {
-                        href: if p == 0 {
-                            format!("runs-{stem}")
-                        } else {
-                            format!("runs-{}.p{}.html", stem.trim_end_matches(".html"), p + 1)
-                        },
-                        text: if pages == 1 {
-                            format!("Runs of {f}")
-                        } else {
-                            format!(
-                                "page {} of {pages}: runs {} to {}",
-                                p + 1,
-                                fmt::count((p * runs_per_page + 1) as u64),
-                                fmt::count(((p + 1) * runs_per_page).min(n) as u64)
-                            )
-                        },
-                    })
-                    .collect()
-            })
-            .collect()
-    } else {
-        Vec::new()
-    };
-    let page_links: Vec<Link> = if split {
-        ctx.families
-            .iter()
-            .zip(&family_page_links)
-            .map(|(f, pages)| Link {
-                href: pages[0].href.clone(),
-                text: format!("Runs of {f}"),
-            })
-            .collect()
-    } else {
-        vec![Link {
-            href: "runs.html".into(),
-            text: "Runs table".into(),
-        }]
-    };
-    let nav_links = nav(&page_links);
-    if split {
-        for (k, f) in ctx.families.iter().enumerate() {
-            let n = fam_rows[k].len();
-            let pages = &family_page_links[k];
-            let many = pages.len() > 1;
-            for (p, link) in pages.iter().enumerate() {
-                let (a, b) = ((p * runs_per_page).min(n), ((p + 1) * runs_per_page).min(n));
-                let (title, intro) = if many {
-                    (
-                        format!("Runs of {f}, page {} of {}", p + 1, pages.len()),
-                        format!(
-                            "Runs {} to {} of the {} of family {f}, in run-id order; the runs table is split by family, and each family into pages of at most {}, because there are {} in all.",
-                            fmt::count(a as u64 + 1),
-                            fmt::count(b as u64),
-                            fmt::runs(n as u64),
-                            fmt::runs(runs_per_page as u64),
-                            fmt::runs(cal.rows.len() as u64)
-                        ),
-                    )
-                } else {
-                    (
-                        format!("Runs of {f}"),
-                        format!(
-                            "{} of family {f}; the runs table is split by family because there are {} in all.",
-                            fmt::runs(n as u64),
-                            fmt::runs(cal.rows.len() as u64)
-                        ),
-                    )
-                };
-                runs_pages.push(RunsPage {
-                    meta: PageMeta {
-                        file: link.href.clone(),
-                        title: format!("{title} — {TITLE}"),
-                        nav: nav_links.clone(),
-                    },
-                    heading: title,
-                    intro,
-                    others: page_links.clone(),
-                    pages: if many { pages.clone() } else { Vec::new() },
-                    downloads: downloads(),
-                    table: runs_table("runs", &format!("Every counted run of {f}"), false),
-                });
-                runs_rows.push(fam_rows[k][a..b].to_vec());
-            }
-        }
-    } else {
-        runs_pages.push(RunsPage {
-            meta: PageMeta {
-                file: "runs.html".into(),
-                title: format!("All runs — {TITLE}"),
-                nav: nav_links.clone(),
-            },
-            heading: "All runs".into(),
-            intro: format!(
-                "{} counted; click a column heading to sort. Sizes are in GB (10⁹ bytes).",
-                fmt::runs(cal.rows.len() as u64)
-            ),
-            others: Vec::new(),
-            pages: Vec::new(),
-            downloads: downloads(),
-            table: runs_table("runs", "Every counted run", true),
-        });
-        runs_rows.push((0..cal.rows.len() as u32).collect());
-    }
-
-    // Family pages.
-    let mut family_pages = Vec::new();
-    let mut family_rows = Vec::new();
-    for (k, f) in ctx.families.iter().enumerate() {
-        let n_rows = fam_rows[k].len();
-        let report = cal.families.get(f);
-        let mut facts = vec![fact("Runs counted", fmt::count(n_rows as u64))];
-        if let Some(r) = report {
-            facts.push(fact("Graphs", r.graphs.join(", ")));
-            // All of the family's rows, then each profile's alone when it has more than one.
-            let mut groups = vec![(String::new(), &r.methods)];
-            if r.by_profile.len() > 1 {
-                groups.extend(
-                    r.by_profile
-                        .iter()
-                        .map(|(p, ms)| (format!(", {}", p.as_str()), ms)),
-                );
-            }
-            for (suffix, ms) in groups {
-                let Some(m) = ms.get(&Method::PlanHeldOutArchitecture) else {
-                    continue;
-                };
-                facts.push(fact(
-                    &format!("Held-out-by-architecture median |error|{suffix}"),
-                    fmt::or_dash(m.median_abs_rel_error.map(fmt::pct)),
-                ));
-                facts.push(fact(
-                    &format!("Held-out-by-architecture within ±25%{suffix}"),
-                    fmt::or_dash(m.within_25pct.map(fmt::pct)),
-                ));
-                facts.push(fact(
-                    &format!("Held-out did-not-fit checks called fits{suffix}"),
-                    format!(
-                        "{} of {}",
-                        fmt::count(m.missed_oom.len() as u64),
-                        fmt::count(m.did_not_fit_checks)
-                    ),
-                ));
-            }
-        }
-        let file = ctx.family_files[f].clone();
-        let chart_file = format!("{}.svg", file.trim_end_matches(".html"));
-        let (c, total) = scatter(
-            &ctx,
-            Method::PlanHeldOutArchitecture,
-            chart_file,
-            format!(
-                "{f}: {}, {}",
-                method_name(Method::PlanHeldOutArchitecture),
-                ctx.runs_label
-            ),
-            rows_of(k),
-        );
-        let chart = if c.points.is_empty() {
-            None
-        } else {
-            let r = chart_ref(&c, total, method_name(Method::PlanHeldOutArchitecture));
-            charts.push(Chart::Scatter(c));
-            Some(r)
-        };
-        let (runs, runs_pages_of) = if split {
-            (None, family_page_links[k].clone())
-        } else {
-            (
-                Some(runs_table(
-                    "runs",
-                    &format!("Every counted run of {f}"),
-                    false,
-                )),
-                Vec::new(),
-            )
-        };
-        family_rows.push(if split {
-            Vec::new()
-        } else {
-            fam_rows[k].clone()
-        });
-        family_pages.push(FamilyPage {
-            meta: PageMeta {
-                file,
-                title: format!("Family {f} — {TITLE}"),
-                nav: nav_links.clone(),
-            },
-            family: f.clone(),
-            facts,
-            chart,
-            note_html: prose.misses.get(f).cloned(),
-            runs,
-            runs_pages: runs_pages_of,
-        });
-    }
+        (
+            top.join().expect("the chart thread does not panic"),
+            runs_pages,
+            runs_rows,
+            split,
+            page_links,
+            nav_links,
+            family_pages,
+            family_rows,
+        )
+    });
+    charts.extend(fam_charts);
     drop(fam_rows);
 
     // Section 5's charts: one per profile with ratios.
@@ -1719,8 +1763,8 @@ fn excluded_table(ctx: &Ctx) -> Table {
     t
 }
 
-/// `memory-calibration.json` (see [`Site::write_download_json`]). The same bytes as
-/// `serde_json::to_string_pretty` of the object, written as it goes.
+/// `memory-calibration.json` (see [`Site::write_download_json`] and [`super::download`]),
+/// serialised as it goes.
 fn download_json(
     cal: &Calibration,
     compact: bool,
@@ -1730,9 +1774,7 @@ fn download_json(
     let d = super::download::Download::of(cal);
     let mut w = std::io::BufWriter::with_capacity(1 << 16, w);
     if compact {
-        // The same bytes as `serde_json::to_writer(&mut w, &d)`, each shared check list
-        // serialised once.
-        super::download::write_compact(cal, d.format, &mut w)?;
+        super::download::write_compact(&d, &mut w)?;
     } else {
         serde_json::to_writer_pretty(&mut w, &d).map_err(std::io::Error::other)?;
     }
@@ -1775,55 +1817,63 @@ fn download_csv(ctx: &Ctx, w: &mut dyn std::io::Write) -> std::io::Result<()> {
     head.push("bound_q90_bytes".into());
     head.push("bound_q95_bytes".into());
     writeln!(w, "{}", head.join(","))?;
-    let csv = |w: &mut dyn Write, s: &str| -> std::io::Result<()> {
+    let csv = |line: &mut String, s: &str| {
         if s.contains([',', '"', '\n', '\r']) {
-            w.write_all(fmt::csv_field(s).as_bytes())
+            line.push_str(&fmt::csv_field(s));
         } else {
-            w.write_all(s.as_bytes())
+            line.push_str(s);
         }
     };
+    // Each line is put together in one buffer (numbers through `digits`: std's text, without
+    // the formatting machinery) and written at once.
+    let mut line = String::with_capacity(512);
     for r in &cal.rows {
+        line.clear();
         for (k, s) in [&r.run_id, &r.graph, &r.family, &r.regime]
             .into_iter()
             .enumerate()
         {
             if k > 0 {
-                w.write_all(b",")?;
+                line.push(',');
             }
-            csv(&mut w, s)?;
+            csv(&mut line, s);
         }
-        write!(
-            w,
-            ",{},{},{},{},{},",
-            ctx.device(&r.regime),
-            r.precision.as_str(),
-            r.batch,
-            status_name(r.status),
-            bucket_name(r.bucket)
-        )?;
+        for s in [ctx.device(&r.regime), r.precision.as_str()] {
+            line.push(',');
+            line.push_str(s);
+        }
+        line.push(',');
+        digits::push_u64(&mut line, r.batch);
+        for s in [status_name(r.status), bucket_name(r.bucket)] {
+            line.push(',');
+            line.push_str(s);
+        }
+        line.push(',');
         if let Some(b) = r.measured_bytes {
-            write!(w, "{b}")?;
+            digits::push_u64(&mut line, b);
         }
-        w.write_all(b",")?;
+        line.push(',');
         if let Some(b) = r.oom_capacity_bytes {
-            write!(w, "{b}")?;
+            digits::push_u64(&mut line, b);
         }
         for b in &r.features {
-            write!(w, ",{b}")?;
+            line.push(',');
+            digits::push_u64(&mut line, *b);
         }
         for m in &Method::ALL {
-            w.write_all(b",")?;
+            line.push(',');
             if let Some(p) = r.predictions.get(m) {
-                write!(w, "{p}")?;
+                digits::push_f64(&mut line, *p);
             }
         }
         for b in [r.bound_q90_bytes, r.bound_q95_bytes] {
-            w.write_all(b",")?;
+            line.push(',');
             if let Some(b) = b {
-                write!(w, "{b}")?;
+                digits::push_f64(&mut line, b);
             }
         }
-        w.write_all(b"\n")?;
+        line.push('\n');
+        w.write_all(line.as_bytes())?;
     }
     w.flush()
 }

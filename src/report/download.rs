@@ -1,46 +1,91 @@
-//! The compact `memory-calibration.json` of a large site, written faster: the same bytes as
-//! `serde_json::to_writer` of the download object, but each distinct list of card checks is
-//! serialised once and copied after that. A million rows share a few thousand lists (the engine
-//! shares them, [`Checks`]), and the checks are most of the file's bytes.
+//! `memory-calibration.json`, format `memcal-site-download/2`: the settings, the totals, every
+//! counted row with its features, predictions and card checks, and the exclusions. A row's
+//! checks are the index of a list in `check_lists`: a million rows share a few thousand lists
+//! (the engine shares them, [`Checks`]), and written out in full they were two thirds of the
+//! file. The object is serialised straight into the writer, row by row (nothing is built per
+//! row first).
 
-use crate::engine::{Calibration, Check, Checks, RowResult};
+use crate::engine::{Calibration, Check, RowResult};
+use serde::ser::SerializeSeq;
 use serde::Serialize;
 use std::collections::HashMap;
 use std::io::Write;
 
-/// The download object: `serde_json` writes it (pretty, for a small site); [`write_compact`]
-/// writes the same bytes as its compact form.
+/// The format of the download.
+pub(crate) const FORMAT: &str = "memcal-site-download/2";
+
+/// The download object, as `serde_json` writes it (pretty for a small site, compact for a
+/// large one).
 #[derive(Serialize)]
 pub(crate) struct Download<'a> {
     pub format: &'static str,
     pub tool_version: &'a str,
     pub settings: &'a crate::engine::Settings,
     pub totals: &'a crate::engine::Totals,
-    pub rows: &'a [RowResult],
+    /// Every distinct list of card checks, in the order the rows first use them.
+    pub check_lists: Vec<&'a [Check]>,
+    pub rows: Rows<'a>,
     pub exclusions: &'a [crate::engine::Exclusion],
+}
+
+/// The rows, each with the index of its checks in `check_lists`.
+pub(crate) struct Rows<'a> {
+    rows: &'a [RowResult],
+    /// Per row, the index of its list.
+    list: Vec<u32>,
+}
+
+impl Serialize for Rows<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut seq = s.serialize_seq(Some(self.rows.len()))?;
+        for (r, &k) in self.rows.iter().zip(&self.list) {
+            seq.serialize_element(&row(r, k))?;
+        }
+        seq.end()
+    }
 }
 
 impl<'a> Download<'a> {
     pub fn of(cal: &'a Calibration) -> Download<'a> {
+        // Lists by address first (rows share one allocation per list and thread of the
+        // engine), then by content (two threads may each hold a list).
+        let mut by_address: HashMap<(usize, usize), u32> = HashMap::new();
+        let mut by_content: HashMap<&[Check], u32> = HashMap::new();
+        let mut check_lists: Vec<&[Check]> = Vec::new();
+        let list = cal
+            .rows
+            .iter()
+            .map(|r| {
+                let checks: &[Check] = &r.checks;
+                *by_address
+                    .entry((checks.as_ptr() as usize, checks.len()))
+                    .or_insert_with(|| {
+                        *by_content.entry(checks).or_insert_with(|| {
+                            check_lists.push(checks);
+                            (check_lists.len() - 1) as u32
+                        })
+                    })
+            })
+            .collect();
         Download {
-            format: "memcal-site-download/1",
+            format: FORMAT,
             tool_version: cal.tool_version,
             settings: &cal.settings,
             totals: &cal.totals,
-            rows: &cal.rows,
+            check_lists,
+            rows: Rows {
+                rows: &cal.rows,
+                list,
+            },
             exclusions: &cal.exclusions,
         }
     }
 }
 
-/// At most this many bytes of serialised check lists are kept for copying; lists beyond are
-/// serialised where they occur.
-const CACHE_BYTES: usize = 64 << 20;
-
-/// [`RowResult`] without its checks: the same fields in the same order with the same
-/// attributes, so that its compact JSON is the row's up to the checks, which come last.
+/// A row of the download: [`RowResult`]'s fields in its order with its attributes, its checks
+/// as the index of their list.
 #[derive(Serialize)]
-struct Head<'a> {
+struct Row<'a> {
     run_id: &'a crate::engine::Name,
     file: &'a crate::engine::Name,
     graph: &'a crate::engine::Name,
@@ -62,9 +107,11 @@ struct Head<'a> {
     bound_q90_bytes: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     bound_q95_bytes: Option<f64>,
+    /// Index into `check_lists`.
+    checks: u32,
 }
 
-fn head(r: &RowResult) -> Head<'_> {
+fn row(r: &RowResult, list: u32) -> Row<'_> {
     // Destructured so that a field added to `RowResult` fails to compile here.
     let RowResult {
         run_id,
@@ -85,7 +132,7 @@ fn head(r: &RowResult) -> Head<'_> {
         bound_q95_bytes,
         checks: _,
     } = r;
-    Head {
+    Row {
         run_id,
         file,
         graph,
@@ -102,6 +149,7 @@ fn head(r: &RowResult) -> Head<'_> {
         predictions,
         bound_q90_bytes: *bound_q90_bytes,
         bound_q95_bytes: *bound_q95_bytes,
+        checks: list,
     }
 }
 
@@ -109,81 +157,123 @@ fn json<T: Serialize + ?Sized>(w: &mut impl Write, v: &T) -> std::io::Result<()>
     serde_json::to_writer(w, v).map_err(std::io::Error::other)
 }
 
-/// One row's compact JSON, its checks copied from `cache` when they were written before.
-fn row(
-    w: &mut impl Write,
-    r: &RowResult,
-    cache: &mut HashMap<(usize, usize), Vec<u8>>,
-    cached: &mut usize,
-    limit: usize,
-) -> std::io::Result<()> {
-    let mut buf = Vec::with_capacity(512);
-    json(&mut buf, &head(r))?;
-    debug_assert_eq!(buf.last(), Some(&b'}'));
-    buf.pop();
-    w.write_all(&buf)?;
-    w.write_all(if buf.len() > 1 {
-        b",\"checks\":"
+/// A JSON string: as is between quotes when nothing in it needs escaping, else serde_json's.
+fn string(out: &mut Vec<u8>, s: &str) {
+    if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        out.push(b'"');
+        out.extend_from_slice(s.as_bytes());
+        out.push(b'"');
     } else {
-        b"\"checks\":"
-    })?;
-    let checks: &Checks = &r.checks;
-    let list: &[Check] = checks;
-    let key = (list.as_ptr() as usize, list.len());
-    match cache.get(&key) {
-        Some(bytes) => w.write_all(bytes)?,
-        None => {
-            let mut bytes = Vec::new();
-            json(&mut bytes, list)?;
-            w.write_all(&bytes)?;
-            if *cached + bytes.len() <= limit {
-                *cached += bytes.len();
-                cache.insert(key, bytes);
-            }
-        }
+        serde_json::to_writer(&mut *out, s).expect("a string serialises");
     }
-    w.write_all(b"}")
 }
 
-/// The download object `{format, tool_version, settings, totals, rows, exclusions}` as compact
-/// JSON into `w`, byte for byte what `serde_json::to_writer` makes of it (without the trailing
-/// newline).
-pub(crate) fn write_compact(
-    cal: &Calibration,
-    format: &str,
-    w: &mut impl Write,
-) -> std::io::Result<()> {
-    write_compact_caching(cal, format, w, CACHE_BYTES)
+/// A JSON number as serde_json writes an `f64` (`null` for NaN and the infinities).
+fn float(out: &mut Vec<u8>, x: f64) {
+    if x.is_finite() {
+        out.extend_from_slice(zmij::Buffer::new().format_finite(x).as_bytes());
+    } else {
+        out.extend_from_slice(b"null");
+    }
 }
 
-/// [`write_compact`], keeping at most `limit` bytes of check lists.
-fn write_compact_caching(
-    cal: &Calibration,
-    format: &str,
-    w: &mut impl Write,
-    limit: usize,
-) -> std::io::Result<()> {
-    w.write_all(b"{\"format\":")?;
-    json(w, format)?;
-    w.write_all(b",\"tool_version\":")?;
-    json(w, cal.tool_version)?;
-    w.write_all(b",\"settings\":")?;
-    json(w, &cal.settings)?;
-    w.write_all(b",\"totals\":")?;
-    json(w, &cal.totals)?;
-    w.write_all(b",\"rows\":[")?;
-    // The lists stay alive (and at their addresses) as long as `cal`, so an address and length
-    // name one list.
-    let mut cache = HashMap::new();
-    let mut cached = 0;
-    for (k, r) in cal.rows.iter().enumerate() {
+fn unsigned(out: &mut Vec<u8>, n: u64) {
+    out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+}
+
+/// A row's compact JSON, byte for byte what serde_json makes of [`Row`], written field by field
+/// (keys as constants; a large download's writing was most of it in serde's machinery).
+fn compact_row(out: &mut Vec<u8>, r: &Row) -> std::io::Result<()> {
+    out.extend_from_slice(b"{\"run_id\":");
+    string(out, r.run_id);
+    out.extend_from_slice(b",\"file\":");
+    string(out, r.file);
+    out.extend_from_slice(b",\"graph\":");
+    string(out, r.graph);
+    out.extend_from_slice(b",\"family\":");
+    string(out, r.family);
+    out.extend_from_slice(b",\"regime\":");
+    string(out, r.regime);
+    out.extend_from_slice(b",\"precision\":");
+    json(out, &r.precision)?;
+    out.extend_from_slice(b",\"batch\":");
+    unsigned(out, r.batch);
+    out.extend_from_slice(b",\"status\":");
+    json(out, &r.status)?;
+    out.extend_from_slice(b",\"bucket\":");
+    json(out, &r.bucket)?;
+    if let Some(m) = r.measured_bytes {
+        out.extend_from_slice(b",\"measured_bytes\":");
+        unsigned(out, m);
+    }
+    if let Some(c) = r.oom_capacity_bytes {
+        out.extend_from_slice(b",\"oom_capacity_bytes\":");
+        unsigned(out, c);
+    }
+    if let Some(w) = r.weight {
+        out.extend_from_slice(b",\"weight\":");
+        float(out, w);
+    }
+    out.extend_from_slice(b",\"features\":[");
+    for (k, f) in r.features.iter().enumerate() {
         if k > 0 {
-            w.write_all(b",")?;
+            out.push(b',');
         }
-        row(w, r, &mut cache, &mut cached, limit)?;
+        unsigned(out, *f);
     }
+    out.extend_from_slice(b"],\"predictions\":{");
+    for (k, (m, v)) in r.predictions.iter().enumerate() {
+        if k > 0 {
+            out.push(b',');
+        }
+        string(out, m.as_str());
+        out.push(b':');
+        float(out, v);
+    }
+    out.push(b'}');
+    for (key, b) in [
+        (&b",\"bound_q90_bytes\":"[..], r.bound_q90_bytes),
+        (&b",\"bound_q95_bytes\":"[..], r.bound_q95_bytes),
+    ] {
+        if let Some(b) = b {
+            out.extend_from_slice(key);
+            float(out, b);
+        }
+    }
+    out.extend_from_slice(b",\"checks\":");
+    unsigned(out, u64::from(r.checks));
+    out.push(b'}');
+    Ok(())
+}
+
+/// The download as compact JSON into `w`: byte for byte `serde_json::to_writer` of `d`, the
+/// rows written by [`compact_row`].
+pub(crate) fn write_compact(d: &Download, w: &mut impl Write) -> std::io::Result<()> {
+    w.write_all(b"{\"format\":")?;
+    json(w, d.format)?;
+    w.write_all(b",\"tool_version\":")?;
+    json(w, d.tool_version)?;
+    w.write_all(b",\"settings\":")?;
+    json(w, d.settings)?;
+    w.write_all(b",\"totals\":")?;
+    json(w, d.totals)?;
+    w.write_all(b",\"check_lists\":")?;
+    json(w, &d.check_lists)?;
+    w.write_all(b",\"rows\":[")?;
+    let mut buf = Vec::with_capacity(1 << 16);
+    for (k, (r, &list)) in d.rows.rows.iter().zip(&d.rows.list).enumerate() {
+        if k > 0 {
+            buf.push(b',');
+        }
+        compact_row(&mut buf, &row(r, list))?;
+        if buf.len() >= 1 << 15 {
+            w.write_all(&buf)?;
+            buf.clear();
+        }
+    }
+    w.write_all(&buf)?;
     w.write_all(b"],\"exclusions\":")?;
-    json(w, &cal.exclusions)?;
+    json(w, d.exclusions)?;
     w.write_all(b"}")
 }
 
@@ -192,23 +282,49 @@ mod tests {
     use crate::engine::{calibrate, synthetic};
 
     #[test]
-    fn the_same_bytes_as_serde() {
+    fn each_row_is_the_engine_row_with_its_checks_by_index() {
         let mut ds = synthetic::dataset(5_000, 12, [1.2, 0.9, 1.3, 3.6, 5.2, 2.0], 0.1, 11);
         // A duplicate run id, for an exclusion.
         let again = ds.rows[7].clone();
         ds.rows.push(again);
         let cal = calibrate(&ds);
         assert!(cal.rows.len() > 4_000 && !cal.exclusions.is_empty());
-        // The download as serde writes it, for comparison.
-        let want = serde_json::to_vec(&super::Download::of(&cal)).unwrap();
-        let mut have = Vec::new();
-        super::write_compact(&cal, "memcal-site-download/1", &mut have).unwrap();
-        assert!(have == want, "the fast download differs from serde's");
-        // With a full cache (nothing kept, or a few lists) the bytes are the same.
-        for limit in [0, 2_000] {
-            let mut have = Vec::new();
-            super::write_compact_caching(&cal, "memcal-site-download/1", &mut have, limit).unwrap();
-            assert!(have == want, "differs with a cache of {limit} bytes");
+        let have: serde_json::Value =
+            serde_json::from_slice(&serde_json::to_vec(&super::Download::of(&cal)).unwrap())
+                .unwrap();
+        assert_eq!(have["format"], super::FORMAT);
+        assert_eq!(have["totals"], serde_json::to_value(&cal.totals).unwrap());
+        assert_eq!(
+            have["exclusions"],
+            serde_json::to_value(&cal.exclusions).unwrap()
+        );
+        let lists = have["check_lists"].as_array().unwrap();
+        // Shared: far fewer lists than rows, and no list twice.
+        assert!(lists.len() > 1 && lists.len() * 10 < cal.rows.len());
+        let distinct: std::collections::BTreeSet<String> =
+            lists.iter().map(|l| l.to_string()).collect();
+        assert_eq!(distinct.len(), lists.len());
+        // The compact writer makes serde's bytes, names that need escaping included.
+        let mut odd = cal.clone();
+        odd.rows[3].run_id = "a \"quoted\\ id\u{1}\tnew\nline é ✓".into();
+        odd.rows[4].graph = "</script>".into();
+        for c in [&cal, &odd] {
+            let d = super::Download::of(c);
+            let mut fast = Vec::new();
+            super::write_compact(&d, &mut fast).unwrap();
+            assert!(
+                fast == serde_json::to_vec(&d).unwrap(),
+                "the compact writer differs"
+            );
+        }
+        let rows = have["rows"].as_array().unwrap();
+        assert_eq!(rows.len(), cal.rows.len());
+        for (h, r) in rows.iter().zip(&cal.rows) {
+            // The row with its checks put back in place is the engine's row.
+            let mut h = h.clone();
+            let k = h["checks"].as_u64().unwrap() as usize;
+            h["checks"] = lists[k].clone();
+            assert_eq!(h, serde_json::to_value(r).unwrap(), "{}", r.run_id);
         }
     }
 }

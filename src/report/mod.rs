@@ -6,6 +6,7 @@
 
 pub mod adapter;
 pub mod charts;
+mod digits;
 mod download;
 pub mod format;
 pub mod markdown;
@@ -107,7 +108,15 @@ pub fn with_site<T>(data_dir: &Path, f: impl FnOnce(&Site) -> Result<T>) -> Resu
     prose.history =
         crate::factors::FactorHistory::load_or_empty(&data_dir.join("factors-history.json"))?;
     let site = from_calibration(&cal, &ds.factors, &prose);
-    f(&site)
+    let out = f(&site);
+    drop(site);
+    // A million rows take a while to free (each row's names and lists): the data set and the
+    // calibration are freed on two threads.
+    std::thread::scope(|sc| {
+        sc.spawn(move || drop(ds));
+        drop(cal);
+    });
+    out
 }
 
 /// What [`render_files`] returns besides the files: the index's view model and the count.

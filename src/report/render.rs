@@ -119,9 +119,10 @@ fn page(r: askama::Result<String>, file: &str) -> Result<Vec<u8>, String> {
 
 /// Makes one file (and its view model's JSON with `debug_json`) and hands it to `sink`.
 fn run(site: &Site, debug_json: bool, sink: &dyn Sink, job: Job) -> Result<(), String> {
-    let debug = |file: &str, v: Result<String, String>| -> Result<(), String> {
+    // The view model as JSON, made only with `debug_json`.
+    let debug = |file: &str, v: &dyn Fn() -> Result<String, String>| -> Result<(), String> {
         if debug_json {
-            sink.put(&debug_name(file), v?.into_bytes())?;
+            sink.put(&debug_name(file), v()?.into_bytes())?;
         }
         Ok(())
     };
@@ -139,7 +140,7 @@ fn run(site: &Site, debug_json: bool, sink: &dyn Sink, job: Job) -> Result<(), S
                 p: i,
             };
             sink.put(&i.meta.file, page(t.render(), &i.meta.file)?)?;
-            debug(&i.meta.file, json(i))
+            debug(&i.meta.file, &|| json(i))
         }
         Job::Runs(k) => {
             let r = site.runs_page(k, debug_json);
@@ -149,7 +150,7 @@ fn run(site: &Site, debug_json: bool, sink: &dyn Sink, job: Job) -> Result<(), S
                 sort_js: SORT_JS,
             };
             sink.put(&r.meta.file, page(t.render(), &r.meta.file)?)?;
-            debug(&r.meta.file, json(&r))
+            debug(&r.meta.file, &|| json(&r))
         }
         Job::Family(k) => {
             let f = site.family_page(k, debug_json);
@@ -159,7 +160,7 @@ fn run(site: &Site, debug_json: bool, sink: &dyn Sink, job: Job) -> Result<(), S
                 sort_js: SORT_JS,
             };
             sink.put(&f.meta.file, page(t.render(), &f.meta.file)?)?;
-            debug(&f.meta.file, json(&f))
+            debug(&f.meta.file, &|| json(&f))
         }
         Job::History => {
             let h = &site.history;
@@ -169,7 +170,7 @@ fn run(site: &Site, debug_json: bool, sink: &dyn Sink, job: Job) -> Result<(), S
                 sort_js: SORT_JS,
             };
             sink.put(&h.meta.file, page(t.render(), &h.meta.file)?)?;
-            debug(&h.meta.file, json(h))
+            debug(&h.meta.file, &|| json(h))
         }
         Job::Chart(k) => {
             let c = &site.charts[k];
