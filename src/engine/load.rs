@@ -18,12 +18,13 @@ use std::path::Path;
 /// The marker of rows measured after the factors were fixed.
 pub const AFTER_FIT: &str = "after-fit";
 
-/// One line of [`rows_sha256`]: `"{run_id}\t{file_sha256 in hex}\n"`.
-fn hash_line(h: &mut sha2::Sha256, id: &str, sha_hex: &[u8]) {
-    h.update(id.as_bytes());
-    h.update(b"\t");
-    h.update(sha_hex);
-    h.update(b"\n");
+/// One line of [`rows_sha256`], `"{run_id}\t{file_sha256 in hex}\n"`, handed to `put` in parts
+/// (to the hasher, or to a buffer hashed later).
+fn hash_line(mut put: impl FnMut(&[u8]), id: &str, sha_hex: &[u8]) {
+    put(id.as_bytes());
+    put(b"\t");
+    put(sha_hex);
+    put(b"\n");
 }
 
 /// SHA-256 over the fitted rows: the hex digest of the lines `"{run_id}\t{file_sha256}\n"`,
@@ -33,7 +34,7 @@ pub fn rows_sha256(rows: &[(&str, &str)]) -> String {
     v.sort();
     let mut h = sha2::Sha256::new();
     for (id, sha) in v {
-        hash_line(&mut h, id, sha.as_bytes());
+        hash_line(|b| h.update(b), id, sha.as_bytes());
     }
     super::Digest(h.finalize().into()).hex()
 }
@@ -46,16 +47,17 @@ pub struct RowsHasher(sha2::Sha256);
 impl RowsHasher {
     /// The next row (rows come in run-id order, then by file hash).
     pub fn add(&mut self, run_id: &str, file_sha256: &super::Digest) {
-        hash_line(&mut self.0, run_id, &file_sha256.hex_bytes());
+        hash_line(|b| self.0.update(b), run_id, &file_sha256.hex_bytes());
     }
 
     /// A row's line as [`RowsHasher::add`] hashes it, appended to `out` (for
     /// [`RowsHasher::add_lines`] to hash later).
     pub fn line_into(out: &mut Vec<u8>, run_id: &str, file_sha256: &super::Digest) {
-        out.extend_from_slice(run_id.as_bytes());
-        out.push(b'\t');
-        out.extend_from_slice(&file_sha256.hex_bytes());
-        out.push(b'\n');
+        hash_line(
+            |b| out.extend_from_slice(b),
+            run_id,
+            &file_sha256.hex_bytes(),
+        );
     }
 
     /// Rows' lines made by [`RowsHasher::line_into`], in order.
