@@ -400,7 +400,7 @@ fn every_bucket_and_exclusion_reason() {
     // The methods predict their own buckets only.
     let late = cal.rows.iter().find(|r| r.run_id == "late").unwrap();
     assert!(late.predictions.contains_key(&Method::PlanAfterFit));
-    assert!(!late.predictions.contains_key(&Method::PlanShipped));
+    assert!(!late.predictions.contains_key(&Method::PlanRefitInSample));
     let edge = cal.rows.iter().find(|r| r.run_id == "edge").unwrap();
     assert!(edge.predictions.contains_key(&Method::PlanHeldOutRegime));
     // After-fit rows are predicted by the factors in the file (all ones here).
@@ -565,7 +565,7 @@ fn refit_factors_file_and_outputs() {
     assert!(s.contains("plan-held-out-architecture"));
     let j: Value = serde_json::from_str(&write_calibration_json(&cal)).unwrap();
     assert_eq!(j["totals"]["fitted"], 120);
-    assert!(j["rows"][0]["predictions"]["plan-shipped"].is_number());
+    assert!(j["rows"][0]["predictions"]["plan-refit-in-sample"].is_number());
 }
 
 // --- Loading from files -------------------------------------------------------------------
@@ -898,7 +898,7 @@ fn known_misses_are_found_per_precision_profile() {
     let fam0 = &cal.families["fam0"];
     assert_eq!(fam0.by_profile.len(), 2);
     let rows = |ms: &std::collections::BTreeMap<Method, memcal::engine::MethodMetrics>| {
-        ms[&Method::PlanShipped].rows + ms[&Method::PlanHeldOutArchitecture].rows
+        ms[&Method::PlanRefitInSample].rows + ms[&Method::PlanHeldOutArchitecture].rows
     };
     assert_eq!(
         rows(&fam0.methods),
@@ -913,6 +913,177 @@ fn known_misses_are_found_per_precision_profile() {
     assert_eq!(misses[0].precision, Precision::Fp32);
     assert!(misses[0].text.starts_with("fp32: "), "{}", misses[0].text);
     // The per-profile method table agrees with the family split: bf16 is exact.
-    let bf16 = &cal.fits[&Precision::Bf16Autocast].methods[&Method::PlanShipped];
+    let bf16 = &cal.fits[&Precision::Bf16Autocast].methods[&Method::PlanRefitInSample];
     assert!(bf16.median_abs_rel_error.unwrap() < 1e-6);
+}
+
+/// The exact data set plus a family `odd` whose peaks follow other factors, with an
+/// out-of-memory row: a family that would pull any fit it leaks into.
+fn dataset_with_an_odd_family() -> Dataset {
+    let mut ds = exact_dataset();
+    let odd = [2.5, 0.2, 3.0, 0.5, 1.0, 6.0];
+    let mut rng = synthetic::Lcg(5);
+    for i in 0..12 {
+        let mut x = [0u64; N_FEATURES];
+        for v in &mut x {
+            *v = (1e8 + 4e9 * rng.unit()) as u64;
+        }
+        let m: f64 = (0..N_FEATURES).map(|k| odd[k] * x[k] as f64).sum();
+        ds.rows.push(synthetic::row(
+            &format!("odd/r{i:03}"),
+            "odd",
+            x,
+            RunStatus::Completed,
+            Some(m.round() as u64),
+            64 * GIB,
+        ));
+    }
+    // Out of memory at a capacity the other families' factors would call ample.
+    let x = [1_000_000_000u64; N_FEATURES];
+    ds.rows.push(synthetic::row(
+        "odd/oom",
+        "odd",
+        x,
+        RunStatus::Oom,
+        None,
+        20 * GIB,
+    ));
+    ds
+}
+
+#[test]
+fn a_held_out_family_never_leaks_into_its_own_refit() {
+    let ds = dataset_with_an_odd_family();
+    let cal = calibrate(&ds);
+    let held = cal.fits[&Precision::Fp32].held_out_architecture["odd"].factors;
+    // The same data without the odd family: its refit is what "held out" must mean.
+    let mut without = ds.clone();
+    without.rows.retain(|r| r.family != "odd");
+    let alone = calibrate(&without).fits[&Precision::Fp32].shipped.factors;
+    assert_eq!(
+        held.map(f64::to_bits),
+        alone.map(f64::to_bits),
+        "held out {held:?} vs fitted without the family {alone:?}"
+    );
+    // Every odd row's held-out prediction is that fit's, to the bit.
+    for r in cal.rows.iter().filter(|r| r.family == "odd") {
+        let Some(p) = r.predictions.get(&Method::PlanHeldOutArchitecture) else {
+            panic!("{} has no held-out prediction", r.run_id);
+        };
+        let f = memcal::features::Features {
+            model_state: r.features[0],
+            layer_outputs: r.features[1],
+            intermediates: r.features[2],
+            attention_scores: r.features[3],
+            recurrent_gates: r.features[4],
+            largest_tensor: r.features[5],
+        };
+        assert_eq!(p.to_bits(), memcal::plan::estimate(&alone, &f).to_bits());
+    }
+    // And the family really is different: the shipped fit, which includes it, moves.
+    let shipped = cal.fits[&Precision::Fp32].shipped.factors;
+    assert_ne!(shipped.map(f64::to_bits), alone.map(f64::to_bits));
+}
+
+#[test]
+fn the_bound_on_a_fitted_row_comes_from_the_other_families_only() {
+    let ds = dataset_with_an_odd_family();
+    let cal = calibrate(&ds);
+    let up = &cal.fits[&Precision::Fp32].upper;
+    let lfo = &up.leave_family_out["odd"];
+    // The quantiles of the other families' ratios, recomputed here from the listed ratios.
+    let mut others: Vec<f64> = up
+        .ratios
+        .iter()
+        .filter(|(id, _)| !id.starts_with("odd/"))
+        .map(|(_, r)| *r)
+        .collect();
+    others.sort_by(f64::total_cmp);
+    assert_eq!(lfo.ratios, others.len() as u64);
+    assert_eq!(Some(lfo.q95), nearest_rank(&others, 95));
+    assert_eq!(Some(lfo.q90), nearest_rank(&others, 90));
+    // The odd rows' bound uses those multipliers, not the pooled ones.
+    for r in cal
+        .rows
+        .iter()
+        .filter(|r| r.family == "odd" && r.run_id != "odd/oom")
+    {
+        let e = r.predictions[&Method::PlanHeldOutArchitecture];
+        let want = memcal::plan::bound(e, lfo.q95, ds.factors.bound_floor_bytes);
+        assert_eq!(r.bound_q95_bytes.map(f64::to_bits), Some(want.to_bits()));
+    }
+    // The pooled q95 includes the odd family's ratios, so it differs.
+    assert_ne!(up.q95, Some(lfo.q95));
+}
+
+#[test]
+fn a_row_whose_device_is_not_its_regimes_is_excluded() {
+    let mut ds = exact_dataset();
+    ds.factors.regimes.insert(
+        "cuda-free".into(),
+        memcal::factors::Regime {
+            device: "cuda".into(),
+            description: "test".into(),
+            cards: vec![memcal::factors::Card {
+                name: "80 GB".into(),
+                bytes: 80_000_000_000,
+            }],
+        },
+    );
+    ds.factors.training_regimes.push("cuda-free".into());
+    // A CPU row labelled with the CUDA regime.
+    ds.rows[0].regime = "cuda-free".into();
+    let id = ds.rows[0].run_id.to_string();
+    let cal = calibrate(&ds);
+    assert_eq!(
+        reason_of(&cal, &id),
+        Some(ExclusionReason::DeviceRegimeMismatch)
+    );
+    let e = cal.exclusions.iter().find(|e| e.run_id == id).unwrap();
+    assert!(
+        e.detail.contains("`cpu`") && e.detail.contains("`cuda`"),
+        "{}",
+        e.detail
+    );
+    assert!(cal.rows.iter().all(|r| r.run_id.as_str() != id));
+    assert!(cal.totals.balanced);
+}
+
+#[test]
+fn plan_as_shipped_predicts_every_usable_row_with_the_files_factors() {
+    let mut ds = exact_dataset();
+    ds.factors.profiles.get_mut("fp32").unwrap().factors = [0.5; N_FEATURES];
+    let cal = calibrate(&ds);
+    for r in &cal.rows {
+        let f = memcal::features::Features {
+            model_state: r.features[0],
+            layer_outputs: r.features[1],
+            intermediates: r.features[2],
+            attention_scores: r.features[3],
+            recurrent_gates: r.features[4],
+            largest_tensor: r.features[5],
+        };
+        let want = memcal::plan::estimate(&[0.5; N_FEATURES], &f);
+        assert_eq!(
+            r.predictions[&Method::PlanAsShipped].to_bits(),
+            want.to_bits()
+        );
+    }
+    assert_eq!(
+        cal.methods[&Method::PlanAsShipped].rows,
+        cal.rows.len() as u64
+    );
+    // The refit does not read the file's factors: it is exact on these rows.
+    assert!(
+        cal.methods[&Method::PlanRefitInSample]
+            .median_abs_rel_error
+            .unwrap()
+            < 1e-6
+    );
+    assert!(
+        cal.methods[&Method::PlanAsShipped]
+            .median_abs_rel_error
+            .unwrap()
+            > 0.1
+    );
 }

@@ -1,11 +1,12 @@
-//! `memcal diff` and `memcal audit` on a fixture repository made by the test: one commit with
-//! rows and seed factors, one with honestly fitted factors, one that changes a row's peak and
-//! hand-edits a factor.
+//! `memcal diff` and `memcal audit` on fixture repositories made by the tests: one commit with
+//! rows and seed factors, one with honestly fitted factors, then the changes a review and an
+//! audit must see: a hand-edited factor, a changed row, rows that run out of memory, thousands of
+//! added rows, a fabricated or tampered history entry.
 
 use memcal::features::{features, Precision};
 use memcal::graph::Graph;
 use memcal::run::*;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn sh(repo: &Path, args: &[&str]) {
@@ -90,17 +91,42 @@ fn row(graph: &Graph, batch: u64, peak: u64) -> RunRow {
     }
 }
 
+/// An out-of-memory row at an emulated capacity.
+fn oom_row(graph: &Graph, batch: u64, cap: u64) -> RunRow {
+    let mut r = row(graph, batch, 0);
+    r.run_id = format!("cpu-edge/{}/b{batch}/oom", graph.name);
+    r.regime = "cpu-edge".into();
+    r.device.emulated_capacity_bytes = Some(cap);
+    r.status = RunStatus::Oom;
+    r.oom = Some(Failure {
+        phase: "step1.backward".into(),
+        message: "out of memory (test)".into(),
+    });
+    r.peak = None;
+    r.phases[0].status = "oom".into();
+    r.phases[0].allocated_peak = Some(cap / 2);
+    r.phases[0].reserved_peak = Some(cap / 2);
+    r.phases[0].allocated_end = None;
+    r.phases[0].reserved_end = None;
+    r
+}
+
 fn write_row(data: &Path, r: &RunRow) {
     let path = data.join(format!("runs/{}.json", r.run_id));
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     std::fs::write(path, serde_json::to_string_pretty(r).unwrap()).unwrap();
 }
 
-#[test]
-fn diff_reports_exactly_the_change_and_audit_flags_a_hand_edit() {
+/// The truth the fixture rows follow (fp32 factors, with a little spread per row).
+const TRUTH: [f64; 6] = [1.0, 0.7, 1.1, 1.5, 0.0, 0.9];
+
+/// A repository with the engine fixture's two graphs, ten rows, and two commits: seed factors,
+/// then `memcal fit --write-factors`. Returns the temp dir and the graphs.
+fn fitted_repo() -> (tempfile::TempDir, PathBuf, Vec<Graph>) {
     let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/engine");
     let tmp = tempfile::tempdir().unwrap();
-    let repo = tmp.path();
+    let repo_dir = tmp.path().join("repo");
+    let repo = repo_dir.as_path();
     let data = repo.join("data");
     std::fs::create_dir_all(data.join("graphs")).unwrap();
     let mut factors: serde_json::Value =
@@ -119,12 +145,10 @@ fn diff_reports_exactly_the_change_and_audit_flags_a_hand_edit() {
         std::fs::copy(&src, &dst).unwrap();
         graphs.push(Graph::load(&dst).unwrap());
     }
-    // Rows whose peaks follow known factors, with a little spread.
-    let truth = [1.0, 0.7, 1.1, 1.5, 0.0, 0.9];
     for (gi, g) in graphs.iter().enumerate() {
         for (k, batch) in [2u64, 4, 8, 16, 32].iter().enumerate() {
             let f = features(g, *batch, Precision::Fp32).as_f64();
-            let peak: f64 = truth.iter().zip(f).map(|(a, x)| a * x).sum();
+            let peak: f64 = TRUTH.iter().zip(f).map(|(a, x)| a * x).sum();
             let spread = 1.0 + 0.03 * ((gi + k) % 3) as f64;
             write_row(&data, &row(g, *batch, (peak * spread) as u64));
         }
@@ -138,30 +162,144 @@ fn diff_reports_exactly_the_change_and_audit_flags_a_hand_edit() {
     assert_eq!(code, 1, "{out}{err}");
     assert!(out.contains("no provenance"), "{out}");
 
-    // An honest fit reproduces.
-    let (code, _, err) = memcal(repo, &["fit", "--write-factors", "--out", "cal.json"]);
+    // An honest fit reproduces and its history entry is audited.
+    let (code, _, err) = memcal(repo, &["fit", "--write-factors", "--out", "../cal.json"]);
     assert_eq!(code, 0, "{err}");
-    std::fs::remove_file(repo.join("cal.json")).unwrap();
-    sh(repo, &["commit", "-qam", "fit"]);
+    sh(repo, &["add", "."]);
+    sh(repo, &["commit", "-qm", "fit"]);
     let (code, out, err) = memcal(repo, &["audit"]);
     assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("Versions of data/factors.json (2"), "{out}");
     assert!(
-        out.contains("History of data/factors.json (2 changes"),
+        out.contains("1. fixed_at") && out.contains("audited"),
         "{out}"
     );
-    assert!(out.contains("reproduce from the rows they claim"), "{out}");
+    assert!(out.contains("audit: passes"), "{out}");
+    (tmp, repo_dir, graphs)
+}
 
+fn edit_json(path: &Path, f: impl FnOnce(&mut serde_json::Value)) {
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    f(&mut v);
+    std::fs::write(path, serde_json::to_string_pretty(&v).unwrap()).unwrap();
+}
+
+fn failures(out: &str) -> Vec<String> {
+    let d: serde_json::Value = serde_json::from_str(out).unwrap();
+    d["failures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f.as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn an_edit_of_the_factors_file_crosses_the_gate_even_right_after_the_fit() {
+    let (_tmp, repo, _) = fitted_repo();
+    let repo = repo.as_path();
+    let data = repo.join("data");
+    // Right after the fit: no after-fit row exists, so only "as shipped" reads the file.
+    edit_json(&data.join("factors.json"), |f| {
+        f["profiles"]["fp32"]["factors"][1] = serde_json::json!(9.5);
+        f["profiles"]["bf16-autocast"]["factors"][1] = serde_json::json!(9.5);
+    });
+    let (code, out, err) = memcal(
+        repo,
+        &["diff", "--base", "HEAD", "--json", "--fail-on", "default"],
+    );
+    assert_eq!(code, 1, "{out}{err}");
+    let f = failures(&out);
+    assert_eq!(f.len(), 1, "{f:?}");
+    assert!(
+        f[0].starts_with("median-worse=*:plan-as-shipped:1:") && f[0].contains("fp32"),
+        "{f:?}"
+    );
+    // Every row's as-shipped prediction changed, and the held-out methods did not move.
+    let d: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let methods = d["methods"].as_array().unwrap();
+    let m = |name: &str| {
+        methods
+            .iter()
+            .find(|m| m["method"] == name && m["profile"] == "fp32")
+            .unwrap()
+            .clone()
+    };
+    assert!(
+        m("plan-as-shipped")["median_change_points"]
+            .as_f64()
+            .unwrap()
+            > 100.0
+    );
+    assert_eq!(
+        m("plan-held-out-architecture")["median_change_points"].as_f64(),
+        Some(0.0)
+    );
+    // The gate on the held-out method alone passes: it does not read the file.
+    let (code, out, err) = memcal(
+        repo,
+        &[
+            "diff",
+            "--base",
+            "HEAD",
+            "--fail-on",
+            "median-worse=*:plan-held-out-architecture:0",
+        ],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    // Per profile: the fixture has no bf16 rows, so a bf16 gate has nothing to cross.
+    let (code, out, err) = memcal(
+        repo,
+        &[
+            "diff",
+            "--base",
+            "HEAD",
+            "--fail-on",
+            "median-worse=bf16-autocast:plan-as-shipped:0",
+        ],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let (code, out, err) = memcal(
+        repo,
+        &[
+            "diff",
+            "--base",
+            "HEAD",
+            "--fail-on",
+            "median-worse=fp32:plan-as-shipped:0",
+        ],
+    );
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(out.contains("❌ **1 gate(s) crossed:**"), "{out}");
+    // The reverse change is an improvement: it never fails.
+    let (code, out, err) = memcal(
+        repo,
+        &[
+            "diff",
+            "--base",
+            "data",
+            "--head",
+            "HEAD",
+            "--fail-on",
+            "default",
+        ],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("✅ No gate crossed"), "{out}");
+}
+
+#[test]
+fn diff_reports_exactly_the_change_and_audit_flags_a_hand_edit() {
+    let (_tmp, repo, graphs) = fitted_repo();
+    let repo = repo.as_path();
+    let data = repo.join("data");
     // Change one row's peak and hand-edit one factor.
     let changed = row(&graphs[0], 8, 50_000_000);
     write_row(&data, &changed);
-    let mut f: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(data.join("factors.json")).unwrap()).unwrap();
-    f["profiles"]["fp32"]["factors"][1] = serde_json::json!(9.5);
-    std::fs::write(
-        data.join("factors.json"),
-        serde_json::to_string_pretty(&f).unwrap(),
-    )
-    .unwrap();
+    edit_json(&data.join("factors.json"), |f| {
+        f["profiles"]["fp32"]["factors"][1] = serde_json::json!(9.5);
+    });
     sh(repo, &["commit", "-qam", "edit"]);
 
     let (code, out, err) = memcal(
@@ -170,6 +308,7 @@ fn diff_reports_exactly_the_change_and_audit_flags_a_hand_edit() {
     );
     assert_eq!(code, 0, "{err}");
     let d: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(d["format"], "memcal-diff/1");
     let changed_factors: Vec<(String, String)> = d["factors"]
         .as_array()
         .unwrap()
@@ -188,36 +327,36 @@ fn diff_reports_exactly_the_change_and_audit_flags_a_hand_edit() {
     );
     assert_eq!(d["rows_added"].as_array().unwrap().len(), 0);
     assert_eq!(d["rows_removed"].as_array().unwrap().len(), 0);
+    let changes = d["verdict_changes"].as_array().unwrap();
+    let runs_of = |method: &str| -> std::collections::BTreeSet<&str> {
+        changes
+            .iter()
+            .filter(|v| v["method"] == method)
+            .map(|v| v["run_id"].as_str().unwrap())
+            .collect()
+    };
     // accelerate does not read the factors: its checks change only where the edited row's truth
     // did (the row's new 50 MB peak fits no card), and they do change there.
-    let accelerate: std::collections::BTreeSet<&str> = d["verdict_changes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|v| v["method"] == "accelerate")
-        .map(|v| v["run_id"].as_str().unwrap())
-        .collect();
     assert_eq!(
-        accelerate.into_iter().collect::<Vec<_>>(),
+        runs_of("accelerate").into_iter().collect::<Vec<_>>(),
         vec![changed.run_id.as_str()]
     );
+    // "as shipped" reads the file: the edit changes its verdicts on rows beyond the edited one.
+    assert!(runs_of("plan-as-shipped").len() > 1, "{changes:?}");
+    // Cards are named.
+    assert!(changes
+        .iter()
+        .all(|v| v["card"].as_str().unwrap().ends_with(" MB")));
 
-    // The Markdown form and a gate: a 9.5 factor on layer outputs makes the error much worse.
-    let (code, md, _) = memcal(
-        repo,
-        &[
-            "diff",
-            "--base",
-            "HEAD~1",
-            "--fail-on",
-            "held-out-median-worse=0",
-        ],
-    );
+    // The Markdown form: the summary first, the factor that changed.
+    let (code, md, _) = memcal(repo, &["diff", "--base", "HEAD~1", "--fail-on", "default"]);
+    assert_eq!(code, 1, "{md}");
+    let summary = md.find("### Summary per precision profile").unwrap();
     assert!(
-        md.contains("### Factors") && md.contains("**changed**"),
+        summary < md.find("### Factors that changed").unwrap(),
         "{md}"
     );
-    assert!(code == 0 || code == 1);
+    assert!(md.contains("| fp32 | layer_outputs |"), "{md}");
 
     // The hand edit and the changed row are both flagged.
     let (code, out, _) = memcal(repo, &["audit"]);
@@ -225,7 +364,219 @@ fn diff_reports_exactly_the_change_and_audit_flags_a_hand_edit() {
     assert!(out.contains("layer_outputs is 9.5 in the file"), "{out}");
     assert!(out.contains("rows changed since the fit"), "{out}");
     assert!(
-        out.contains("History of data/factors.json (3 changes"),
+        out.contains("field `profiles.fp32.layer_outputs` changed from")
+            && out.contains("an edit that no fit made"),
+        "{out}"
+    );
+    assert!(out.contains("Versions of data/factors.json (3"), "{out}");
+}
+
+#[test]
+fn a_new_missed_oom_on_a_row_the_change_adds_crosses_the_gate() {
+    let (_tmp, repo, graphs) = fitted_repo();
+    let repo = repo.as_path();
+    let data = repo.join("data");
+    // An out-of-memory row at the largest card whose as-shipped estimate fits it.
+    let f = memcal::factors::FactorsFile::load(&data.join("factors.json")).unwrap();
+    let a = f.factors(Precision::Fp32).unwrap();
+    let x = features(&graphs[0], 4, Precision::Fp32);
+    let est = memcal::plan::estimate(a, &x);
+    let cap = f.regimes["cpu-edge"]
+        .cards
+        .iter()
+        .rev()
+        .find(|c| memcal::plan::plan_fits(est, f.headroom, c.bytes))
+        .expect("a card the estimate fits")
+        .bytes;
+    write_row(&data, &oom_row(&graphs[0], 4, cap));
+    sh(repo, &["add", "."]);
+    sh(repo, &["commit", "-qm", "an oom row"]);
+    let (code, out, err) = memcal(
+        repo,
+        &[
+            "diff",
+            "--base",
+            "HEAD~1",
+            "--head",
+            "HEAD",
+            "--json",
+            "--fail-on",
+            "new-missed-oom",
+        ],
+    );
+    assert_eq!(code, 1, "{out}{err}");
+    let f = failures(&out);
+    assert!(
+        f.len() == 1 && f[0].starts_with("new-missed-oom:") && !f[0].contains("(0 of them"),
+        "{f:?}"
+    );
+    let d: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let added: Vec<&serde_json::Value> = d["verdict_changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|v| v["added"] == true)
+        .collect();
+    assert!(!added.is_empty());
+    assert!(added
+        .iter()
+        .all(|v| v["new_missed_oom"] == true && v["method"] != "accelerate"));
+    assert!(added.iter().any(|v| v["method"] == "plan-as-shipped"));
+    // The change's new missed OOMs come first in the comment, with the card's name.
+    let (_, md, _) = memcal(repo, &["diff", "--base", "HEAD~1", "--head", "HEAD"]);
+    assert!(md.contains("⚠ new missed OOM"), "{md}");
+    assert!(md.contains("(added)"), "{md}");
+}
+
+/// Checks every table of `md` with pulldown-cmark: each row's source line has as many cells as
+/// the header's (GitHub drops extra cells silently). Returns the number of tables.
+fn check_tables(md: &str) -> usize {
+    use pulldown_cmark::{Event, Options, Parser, Tag};
+    fn cells(line: &str) -> usize {
+        let line = line.trim();
+        let line = line.strip_prefix('|').unwrap_or(line);
+        let line = line.strip_suffix('|').unwrap_or(line);
+        let mut n = 1;
+        let mut escaped = false;
+        for c in line.chars() {
+            match c {
+                '\\' if !escaped => escaped = true,
+                '|' if !escaped => n += 1,
+                _ => escaped = false,
+            }
+        }
+        n
+    }
+    let mut tables = 0;
+    let mut header = 0;
+    let mut in_table = false;
+    for (e, range) in Parser::new_ext(md, Options::ENABLE_TABLES).into_offset_iter() {
+        match e {
+            Event::Start(Tag::Table(_)) => {
+                tables += 1;
+                in_table = true;
+            }
+            Event::Start(Tag::TableHead) => header = cells(&md[range]),
+            Event::Start(Tag::TableRow) if in_table => {
+                let src = &md[range];
+                assert_eq!(cells(src), header, "row `{src}` has not the header's cells");
+            }
+            Event::End(pulldown_cmark::TagEnd::Table) => in_table = false,
+            _ => {}
+        }
+    }
+    tables
+}
+
+#[test]
+fn the_comment_renders_and_fits_github_with_thousands_of_added_rows() {
+    let (_tmp, repo, graphs) = fitted_repo();
+    let repo = repo.as_path();
+    let data = repo.join("data");
+    // A factor edit (changed verdicts on every row) and 3,000 added rows.
+    edit_json(&data.join("factors.json"), |f| {
+        f["profiles"]["fp32"]["factors"][0] = serde_json::json!(0.2);
+    });
+    for b in 0..3000u64 {
+        let g = &graphs[(b % 2) as usize];
+        let batch = 100 + b;
+        let f = features(g, batch, Precision::Fp32).as_f64();
+        let peak: f64 = TRUTH.iter().zip(f).map(|(a, x)| a * x).sum();
+        write_row(&data, &row(g, batch, peak as u64));
+    }
+    let (code, md, err) = memcal(repo, &["diff", "--base", "HEAD", "--fail-on", "default"]);
+    assert!(code == 1, "{err}");
+    let chars = md.chars().count();
+    assert!(chars <= memcal::review::COMMENT_LIMIT, "{chars} characters");
+    assert!(
+        md.contains("Rows added (3000)"),
+        "{}",
+        &md[..2000.min(md.len())]
+    );
+    assert!(md.contains("more (the full list: `memcal diff --json`)"));
+    assert!(md.contains("<details><summary>"));
+    assert!(check_tables(&md) >= 3, "{md}");
+}
+
+#[test]
+fn every_table_of_a_small_comment_has_the_headers_cells() {
+    let (_tmp, repo, graphs) = fitted_repo();
+    let repo = repo.as_path();
+    let data = repo.join("data");
+    write_row(&data, &row(&graphs[1], 8, 60_000_000));
+    edit_json(&data.join("factors.json"), |f| {
+        f["profiles"]["fp32"]["factors"][2] = serde_json::json!(3.0);
+    });
+    let (_, md, err) = memcal(repo, &["diff", "--base", "HEAD"]);
+    assert!(md.contains("### Card verdicts that changed"), "{md}{err}");
+    // Summary, factors, families, and the verdict table(s).
+    assert!(check_tables(&md) >= 4, "{md}");
+    // The check itself fails on the old comment's broken table (6 header cells, 7 a row).
+    let broken =
+        "| a | b | c | d | e | f |\n|---|---|---|---|---|---|\n| 1 | 2 | 3 | 4 | 5 | 6 | 7 |\n";
+    assert!(std::panic::catch_unwind(|| check_tables(broken)).is_err());
+}
+
+#[test]
+fn a_fabricated_or_tampered_history_entry_fails_the_audit() {
+    let (_tmp, repo, _) = fitted_repo();
+    let repo = repo.as_path();
+    let data = repo.join("data");
+    let history = data.join("factors-history.json");
+    let honest = std::fs::read_to_string(&history).unwrap();
+    // A hand-written entry: factor 42, 99,999 rows, 0.1% held-out error.
+    edit_json(&history, |h| {
+        let mut e = h["entries"][0].clone();
+        e["fixed_at"] = serde_json::json!("2026-12-01T00:00:00Z");
+        e["profiles"]["fp32"][0] = serde_json::json!(42.0);
+        e["rows"] = serde_json::json!(99999);
+        e["held_out_median"] = serde_json::json!(0.001);
+        h["entries"].as_array_mut().unwrap().push(e);
+    });
+    sh(repo, &["commit", "-qam", "a fabricated entry"]);
+    let (code, out, _) = memcal(repo, &["audit"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("entry 2 (fixed_at 2026-12-01T00:00:00Z): no version of data/factors.json"),
+        "{out}"
+    );
+    // The page shows no value of it, and says it fails.
+    let site = tempfile::tempdir().unwrap();
+    let site_dir = site.path().join("site");
+    let (code, _, err) = memcal(
+        repo,
+        &[
+            "build",
+            "--data",
+            "data",
+            "--out",
+            site_dir.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let page = std::fs::read_to_string(site_dir.join("history.html")).unwrap();
+    assert!(page.contains("fails (1 differences"), "{page}");
+    assert!(
+        !page.contains("42.0000") && !page.contains("99,999"),
+        "{page}"
+    );
+    assert!(page.contains("audited"), "{page}");
+
+    // A tampered real entry: each field named.
+    std::fs::write(&history, honest).unwrap();
+    edit_json(&history, |h| {
+        h["entries"][0]["profiles"]["fp32"][1] = serde_json::json!(42.0);
+        h["entries"][0]["held_out_median"] = serde_json::json!(0.001);
+    });
+    let (code, out, _) = memcal(repo, &["audit"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("entry 1 (fixed_at")
+            && out.contains("field `profiles.fp32.layer_outputs` is 42.0 in the log"),
+        "{out}"
+    );
+    assert!(
+        out.contains("field `held_out_median` is Some(0.001) in the log"),
         "{out}"
     );
 }

@@ -64,7 +64,7 @@ fn every_chart_is_present_and_drawn() {
         "accelerate",
         "textbook",
         "plan-held-out-architecture",
-        "plan-shipped",
+        "plan-as-shipped",
     ] {
         let rel = format!("charts/scatter-{m}.svg");
         assert!(
@@ -99,7 +99,7 @@ fn every_chart_is_present_and_drawn() {
         );
     }
     // Out-of-memory runs are drawn as crosses (paths), not dots.
-    let plan = read(out.path(), "charts/scatter-plan-shipped.svg");
+    let plan = read(out.path(), "charts/scatter-plan-as-shipped.svg");
     assert!(plan.contains("out of memory"));
 }
 
@@ -123,7 +123,7 @@ fn names_from_data_are_escaped() {
         runs.contains("&#60;script&#62;") || runs.contains("&lt;script&gt;"),
         "the graph `<script>` shows as text"
     );
-    let svg = read(out.path(), "charts/scatter-plan-shipped.svg");
+    let svg = read(out.path(), "charts/scatter-plan-as-shipped.svg");
     assert!(!svg.contains("<script"));
 }
 
@@ -412,64 +412,100 @@ fn templates_only_place_strings() {
 }
 
 #[test]
-fn the_factor_history_page_lists_every_fixing_newest_first() {
-    // The fixture has no history: the page says so.
-    let (dir, _) = built();
-    let html = read(dir.path(), "history.html");
-    assert!(html.contains("have not been fitted yet"), "{html}");
-    // A copy of the fixture with two fixings in its history.
-    let data = tempfile::tempdir().unwrap();
-    copy_tree(&fixture(), data.path());
-    let entry = |fixed_at: &str, first: f64| memcal::factors::HistoryEntry {
-        fixed_at: fixed_at.into(),
-        tool_version: "0.1.0".into(),
-        rows: 12,
-        rows_sha256: "ab".repeat(32),
-        profiles: [("fp32".to_string(), [first, 0.5, 0.0, 1.0, 0.0, 2.0])]
-            .into_iter()
-            .collect(),
-        q90: 1.1,
-        q95: 1.3,
-        upper: Default::default(),
-        profile_fixed_at: Default::default(),
-        held_out_median: Some(0.125),
-        in_sample_median: None,
+fn the_factor_history_page_shows_audited_values_newest_first() {
+    // A repository holding a copy of the fixture, fitted twice (a row changed in between), and
+    // a history entry nobody's fit wrote.
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("repo");
+    let data = repo.join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    copy_tree(&fixture(), &data);
+    let _ = std::fs::remove_file(data.join("factors-history.json"));
+    let git = |args: &[&str]| {
+        let ok = std::process::Command::new("git")
+            .arg("-C")
+            .arg(&repo)
+            .args(args)
+            .env("GIT_AUTHOR_NAME", "t")
+            .env("GIT_AUTHOR_EMAIL", "t@example.invalid")
+            .env("GIT_COMMITTER_NAME", "t")
+            .env("GIT_COMMITTER_EMAIL", "t@example.invalid")
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "git {args:?}");
     };
-    let history = memcal::factors::FactorHistory {
-        format: memcal::factors::HISTORY_FORMAT.into(),
-        entries: vec![
-            entry("2026-01-01T00:00:00Z", 0.75),
-            // The newer entry: the profile's own multipliers and an earlier fixing time.
-            memcal::factors::HistoryEntry {
-                upper: [(
-                    "fp32".to_string(),
-                    memcal::factors::Upper {
-                        q90: 1.2,
-                        q95: 1.875,
-                    },
-                )]
-                .into_iter()
-                .collect(),
-                profile_fixed_at: [("fp32".to_string(), "2026-01-15T00:00:00Z".to_string())]
-                    .into_iter()
-                    .collect(),
-                ..entry("2026-02-01T00:00:00Z", 1.25)
-            },
-        ],
+    let fit = || {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_memcal"))
+            .current_dir(&repo)
+            .args(["fit", "--write-factors", "--out", "../cal.json"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     };
-    std::fs::write(data.path().join("factors-history.json"), history.to_json()).unwrap();
+    git(&["init", "-q"]);
+    git(&["add", "."]);
+    git(&["commit", "-qm", "fixture"]);
+    fit();
+    git(&["add", "."]);
+    git(&["commit", "-qm", "first fit"]);
+    // Drop one fitted row and fit again one second later (fixing times are to the second).
+    let runs: Vec<PathBuf> = walk_json(&data.join("runs"));
+    std::fs::remove_file(&runs[0]).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    fit();
+    git(&["add", "-A"]);
+    git(&["commit", "-qm", "second fit"]);
+    let history =
+        memcal::factors::FactorHistory::load_or_empty(&data.join("factors-history.json")).unwrap();
+    assert_eq!(history.entries.len(), 2);
+    let (first, second) = (&history.entries[0], &history.entries[1]);
+    assert_ne!(first.fixed_at, second.fixed_at);
     let out = tempfile::tempdir().unwrap();
-    build_site(data.path(), out.path(), false).unwrap();
+    build_site(&data, out.path(), false).unwrap();
     let html = read(out.path(), "history.html");
-    let newer = html.find("2026-02-01T00:00:00Z").expect("newer entry");
-    let older = html.find("2026-01-01T00:00:00Z").expect("older entry");
+    let newer = html.find(&second.fixed_at).expect("newer entry");
+    let older = html.find(&first.fixed_at).expect("older entry");
     assert!(newer < older, "newest first");
-    assert!(html.contains("12.5%"), "held-out median then: {html}");
+    assert_eq!(
+        html.matches(">audited<").count(),
+        html.matches("<tr>").count() - 1
+    );
     assert!(
-        html.contains("2026-01-15T00:00:00Z") && html.contains("1.875"),
-        "the profile's own fixing time and q95: {html}"
+        html.contains("commit "),
+        "each entry names its commit: {html}"
+    );
+
+    // A fabricated entry: the page shows none of its values and says it fails.
+    let mut forged = history.clone();
+    let mut e = second.clone();
+    e.fixed_at = "2026-12-24T00:00:00Z".into();
+    e.rows = 99_999;
+    forged.entries.push(e);
+    std::fs::write(data.join("factors-history.json"), forged.to_json()).unwrap();
+    build_site(&data, out.path(), false).unwrap();
+    let html = read(out.path(), "history.html");
+    assert!(html.contains("2026-12-24T00:00:00Z") && html.contains("fails (1 differences"));
+    assert!(
+        !html.contains("99,999") && !html.contains("99999"),
+        "{html}"
     );
     assert!(read(out.path(), "index.html").contains("href=\"history.html\""));
+}
+
+fn walk_json(dir: &Path) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = walkdir::WalkDir::new(dir)
+        .sort_by_file_name()
+        .into_iter()
+        .map(|e| e.unwrap().into_path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    out.sort();
+    out
 }
 
 fn copy_tree(from: &Path, to: &Path) {

@@ -51,6 +51,9 @@ pub enum ExclusionReason {
     NoBatchAxis,
     /// The row's regime is not listed in `data/factors.json`.
     UnknownRegime,
+    /// The row's `device.kind` is not its regime's `device` (a CPU row under a CUDA regime):
+    /// its label and its cards would be wrong, so it is never fitted nor shown as either.
+    DeviceRegimeMismatch,
     /// `data/factors.json` has no factors for the row's precision profile.
     NoFactorsForPrecision,
     /// Marker `after-fit`, but the factors file has no `provenance` (never fixed).
@@ -68,6 +71,7 @@ impl ExclusionReason {
             ExclusionReason::GraphMismatch => "graph-mismatch",
             ExclusionReason::NoBatchAxis => "no-batch-axis",
             ExclusionReason::UnknownRegime => "unknown-regime",
+            ExclusionReason::DeviceRegimeMismatch => "device-regime-mismatch",
             ExclusionReason::NoFactorsForPrecision => "no-factors-for-precision",
             ExclusionReason::AfterFitUnfixed => "after-fit-unfixed",
             ExclusionReason::AfterFitNotLater => "after-fit-not-later",
@@ -93,8 +97,13 @@ pub enum Method {
     Accelerate,
     /// The textbook formula, where it applies; fits iff total <= card.
     Textbook,
-    /// The shipped factors on the rows they were fitted on (in-sample).
-    PlanShipped,
+    /// `data/factors.json`'s factors, exactly as shipped, on every usable row (fitted, held out
+    /// by regime, after the fit): what a user of the planner gets today. The only method that
+    /// sees an edit of the factors file on every row.
+    PlanAsShipped,
+    /// The factors refitted on today's fitted rows, on those same rows (in-sample): what
+    /// `memcal fit --write-factors` would ship now.
+    PlanRefitInSample,
     /// Each fitted row predicted by factors refitted without its family.
     PlanHeldOutArchitecture,
     /// Non-training-regime rows predicted by the shipped (training-regime) factors.
@@ -108,13 +117,14 @@ pub enum Method {
 }
 
 /// Number of methods.
-pub const N_METHODS: usize = 7;
+pub const N_METHODS: usize = 8;
 
 impl Method {
     pub const ALL: [Method; N_METHODS] = [
         Method::Accelerate,
         Method::Textbook,
-        Method::PlanShipped,
+        Method::PlanAsShipped,
+        Method::PlanRefitInSample,
         Method::PlanHeldOutArchitecture,
         Method::PlanHeldOutRegime,
         Method::PlanAfterFit,
@@ -125,12 +135,44 @@ impl Method {
         match self {
             Method::Accelerate => "accelerate",
             Method::Textbook => "textbook",
-            Method::PlanShipped => "plan-shipped",
+            Method::PlanAsShipped => "plan-as-shipped",
+            Method::PlanRefitInSample => "plan-refit-in-sample",
             Method::PlanHeldOutArchitecture => "plan-held-out-architecture",
             Method::PlanHeldOutRegime => "plan-held-out-regime",
             Method::PlanAfterFit => "plan-after-fit",
             Method::Simulated => "simulated",
         }
+    }
+
+    /// The method's name for people (the page, the pull-request comment).
+    pub fn label(self) -> &'static str {
+        match self {
+            Method::Accelerate => "accelerate estimate-memory",
+            Method::Textbook => "textbook formula",
+            Method::PlanAsShipped => "plan, as shipped (data/factors.json)",
+            Method::PlanRefitInSample => "plan, refit on today's rows (in-sample)",
+            Method::PlanHeldOutArchitecture => "plan, held out by architecture",
+            Method::PlanHeldOutRegime => "plan, held out by regime",
+            Method::PlanAfterFit => "plan, after the fit",
+            Method::Simulated => "simulated training step (no fitted factor)",
+        }
+    }
+
+    /// The six-factor plan's methods (every method but the baselines and the simulator).
+    pub fn is_plan(self) -> bool {
+        matches!(
+            self,
+            Method::PlanAsShipped
+                | Method::PlanRefitInSample
+                | Method::PlanHeldOutArchitecture
+                | Method::PlanHeldOutRegime
+                | Method::PlanAfterFit
+        )
+    }
+
+    /// The method named `s` (its `as_str`).
+    pub fn parse(s: &str) -> Option<Method> {
+        Method::ALL.into_iter().find(|m| m.as_str() == s)
     }
 
     /// Out-of-sample plan methods (their missed OOMs are known misses).
@@ -253,13 +295,13 @@ impl<T: Copy + Serialize> Serialize for PerMethod<T> {
     }
 }
 
-/// Predicted bytes per method: [`PerMethod<f64>`] in 64 bytes instead of 112 (the values and a
+/// Predicted bytes per method: [`PerMethod<f64>`] in 72 bytes instead of 128 (the values and a
 /// bit per present method), for the million rows of a large calibration. Same reading API and
 /// the same JSON.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct Predictions {
     values: [f64; N_METHODS],
-    present: u8,
+    present: u16,
 }
 
 impl Predictions {
@@ -591,9 +633,24 @@ pub struct Upper {
     pub q95: Option<f64>,
     /// Fitted completed rows >= threshold without a positive held-out prediction (not in ratios).
     pub unpredicted: Vec<Name>,
-    /// The multipliers the checks used: these quantiles, or the file's where there are none.
+    /// The multipliers the checks of held-out-by-regime rows used: these quantiles, or the
+    /// file's where there are none.
     pub q90_used: f64,
     pub q95_used: f64,
+    /// Per family: the quantiles of the other families' ratios alone, which the bound's
+    /// verdicts on that family's fitted rows use (so no fitted row is covered by its own
+    /// ratio). A family absent here (no other family has ratios) uses the file's multipliers.
+    pub leave_family_out: BTreeMap<String, LeaveFamilyOut>,
+}
+
+/// The bound's multipliers for one family's fitted rows: quantiles of the other families'
+/// ratios.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct LeaveFamilyOut {
+    /// Ratios of the other families (the quantiles' sample).
+    pub ratios: u64,
+    pub q90: f64,
+    pub q95: f64,
 }
 
 /// Row totals. inputs = fitted + held_out_regime + after_fit + excluded.
@@ -757,7 +814,7 @@ fn classify(
     ds: &Dataset,
     row: &Row,
     fixed_at: &[Option<(i64, u32)>; NP],
-    regimes: &[(&str, bool)],
+    regimes: &[(&str, bool, &str)],
     has_factors: &[bool; NP],
 ) -> Result<Bucket, (ExclusionReason, String)> {
     let f = &ds.factors;
@@ -789,12 +846,22 @@ fn classify(
             format!("graph `{}` has no batch axis", row.graph),
         ));
     }
-    let Some(&(_, training)) = regimes.iter().find(|(r, _)| *r == row.regime.as_str()) else {
+    let Some(&(_, training, device)) = regimes.iter().find(|(r, ..)| *r == row.regime.as_str())
+    else {
         return Err((
             ExclusionReason::UnknownRegime,
             format!("regime `{}` is not in data/factors.json", row.regime),
         ));
     };
+    if row.device_kind.as_str() != device {
+        return Err((
+            ExclusionReason::DeviceRegimeMismatch,
+            format!(
+                "device.kind is `{}` but regime `{}` is a `{device}` regime",
+                row.device_kind, row.regime
+            ),
+        ));
+    }
     if !has_factors[row.precision as usize] {
         return Err((
             ExclusionReason::NoFactorsForPrecision,
@@ -901,10 +968,16 @@ fn calibrate_rows(ds: &Dataset) -> Calibration {
     }
     let order: Vec<u32> = keys.iter().map(|k| k.1).collect();
     drop(keys);
-    let regimes: Vec<(&str, bool)> = f
+    let regimes: Vec<(&str, bool, &str)> = f
         .regimes
-        .keys()
-        .map(|k| (k.as_str(), f.training_regimes.contains(k)))
+        .iter()
+        .map(|(k, r)| {
+            (
+                k.as_str(),
+                f.training_regimes.contains(k),
+                r.device.as_str(),
+            )
+        })
         .collect();
     let has_factors = Precision::ALL.map(|p| f.factors(p).is_some());
     let h = f.headroom;
@@ -1202,11 +1275,15 @@ fn calibrate_rows(ds: &Dataset) -> Calibration {
         if let Some(t) = r.simulated_bytes {
             m.set(Method::Simulated, t as f64);
         }
+        m.set(
+            Method::PlanAsShipped,
+            plan::estimate(&pf.file_factors, &r.features),
+        );
         let oos;
         match bucket {
             Bucket::Fitted => {
                 m.set(
-                    Method::PlanShipped,
+                    Method::PlanRefitInSample,
                     plan::estimate(&pf.shipped.factors, &r.features),
                 );
                 oos = held_factors[&r.precision][fam].map(|a| plan::estimate(&a, &r.features));
@@ -1230,7 +1307,7 @@ fn calibrate_rows(ds: &Dataset) -> Calibration {
 
     // The upper bound of each profile: measured / held-out-by-architecture over its fitted
     // completed runs >= threshold.
-    let mut ratios: BTreeMap<Precision, Vec<(Name, f64)>> = BTreeMap::new();
+    let mut ratios: BTreeMap<Precision, Vec<(Name, f64, usize)>> = BTreeMap::new();
     let mut unpredicted: BTreeMap<Precision, Vec<Name>> = BTreeMap::new();
     for &(i, bucket, fam) in &usable {
         let r = &ds.rows[i];
@@ -1241,10 +1318,12 @@ fn calibrate_rows(ds: &Dataset) -> Calibration {
             continue;
         };
         match predict(i, bucket, fam).1 {
-            Some(e) if e > 0.0 => ratios
-                .entry(r.precision)
-                .or_default()
-                .push((r.run_id.clone(), m as f64 / e)),
+            Some(e) if e > 0.0 => {
+                ratios
+                    .entry(r.precision)
+                    .or_default()
+                    .push((r.run_id.clone(), m as f64 / e, fam))
+            }
             _ => unpredicted
                 .entry(r.precision)
                 .or_default()
@@ -1252,12 +1331,31 @@ fn calibrate_rows(ds: &Dataset) -> Calibration {
         }
     }
     let mut uppers: BTreeMap<Precision, Upper> = BTreeMap::new();
+    // Per profile, per family index: the leave-family-out multipliers of its fitted rows.
+    let mut lfo: BTreeMap<Precision, Vec<Option<(f64, f64)>>> = BTreeMap::new();
     for &p in fits.keys() {
         let mut ratios = ratios.remove(&p).unwrap_or_default();
         ratios.sort_by(|a, b| a.1.total_cmp(&b.1).then_with(|| a.0.cmp(&b.0)));
         let sorted: Vec<f64> = ratios.iter().map(|r| r.1).collect();
         let (q90, q95) = (nearest_rank(&sorted, 90), nearest_rank(&sorted, 95));
         let file = f.upper_for(p);
+        let mut by_fam = vec![None; fam_names.len()];
+        let mut leave_family_out = BTreeMap::new();
+        for (k, slot) in by_fam.iter_mut().enumerate() {
+            let others: Vec<f64> = ratios.iter().filter(|r| r.2 != k).map(|r| r.1).collect();
+            if let (Some(a), Some(b)) = (nearest_rank(&others, 90), nearest_rank(&others, 95)) {
+                *slot = Some((a, b));
+                leave_family_out.insert(
+                    fam_names[k].to_string(),
+                    LeaveFamilyOut {
+                        ratios: others.len() as u64,
+                        q90: a,
+                        q95: b,
+                    },
+                );
+            }
+        }
+        lfo.insert(p, by_fam);
         uppers.insert(
             p,
             Upper {
@@ -1266,8 +1364,9 @@ fn calibrate_rows(ds: &Dataset) -> Calibration {
                 q95,
                 q90_used: q90.unwrap_or(file.q90),
                 q95_used: q95.unwrap_or(file.q95),
-                ratios,
+                ratios: ratios.into_iter().map(|(id, r, _)| (id, r)).collect(),
                 unpredicted: unpredicted.remove(&p).unwrap_or_default(),
+                leave_family_out,
             },
         );
     }
@@ -1342,12 +1441,20 @@ fn calibrate_rows(ds: &Dataset) -> Calibration {
                     acc.errors.push(e);
                 }
             }
-            let (q90m, q95m) = if p.bucket == Bucket::AfterFit {
-                let u = f.upper_for(r.precision);
-                (u.q90, u.q95)
-            } else {
-                let u = &uppers[&r.precision];
-                (u.q90_used, u.q95_used)
+            let (q90m, q95m) = match p.bucket {
+                Bucket::AfterFit => {
+                    let u = f.upper_for(r.precision);
+                    (u.q90, u.q95)
+                }
+                // A fitted row's bound comes from the other families' ratios alone.
+                Bucket::Fitted => lfo[&r.precision][p.fam].unwrap_or_else(|| {
+                    let u = f.upper_for(r.precision);
+                    (u.q90, u.q95)
+                }),
+                Bucket::HeldOutRegime => {
+                    let u = &uppers[&r.precision];
+                    (u.q90_used, u.q95_used)
+                }
             };
             let b90 = p.oos.map(|e| plan::bound(e, q90m, f.bound_floor_bytes));
             let b95 = p.oos.map(|e| plan::bound(e, q95m, f.bound_floor_bytes));

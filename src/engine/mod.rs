@@ -16,9 +16,9 @@ pub mod time;
 
 pub use calibrate::{
     calibrate, nearest_rank, truth, BoundCounts, BoundMetrics, Bucket, Calibration, Check,
-    CheckRef, Checks, Exclusion, ExclusionReason, FamilyReport, FitReport, KnownMiss, Method,
-    MethodMetrics, Name, PerMethod, Predictions, ProfileFits, RowResult, Settings, Totals, Truth,
-    Upper, VerdictCounts, NEAREST_RANK_RULE,
+    CheckRef, Checks, Exclusion, ExclusionReason, FamilyReport, FitReport, KnownMiss,
+    LeaveFamilyOut, Method, MethodMetrics, Name, PerMethod, Predictions, ProfileFits, RowResult,
+    Settings, Totals, Truth, Upper, VerdictCounts, NEAREST_RANK_RULE,
 };
 pub use load::{load, parse_row, rows_sha256, RowsHasher};
 pub use output::{refit_factors_file, summary_table, write_calibration_json};

@@ -84,7 +84,7 @@ pub fn summary_table(cal: &Calibration) -> String {
         };
         let _ = writeln!(
             s,
-            "  {p:<14} shipped (in-sample) [{}]  ({detail})",
+            "  {p:<14} refit (in-sample)  [{}]  ({detail})",
             fmt(&pf.shipped.factors)
         );
         let _ = writeln!(

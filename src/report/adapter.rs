@@ -12,9 +12,10 @@ use crate::engine::{
     Bucket, Calibration, CheckRef, ExclusionReason, Method, MethodMetrics, RowResult, Truth,
     NEAREST_RANK_RULE,
 };
-use crate::factors::{FactorHistory, FactorsFile};
+use crate::factors::FactorsFile;
 use crate::features::FEATURE_NAMES;
 use crate::plan::Verdict;
+use crate::review::AuditedEntry;
 use crate::run::RunStatus;
 use crate::units;
 use std::collections::BTreeMap;
@@ -39,18 +40,21 @@ pub const TITLE: &str = "Memory calibration";
 
 /// What the site reads from `data/` besides the engine's output: prose, already rendered to
 /// HTML, by block name (`headline`, `methods`, ...), the maintainers' notes on known misses by
-/// family, and the factor history (`data/factors-history.json`).
+/// family, and the factor history (`data/factors-history.json`) as `memcal audit` established it.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ProseInput {
     pub blocks: BTreeMap<String, String>,
     pub misses: BTreeMap<String, String>,
-    pub history: FactorHistory,
+    pub history: Vec<AuditedEntry>,
 }
 
-/// The factor history page: one row per fixing of the factors, newest first.
-fn history_page(history: &FactorHistory, nav: Vec<Link>) -> HistoryPage {
+/// The factor history page: one row per fixing of the factors and profile, newest first, with
+/// the values the audit established (the factors file of the entry's commit, the medians
+/// recomputed from that commit's rows); an entry that fails the audit shows no values.
+fn history_page(history: &[AuditedEntry], nav: Vec<Link>) -> HistoryPage {
     let mut columns = vec![
         col("Fixed at (UTC)", false),
+        col("From", false),
         col("Profile", false),
         col("Profile's factors fixed at", false),
         col("Rows fitted", true),
@@ -59,30 +63,54 @@ fn history_page(history: &FactorHistory, nav: Vec<Link>) -> HistoryPage {
     columns.extend([
         col("q90", true),
         col("q95", true),
-        col("Held-out median |error| then", true),
-        col("In-sample median |error| then", true),
+        col("Held-out median |error| (recomputed)", true),
+        col("In-sample median |error| (recomputed)", true),
         col("Rows SHA-256", false),
         col("memcal", false),
+        col("Audit", false),
     ]);
     let mut t = table(
         "factor-history",
-        "Every fixing of the shipped factors, newest first, one row per precision profile",
+        "Every fixing of the factors, newest first, one row per precision profile, as audited",
         columns,
         "The factors have not been fitted yet: data/factors.json holds the seed values.",
     );
-    for e in history.entries.iter().rev() {
-        for (p, f) in &e.profiles {
-            let (q90, q95) = e.upper.get(p).map_or((e.q90, e.q95), |u| (u.q90, u.q95));
+    let width = t.columns.len();
+    for e in history.iter().rev() {
+        let from = e
+            .source
+            .as_ref()
+            .map_or("no version of data/factors.json".to_string(), |s| {
+                s.describe()
+            });
+        let Some(v) = e.values.as_ref().filter(|_| e.differences.is_empty()) else {
             let mut row = vec![
                 Cell::text(e.fixed_at.clone()),
+                Cell::text(from),
+                Cell::text(fmt::MISSING.to_string()),
+            ];
+            row.resize(width - 1, Cell::text(fmt::MISSING.to_string()));
+            row.push(Cell::text(format!(
+                "fails ({} differences; see `memcal audit`): {}",
+                e.differences.len(),
+                e.differences.first().map_or("", String::as_str)
+            )));
+            t.rows.push(row);
+            continue;
+        };
+        for (p, f) in &v.profiles {
+            let (q90, q95) = v.upper.get(p).map_or((v.q90, v.q95), |u| (u.q90, u.q95));
+            let mut row = vec![
+                Cell::text(e.fixed_at.clone()),
+                Cell::text(from.clone()),
                 Cell::text(p.clone()),
                 Cell::text(
-                    e.profile_fixed_at
+                    v.profile_fixed_at
                         .get(p)
                         .cloned()
-                        .unwrap_or_else(|| "—".into()),
+                        .unwrap_or_else(|| fmt::MISSING.to_string()),
                 ),
-                count_cell(e.rows),
+                count_cell(v.rows),
             ];
             row.extend(f.iter().map(|x| Cell::num(fmt::factor(*x), format!("{x}"))));
             row.extend([
@@ -90,8 +118,9 @@ fn history_page(history: &FactorHistory, nav: Vec<Link>) -> HistoryPage {
                 Cell::num(fmt::factor(q95), format!("{q95}")),
                 opt_pct(e.held_out_median),
                 opt_pct(e.in_sample_median),
-                Cell::text(e.rows_sha256.chars().take(16).collect::<String>()),
-                Cell::text(e.tool_version.clone()),
+                Cell::text(v.rows_sha256.chars().take(16).collect::<String>()),
+                Cell::text(v.tool_version.clone()),
+                Cell::text("audited".to_string()),
             ]);
             t.rows.push(row);
         }
@@ -102,7 +131,7 @@ fn history_page(history: &FactorHistory, nav: Vec<Link>) -> HistoryPage {
             title: format!("Factor history: {TITLE}"),
             nav,
         },
-        intro: "Each fixing is one run of `memcal fit --write-factors`, the only command that changes data/factors.json, as recorded in data/factors-history.json; it has one row per precision profile. Since multipliers are kept per profile, a profile that a fit leaves unchanged keeps the time its factors were fixed (\"Profile's factors fixed at\"; — where the entry predates that). `memcal audit` checks this log against the git history of the factors file and refits the current factors from the rows they claim.".into(),
+        intro: "Each fixing is one run of `memcal fit --write-factors`, the only command that changes data/factors.json; data/factors-history.json logs it. This page does not show the log as typed: each entry is audited as `memcal audit` does it, and the values below are those of the data/factors.json of the commit that first has the entry's fixing time (\"From\"), with the held-out and in-sample medians recomputed from that commit's rows. An entry whose log differs from its commit in any field, or that no commit has, is marked as failing and shows no values. A profile that a fit leaves unchanged keeps the time its factors were fixed (\"Profile's factors fixed at\").".into(),
         table: t,
     }
 }
@@ -112,21 +141,13 @@ const SCATTER_METHODS: [Method; 5] = [
     Method::Accelerate,
     Method::Textbook,
     Method::PlanHeldOutArchitecture,
-    Method::PlanShipped,
+    Method::PlanAsShipped,
     Method::Simulated,
 ];
 
 /// The human name of a method.
 pub fn method_name(m: Method) -> &'static str {
-    match m {
-        Method::Accelerate => "accelerate estimate-memory",
-        Method::Textbook => "textbook formula",
-        Method::PlanShipped => "plan, shipped factors (in-sample)",
-        Method::PlanHeldOutArchitecture => "plan, held out by architecture",
-        Method::PlanHeldOutRegime => "plan, held out by regime",
-        Method::PlanAfterFit => "plan, after the fit",
-        Method::Simulated => "simulated training step (no fitted factor)",
-    }
+    m.label()
 }
 
 fn bucket_name(b: Bucket) -> &'static str {
@@ -145,6 +166,7 @@ fn reason_name(r: ExclusionReason) -> &'static str {
         ExclusionReason::GraphMismatch => "built model differs from the graph",
         ExclusionReason::NoBatchAxis => "graph has no batch axis",
         ExclusionReason::UnknownRegime => "regime not in the factors file",
+        ExclusionReason::DeviceRegimeMismatch => "device differs from its regime's device",
         ExclusionReason::NoFactorsForPrecision => "no factors for the precision",
         ExclusionReason::AfterFitUnfixed => "after-fit row, factors never fixed",
         ExclusionReason::AfterFitNotLater => "after-fit row measured before the fit",

@@ -3,6 +3,9 @@
 
 use crate::units;
 
+/// How the site prints a value that is not there.
+pub const MISSING: &str = "—";
+
 /// `12.35 GB` (GB = 10^9 bytes).
 pub fn bytes(b: f64) -> String {
     units::gb(b)
@@ -66,7 +69,7 @@ pub fn plural(n: u64, noun: &str) -> String {
 
 /// An optional value, or a dash.
 pub fn or_dash(v: Option<String>) -> String {
-    v.unwrap_or_else(|| "—".to_string())
+    v.unwrap_or_else(|| MISSING.to_string())
 }
 
 /// A field of a CSV line, quoted when it has to be.

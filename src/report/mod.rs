@@ -105,8 +105,7 @@ pub fn with_site<T>(data_dir: &Path, f: impl FnOnce(&Site) -> Result<T>) -> Resu
         }
     }
     let mut prose = load_prose(data_dir, &families)?;
-    prose.history =
-        crate::factors::FactorHistory::load_or_empty(&data_dir.join("factors-history.json"))?;
+    prose.history = crate::review::audit_history(data_dir, Some(&cal))?;
     let site = from_calibration(&cal, &ds.factors, &prose);
     let out = f(&site);
     drop(site);

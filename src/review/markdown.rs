@@ -1,0 +1,318 @@
+//! The `memcal diff` report as a pull-request comment: a Codecov-style summary per precision
+//! profile first, then the families, then the card verdicts that changed (new missed OOMs
+//! first), then the long lists collapsed in `<details>`. Every list is cut with a count so the
+//! comment always fits under [`COMMENT_LIMIT`] characters (GitHub refuses comments over
+//! 65,536). Formats the [`DiffReport`]; computes nothing.
+
+use super::diff::{DiffReport, VerdictChange};
+use crate::engine::Truth;
+use std::fmt::Write;
+
+/// The most characters a comment may have.
+pub const COMMENT_LIMIT: usize = 60_000;
+
+/// How many entries each cut list shows.
+#[derive(Clone, Copy)]
+struct Limits {
+    verdicts: usize,
+    families: usize,
+    items: usize,
+}
+
+/// The report as Markdown, fit for a pull-request comment (under [`COMMENT_LIMIT`] characters).
+pub fn diff_markdown(d: &DiffReport) -> String {
+    let mut limits = Limits {
+        verdicts: 200,
+        families: 60,
+        items: 200,
+    };
+    loop {
+        let s = render(d, limits);
+        if s.chars().count() <= COMMENT_LIMIT || limits.verdicts + limits.items == 0 {
+            return s;
+        }
+        limits = Limits {
+            verdicts: limits.verdicts / 2,
+            families: limits.families / 2,
+            items: limits.items / 2,
+        };
+    }
+}
+
+/// A table cell: `|` escaped, line breaks as spaces.
+fn cell(s: &str) -> String {
+    s.replace('|', "\\|").replace('\n', " ")
+}
+
+fn pct(v: Option<f64>) -> String {
+    v.map_or("missing".to_string(), |x| format!("{:.1}%", x * 100.0))
+}
+
+/// `base → head (±change)` for a share shown in percent.
+fn pct_change(before: Option<f64>, after: Option<f64>) -> String {
+    match (before, after) {
+        (Some(b), Some(a)) if a == b => format!("{} (no change)", pct(Some(a))),
+        (Some(b), Some(a)) => format!(
+            "{} → {} ({:+.1} pts)",
+            pct(Some(b)),
+            pct(Some(a)),
+            (a - b) * 100.0
+        ),
+        _ => format!("{} → {}", pct(before), pct(after)),
+    }
+}
+
+/// `base → head (±change)` for counts `n/of`.
+fn count_change(b: u64, b_of: u64, a: u64, a_of: u64) -> String {
+    if (b, b_of) == (a, a_of) {
+        format!("{a}/{a_of} (no change)")
+    } else {
+        format!("{b}/{b_of} → {a}/{a_of} ({:+})", a as i64 - b as i64)
+    }
+}
+
+fn truth(t: Option<Truth>) -> &'static str {
+    match t {
+        Some(Truth::Fits) => "fits",
+        Some(Truth::DoesNotFit) => "does not fit",
+        Some(Truth::Unknown) => "unknown",
+        None => "none",
+    }
+}
+
+fn verdict(v: Option<bool>) -> &'static str {
+    match v {
+        Some(true) => "fits",
+        Some(false) => "does not fit",
+        None => "none",
+    }
+}
+
+/// A collapsed block: the summary line, then the body.
+fn details(s: &mut String, summary: &str, body: &str) {
+    let _ = write!(
+        s,
+        "<details><summary>{summary}</summary>\n\n{body}\n</details>\n\n"
+    );
+}
+
+/// "… and N more" under a cut list.
+fn more(shown: usize, total: usize) -> String {
+    if total > shown {
+        format!(
+            "\n… and {} more (the full list: `memcal diff --json`)\n",
+            total - shown
+        )
+    } else {
+        String::new()
+    }
+}
+
+fn render(d: &DiffReport, lim: Limits) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "## memcal: estimation error, {} → {}\n", d.base, d.head);
+    gates(&mut s, d);
+    summary(&mut s, d);
+    factors(&mut s, d);
+    families(&mut s, d, lim.families);
+    verdicts(&mut s, d, lim.verdicts);
+    let list = |s: &mut String, title: &str, items: Vec<String>| {
+        if items.is_empty() {
+            let _ = writeln!(s, "{title}: none.\n");
+            return;
+        }
+        let mut body = String::new();
+        for i in items.iter().take(lim.items) {
+            let _ = writeln!(body, "- {i}");
+        }
+        body.push_str(&more(lim.items.min(items.len()), items.len()));
+        details(s, &format!("{title} ({})", items.len()), &body);
+    };
+    list(&mut s, "Rows added", d.rows_added.clone());
+    list(&mut s, "Rows removed", d.rows_removed.clone());
+    list(
+        &mut s,
+        "Rows newly excluded",
+        d.newly_excluded
+            .iter()
+            .map(|e| format!("{}: {}: {}", e.run_id, e.reason, e.detail))
+            .collect(),
+    );
+    s
+}
+
+fn gates(s: &mut String, d: &DiffReport) {
+    if d.gates.is_empty() {
+        let _ = writeln!(
+            s,
+            "No gate checked (a report only; `--fail-on default` gates a pull request).\n"
+        );
+    } else if d.failures.is_empty() {
+        let _ = writeln!(
+            s,
+            "✅ No gate crossed (checked: {}).\n",
+            d.gates
+                .iter()
+                .map(|g| format!("`{g}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    } else {
+        let _ = writeln!(s, "❌ **{} gate(s) crossed:**\n", d.failures.len());
+        for f in &d.failures {
+            let _ = writeln!(s, "- {f}");
+        }
+        s.push('\n');
+    }
+}
+
+fn summary(s: &mut String, d: &DiffReport) {
+    let _ = writeln!(
+        s,
+        "### Summary per precision profile (base → head)\n\n| profile | method | median \\|error\\| | within ±25% | missed OOMs (of did-not-fit checks) | false alarms (of fit checks) |\n|---|---|---:|---:|---:|---:|"
+    );
+    for m in &d.methods {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} | {} |",
+            m.profile.as_str(),
+            cell(m.method.label()),
+            pct_change(m.before.median_abs_rel_error, m.after.median_abs_rel_error),
+            pct_change(m.before.within_25pct, m.after.within_25pct),
+            count_change(
+                m.before.missed_oom,
+                m.before.did_not_fit_checks,
+                m.after.missed_oom,
+                m.after.did_not_fit_checks
+            ),
+            count_change(
+                m.before.false_alarms,
+                m.before.fit_checks,
+                m.after.false_alarms,
+                m.after.fit_checks
+            ),
+        );
+    }
+    s.push('\n');
+}
+
+fn factors(s: &mut String, d: &DiffReport) {
+    let changed: Vec<_> = d.factors.iter().filter(|f| f.before != f.after).collect();
+    if changed.is_empty() {
+        let _ = writeln!(s, "### Factors\n\nNo factor changed.\n");
+        return;
+    }
+    let _ = writeln!(
+        s,
+        "### Factors that changed ({} of {})\n\n| profile | feature | base | head |\n|---|---|---:|---:|",
+        changed.len(),
+        d.factors.len()
+    );
+    let num = |v: Option<f64>| v.map_or("missing".to_string(), |x| format!("{x:.4}"));
+    for f in changed {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} |",
+            cell(&f.profile),
+            f.feature,
+            num(f.before),
+            num(f.after)
+        );
+    }
+    s.push('\n');
+}
+
+fn families(s: &mut String, d: &DiffReport, limit: usize) {
+    let changed: Vec<_> = d.families.iter().filter(|f| f.before != f.after).collect();
+    let unchanged = d.families.len() - changed.len();
+    let _ = writeln!(
+        s,
+        "### Per family (largest change first)\n\n{} of {} family medians changed.\n",
+        changed.len(),
+        d.families.len()
+    );
+    if changed.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        s,
+        "| family | profile | method | base | head | change (points) |\n|---|---|---|---:|---:|---:|"
+    );
+    for f in changed.iter().take(limit) {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} | {} |",
+            cell(&f.family),
+            f.profile.as_str(),
+            cell(f.method.label()),
+            pct(f.before),
+            pct(f.after),
+            f.change_points
+                .map_or("missing".into(), |x| format!("{x:+.2}"))
+        );
+    }
+    s.push_str(&more(limit.min(changed.len()), changed.len()));
+    let _ = unchanged;
+    s.push('\n');
+}
+
+fn verdict_table(rows: &[&VerdictChange]) -> String {
+    let mut t = String::from(
+        "| run | profile | card | method | the run (base → head) | verdict (base → head) |\n|---|---|---|---|---|---|\n",
+    );
+    for v in rows {
+        let run = if v.added {
+            format!("{} (added)", v.run_id)
+        } else {
+            v.run_id.clone()
+        };
+        let _ = writeln!(
+            t,
+            "| {} | {} | {} | {} | {} → {} | {} → {} |",
+            cell(&run),
+            v.profile.as_str(),
+            cell(&v.card),
+            cell(v.method.label()),
+            truth(v.truth_before),
+            truth(Some(v.truth)),
+            verdict(v.before),
+            if v.new_missed_oom {
+                format!("{} ⚠ new missed OOM", verdict(v.after))
+            } else {
+                verdict(v.after).to_string()
+            }
+        );
+    }
+    t
+}
+
+fn verdicts(s: &mut String, d: &DiffReport, limit: usize) {
+    let (new, other): (Vec<&VerdictChange>, Vec<&VerdictChange>) =
+        d.verdict_changes.iter().partition(|v| v.new_missed_oom);
+    let _ = writeln!(
+        s,
+        "### Card verdicts that changed ({}; {} new missed OOMs)\n",
+        d.verdict_changes.len(),
+        new.len()
+    );
+    if !new.is_empty() {
+        let shown = limit.min(new.len());
+        let _ = writeln!(
+            s,
+            "New missed OOMs: did-not-fit checks now called \"fits\".\n"
+        );
+        s.push_str(&verdict_table(&new[..shown]));
+        s.push_str(&more(shown, new.len()));
+        s.push('\n');
+    }
+    if !other.is_empty() {
+        let shown = limit.min(other.len());
+        let mut body = verdict_table(&other[..shown]);
+        body.push_str(&more(shown, other.len()));
+        details(
+            s,
+            &format!("Other changed verdicts ({})", other.len()),
+            &body,
+        );
+    }
+}
