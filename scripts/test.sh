@@ -21,6 +21,12 @@ if [ -x scripts/ci-measurement.sh ]; then
   scripts/ci-measurement.sh
 fi
 
+step "the factor history and the factors are audited"
+if [ "$(git rev-parse --is-shallow-repository 2>/dev/null)" = "true" ]; then
+  git fetch -q --unshallow || echo "warning: a shallow clone; the audit needs the history"
+fi
+cargo run -q -- audit
+
 step "the committed site/ is what data/ produces"
 cargo run -q -- build --check
 
