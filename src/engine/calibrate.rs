@@ -2,6 +2,7 @@
 //! no I/O, and the same rows in any order give the same result to the last bit.
 
 use super::fit::{fit, FitOutcome, Normal};
+use super::intervals::{self, Interval};
 use super::time::parse_rfc3339;
 use super::{Dataset, Row};
 use crate::factors::FactorsFile;
@@ -552,6 +553,16 @@ pub struct MethodMetrics {
     /// Checks with a verdict equal to the truth, over fit + did-not-fit checks.
     pub correct_checks: u64,
     pub accuracy: Option<f64>,
+    /// The 95% interval of the median |error| (order statistics; absent: too few runs).
+    pub median_interval: Option<Interval>,
+    /// The 95% interval of `within_25pct` (Wilson).
+    pub within_25pct_interval: Option<Interval>,
+    /// Missed checks over did-not-fit checks, and its 95% interval (Wilson).
+    pub missed_oom_share: Option<f64>,
+    pub missed_oom_interval: Option<Interval>,
+    /// The median |error| rests on few runs: it has no interval, or one wider than
+    /// `FEW_RUNS_MEDIAN_WIDTH`.
+    pub few_runs: bool,
 }
 
 /// Counts of the bound's three verdicts.
@@ -631,6 +642,9 @@ pub struct Upper {
     pub ratios: Vec<(Name, f64)>,
     pub q90: Option<f64>,
     pub q95: Option<f64>,
+    /// The 95% intervals of q90 and q95 (order statistics of the ratios; absent: too few).
+    pub q90_interval: Option<Interval>,
+    pub q95_interval: Option<Interval>,
     /// Fitted completed rows >= threshold without a positive held-out prediction (not in ratios).
     pub unpredicted: Vec<Name>,
     /// The multipliers the checks of held-out-by-regime rows used: these quantiles, or the
@@ -700,6 +714,10 @@ pub struct Settings {
     pub training_regimes: Vec<String>,
     pub fixed_at: Option<String>,
     pub feature_names: [&'static str; N_FEATURES],
+    /// The level and rule of every interval, and the width beyond which a median is "few runs".
+    pub confidence: f64,
+    pub interval_rule: &'static str,
+    pub few_runs_median_width: f64,
 }
 
 /// Everything `memcal fit` and the page show, with the row ids behind each number.
@@ -726,6 +744,25 @@ pub struct Calibration {
     pub measured: Measured,
     /// Usable rows, sorted by run id.
     pub rows: Vec<RowResult>,
+}
+
+/// A prediction's |predicted / measured - 1|, on a completed run of at least `threshold`
+/// bytes (`measured` is absent for the others): the error every median and share is over.
+pub fn abs_rel_error(pred: f64, measured: Option<u64>, threshold: u64) -> Option<f64> {
+    measured
+        .filter(|m| *m >= threshold)
+        .map(|m| (pred / m as f64 - 1.0).abs())
+}
+
+/// A row result's error under `method` (see [`abs_rel_error`]).
+pub fn row_abs_rel_error(r: &RowResult, method: Method, threshold: u64) -> Option<f64> {
+    let pred = *r.predictions.get(&method)?;
+    let measured = if r.status == RunStatus::Completed {
+        r.measured_bytes
+    } else {
+        None
+    };
+    abs_rel_error(pred, measured, threshold)
 }
 
 /// Nearest-rank empirical quantile of an ascending slice: sorted[ceil(percent * n / 100) - 1].
@@ -798,6 +835,22 @@ impl Acc {
         if counted > 0 {
             m.accuracy = Some(m.correct_checks as f64 / counted as f64);
         }
+        // `median` sorted the errors.
+        m.median_interval = intervals::median_interval(&self.errors);
+        let n = self.errors.len() as u64;
+        if n > 0 {
+            let within = self.errors.iter().filter(|e| **e <= WITHIN).count() as u64;
+            m.within_25pct_interval = intervals::share_interval(within, n);
+        }
+        let missed = m.missed_oom.len() as u64;
+        if m.did_not_fit_checks > 0 {
+            m.missed_oom_share = Some(missed as f64 / m.did_not_fit_checks as f64);
+            m.missed_oom_interval = intervals::share_interval(missed, m.did_not_fit_checks);
+        }
+        m.few_runs = m.median_abs_rel_error.is_some()
+            && m
+                .median_interval
+                .is_none_or(|i| i.width() > intervals::FEW_RUNS_MEDIAN_WIDTH);
         for list in [
             &mut m.missed_oom,
             &mut m.false_alarm_edge,
@@ -1362,6 +1415,8 @@ fn calibrate_rows(ds: &Dataset) -> Calibration {
                 rule: NEAREST_RANK_RULE,
                 q90,
                 q95,
+                q90_interval: intervals::quantile_interval(&sorted, 0.90),
+                q95_interval: intervals::quantile_interval(&sorted, 0.95),
                 q90_used: q90.unwrap_or(file.q90),
                 q95_used: q95.unwrap_or(file.q95),
                 ratios: ratios.into_iter().map(|(id, r, _)| (id, r)).collect(),
@@ -1428,9 +1483,7 @@ fn calibrate_rows(ds: &Dataset) -> Calibration {
             };
             for (method, pred) in p.preds.iter() {
                 let mi = method as usize;
-                let err = measured
-                    .filter(|m| *m >= threshold)
-                    .map(|m| (pred / m as f64 - 1.0).abs());
+                let err = abs_rel_error(pred, measured, threshold);
                 // The errors go to the family only; the overall list is the families' put
                 // together once (one copy of a million errors fewer while the checks run).
                 overall[mi].rows += 1;
@@ -1769,6 +1822,9 @@ fn settings(f: &FactorsFile) -> Settings {
         training_regimes: f.training_regimes.clone(),
         fixed_at: f.provenance.as_ref().map(|p| p.fixed_at.clone()),
         feature_names: FEATURE_NAMES,
+        confidence: intervals::CONFIDENCE,
+        interval_rule: intervals::INTERVAL_RULE,
+        few_runs_median_width: intervals::FEW_RUNS_MEDIAN_WIDTH,
     }
 }
 

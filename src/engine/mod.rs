@@ -9,13 +9,14 @@
 
 mod calibrate;
 pub mod fit;
+pub mod intervals;
 mod load;
 mod output;
 pub mod synthetic;
 pub mod time;
 
 pub use calibrate::{
-    calibrate, nearest_rank, truth, BoundCounts, BoundMetrics, Bucket, Calibration, Check,
+    abs_rel_error, calibrate, row_abs_rel_error, nearest_rank, truth, BoundCounts, BoundMetrics, Bucket, Calibration, Check,
     CheckRef, Checks, Exclusion, ExclusionReason, FamilyReport, FitReport, KnownMiss,
     LeaveFamilyOut, Method, MethodMetrics, Name, PerMethod, Predictions, ProfileFits, RowResult,
     Settings, Totals, Truth, Upper, VerdictCounts, NEAREST_RANK_RULE,

@@ -12,6 +12,7 @@ use crate::engine::{
     Bucket, Calibration, CheckRef, ExclusionReason, Method, MethodMetrics, RowResult, Truth,
     NEAREST_RANK_RULE,
 };
+use crate::engine::intervals::Interval;
 use crate::factors::FactorsFile;
 use crate::features::FEATURE_NAMES;
 use crate::plan::Verdict;
@@ -331,9 +332,14 @@ fn metrics_cells(head: Cell, m: &MethodMetrics) -> Vec<Cell> {
         head,
         count_cell(m.rows),
         count_cell(m.error_rows),
-        opt_pct(m.median_abs_rel_error),
+        interval_cell(
+            m.median_abs_rel_error,
+            m.median_interval,
+            m.error_rows,
+            m.few_runs,
+        ),
         opt_pct(m.max_abs_rel_error),
-        opt_pct(m.within_25pct),
+        interval_cell(m.within_25pct, m.within_25pct_interval, m.error_rows, false),
         count_cell(m.did_not_fit_checks),
         if missed > 0 {
             count_cell(missed).class("bad")
@@ -347,16 +353,31 @@ fn metrics_cells(head: Cell, m: &MethodMetrics) -> Vec<Cell> {
     ]
 }
 
+/// A share with its interval, sorted by the share.
+fn interval_cell(v: Option<f64>, i: Option<Interval>, n: u64, few: bool) -> Cell {
+    match v {
+        Some(x) => {
+            let c = Cell::num(fmt::pct_interval(x, i, n, few), fmt::pct_key(x));
+            if few {
+                c.class("warn")
+            } else {
+                c
+            }
+        }
+        None => opt_pct(None),
+    }
+}
+
 /// The engine's numbers of one method, as one sentence.
 fn method_sentence(m: &MethodMetrics, threshold: u64) -> String {
     let mut parts = Vec::new();
     match (m.median_abs_rel_error, m.within_25pct) {
         (Some(med), Some(within)) => parts.push(format!(
             "median error {} over {} of at least {}, {} of them within ±25%",
-            fmt::pct(med),
+            fmt::pct_interval(med, m.median_interval, m.error_rows, m.few_runs),
             fmt::plural(m.error_rows, "completed run"),
             units::gb(threshold as f64),
-            fmt::pct(within)
+            fmt::pct_interval(within, m.within_25pct_interval, m.error_rows, false)
         )),
         _ => parts.push(format!(
             "predicts {}, none a completed run of at least {}",
@@ -365,9 +386,13 @@ fn method_sentence(m: &MethodMetrics, threshold: u64) -> String {
         )),
     }
     parts.push(format!(
-        "called {} of {} did-not-fit checks \"fits\"",
+        "called {} of {} did-not-fit checks \"fits\"{}",
         fmt::count(m.missed_oom.len() as u64),
-        fmt::count(m.did_not_fit_checks)
+        fmt::count(m.did_not_fit_checks),
+        m.missed_oom_share.map_or(String::new(), |x| format!(
+            " ({})",
+            fmt::pct_interval(x, m.missed_oom_interval, m.did_not_fit_checks, false)
+        ))
     ));
     parts.push(format!(
         "on {} fit checks raised {} near the card and {} further below it",
@@ -933,11 +958,15 @@ pub fn from_calibration_paged<'a>(
                     };
                     facts.push(fact(
                         &format!("Held-out-by-architecture median |error|{suffix}"),
-                        fmt::or_dash(m.median_abs_rel_error.map(fmt::pct)),
+                        fmt::or_dash(m.median_abs_rel_error.map(|x| {
+                            fmt::pct_interval(x, m.median_interval, m.error_rows, m.few_runs)
+                        })),
                     ));
                     facts.push(fact(
                         &format!("Held-out-by-architecture within ±25%{suffix}"),
-                        fmt::or_dash(m.within_25pct.map(fmt::pct)),
+                        fmt::or_dash(m.within_25pct.map(|x| {
+                            fmt::pct_interval(x, m.within_25pct_interval, m.error_rows, false)
+                        })),
                     ));
                     facts.push(fact(
                         &format!("Held-out did-not-fit checks called fits{suffix}"),
@@ -1372,15 +1401,19 @@ fn multipliers_table(ctx: &Ctx) -> Table {
     };
     for (p, pf) in &ctx.cal.fits {
         let (u, file) = (&pf.upper, ctx.factors.upper_for(*p));
-        for (name, today, used, in_file) in [
-            ("q90", u.q90, u.q90_used, file.q90),
-            ("q95", u.q95, u.q95_used, file.q95),
+        let n = u.ratios.len() as u64;
+        for (name, today, interval, used, in_file) in [
+            ("q90", u.q90, u.q90_interval, u.q90_used, file.q90),
+            ("q95", u.q95, u.q95_interval, u.q95_used, file.q95),
         ] {
             t.rows.push(vec![
                 Cell::text(p.as_str()),
                 Cell::text(name),
-                count_cell(u.ratios.len() as u64),
-                q(today),
+                count_cell(n),
+                match today {
+                    Some(x) => Cell::num(fmt::ratio_interval(x, interval, n), fmt::ratio(x)),
+                    None => q(None),
+                },
                 Cell::num(fmt::ratio(used), fmt::ratio(used)),
                 Cell::num(fmt::ratio(in_file), fmt::ratio(in_file)),
             ]);

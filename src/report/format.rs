@@ -1,6 +1,7 @@
 //! Formatting helpers of the view model: numbers in, strings out. Nothing here computes a
 //! metric; each function prints one value the engine computed.
 
+use crate::engine::intervals::Interval;
 use crate::units;
 
 /// How the site prints a value that is not there.
@@ -114,4 +115,37 @@ mod tests {
         assert_eq!(csv_field("a,b"), "\"a,b\"");
         assert_eq!(csv_field("say \"hi\""), "\"say \"\"hi\"\"\"");
     }
+}
+
+/// A share with its 95% interval: `9.1% (95%: 8.2–10.3%)`; without one, why:
+/// `59.7% (1 run: no interval)`; `few` adds "few runs" (the engine's flag).
+pub fn pct_interval(share: f64, interval: Option<Interval>, n: u64, few: bool) -> String {
+    match interval {
+        Some(i) => format!(
+            "{} (95%: {}–{}{})",
+            pct(share),
+            pct_bare(i.low),
+            pct(i.high),
+            if few { "; few runs" } else { "" }
+        ),
+        None => format!("{} ({}: no interval)", pct(share), plural(n, "run")),
+    }
+}
+
+/// A ratio with its 95% interval: `1.211 (95%: 1.17–1.31)`.
+pub fn ratio_interval(r: f64, interval: Option<Interval>, n: u64) -> String {
+    match interval {
+        Some(i) => format!(
+            "{} (95%: {}–{})",
+            ratio(r),
+            ratio(i.low),
+            ratio(i.high)
+        ),
+        None => format!("{} ({}: no interval)", ratio(r), plural(n, "ratio")),
+    }
+}
+
+/// A percentage without its sign: `8.2`.
+fn pct_bare(share: f64) -> String {
+    format!("{:.1}", share * 100.0)
 }

@@ -3,7 +3,8 @@
 //! two calibrations; formats nothing (see [`super::markdown`]).
 
 use super::Evaluated;
-use crate::engine::{Calibration, Method, MethodMetrics, RowResult, Truth};
+use crate::engine::intervals::{self, Interval};
+use crate::engine::{row_abs_rel_error, Calibration, Method, MethodMetrics, RowResult, Truth};
 use crate::features::{Precision, FEATURE_NAMES};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -34,6 +35,8 @@ pub struct MetricSummary {
     /// Fit checks the method called "does not fit" (edge and over-estimates together).
     pub false_alarms: u64,
     pub accuracy: Option<f64>,
+    /// The 95% interval of the median |error| (absent: too few runs).
+    pub median_interval: Option<Interval>,
 }
 
 impl MetricSummary {
@@ -47,8 +50,49 @@ impl MetricSummary {
             fit_checks: x.fit_checks,
             false_alarms: (x.false_alarm_edge.len() + x.false_alarm_over.len()) as u64,
             accuracy: x.accuracy,
+            median_interval: x.median_interval,
         })
     }
+}
+
+/// What a change of a median |error| is, in criterion's words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Change {
+    /// The same median to the last bit.
+    NoChangeDetected,
+    /// A different median, but not beyond the noise: the sign test on the rows both states
+    /// share is not significant, and head's median is inside base's 95% interval.
+    WithinNoise,
+    /// Worse beyond the noise.
+    Regressed,
+    /// Better beyond the noise.
+    Improved,
+    /// One of the states has no median.
+    NotComparable,
+}
+
+impl Change {
+    pub fn words(self) -> &'static str {
+        match self {
+            Change::NoChangeDetected => "no change detected",
+            Change::WithinNoise => "within noise",
+            Change::Regressed => "regressed",
+            Change::Improved => "improved",
+            Change::NotComparable => "not comparable",
+        }
+    }
+}
+
+/// The paired comparison of a method's |error| on the rows both states share (completed runs
+/// of at least the threshold in both): how many rose and fell, and the sign test's p-value.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Paired {
+    pub rows: u64,
+    pub rose: u64,
+    pub fell: u64,
+    /// Two-sided; absent when no row's error moved.
+    pub p_value: Option<f64>,
 }
 
 /// A method's numbers over one profile's rows, before and after.
@@ -60,6 +104,9 @@ pub struct MethodDelta {
     pub after: MetricSummary,
     /// Change of the median |error|, in percentage points (after - before).
     pub median_change_points: Option<f64>,
+    pub paired: Paired,
+    /// Whether the median's change is beyond the noise.
+    pub change: Change,
 }
 
 /// A family's median |error| under one method and profile, before and after.
@@ -141,7 +188,8 @@ pub enum Gate {
     /// not in base; rows added by the change count (they had no verdict before).
     NewMissedOom,
     /// `METHOD`'s median |error| over `PROFILE`'s rows rose by more than `points` percentage
-    /// points; `profile: None` checks every profile on its own. Improvements never fail.
+    /// points and the change is beyond the noise ([`Change::Regressed`]); `profile: None`
+    /// checks every profile on its own. Improvements never fail.
     MedianWorse {
         profile: Option<Precision>,
         method: Method,
@@ -245,6 +293,63 @@ fn parse_gate(s: &str) -> Result<Gate, String> {
     Err(format!(
         "unknown threshold `{s}`; use `default`, `new-missed-oom` or `median-worse=PROFILE:METHOD:POINTS`"
     ))
+}
+
+/// The paired comparison of `method`'s errors on `profile`'s rows both states share.
+fn paired(base: &Evaluated, head: &Evaluated, profile: Precision, method: Method) -> Paired {
+    fn errors(e: &Evaluated, profile: Precision, method: Method) -> BTreeMap<&str, f64> {
+        let t = e.factors.small_runs.threshold_bytes;
+        e.cal
+            .rows
+            .iter()
+            .filter(|r| r.precision == profile)
+            .filter_map(|r| row_abs_rel_error(r, method, t).map(|x| (r.run_id.as_str(), x)))
+            .collect()
+    }
+    let (b, h) = (errors(base, profile, method), errors(head, profile, method));
+    let (mut rows, mut rose, mut fell) = (0, 0, 0);
+    for (id, x) in &h {
+        let Some(y) = b.get(id) else { continue };
+        rows += 1;
+        match x.total_cmp(y) {
+            std::cmp::Ordering::Greater => rose += 1,
+            std::cmp::Ordering::Less => fell += 1,
+            std::cmp::Ordering::Equal => {}
+        }
+    }
+    Paired {
+        rows,
+        rose,
+        fell,
+        p_value: intervals::sign_test_p(rose, fell),
+    }
+}
+
+/// Whether a median's change is beyond the noise: a significant sign test on the shared rows
+/// in the direction of the change, or else head's median outside base's 95% interval.
+fn change(before: &MetricSummary, after: &MetricSummary, paired: &Paired) -> Change {
+    let (Some(b), Some(a)) = (before.median_abs_rel_error, after.median_abs_rel_error) else {
+        return Change::NotComparable;
+    };
+    if a.to_bits() == b.to_bits() {
+        return Change::NoChangeDetected;
+    }
+    let worse = a > b;
+    let alpha = 1.0 - intervals::CONFIDENCE;
+    if paired.p_value.is_some_and(|p| p < alpha) {
+        if (paired.rose > paired.fell) == worse {
+            return if worse {
+                Change::Regressed
+            } else {
+                Change::Improved
+            };
+        }
+    }
+    match before.median_interval {
+        Some(i) if a > i.high => Change::Regressed,
+        Some(i) if a < i.low => Change::Improved,
+        _ => Change::WithinNoise,
+    }
 }
 
 fn points(before: Option<f64>, after: Option<f64>) -> Option<f64> {
@@ -418,14 +523,19 @@ fn failures(gates: &[Gate], methods: &[MethodDelta], changes: &[VerdictChange]) 
                     let Some(change) = d.median_change_points else {
                         continue;
                     };
-                    if change > *limit {
+                    if change > *limit && d.change == Change::Regressed {
                         out.push(format!(
-                            "{}: the median |error| of {} over {} rows rose by {change:.2} points ({:.2}% -> {:.2}%)",
+                            "{}: the median |error| of {} over {} rows regressed by {change:.2} points ({:.2}% -> {:.2}%; {} of {} shared rows worse, sign test p = {})",
                             g.spec(),
                             method.as_str(),
                             d.profile.as_str(),
                             d.before.median_abs_rel_error.unwrap_or(0.0) * 100.0,
                             d.after.median_abs_rel_error.unwrap_or(0.0) * 100.0,
+                            d.paired.rose,
+                            d.paired.rows,
+                            d.paired
+                                .p_value
+                                .map_or("none".to_string(), |p| format!("{p:.2e}")),
                         ));
                     }
                 }
@@ -451,6 +561,7 @@ pub fn diff(base: &Evaluated, head: &Evaluated, fail_on: &[FailOn]) -> DiffRepor
             if before == MetricSummary::default() && after == MetricSummary::default() {
                 continue;
             }
+            let paired = paired(base, head, p, m);
             methods.push(MethodDelta {
                 profile: p,
                 method: m,
@@ -458,6 +569,8 @@ pub fn diff(base: &Evaluated, head: &Evaluated, fail_on: &[FailOn]) -> DiffRepor
                     before.median_abs_rel_error,
                     after.median_abs_rel_error,
                 ),
+                change: change(&before, &after, &paired),
+                paired,
                 before,
                 after,
             });

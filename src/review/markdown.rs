@@ -4,7 +4,8 @@
 //! comment always fits under [`COMMENT_LIMIT`] characters (GitHub refuses comments over
 //! 65,536). Formats the [`DiffReport`]; computes nothing.
 
-use super::diff::{DiffReport, VerdictChange};
+use super::diff::{Change, DiffReport, MethodDelta, VerdictChange};
+use crate::engine::intervals::Interval;
 use crate::engine::Truth;
 use std::fmt::Write;
 
@@ -166,10 +167,37 @@ fn gates(s: &mut String, d: &DiffReport) {
     }
 }
 
+/// A median with its 95% interval: `7.0% (95%: 6.0–8.1%)`, or `7.0% (no interval)`.
+fn median_with_interval(v: Option<f64>, i: Option<Interval>) -> String {
+    match (v, i) {
+        (Some(x), Some(i)) => format!(
+            "{} (95%: {:.1}–{})",
+            pct(Some(x)),
+            i.low * 100.0,
+            pct(Some(i.high))
+        ),
+        (Some(x), None) => format!("{} (few runs: no interval)", pct(Some(x))),
+        (None, _) => pct(None),
+    }
+}
+
+/// The median's change in criterion's words, with both intervals.
+fn median_change(m: &MethodDelta) -> String {
+    let (b, a) = (
+        median_with_interval(m.before.median_abs_rel_error, m.before.median_interval),
+        median_with_interval(m.after.median_abs_rel_error, m.after.median_interval),
+    );
+    match (m.change, m.median_change_points) {
+        (Change::NoChangeDetected, _) => format!("{a}: no change detected"),
+        (c, Some(pts)) => format!("{b} → {a}: {pts:+.1} pts, {}", c.words()),
+        (c, None) => format!("{b} → {a}: {}", c.words()),
+    }
+}
+
 fn summary(s: &mut String, d: &DiffReport) {
     let _ = writeln!(
         s,
-        "### Summary per precision profile (base → head)\n\n| profile | method | median \\|error\\| | within ±25% | missed OOMs (of did-not-fit checks) | false alarms (of fit checks) |\n|---|---|---:|---:|---:|---:|"
+        "### Summary per precision profile (base → head)\n\nA median's change is \"regressed\" or \"improved\" only beyond the noise: a sign test on the rows both states share (p < 0.05), or else head's median outside base's 95% interval; otherwise \"within noise\".\n\n| profile | method | median \\|error\\| (95% interval) | within ±25% | missed OOMs (of did-not-fit checks) | false alarms (of fit checks) |\n|---|---|---:|---:|---:|---:|"
     );
     for m in &d.methods {
         let _ = writeln!(
@@ -177,7 +205,7 @@ fn summary(s: &mut String, d: &DiffReport) {
             "| {} | {} | {} | {} | {} | {} |",
             m.profile.as_str(),
             cell(m.method.label()),
-            pct_change(m.before.median_abs_rel_error, m.after.median_abs_rel_error),
+            cell(&median_change(m)),
             pct_change(m.before.within_25pct, m.after.within_25pct),
             count_change(
                 m.before.missed_oom,
