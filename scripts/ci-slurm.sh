@@ -103,18 +103,21 @@ done
 python3 -c "import json,sys; r=json.load(open(sys.argv[1])); assert len(r['already_merged'])==6 and not r['moved'] and not r['missing'], r" "$tmp/again.json"
 
 "$memcal" fit --data "$tmp/data" --out "$tmp/calibration.json" >/dev/null
-python3 - "$tmp/calibration.json" "$tmp/data/runs/cpu-ci" "$rows_before" <<'EOF' || fail "memcal fit does not account for every row"
+python3 - "$tmp/calibration.json" "$tmp/data" "$rows_before" <<'EOF' || fail "memcal fit does not account for every row"
 import json, pathlib, sys
 cal = json.load(open(sys.argv[1]))
-merged = {json.loads(p.read_text())["run_id"] for p in pathlib.Path(sys.argv[2]).rglob("*.json")}
+data = pathlib.Path(sys.argv[2])
 t = cal["totals"]
 assert t["balanced"], t
-assert t["inputs"] == int(sys.argv[3]) + 6, (t, sys.argv[3])
-text = json.dumps(cal)
-missing = [r for r in merged if f'"{r}"' not in text]
-assert not missing, missing
-print(f"ci-slurm: memcal fit accounts for {t['inputs']} rows ({len(merged)} merged): "
-      f"fitted {t['fitted']}, held out by regime {t['held_out_regime']}, "
+# Every row file of the copy is a fitted, held-out or after-the-fit row, or an exclusion: once.
+files = sorted(str(p.relative_to(data)) for p in (data / "runs").rglob("*.json"))
+seen = sorted([r["file"] for r in cal["rows"]] + [e["file"] for e in cal["exclusions"]])
+assert t["inputs"] == len(files) == int(sys.argv[3]) + 6, (t, len(files), sys.argv[3])
+assert seen == files, set(seen) ^ set(files)
+merged = {r["file"]: r["bucket"] for r in cal["rows"] if r["file"].startswith("runs/cpu-ci/")}
+assert len(merged) == 6 and set(merged.values()) == {"fitted"}, merged
+print(f"ci-slurm: memcal fit accounts for all {t['inputs']} rows: fitted {t['fitted']} "
+      f"(the 6 merged among them), held out by regime {t['held_out_regime']}, "
       f"after the fit {t['after_fit']}, excluded {t['excluded']}")
 EOF
 

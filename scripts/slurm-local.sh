@@ -46,7 +46,7 @@ start() {
     --seed-file="$dir/munge/munged.seed"
 
   local host node
-  host="$(hostname -s)"
+  host="$(hostname -s 2>/dev/null || cut -d. -f1 /proc/sys/kernel/hostname)"
   # The node line as slurmd sees this machine (CPUs, cores, memory), on loopback.
   node="$(slurmd -C | head -n 1) NodeAddr=127.0.0.1 State=UNKNOWN"
   cat >"$dir/slurm.conf" <<EOF
@@ -107,7 +107,16 @@ stop_pid() {
 }
 
 stop() {
-  local dir="$1"
+  local dir="$1" jobs
+  # Cancel this cluster's jobs first, so that no task outlives its slurmd.
+  if [ -s "$dir/slurmctld.pid" ] && [ -f "$dir/slurm.conf" ]; then
+    jobs="$(SLURM_CONF="$dir/slurm.conf" timeout 10 squeue -h -o %i 2>/dev/null || true)"
+    if [ -n "$jobs" ]; then
+      # shellcheck disable=SC2086
+      SLURM_CONF="$dir/slurm.conf" timeout 10 scancel $jobs 2>/dev/null || true
+      sleep 1
+    fi
+  fi
   stop_pid "$dir/slurmd.pid"
   stop_pid "$dir/slurmctld.pid"
   stop_pid "$dir/munge/munged.pid"
