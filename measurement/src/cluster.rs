@@ -101,6 +101,8 @@ fn inspect(c: &Common) -> Result<Campaign, Exit> {
         })
         .collect();
     let cuda = jobs.iter().any(|j| j.device.starts_with("cuda"));
+    // A Kubernetes Job name is a DNS label (at most 63 characters), and `-merge` is appended.
+    let name: String = name.trim_matches('-').chars().take(57).collect();
     Ok(Campaign {
         name: name.trim_end_matches('-').to_string(),
         runs: jobs.len(),

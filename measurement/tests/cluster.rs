@@ -34,6 +34,11 @@ fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// Asserts that stderr says `want`.
+fn has(o: &Output, want: &str) {
+    assert!(stderr(o).contains(want), "no `{want}` in: {}", stderr(o));
+}
+
 fn s(p: &Path) -> &str {
     p.to_str().unwrap()
 }
@@ -216,21 +221,13 @@ fn rows_under(dir: &Path) -> usize {
 fn measure_shards(plan: &Path, out: &Path) {
     let o = run(&["campaign", s(plan), "--shard", "0/2", "--out", s(out)]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    assert!(
-        stderr(&o).contains("shard 0 of 2: 2 runs"),
-        "{}",
-        stderr(&o)
-    );
+    has(&o, "shard 0 of 2: 2 runs");
     let o = run_env(
         &["campaign", s(plan), "--shard", "auto/2", "--out", s(out)],
         &[("JOB_COMPLETION_INDEX", "1")],
     );
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    assert!(
-        stderr(&o).contains("shard 1 of 2: 1 runs"),
-        "{}",
-        stderr(&o)
-    );
+    has(&o, "shard 1 of 2: 1 runs");
 }
 
 #[test]
@@ -258,7 +255,7 @@ fn shards_record_resume_and_merge_with_every_check() {
     // A retried shard resumes: its rows are skipped, and the attempt is recorded.
     let o = run(&["campaign", s(&plan), "--shard", "0/2", "--out", s(&out)]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    assert!(stderr(&o).contains("2 skipped"), "{}", stderr(&o));
+    has(&o, "2 skipped");
     let rec: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(out.join("shard-0-of-2/shard.json")).unwrap(),
     )
@@ -275,11 +272,7 @@ fn shards_record_resume_and_merge_with_every_check() {
     .unwrap();
     let o = run(&["campaign", s(&changed), "--shard", "0/2", "--out", s(&out)]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-    assert!(
-        stderr(&o).contains("made from a different plan"),
-        "{}",
-        stderr(&o)
-    );
+    has(&o, "made from a different plan");
 
     let graphs = crate_dir().join("tests/fixtures");
     let merge = |shards: &Path, into: &Path, extra: &[&str]| {
@@ -308,11 +301,7 @@ fn shards_record_resume_and_merge_with_every_check() {
     let into = dir.path().join("into-missing/runs/test");
     let o = merge(&sh, &into, &[]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
-    assert!(
-        stderr(&o).contains("missing: mlp b2 (shard 1 of 2)"),
-        "{}",
-        stderr(&o)
-    );
+    has(&o, "missing: mlp b2 (shard 1 of 2)");
     assert_eq!(rows_under(&into), 0, "nothing moves while a run is missing");
     let o = merge(&sh, &into, &["--allow-missing"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
@@ -324,12 +313,9 @@ fn shards_record_resume_and_merge_with_every_check() {
     let o = merge(&sh, &dir.path().join("into-no-shard"), &["--check"]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     for run in ["mlp b1", "mlp b3"] {
-        assert!(
-            stderr(&o).contains(&format!(
-                "missing: {run} (shard 0 of 2): shard 0 of 2: no folder"
-            )),
-            "{}",
-            stderr(&o)
+        has(
+            &o,
+            &format!("missing: {run} (shard 0 of 2): shard 0 of 2: no folder"),
         );
     }
 
@@ -349,7 +335,7 @@ fn shards_record_resume_and_merge_with_every_check() {
         sh.join("shard-0-of-2/mlp/b1.json").display(),
         into.join("mlp/b1.json").display()
     );
-    assert!(stderr(&o).contains(&want), "{}", stderr(&o));
+    has(&o, &want);
     assert_eq!(rows_under(&into), 1);
     assert_eq!(rows_under(&sh), 3);
 
@@ -361,14 +347,13 @@ fn shards_record_resume_and_merge_with_every_check() {
     std::fs::copy(sh.join("shard-1-of-2/mlp/b2.json"), &existing).unwrap();
     let o = merge(&sh, &root.join("test"), &[]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-    assert!(
-        stderr(&o).contains(&format!(
+    has(
+        &o,
+        &format!(
             "duplicate run id `test/mlp/b2`: {} and {}",
             sh.join("shard-1-of-2/mlp/b2.json").display(),
             existing.display()
-        )),
-        "{}",
-        stderr(&o)
+        ),
     );
 
     // Graph SHA-256: a row whose graph file changed since the run.
@@ -388,11 +373,7 @@ fn shards_record_resume_and_merge_with_every_check() {
         s(&other_graphs),
     ]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-    assert!(
-        stderr(&o).contains("field `graph.sha256`"),
-        "{}",
-        stderr(&o)
-    );
+    has(&o, "field `graph.sha256`");
 
     // A bad row and a stray file are errors naming the file.
     let sh = fresh("bad");
@@ -404,15 +385,10 @@ fn shards_record_resume_and_merge_with_every_check() {
     std::fs::write(sh.join("shard-1-of-2/mlp/b9.json"), "{}").unwrap();
     let o = merge(&sh, &dir.path().join("into-bad"), &[]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-    assert!(
-        stderr(&o).contains("shard-1-of-2/mlp/b2.json"),
-        "{}",
-        stderr(&o)
-    );
-    assert!(
-        stderr(&o).contains("shard-1-of-2/mlp/b9.json: not a planned run of shard 1 of 2"),
-        "{}",
-        stderr(&o)
+    has(&o, "shard-1-of-2/mlp/b2.json");
+    has(
+        &o,
+        "shard-1-of-2/mlp/b9.json: not a planned run of shard 1 of 2",
     );
 
     // A changed plan is refused.
@@ -427,11 +403,7 @@ fn shards_record_resume_and_merge_with_every_check() {
         s(&changed),
     ]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-    assert!(
-        stderr(&o).contains("is not the plan the shards ran"),
-        "{}",
-        stderr(&o)
-    );
+    has(&o, "is not the plan the shards ran");
 
     // The real merge: every row moves, the shards keep their records, a second merge says so.
     let into = dir.path().join("data/runs/test");
@@ -482,11 +454,7 @@ fn a_failed_run_is_named_by_the_shard_and_by_merge() {
         ],
     );
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
-    assert!(
-        stderr(&o).contains("failed: mlp b1 cap100000: no row"),
-        "{}",
-        stderr(&o)
-    );
+    has(&o, "failed: mlp b1 cap100000: no row");
     let o = run(&[
         "merge",
         s(&out),
@@ -496,10 +464,6 @@ fn a_failed_run_is_named_by_the_shard_and_by_merge() {
         s(&crate_dir().join("tests/fixtures")),
     ]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
-    assert!(
-        stderr(&o).contains("missing: mlp b1 cap100000 (shard 0 of 1): no-row on "),
-        "{}",
-        stderr(&o)
-    );
-    assert!(stderr(&o).contains("exceeds the device"), "{}", stderr(&o));
+    has(&o, "missing: mlp b1 cap100000 (shard 0 of 1): no-row on ");
+    has(&o, "exceeds the device");
 }
