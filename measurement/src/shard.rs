@@ -352,6 +352,26 @@ fn open_record(
     })
 }
 
+/// Shards go to a staging folder: under a data folder's `runs/` (a `runs` folder next to a
+/// `factors.json`) the engine would read `shard.json` as a row.
+fn refuse_data_folder(out: &Path) -> Result<(), Exit> {
+    let abs = std::env::current_dir()
+        .map(|d| d.join(out))
+        .unwrap_or(out.to_path_buf());
+    let inside = abs.ancestors().any(|a| {
+        a.file_name().is_some_and(|n| n == "runs")
+            && a.parent().is_some_and(|p| p.join("factors.json").is_file())
+    });
+    if inside {
+        return Err(Exit::usage(format!(
+            "--out {}: is inside a data folder's runs/; write shards to a staging folder and \
+             `memcal-measure merge` them into data/runs/<regime>/",
+            out.display()
+        )));
+    }
+    Ok(())
+}
+
 /// `campaign PLAN --shard I/N --out OUT`: runs shard I's runs into `OUT/shard-I-of-N/`, records
 /// the attempt in its `shard.json`; exit status 1 if a run failed (named on stderr and in the
 /// record), 2 for bad input.
@@ -364,6 +384,7 @@ pub fn run_shard(
     let bytes = std::fs::read(plan)
         .map_err(|e| Exit::usage(format!("{}: cannot read: {e}", plan.display())))?;
     let plan_sha256 = sha256_hex(&bytes);
+    refuse_data_folder(out)?;
     let dir = shard.dir(out);
     let all = campaign::load_plan(plan, &dir)?;
     if shard.count > all.len() {

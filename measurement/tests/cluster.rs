@@ -263,6 +263,22 @@ fn shards_record_resume_and_merge_with_every_check() {
     assert_eq!(rec["attempts"].as_array().unwrap().len(), 2);
     assert_eq!(rec["attempts"][1]["results"][0]["outcome"], "skipped");
 
+    // Shards never go under a data folder's runs/ (the engine would read shard.json as a row).
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(data.join("runs")).unwrap();
+    std::fs::write(data.join("factors.json"), "{}").unwrap();
+    let o = run(&[
+        "campaign",
+        s(&plan),
+        "--shard",
+        "0/2",
+        "--out",
+        s(&data.join("runs/x")),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    has(&o, "inside a data folder's runs/");
+    std::fs::remove_dir_all(&data).unwrap();
+
     // The same folder with an edited plan is refused (a shard folder belongs to one plan).
     let changed = dir.path().join("changed.toml");
     std::fs::write(
