@@ -548,3 +548,31 @@ pub fn write_files(
     println!("{next}");
     Ok(0)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shell_words_and_yaml_strings_are_quoted() {
+        assert_eq!(sh_quote("/srv/memcal/plan.toml"), "/srv/memcal/plan.toml");
+        assert_eq!(sh_quote("a b'c"), r"'a b'\''c'");
+        assert_eq!(sh_quote(""), "''");
+        assert_eq!(sh_quote("$HOME"), "'$HOME'");
+        assert_eq!(yaml_str("x: \"y\"\n"), r#""x: \"y\"\n""#);
+        assert_eq!(
+            yaml_words(&["memcal-measure".into(), "a b".into()]),
+            r#"["memcal-measure","a b"]"#
+        );
+    }
+
+    #[test]
+    fn slurm_times_are_checked() {
+        for t in ["30", "02:00:00", "1-00:00:00", "UNLIMITED"] {
+            assert!(check_time(t).is_ok(), "{t}");
+        }
+        for t in ["", "2h", "-1", "one hour"] {
+            assert!(check_time(t).is_err(), "{t}");
+        }
+    }
+}
