@@ -263,10 +263,57 @@ pub fn run_job(exe: &Path, job: &Job, timeout: Option<Duration>) -> JobResult {
     }
 }
 
-/// Runs a whole campaign with a progress bar; returns the exit status (1 if any run errored or
-/// wrote no row).
-pub fn run_campaign(plan: &Path, out: &Path, timeout: Option<Duration>) -> Result<i32, Exit> {
-    let jobs = load_plan(plan, out)?;
+/// One job's outcome in a campaign: what happened and how long it took.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub result: JobResult,
+    pub seconds: f64,
+}
+
+/// The counts and failures of a finished list of jobs.
+#[derive(Debug, Default)]
+pub struct Summary {
+    pub completed: usize,
+    pub oom: usize,
+    pub skipped: usize,
+    /// (run label, what went wrong), in plan order.
+    pub failed: Vec<(String, String)>,
+}
+
+impl Summary {
+    /// Counts the outcomes of `jobs` (same order).
+    pub fn of(jobs: &[Job], outcomes: &[Outcome]) -> Summary {
+        let mut s = Summary::default();
+        for (job, o) in jobs.iter().zip(outcomes) {
+            match &o.result {
+                JobResult::Skipped => s.skipped += 1,
+                JobResult::Completed => s.completed += 1,
+                JobResult::Oom => s.oom += 1,
+                JobResult::Error(m) => s.failed.push((job.label(), format!("error: {m}"))),
+                JobResult::NoRow(m) => s.failed.push((job.label(), format!("no row: {m}"))),
+            }
+        }
+        s
+    }
+
+    /// Prints the one-line summary and every failed run; `what` names the campaign.
+    pub fn print(&self, what: &str, runs: usize, seconds: f64) {
+        eprintln!(
+            "campaign {what}: {runs} runs: {} completed, {} oom, {} skipped, {} failed ({seconds:.1}s)",
+            self.completed,
+            self.oom,
+            self.skipped,
+            self.failed.len(),
+        );
+        for (label, m) in &self.failed {
+            eprintln!("  failed: {label}: {m}");
+        }
+    }
+}
+
+/// Runs `jobs` one after the other, each in a child process, with a progress bar; returns each
+/// job's outcome in order.
+pub fn run_jobs(jobs: &[Job], timeout: Option<Duration>) -> Result<Vec<Outcome>, Exit> {
     let exe = std::env::current_exe()
         .map_err(|e| Exit::usage(format!("cannot find my own executable: {e}")))?;
     let pb = indicatif::ProgressBar::new(jobs.len() as u64);
@@ -277,33 +324,18 @@ pub fn run_campaign(plan: &Path, out: &Path, timeout: Option<Duration>) -> Resul
         .expect("valid progress template"),
     );
     let hidden = pb.is_hidden();
-    let started = Instant::now();
-    let (mut done, mut skipped, mut oom, mut failed) = (0usize, 0usize, 0usize, Vec::new());
+    let mut outcomes = Vec::with_capacity(jobs.len());
     for (k, job) in jobs.iter().enumerate() {
         pb.set_message(job.label());
         let t = Instant::now();
-        let r = run_job(&exe, job, timeout);
-        let line = match &r {
-            JobResult::Skipped => {
-                skipped += 1;
-                format!("skipped (row exists): {}", job.output.display())
-            }
-            JobResult::Completed => {
-                done += 1;
-                format!("completed in {:.1}s", t.elapsed().as_secs_f64())
-            }
-            JobResult::Oom => {
-                oom += 1;
-                format!("oom (recorded) in {:.1}s", t.elapsed().as_secs_f64())
-            }
-            JobResult::Error(m) => {
-                failed.push((job.label(), format!("error: {m}")));
-                format!("ERROR: {m}")
-            }
-            JobResult::NoRow(m) => {
-                failed.push((job.label(), format!("no row: {m}")));
-                format!("CRASH: {m}")
-            }
+        let result = run_job(&exe, job, timeout);
+        let seconds = t.elapsed().as_secs_f64();
+        let line = match &result {
+            JobResult::Skipped => format!("skipped (row exists): {}", job.output.display()),
+            JobResult::Completed => format!("completed in {seconds:.1}s"),
+            JobResult::Oom => format!("oom (recorded) in {seconds:.1}s"),
+            JobResult::Error(m) => format!("ERROR: {m}"),
+            JobResult::NoRow(m) => format!("CRASH: {m}"),
         };
         let line = format!("[{}/{}] {}: {line}", k + 1, jobs.len(), job.label());
         if hidden {
@@ -312,19 +344,25 @@ pub fn run_campaign(plan: &Path, out: &Path, timeout: Option<Duration>) -> Resul
             pb.println(line);
         }
         pb.inc(1);
+        outcomes.push(Outcome { result, seconds });
     }
     pb.finish_and_clear();
-    eprintln!(
-        "campaign {}: {} runs: {done} completed, {oom} oom, {skipped} skipped, {} failed ({:.1}s)",
-        plan.display(),
+    Ok(outcomes)
+}
+
+/// Runs a whole campaign with a progress bar; returns the exit status (1 if any run errored or
+/// wrote no row).
+pub fn run_campaign(plan: &Path, out: &Path, timeout: Option<Duration>) -> Result<i32, Exit> {
+    let jobs = load_plan(plan, out)?;
+    let started = Instant::now();
+    let outcomes = run_jobs(&jobs, timeout)?;
+    let summary = Summary::of(&jobs, &outcomes);
+    summary.print(
+        &plan.display().to_string(),
         jobs.len(),
-        failed.len(),
-        started.elapsed().as_secs_f64()
+        started.elapsed().as_secs_f64(),
     );
-    for (label, m) in &failed {
-        eprintln!("  failed: {label}: {m}");
-    }
-    Ok(if failed.is_empty() { 0 } else { 1 })
+    Ok(if summary.failed.is_empty() { 0 } else { 1 })
 }
 
 #[cfg(test)]

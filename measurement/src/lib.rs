@@ -8,10 +8,16 @@
 //! - [`protocol`]: the phases and the OOM/error handling.
 //! - [`measure`]: the `run` and `environment` commands (row assembly, atomic writing).
 //! - [`campaign`]: many runs from a TOML plan, each in a fresh child process.
+//! - [`shard`]: shard I of N of a plan (Slurm array task, Kubernetes completion index).
+//! - [`merge`]: checks the shards' rows and moves them into `data/runs/`.
+//! - [`cluster`]: writes the Slurm array script and the Kubernetes Indexed Job, with merge steps.
 
 pub mod builder;
 pub mod campaign;
+pub mod cluster;
 pub mod counters;
 pub mod measure;
+pub mod merge;
 pub mod protocol;
+pub mod shard;
 pub mod sysinfo;

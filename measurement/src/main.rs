@@ -1,8 +1,8 @@
 //! `memcal-measure`: measure the real peak memory of training runs (see `measurement/README.md`).
 
 use clap::{Parser, Subcommand};
-use memcal_measure::campaign;
 use memcal_measure::measure::{self, Exit, RunArgs, SPAWN_ENV};
+use memcal_measure::{campaign, cluster, merge, shard};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -66,15 +66,98 @@ enum Cmd {
         output: PathBuf,
     },
     /// Run a campaign plan (TOML), each run in a fresh child process; resumable.
+    ///
+    /// With --shard, runs only shard I of N (plan run k belongs to shard k mod N) into
+    /// <out>/shard-I-of-N/, with a record (shard.json) of the shard's runs, the host, device,
+    /// torch, driver, caps and every run's outcome; `merge` moves the rows into data/runs/.
     Campaign {
         /// The plan (see measurement/README.md for the format).
         plan: PathBuf,
-        /// Output folder: rows go to <out>/<graph>/b<batch>[-cap<GiB>].json.
+        /// Output folder: rows go to <out>/<graph>/b<batch>[-cap<GiB>].json
+        /// (with --shard: <out>/shard-I-of-N/<graph>/...).
         #[arg(long)]
         out: PathBuf,
         /// Kill a run that takes longer than this many seconds (reported as failed, no row).
         #[arg(long)]
         run_timeout_s: Option<u64>,
+        /// Run shard I of N only: `I/N`; `auto/N` (I from SLURM_ARRAY_TASK_ID or Kubernetes'
+        /// JOB_COMPLETION_INDEX); or `auto` (I and N from SLURM_ARRAY_TASK_ID and
+        /// SLURM_ARRAY_TASK_COUNT).
+        #[arg(long, value_name = "I/N")]
+        shard: Option<String>,
+    },
+    /// Check the rows of a sharded campaign and move them into data/runs/<regime>/.
+    ///
+    /// Checks every row (format, graph SHA-256 against --graphs, batch, no duplicate run id
+    /// among the shards or under data/runs, no overwrite of an existing row, no stray file) and
+    /// that every planned run has a row; a missing run is named with its shard and the reason
+    /// its shard recorded. Moves nothing unless all checks pass. Exit status: 0 merged, 1 runs
+    /// missing (nothing moved), 2 a bad row or input (nothing moved).
+    Merge {
+        /// Shard folders (shard-I-of-N), or the folder holding them (campaign --out).
+        #[arg(required = true)]
+        shards: Vec<PathBuf>,
+        /// Destination folder, e.g. data/runs/cpu; rows keep their <graph>/<file> paths.
+        #[arg(long)]
+        into: PathBuf,
+        /// The plan the shards ran (checked by SHA-256): names the runs of shards that left no
+        /// folder at all.
+        #[arg(long)]
+        plan: Option<PathBuf>,
+        /// The graphs the rows' graph.sha256 must match.
+        #[arg(long, default_value = "data/graphs")]
+        graphs: PathBuf,
+        /// Where existing rows are searched for duplicate run ids (default: the `runs` folder
+        /// above --into, else --into).
+        #[arg(long)]
+        runs_root: Option<PathBuf>,
+        /// Check and report only; move nothing.
+        #[arg(long)]
+        check: bool,
+        /// Merge the rows that exist even when planned runs are missing (still listed).
+        #[arg(long)]
+        allow_missing: bool,
+        /// Also print the report as JSON (format memcal-merge-report/1, measurement/README.md).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Write a Slurm array job (one shard per task), a merge job after it (afterok) and
+    /// submit.sh into --out, ready to submit.
+    Slurm {
+        #[command(flatten)]
+        common: ClusterArgs,
+        /// Partition (#SBATCH --partition); default: the cluster's default partition.
+        #[arg(long)]
+        partition: Option<String>,
+        /// At most K array tasks at once (--array=0-(N-1)%K); default: no limit.
+        #[arg(long, value_name = "K")]
+        max_concurrent: Option<usize>,
+        /// Time limit per task (#SBATCH --time), e.g. 02:00:00.
+        #[arg(long)]
+        time: Option<String>,
+    },
+    /// Write a Kubernetes Indexed Job (one shard per completion index), a merge Job and
+    /// submit.sh into --out.
+    K8s {
+        #[command(flatten)]
+        common: ClusterArgs,
+        /// The container image (holds memcal-measure, libtorch and the repository at --workdir).
+        #[arg(long)]
+        image: String,
+        /// A ReadWriteMany PersistentVolumeClaim every pod mounts (shards and merged rows).
+        #[arg(long)]
+        claim: String,
+        /// Where the claim is mounted in the pods.
+        #[arg(long, default_value = "/results")]
+        mount: PathBuf,
+        /// Pods at once; default: all indexes.
+        #[arg(long, value_name = "K")]
+        parallelism: Option<usize>,
+        /// Retries of a failed index before it counts as failed.
+        #[arg(long, default_value_t = 1)]
+        backoff_limit_per_index: u32,
+        #[arg(long)]
+        namespace: Option<String>,
     },
     /// Benchmark: the fixed overhead per run, from process start to the first phase, on CPU.
     BenchOverhead {
@@ -85,6 +168,73 @@ enum Cmd {
         #[arg(long, default_value_t = 5)]
         runs: usize,
     },
+}
+
+/// Options shared by `slurm` and `k8s`.
+#[derive(clap::Args)]
+struct ClusterArgs {
+    /// The plan (read here; its paths are relative to --workdir on the cluster).
+    plan: PathBuf,
+    /// Folder to write the files into (and, for Slurm, where shards and logs go).
+    #[arg(long)]
+    out: PathBuf,
+    /// Where the merge step puts the rows, e.g. data/runs/cpu (relative to --workdir).
+    #[arg(long)]
+    into: PathBuf,
+    /// Shards: array tasks or completion indexes; default one per run (at most 1001).
+    #[arg(long, value_name = "N")]
+    shards: Option<usize>,
+    /// GPUs per task; default 1 if a run of the plan is on CUDA, else 0.
+    #[arg(long)]
+    gpus_per_task: Option<u32>,
+    /// CPUs per task (Slurm --cpus-per-task, Kubernetes cpu limit); default: unset.
+    #[arg(long)]
+    cpus_per_task: Option<u32>,
+    /// Passed to each shard's campaign: kill a run after this many seconds.
+    #[arg(long)]
+    run_timeout_s: Option<u64>,
+    /// The memcal-measure binary as the tasks see it; default: this executable (Slurm) or
+    /// `memcal-measure` on the image's PATH (Kubernetes).
+    #[arg(long)]
+    bin: Option<PathBuf>,
+    /// The folder the tasks run in; default: the current folder (Slurm) or /memcal (Kubernetes).
+    #[arg(long)]
+    workdir: Option<PathBuf>,
+}
+
+impl ClusterArgs {
+    fn common(self, k8s: bool) -> Result<cluster::Common, Exit> {
+        let here = std::env::current_dir().map_err(|e| Exit::usage(e.to_string()))?;
+        let bin = match (self.bin, k8s) {
+            (Some(b), _) => b,
+            (None, true) => PathBuf::from("memcal-measure"),
+            (None, false) => std::env::current_exe()
+                .and_then(|p| p.canonicalize())
+                .map_err(|e| Exit::usage(format!("cannot find my own executable: {e}")))?,
+        };
+        let workdir = match (self.workdir, k8s) {
+            (Some(w), _) => w,
+            (None, true) => PathBuf::from("/memcal"),
+            (None, false) => here,
+        };
+        if !workdir.is_absolute() {
+            return Err(Exit::usage(format!(
+                "--workdir `{}`: must be an absolute path",
+                workdir.display()
+            )));
+        }
+        Ok(cluster::Common {
+            plan: self.plan,
+            out: self.out,
+            into: self.into,
+            shards: self.shards,
+            gpus_per_task: self.gpus_per_task,
+            cpus_per_task: self.cpus_per_task,
+            run_timeout_s: self.run_timeout_s,
+            bin,
+            workdir,
+        })
+    }
 }
 
 fn bench_overhead(graph: Option<PathBuf>, runs: usize) -> Result<i32, Exit> {
@@ -180,11 +330,78 @@ fn main() {
             plan,
             out,
             run_timeout_s,
-        } => campaign::run_campaign(
-            &plan,
-            &out,
-            run_timeout_s.map(std::time::Duration::from_secs),
-        ),
+            shard,
+        } => {
+            let timeout = run_timeout_s.map(std::time::Duration::from_secs);
+            match shard {
+                None => campaign::run_campaign(&plan, &out, timeout),
+                Some(spec) => shard::parse_shard(&spec, &|k| std::env::var(k).ok())
+                    .and_then(|s| shard::run_shard(&plan, &out, s, timeout)),
+            }
+        }
+        Cmd::Merge {
+            shards,
+            into,
+            plan,
+            graphs,
+            runs_root,
+            check,
+            allow_missing,
+            json,
+        } => merge::merge_command(&merge::MergeArgs {
+            inputs: shards,
+            into,
+            plan,
+            graphs,
+            runs_root,
+            check,
+            allow_missing,
+            json,
+        }),
+        Cmd::Slurm {
+            common,
+            partition,
+            max_concurrent,
+            time,
+        } => common.common(false).and_then(|c| {
+            let files = cluster::slurm_files(
+                &c,
+                &cluster::SlurmOpts {
+                    partition,
+                    max_concurrent,
+                    time,
+                },
+            )?;
+            let next = format!(
+                "next: {}/submit.sh [--wait]   (or: sbatch {}/campaign.sbatch, then the merge job)",
+                c.out.display(),
+                c.out.display()
+            );
+            cluster::write_files(&c.out, &files, true, &next)
+        }),
+        Cmd::K8s {
+            common,
+            image,
+            claim,
+            mount,
+            parallelism,
+            backoff_limit_per_index,
+            namespace,
+        } => common.common(true).and_then(|c| {
+            let files = cluster::k8s_files(
+                &c,
+                &cluster::K8sOpts {
+                    image,
+                    parallelism,
+                    backoff_limit_per_index,
+                    claim,
+                    mount,
+                    namespace,
+                },
+            )?;
+            let next = format!("next: {}/submit.sh", c.out.display());
+            cluster::write_files(&c.out, &files, false, &next)
+        }),
         Cmd::BenchOverhead { graph, runs } => bench_overhead(graph, runs.max(1)),
     };
     match result {
