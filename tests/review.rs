@@ -146,7 +146,7 @@ fn fitted_repo() -> (tempfile::TempDir, PathBuf, Vec<Graph>) {
         graphs.push(Graph::load(&dst).unwrap());
     }
     for (gi, g) in graphs.iter().enumerate() {
-        for (k, batch) in [2u64, 4, 8, 16, 32].iter().enumerate() {
+        for (k, batch) in [2u64, 4, 8, 16, 32, 64, 128, 256].iter().enumerate() {
             let f = features(g, *batch, Precision::Fp32).as_f64();
             let peak: f64 = TRUTH.iter().zip(f).map(|(a, x)| a * x).sum();
             let spread = 1.0 + 0.03 * ((gi + k) % 3) as f64;
@@ -479,7 +479,7 @@ fn the_comment_renders_and_fits_github_with_thousands_of_added_rows() {
     });
     for b in 0..3000u64 {
         let g = &graphs[(b % 2) as usize];
-        let batch = 100 + b;
+        let batch = 1000 + b;
         let f = features(g, batch, Precision::Fp32).as_f64();
         let peak: f64 = TRUTH.iter().zip(f).map(|(a, x)| a * x).sum();
         write_row(&data, &row(g, batch, peak as u64));
@@ -487,6 +487,7 @@ fn the_comment_renders_and_fits_github_with_thousands_of_added_rows() {
     let (code, md, err) = memcal(repo, &["diff", "--base", "HEAD", "--fail-on", "default"]);
     assert!(code == 1, "{err}");
     let chars = md.chars().count();
+    std::fs::write(std::env::temp_dir().join("memcal-review-3000.md"), &md).unwrap();
     assert!(chars <= memcal::review::COMMENT_LIMIT, "{chars} characters");
     assert!(
         md.contains("Rows added (3000)"),
@@ -578,5 +579,49 @@ fn a_fabricated_or_tampered_history_entry_fails_the_audit() {
     assert!(
         out.contains("field `held_out_median` is Some(0.001) in the log"),
         "{out}"
+    );
+}
+
+#[test]
+fn a_change_within_the_noise_is_reported_in_criterions_words_and_does_not_fail() {
+    let (_tmp, repo, _) = fitted_repo();
+    let repo = repo.as_path();
+    let data = repo.join("data");
+    // A nudge of one factor: some rows' errors rise, others' fall.
+    edit_json(&data.join("factors.json"), |f| {
+        let v = f["profiles"]["fp32"]["factors"][0].as_f64().unwrap();
+        f["profiles"]["fp32"]["factors"][0] = serde_json::json!(v * 0.99);
+    });
+    let (code, out, err) = memcal(
+        repo,
+        &[
+            "diff",
+            "--base",
+            "HEAD",
+            "--json",
+            "--fail-on",
+            "median-worse=fp32:plan-as-shipped:0",
+        ],
+    );
+    let d: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|_| panic!("{err}"));
+    let m = d["methods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["method"] == "plan-as-shipped" && m["profile"] == "fp32")
+        .unwrap()
+        .clone();
+    let paired = &m["paired"];
+    assert!(
+        paired["rose"].as_u64().unwrap() > 0 && paired["fell"].as_u64().unwrap() > 0,
+        "{m}"
+    );
+    assert_eq!(m["change"], "within-noise", "{m}");
+    assert!(m["median_change_points"].as_f64().unwrap() > 0.0, "{m}");
+    assert_eq!(code, 0, "a rise within the noise never fails: {m}");
+    let (_, md, _) = memcal(repo, &["diff", "--base", "HEAD"]);
+    assert!(
+        md.contains("within noise") && md.contains("no change detected"),
+        "{md}"
     );
 }

@@ -848,8 +848,7 @@ impl Acc {
             m.missed_oom_interval = intervals::share_interval(missed, m.did_not_fit_checks);
         }
         m.few_runs = m.median_abs_rel_error.is_some()
-            && m
-                .median_interval
+            && m.median_interval
                 .is_none_or(|i| i.width() > intervals::FEW_RUNS_MEDIAN_WIDTH);
         for list in [
             &mut m.missed_oom,

@@ -100,13 +100,15 @@ pub fn share_interval(k: u64, n: u64) -> Option<Interval> {
         return None;
     }
     let z = Normal::standard().inverse_cdf(1.0 - (1.0 - CONFIDENCE) / 2.0);
+    let (all, none) = (k == n, k == 0);
     let (n, p) = (n as f64, k as f64 / n as f64);
     let z2 = z * z;
     let centre = (p + z2 / (2.0 * n)) / (1.0 + z2 / n);
     let half = z / (1.0 + z2 / n) * (p * (1.0 - p) / n + z2 / (4.0 * n * n)).sqrt();
+    // At k = 0 and k = n the bound is exactly 0 and 1 (the formula's rounding aside).
     Some(Interval {
-        low: (centre - half).max(0.0),
-        high: (centre + half).min(1.0),
+        low: if none { 0.0 } else { (centre - half).max(0.0) },
+        high: if all { 1.0 } else { (centre + half).min(1.0) },
     })
 }
 
@@ -151,6 +153,7 @@ mod tests {
         assert!(close(i.low, 0.891524889987674) && close(i.high, 0.9586290233043828));
         let i = share_interval(7, 7).unwrap();
         assert!(close(i.low, 0.6456695649333126) && i.high == 1.0);
+        assert_eq!(share_interval(0, 7).unwrap().low, 0.0);
         assert_eq!(share_interval(0, 0), None);
     }
 

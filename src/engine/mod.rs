@@ -16,10 +16,10 @@ pub mod synthetic;
 pub mod time;
 
 pub use calibrate::{
-    abs_rel_error, calibrate, row_abs_rel_error, nearest_rank, truth, BoundCounts, BoundMetrics, Bucket, Calibration, Check,
-    CheckRef, Checks, Exclusion, ExclusionReason, FamilyReport, FitReport, KnownMiss,
-    LeaveFamilyOut, Method, MethodMetrics, Name, PerMethod, Predictions, ProfileFits, RowResult,
-    Settings, Totals, Truth, Upper, VerdictCounts, NEAREST_RANK_RULE,
+    abs_rel_error, calibrate, nearest_rank, row_abs_rel_error, truth, BoundCounts, BoundMetrics,
+    Bucket, Calibration, Check, CheckRef, Checks, Exclusion, ExclusionReason, FamilyReport,
+    FitReport, KnownMiss, LeaveFamilyOut, Method, MethodMetrics, Name, PerMethod, Predictions,
+    ProfileFits, RowResult, Settings, Totals, Truth, Upper, VerdictCounts, NEAREST_RANK_RULE,
 };
 pub use load::{load, parse_row, rows_sha256, RowsHasher};
 pub use output::{refit_factors_file, summary_table, write_calibration_json};

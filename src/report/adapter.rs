@@ -8,11 +8,11 @@ use super::charts::Chart;
 use super::digits;
 use super::format as fmt;
 use super::view::*;
+use crate::engine::intervals::Interval;
 use crate::engine::{
     Bucket, Calibration, CheckRef, ExclusionReason, Method, MethodMetrics, RowResult, Truth,
     NEAREST_RANK_RULE,
 };
-use crate::engine::intervals::Interval;
 use crate::factors::FactorsFile;
 use crate::features::FEATURE_NAMES;
 use crate::plan::Verdict;

@@ -135,12 +135,7 @@ pub fn pct_interval(share: f64, interval: Option<Interval>, n: u64, few: bool) -
 /// A ratio with its 95% interval: `1.211 (95%: 1.17–1.31)`.
 pub fn ratio_interval(r: f64, interval: Option<Interval>, n: u64) -> String {
     match interval {
-        Some(i) => format!(
-            "{} (95%: {}–{})",
-            ratio(r),
-            ratio(i.low),
-            ratio(i.high)
-        ),
+        Some(i) => format!("{} (95%: {}–{})", ratio(r), ratio(i.low), ratio(i.high)),
         None => format!("{} ({}: no interval)", ratio(r), plural(n, "ratio")),
     }
 }

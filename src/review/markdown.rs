@@ -344,3 +344,49 @@ fn verdicts(s: &mut String, d: &DiffReport, limit: usize) {
         );
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::Method;
+    use crate::features::Precision;
+
+    #[test]
+    fn a_huge_report_is_cut_under_the_limit() {
+        let long = "x".repeat(120);
+        let change = |k: usize| VerdictChange {
+            run_id: format!("cpu-free/{long}/b{k}"),
+            profile: Precision::Fp32,
+            card_bytes: 1 << 32,
+            card: "4 GiB".into(),
+            method: Method::PlanAsShipped,
+            added: k % 2 == 0,
+            truth_before: None,
+            truth: Truth::DoesNotFit,
+            before: None,
+            after: Some(true),
+            new_missed_oom: k % 3 == 0,
+        };
+        let d = DiffReport {
+            format: super::super::DIFF_FORMAT,
+            base: "main".into(),
+            head: "data".into(),
+            gates: vec![],
+            failures: vec![],
+            factors: vec![],
+            methods: vec![],
+            families: vec![],
+            verdict_changes: (0..20_000).map(change).collect(),
+            rows_added: (0..20_000)
+                .map(|k| format!("cpu-free/{long}/b{k}"))
+                .collect(),
+            rows_removed: vec![],
+            newly_excluded: vec![],
+        };
+        let md = diff_markdown(&d);
+        assert!(md.chars().count() <= COMMENT_LIMIT, "{}", md.len());
+        // It was cut, and says by how much.
+        assert!(md.contains("… and "), "{md}");
+        assert!(md.contains("Rows added (20000)"));
+    }
+}

@@ -14,8 +14,8 @@ pub use audit::{
     Reproduction,
 };
 pub use diff::{
-    diff, Change, DiffReport, FactorChange, FailOn, FamilyDelta, Gate, MethodDelta,
-    MetricSummary, NewlyExcluded, Paired, VerdictChange, DEFAULT_GATES, DIFF_FORMAT,
+    diff, Change, DiffReport, FactorChange, FailOn, FamilyDelta, Gate, MethodDelta, MetricSummary,
+    NewlyExcluded, Paired, VerdictChange, DEFAULT_GATES, DIFF_FORMAT,
 };
 pub use markdown::{diff_markdown, COMMENT_LIMIT};
 
