@@ -100,23 +100,6 @@ pub fn slug(name: &str) -> String {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn formats() {
-        assert_eq!(count(1234567), "1,234,567");
-        assert_eq!(count(12), "12");
-        assert_eq!(pct(0.125), "12.5%");
-        assert_eq!(bytes(12.345e9), "12.35 GB");
-        assert_eq!(slug("<script>alert(1)</script>"), "script-alert-1-script");
-        assert_eq!(slug("../.."), "x");
-        assert_eq!(csv_field("a,b"), "\"a,b\"");
-        assert_eq!(csv_field("say \"hi\""), "\"say \"\"hi\"\"\"");
-    }
-}
-
 /// A share with its 95% interval: `9.1% (95%: 8.2–10.3%)`; without one, why:
 /// `59.7% (1 run: no interval)`; `few` adds "few runs" (the engine's flag).
 pub fn pct_interval(share: f64, interval: Option<Interval>, n: u64, few: bool) -> String {
@@ -143,4 +126,21 @@ pub fn ratio_interval(r: f64, interval: Option<Interval>, n: u64) -> String {
 /// A percentage without its sign: `8.2`.
 fn pct_bare(share: f64) -> String {
     format!("{:.1}", share * 100.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats() {
+        assert_eq!(count(1234567), "1,234,567");
+        assert_eq!(count(12), "12");
+        assert_eq!(pct(0.125), "12.5%");
+        assert_eq!(bytes(12.345e9), "12.35 GB");
+        assert_eq!(slug("<script>alert(1)</script>"), "script-alert-1-script");
+        assert_eq!(slug("../.."), "x");
+        assert_eq!(csv_field("a,b"), "\"a,b\"");
+        assert_eq!(csv_field("say \"hi\""), "\"say \"\"hi\"\"\"");
+    }
 }

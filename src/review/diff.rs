@@ -336,14 +336,12 @@ fn change(before: &MetricSummary, after: &MetricSummary, paired: &Paired) -> Cha
     }
     let worse = a > b;
     let alpha = 1.0 - intervals::CONFIDENCE;
-    if paired.p_value.is_some_and(|p| p < alpha) {
-        if (paired.rose > paired.fell) == worse {
-            return if worse {
-                Change::Regressed
-            } else {
-                Change::Improved
-            };
-        }
+    if paired.p_value.is_some_and(|p| p < alpha) && (paired.rose > paired.fell) == worse {
+        return if worse {
+            Change::Regressed
+        } else {
+            Change::Improved
+        };
     }
     match before.median_interval {
         Some(i) if a > i.high => Change::Regressed,

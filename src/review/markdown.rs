@@ -360,12 +360,12 @@ mod tests {
             card_bytes: 1 << 32,
             card: "4 GiB".into(),
             method: Method::PlanAsShipped,
-            added: k % 2 == 0,
+            added: k.is_multiple_of(2),
             truth_before: None,
             truth: Truth::DoesNotFit,
             before: None,
             after: Some(true),
-            new_missed_oom: k % 3 == 0,
+            new_missed_oom: k.is_multiple_of(3),
         };
         let d = DiffReport {
             format: super::super::DIFF_FORMAT,
