@@ -29,6 +29,52 @@ impl Verdict {
     }
 }
 
+/// The bytes provably alive at the optimizer phase of the harness's step 2 and 3 (AdamW over
+/// every trainable parameter; a formula from the protocol, no fitted factor): float32 weights,
+/// gradients and both Adam states (16 bytes a parameter, the `model_state` feature) and, while
+/// the largest parameter is updated, libtorch's AdamW temporaries for it
+/// ([`crate::simulate::rules::adamw_transient`]). Under bf16 autocast the weights and the
+/// optimizer stay float32 and the autocast cache is empty outside the autocast region, so the
+/// floor is the same.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct PhaseFloor {
+    pub bytes: u64,
+    /// 16 bytes x parameters.
+    pub model_state: u64,
+    /// The AdamW temporaries of the largest parameter tensor.
+    pub optimizer_temporaries: u64,
+    pub largest_parameter_bytes: u64,
+}
+
+/// The phase floor of a graph (see [`PhaseFloor`]).
+pub fn phase_floor(graph: &Graph) -> PhaseFloor {
+    let largest = graph
+        .nodes
+        .iter()
+        .flat_map(|n| n.op.parameter_tensors())
+        .map(|dims| dims.iter().fold(1u64, |a, d| a.saturating_mul(*d)))
+        .max()
+        .unwrap_or(0)
+        .saturating_mul(4);
+    let model_state = graph.parameters().saturating_mul(16);
+    let optimizer_temporaries = if largest == 0 {
+        0
+    } else {
+        crate::simulate::rules::adamw_transient(largest)
+    };
+    PhaseFloor {
+        bytes: model_state.saturating_add(optimizer_temporaries),
+        model_state,
+        optimizer_temporaries,
+        largest_parameter_bytes: largest,
+    }
+}
+
+/// The plan's estimate never below the phase floor: max(Σ factor_i x feature_i, floor).
+pub fn estimate_floored(factors: &[f64; N_FEATURES], features: &Features, floor: u64) -> f64 {
+    estimate(factors, features).max(floor as f64)
+}
+
 /// Σ factor_i x feature_i, in bytes.
 pub fn estimate(factors: &[f64; N_FEATURES], features: &Features) -> f64 {
     factors
