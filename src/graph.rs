@@ -24,11 +24,44 @@ pub enum DType {
 }
 
 /// One dimension as written in a file: `"B"` or a positive integer.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(untagged)]
 pub enum FileDim {
     Size(u64),
     Symbol(String),
+}
+
+/// A number or a string; a negative or fractional number is refused here, with the value (an
+/// untagged enum would only say that no variant matched).
+impl<'de> Deserialize<'de> for FileDim {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = FileDim;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("\"B\" or a positive integer")
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> std::result::Result<FileDim, E> {
+                Ok(FileDim::Size(v))
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> std::result::Result<FileDim, E> {
+                u64::try_from(v).map(FileDim::Size).map_err(|_| {
+                    E::custom(format!(
+                        "a dimension must be \"B\" or a positive integer, found {v}"
+                    ))
+                })
+            }
+            fn visit_f64<E: serde::de::Error>(self, v: f64) -> std::result::Result<FileDim, E> {
+                Err(E::custom(format!(
+                    "a dimension must be \"B\" or a positive integer, found {v}"
+                )))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> std::result::Result<FileDim, E> {
+                Ok(FileDim::Symbol(v.to_string()))
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 /// A graph input as written in the file.
@@ -141,10 +174,27 @@ pub(crate) fn json_error(
             Category::Syntax | Category::Eof | Category::Io
         )
     {
-        let message = if text.trim().is_empty() {
+        let message = if text.starts_with('\u{feff}') {
+            "the file starts with a UTF-8 byte-order mark (bytes EF BB BF), which JSON does not \
+             allow; save it without one"
+                .to_string()
+        } else if let Some(token) = non_finite_at(text, inner.line(), inner.column()) {
+            format!(
+                "`{token}` at line {} column {} is not a JSON number (JSON has no Infinity or \
+                 NaN); write a finite number",
+                inner.line(),
+                inner.column()
+            )
+        } else if text.trim().is_empty() {
             format!("the file is empty; write it in the format of {doc}, or delete it")
         } else {
-            format!("{msg}; the file is cut short or not JSON: fix it ({doc}), or delete it")
+            // A factors file is fixed, never deleted; a row or graph file may be stray.
+            let or_delete = if what.starts_with("factors") {
+                ""
+            } else {
+                ", or delete it"
+            };
+            format!("{msg}; the file is cut short or not JSON: fix it ({doc}){or_delete}")
         };
         return Error::Parse {
             path: path.to_path_buf(),
@@ -173,6 +223,31 @@ pub(crate) fn json_error(
         path: path.to_path_buf(),
         field,
         message: format!("{msg}; {hint}"),
+    }
+}
+
+/// `Infinity`, `-Infinity` or `NaN` where serde_json stopped (line and column from 1), if
+/// that is what stopped it.
+fn non_finite_at(text: &str, line: usize, column: usize) -> Option<&'static str> {
+    let l = text.lines().nth(line.checked_sub(1)?)?;
+    let at = column.saturating_sub(1);
+    ["-Infinity", "Infinity", "NaN"]
+        .into_iter()
+        .find(|t| (at.saturating_sub(1)..=at).any(|k| l.get(k..).is_some_and(|r| r.starts_with(t))))
+}
+
+/// The error for bytes after a complete JSON document (a second row, a stray brace): the
+/// document is one value, and nothing but white space may follow it.
+pub(crate) fn trailing_error(path: &Path, what: &'static str, e: &serde_json::Error) -> Error {
+    Error::Parse {
+        path: path.to_path_buf(),
+        what,
+        message: format!(
+            "more after the document ends (at line {} column {}): a file holds one JSON \
+             document (several rows go in a .jsonl bundle, one per line); remove the rest",
+            e.line(),
+            e.column()
+        ),
     }
 }
 
@@ -208,8 +283,10 @@ impl Graph {
             message: format!("not UTF-8 text ({e})"),
         })?;
         let de = &mut serde_json::Deserializer::from_str(text);
-        let file: GraphFile = serde_path_to_error::deserialize(de)
+        let file: GraphFile = serde_path_to_error::deserialize(&mut *de)
             .map_err(|e| json_error(path, "graph JSON", "docs/graph-format.md", text, e))?;
+        de.end()
+            .map_err(|e| trailing_error(path, "graph JSON", &e))?;
         let mut g = Graph::check(&file, path)?;
         g.sha256 = sha256_hex(bytes);
         Ok(g)

@@ -6,6 +6,7 @@
 //! format and [`factors`] the shipped factors file.
 
 pub mod baselines;
+pub mod cli_io;
 pub mod cli_plan;
 pub mod clock;
 pub mod engine;
@@ -14,6 +15,7 @@ pub mod factors;
 pub mod features;
 pub mod graph;
 pub mod ops;
+pub mod outputs;
 pub mod plan;
 pub mod report;
 pub mod review;

@@ -79,9 +79,13 @@ pub struct Plan {
     pub has_batch_axis: bool,
     pub features: Features,
     pub factors: [f64; N_FEATURES],
+    /// In JSON: whole bytes, rounded up (a planner never reserves a fraction of a byte).
+    #[serde(serialize_with = "whole_bytes")]
     pub estimate_bytes: f64,
     pub headroom: f64,
     pub q95: f64,
+    /// In JSON: whole bytes, rounded up.
+    #[serde(serialize_with = "whole_bytes")]
     pub bound_bytes: f64,
     pub cards: Vec<CardVerdict>,
     /// Smallest card the plan alone fits.
@@ -89,9 +93,39 @@ pub struct Plan {
     /// Smallest card the bound fits.
     pub smallest_card_bound: Option<Card>,
     pub accelerate: Accelerate,
+    /// In JSON: the formula's object, or `{"error": why}` where it does not apply.
+    #[serde(serialize_with = "value_or_error")]
     pub textbook: Result<Textbook, String>,
     /// The simulator's peak and where it falls (no fitted factor), or why it has no rules yet.
+    /// In JSON: the object, or `{"error": why}`.
+    #[serde(serialize_with = "value_or_error")]
     pub simulated: Result<SimulatedPeak, String>,
+}
+
+/// Bytes held as `f64` (a product of factors and features), written as a whole number of
+/// bytes, rounded up.
+fn whole_bytes<S: serde::Serializer>(v: &f64, s: S) -> Result<S::Ok, S::Error> {
+    if v.is_finite() && *v >= 0.0 && *v < u64::MAX as f64 {
+        s.serialize_u64(v.ceil() as u64)
+    } else {
+        s.serialize_none()
+    }
+}
+
+/// A result as its value, or as `{"error": message}`.
+fn value_or_error<T: Serialize, S: serde::Serializer>(
+    v: &Result<T, String>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeMap;
+    match v {
+        Ok(t) => t.serialize(s),
+        Err(m) => {
+            let mut map = s.serialize_map(Some(1))?;
+            map.serialize_entry("error", m)?;
+            map.end()
+        }
+    }
 }
 
 /// Where the simulated training step peaks.
