@@ -239,12 +239,17 @@ fn non_finite_at(text: &str, line: usize, column: usize) -> Option<&'static str>
 /// The error for bytes after a complete JSON document (a second row, a stray brace): the
 /// document is one value, and nothing but white space may follow it.
 pub(crate) fn trailing_error(path: &Path, what: &'static str, e: &serde_json::Error) -> Error {
+    let hint = if what.starts_with("run row") {
+        " (several rows go in a .jsonl row bundle, one row per line)"
+    } else {
+        ""
+    };
     Error::Parse {
         path: path.to_path_buf(),
         what,
         message: format!(
-            "more after the document ends (at line {} column {}): a file holds one JSON \
-             document (several rows go in a .jsonl bundle, one per line); remove the rest",
+            "more after the document ends at line {} column {}: a file holds one JSON \
+             document{hint}; remove the rest",
             e.line(),
             e.column()
         ),

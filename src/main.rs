@@ -200,10 +200,11 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     .cards
                     .clone(),
             };
+            memcal::plan::check_features(&g, batch, precision).map_err(memcal::Error::Invalid)?;
             let simulation = memcal::simulate::simulate(&g, batch, precision);
             let p =
                 memcal::plan::plan_with_simulation(&g, batch, precision, &f, &cards, &simulation)
-                    .map_err(memcal::Error::Invalid)?;
+                    .map_err(|m| memcal::Error::Invalid(format!("{}: {m}", factors.display())))?;
             let sim = if timeline {
                 Some(simulation.map_err(memcal::Error::Invalid)?)
             } else {

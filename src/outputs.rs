@@ -173,9 +173,14 @@ pub fn is_within(path: &Path, dir: &Path) -> Result<bool> {
 /// Refuses an output `out` (a flag named `flag`) that is the data folder `data` or inside it.
 fn not_in_data(out: &Path, data: &Path, flag: &str, what: &str) -> Result<()> {
     if is_within(out, data)? {
+        let how = if resolved(out)? == resolved(data)? {
+            "is the data folder"
+        } else {
+            "is inside the data folder"
+        };
         return Err(Error::Invalid(format!(
-            "{}: {flag} is inside the data folder {} (or is it); memcal never writes {what} \
-             into its inputs: give a folder outside it, e.g. {flag} site",
+            "{}: {flag} {how} {}; memcal never writes {what} into its inputs: give a folder \
+             outside it, e.g. {flag} site",
             out.display(),
             data.display()
         )));

@@ -148,6 +148,25 @@ pub fn plan(
     plan_with_simulation(graph, batch, precision, factors, cards, &sim)
 }
 
+/// Refuses a (graph, batch, precision) whose features do not fit in 64 bits (the features
+/// saturate at `u64::MAX`; a saturated feature is no estimate): the message names the graph's
+/// file, or its name for a graph built in memory.
+pub fn check_features(graph: &Graph, batch: u64, precision: Precision) -> Result<(), String> {
+    let feats = features::features(graph, batch, precision);
+    if let Some(k) = feats.as_array().iter().position(|v| *v == u64::MAX) {
+        let name = features::FEATURE_NAMES[k];
+        return Err(format!(
+            "{}: at batch {batch} feature `{name}` needs more than 2^64 bytes (it overflows); \
+             check the batch and the input shapes",
+            graph
+                .path
+                .as_ref()
+                .map_or(graph.name.clone(), |p| p.display().to_string())
+        ));
+    }
+    Ok(())
+}
+
 /// [`plan`] with the simulation already run (so `plan --timeline` simulates once).
 pub fn plan_with_simulation(
     graph: &Graph,
@@ -157,13 +176,18 @@ pub fn plan_with_simulation(
     cards: &[Card],
     sim: &Result<crate::simulate::Simulation, String>,
 ) -> Result<Plan, String> {
-    let f =
-        factors.factors(precision).ok_or_else(|| {
-            format!(
-            "data/factors.json has no factors for precision `{precision}`; profiles present: {}",
-            factors.profiles.keys().cloned().collect::<Vec<_>>().join(", ")
+    let f = factors.factors(precision).ok_or_else(|| {
+        format!(
+            "has no factors for precision `{precision}` (profiles present: {}); pass \
+                 --precision one of them, or fit that profile",
+            factors
+                .profiles
+                .keys()
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", ")
         )
-        })?;
+    })?;
     let feats = features::features(graph, batch, precision);
     let est = estimate(f, &feats);
     let q95 = factors.upper_for(precision).q95;

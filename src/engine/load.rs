@@ -265,9 +265,9 @@ fn check_time(t: (i64, u32), path: &Path) -> Result<()> {
             path,
             "timestamp",
             format!(
-                "is in the future (this machine's clock says {}): a row records a run that \
-                 happened; fix the timestamp or the measuring machine's clock",
-                crate::clock::now()
+                "is in the future (more than {FUTURE_SLACK_SECONDS} s ahead of this machine's \
+                 clock): a row records a run that happened; fix the timestamp or the measuring \
+                 machine's clock"
             ),
         ));
     }
@@ -743,7 +743,12 @@ fn in_line(e: Error, bundle: &Path, line: usize) -> Error {
             what,
             message: message
                 .replace(" at line 1 column ", " at column ")
-                .replace("the file is cut short", "the line is cut short"),
+                .replace("the file is cut short", "the line is cut short")
+                .replace(
+                    "a file holds one JSON document (several rows go in a .jsonl row bundle, \
+                     one row per line)",
+                    "a line of a row bundle holds one row",
+                ),
         },
         Error::Field { field, message, .. } => Error::Field {
             path: at,
