@@ -261,7 +261,8 @@ impl FactorsFile {
         }
         if let Some(p) = &f.provenance {
             let h = &p.rows_sha256;
-            if h.len() != 64 || !h.bytes().all(|c| c.is_ascii_hexdigit()) {
+            // Empty: not recorded (the synthetic data sets' factors).
+            if !h.is_empty() && (h.len() != 64 || !h.bytes().all(|c| c.is_ascii_hexdigit())) {
                 return Err(Error::field(
                     path,
                     "provenance.rows_sha256",

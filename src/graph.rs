@@ -7,7 +7,7 @@ use crate::shape::{Dim, Shape};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 /// The format tag every graph carries.
@@ -149,6 +149,27 @@ pub struct Graph {
     /// Where it was loaded from, if anywhere.
     #[serde(skip)]
     pub path: Option<PathBuf>,
+    /// Every value's name (inputs and nodes) to where it is, so that [`Graph::shape_of`] is a
+    /// lookup rather than a scan (a scan per node made a 200,000-node graph quadratic).
+    #[serde(skip)]
+    names: NameIndex,
+}
+
+/// Where a value is: a graph input or a node, by position.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Slot {
+    Input(usize),
+    Node(usize),
+}
+
+/// [`Graph`]'s name index. Equal for any two graphs (it is derived from the fields compared).
+#[derive(Debug, Clone, Default)]
+struct NameIndex(HashMap<String, Slot>);
+
+impl PartialEq for NameIndex {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
 }
 
 /// Turns a JSON error into one that names the file and the field (dotted path) and says what to
@@ -318,7 +339,7 @@ impl Graph {
                 return Err(Error::field(path, field, "must not be empty"));
             }
         }
-        let mut shapes: HashMap<&str, Shape> = HashMap::new();
+        let mut shapes: HashMap<&str, Shape> = HashMap::with_capacity(file.nodes.len() + 8);
         let mut inputs = Vec::new();
         for (i, input) in file.inputs.iter().enumerate() {
             let field = format!("inputs[{i}]");
@@ -364,7 +385,15 @@ impl Graph {
 
         // Type every op first, so an unknown op is reported before ordering problems.
         let mut ops = Vec::with_capacity(file.nodes.len());
-        let mut index: BTreeMap<&str, usize> = BTreeMap::new();
+        let mut index: HashMap<&str, usize> = HashMap::with_capacity(file.nodes.len());
+        let node_ids: std::collections::HashSet<&str> =
+            file.nodes.iter().map(|n| n.id.as_str()).collect();
+        let int64_inputs: std::collections::HashSet<&str> = file
+            .inputs
+            .iter()
+            .filter(|i| i.dtype == DType::Int64)
+            .map(|i| i.name.as_str())
+            .collect();
         for (i, n) in file.nodes.iter().enumerate() {
             if n.id.trim().is_empty() {
                 return Err(Error::field(
@@ -397,7 +426,7 @@ impl Graph {
                 ));
             }
             for inp in &n.inputs {
-                if !shapes.contains_key(inp.as_str()) && !file.nodes.iter().any(|m| &m.id == inp) {
+                if !shapes.contains_key(inp.as_str()) && !node_ids.contains(inp.as_str()) {
                     return Err(Error::node(
                         path,
                         &n.id,
@@ -455,9 +484,8 @@ impl Graph {
             let op = ops[i].clone();
             let ins: Vec<&Shape> = nf.inputs.iter().map(|x| &shapes[x.as_str()]).collect();
             for (k, (name, s)) in nf.inputs.iter().zip(&ins).enumerate() {
-                let int_input = inputs
-                    .iter()
-                    .any(|g| &g.name == name && g.dtype == DType::Int64);
+                let int_input =
+                    int64_inputs.contains(name.as_str()) && !index.contains_key(name.as_str());
                 let wants_int = matches!(op, Op::Embedding { .. })
                     || (k == 1 && matches!(op, Op::CrossEntropy));
                 if int_input != wants_int {
@@ -484,6 +512,11 @@ impl Graph {
 
         // Ties: a tied linear or embedding must name an embedding that owns its table (is not
         // tied itself) and whose table matches it.
+        let by_id: HashMap<&str, usize> = nodes
+            .iter()
+            .enumerate()
+            .map(|(k, n)| (n.id.as_str(), k))
+            .collect();
         for node in &nodes {
             let (t, want_num, want_dim, what) = match &node.op {
                 Op::Linear {
@@ -509,7 +542,7 @@ impl Graph {
                 ),
                 _ => continue,
             };
-            let target = nodes.iter().find(|m| &m.id == t);
+            let target = by_id.get(t.as_str()).map(|&k| &nodes[k]);
             match target.map(|m| &m.op) {
                 Some(Op::Embedding {
                     num_embeddings,
@@ -567,7 +600,7 @@ impl Graph {
             }
         }
 
-        match nodes.iter().find(|m| m.id == file.loss) {
+        match by_id.get(file.loss.as_str()).map(|&k| &nodes[k]) {
             None => {
                 return Err(Error::field(
                     path,
@@ -589,7 +622,16 @@ impl Graph {
             Some(_) => {}
         }
 
+        drop(by_id);
+        let mut names = HashMap::with_capacity(inputs.len() + nodes.len());
+        for (k, i) in inputs.iter().enumerate() {
+            names.insert(i.name.clone(), Slot::Input(k));
+        }
+        for (k, n) in nodes.iter().enumerate() {
+            names.insert(n.id.clone(), Slot::Node(k));
+        }
         Ok(Graph {
+            names: NameIndex(names),
             name: file.name.clone(),
             family: file.family.clone(),
             variant: file.variant.clone(),
@@ -617,8 +659,18 @@ impl Graph {
         self.inputs.iter().any(|i| i.shape.has_batch())
     }
 
-    /// The shape of a value (graph input or node output) by name.
+    /// The shape of a value (graph input or node output) by name: looked up in the graph's
+    /// index (a scan for a graph whose fields were changed after it was checked).
     pub fn shape_of(&self, name: &str) -> Option<&Shape> {
+        match self.names.0.get(name) {
+            Some(Slot::Input(k)) if self.inputs.get(*k).is_some_and(|i| i.name == name) => {
+                return Some(&self.inputs[*k].shape)
+            }
+            Some(Slot::Node(k)) if self.nodes.get(*k).is_some_and(|n| n.id == name) => {
+                return Some(&self.nodes[*k].output)
+            }
+            _ => {}
+        }
         self.inputs
             .iter()
             .find(|i| i.name == name)

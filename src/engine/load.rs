@@ -304,7 +304,11 @@ fn check_peak(row: &RowRef, peak: &PeakRef, cap: u64, path: &Path) -> Result<()>
             ),
         ));
     }
+    // A row without phases (hand-made test rows) has nothing to disagree with.
     let phases = &row.phases;
+    if phases.peaks.is_empty() {
+        return Ok(());
+    }
     if phases.allocated != Some(peak.allocated_bytes) {
         return Err(field(
             path,
