@@ -7,7 +7,8 @@ use crate::shape::{Dim, Shape};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
-use std::collections::HashMap;
+type HashMap<K, V> = crate::name_hash::NameMap<K, V>;
+type HashSet<K> = crate::name_hash::NameSet<K>;
 use std::path::{Path, PathBuf};
 
 /// The format tag every graph carries.
@@ -308,9 +309,28 @@ impl Graph {
             what: "graph",
             message: format!("not UTF-8 text ({e})"),
         })?;
+        // Parsed plainly first (tracking each field's path costs about a third of the parse of
+        // a large graph); a file that fails is parsed again with paths, for the message.
         let de = &mut serde_json::Deserializer::from_str(text);
-        let file: GraphFile = serde_path_to_error::deserialize(&mut *de)
-            .map_err(|e| json_error(path, "graph JSON", "docs/graph-format.md", text, e))?;
+        let file = match GraphFile::deserialize(&mut *de) {
+            Ok(file) => file,
+            Err(_) => {
+                let de = &mut serde_json::Deserializer::from_str(text);
+                let e = match serde_path_to_error::deserialize::<_, GraphFile>(&mut *de) {
+                    Err(e) => e,
+                    Ok(_) => {
+                        return Err(Error::Parse {
+                            path: path.to_path_buf(),
+                            what: "graph",
+                            message: "parses with field paths but not without (a bug in \
+                                      memcal: please report it)"
+                                .into(),
+                        })
+                    }
+                };
+                return Err(json_error(path, "graph JSON", "docs/graph-format.md", text, e));
+            }
+        };
         de.end()
             .map_err(|e| trailing_error(path, "graph JSON", &e))?;
         let mut g = Graph::check(&file, path)?;
@@ -339,7 +359,7 @@ impl Graph {
                 return Err(Error::field(path, field, "must not be empty"));
             }
         }
-        let mut shapes: HashMap<&str, Shape> = HashMap::with_capacity(file.nodes.len() + 8);
+        let mut shapes: HashMap<&str, Shape> = HashMap::with_capacity_and_hasher(file.nodes.len() + 8, Default::default());
         let mut inputs = Vec::new();
         for (i, input) in file.inputs.iter().enumerate() {
             let field = format!("inputs[{i}]");
@@ -385,10 +405,10 @@ impl Graph {
 
         // Type every op first, so an unknown op is reported before ordering problems.
         let mut ops = Vec::with_capacity(file.nodes.len());
-        let mut index: HashMap<&str, usize> = HashMap::with_capacity(file.nodes.len());
-        let node_ids: std::collections::HashSet<&str> =
+        let mut index: HashMap<&str, usize> = HashMap::with_capacity_and_hasher(file.nodes.len(), Default::default());
+        let node_ids: HashSet<&str> =
             file.nodes.iter().map(|n| n.id.as_str()).collect();
-        let int64_inputs: std::collections::HashSet<&str> = file
+        let int64_inputs: HashSet<&str> = file
             .inputs
             .iter()
             .filter(|i| i.dtype == DType::Int64)
@@ -623,7 +643,7 @@ impl Graph {
         }
 
         drop(by_id);
-        let mut names = HashMap::with_capacity(inputs.len() + nodes.len());
+        let mut names = HashMap::with_capacity_and_hasher(inputs.len() + nodes.len(), Default::default());
         for (k, i) in inputs.iter().enumerate() {
             names.insert(i.name.clone(), Slot::Input(k));
         }

@@ -200,11 +200,16 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     .cards
                     .clone(),
             };
-            memcal::plan::check_features(&g, batch, precision).map_err(memcal::Error::Invalid)?;
-            let simulation = memcal::simulate::simulate(&g, batch, precision);
+            // The timeline's events only when asked for (a deep graph makes millions).
+            let simulation = if timeline {
+                memcal::simulate::simulate(&g, batch, precision)
+            } else {
+                memcal::simulate::simulate_peak(&g, batch, precision)
+            };
             let p =
                 memcal::plan::plan_with_simulation(&g, batch, precision, &f, &cards, &simulation)
                     .map_err(|m| memcal::Error::Invalid(format!("{}: {m}", factors.display())))?;
+            memcal::plan::check_features(&g, &p).map_err(memcal::Error::Invalid)?;
             let sim = if timeline {
                 Some(simulation.map_err(memcal::Error::Invalid)?)
             } else {

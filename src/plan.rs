@@ -144,16 +144,16 @@ pub fn plan(
     factors: &FactorsFile,
     cards: &[Card],
 ) -> Result<Plan, String> {
-    let sim = crate::simulate::simulate(graph, batch, precision);
+    let sim = crate::simulate::simulate_peak(graph, batch, precision);
     plan_with_simulation(graph, batch, precision, factors, cards, &sim)
 }
 
-/// Refuses a (graph, batch, precision) whose features do not fit in 64 bits (the features
+/// Refuses a plan whose features do not fit in 64 bits (the features
 /// saturate at `u64::MAX`; a saturated feature is no estimate): the message names the graph's
 /// file, or its name for a graph built in memory.
-pub fn check_features(graph: &Graph, batch: u64, precision: Precision) -> Result<(), String> {
-    let feats = features::features(graph, batch, precision);
-    if let Some(k) = feats.as_array().iter().position(|v| *v == u64::MAX) {
+pub fn check_features(graph: &Graph, plan: &Plan) -> Result<(), String> {
+    let batch = plan.batch;
+    if let Some(k) = plan.features.as_array().iter().position(|v| *v == u64::MAX) {
         let name = features::FEATURE_NAMES[k];
         return Err(format!(
             "{}: at batch {batch} feature `{name}` needs more than 2^64 bytes (it overflows); \

@@ -537,7 +537,7 @@ impl<'g> FeatureCache<'g, '_> {
                 features::features(g, batch, precision),
                 baselines::accelerate(g, precision).training_bytes,
                 baselines::textbook(g, batch).ok().map(|t| t.total_bytes),
-                crate::simulate::simulate(g, batch, precision)
+                crate::simulate::simulate_peak(g, batch, precision)
                     .ok()
                     .map(|s| s.peak_bytes),
             );
