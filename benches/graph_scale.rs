@@ -58,7 +58,11 @@ fn deep_gpt(blocks: usize) -> GraphFile {
         .filter(|n| n.id.starts_with("h0."))
         .cloned()
         .collect();
-    let first = g.nodes.iter().position(|n| n.id.starts_with("h0.")).unwrap();
+    let first = g
+        .nodes
+        .iter()
+        .position(|n| n.id.starts_with("h0."))
+        .unwrap();
     let head: Vec<NodeFile> = g.nodes[..first].to_vec();
     let tail: Vec<NodeFile> = g
         .nodes

@@ -328,7 +328,13 @@ impl Graph {
                         })
                     }
                 };
-                return Err(json_error(path, "graph JSON", "docs/graph-format.md", text, e));
+                return Err(json_error(
+                    path,
+                    "graph JSON",
+                    "docs/graph-format.md",
+                    text,
+                    e,
+                ));
             }
         };
         de.end()
@@ -359,7 +365,8 @@ impl Graph {
                 return Err(Error::field(path, field, "must not be empty"));
             }
         }
-        let mut shapes: HashMap<&str, Shape> = HashMap::with_capacity_and_hasher(file.nodes.len() + 8, Default::default());
+        let mut shapes: HashMap<&str, Shape> =
+            HashMap::with_capacity_and_hasher(file.nodes.len() + 8, Default::default());
         let mut inputs = Vec::new();
         for (i, input) in file.inputs.iter().enumerate() {
             let field = format!("inputs[{i}]");
@@ -405,9 +412,9 @@ impl Graph {
 
         // Type every op first, so an unknown op is reported before ordering problems.
         let mut ops = Vec::with_capacity(file.nodes.len());
-        let mut index: HashMap<&str, usize> = HashMap::with_capacity_and_hasher(file.nodes.len(), Default::default());
-        let node_ids: HashSet<&str> =
-            file.nodes.iter().map(|n| n.id.as_str()).collect();
+        let mut index: HashMap<&str, usize> =
+            HashMap::with_capacity_and_hasher(file.nodes.len(), Default::default());
+        let node_ids: HashSet<&str> = file.nodes.iter().map(|n| n.id.as_str()).collect();
         let int64_inputs: HashSet<&str> = file
             .inputs
             .iter()
@@ -643,7 +650,8 @@ impl Graph {
         }
 
         drop(by_id);
-        let mut names = HashMap::with_capacity_and_hasher(inputs.len() + nodes.len(), Default::default());
+        let mut names =
+            HashMap::with_capacity_and_hasher(inputs.len() + nodes.len(), Default::default());
         for (k, i) in inputs.iter().enumerate() {
             names.insert(i.name.clone(), Slot::Input(k));
         }

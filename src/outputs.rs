@@ -257,7 +257,8 @@ impl SiteTarget {
             return Err(Error::Invalid(format!(
                 "{}: is not empty ({} files: {}{}) and has no {MANIFEST}, so memcal did not \
                  build it; memcal removes only files it wrote: give a new or empty folder as \
-                 --out, or move those files away",
+                 --out, or move those files away (a site built by a memcal without manifests: \
+                 remove the folder and build again)",
                 out.display(),
                 present.len(),
                 shown.join(", "),
