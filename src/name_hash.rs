@@ -1,9 +1,9 @@
 //! A fast hash for the maps keyed by a graph's value names (a million-node graph looks names
 //! up several million times; SipHash was a large part of loading and simulating it).
 //!
-//! Fx-style: each 8-byte word is folded in with a rotate, xor and multiply; `finish` mixes the
-//! state with the 64-bit finaliser of MurmurHash3 so that the low bits, which pick the bucket,
-//! depend on every input bit (names such as `r1234` differ only in their high bytes, and an
+//! The engine's Fx-style [`crate::engine::FastHash`] (each 8-byte word folded in with a rotate,
+//! xor and multiply), whose `finish` is then mixed with the 64-bit finaliser of MurmurHash3 so
+//! that the low bits, which pick the bucket, depend on every input bit (names such as `r1234` differ only in their high bytes, and an
 //! unmixed multiply leaves those out of the low bits: every name in one bucket). Not
 //! DoS-resistant; the keys are the graph file's own names. Iteration order over these maps is
 //! never used for output.
@@ -15,40 +15,25 @@ pub struct NameHash;
 impl std::hash::BuildHasher for NameHash {
     type Hasher = NameHasher;
     fn build_hasher(&self) -> NameHasher {
-        NameHasher(0)
+        NameHasher(crate::engine::FastHash.build_hasher())
     }
 }
 
-/// See the module.
-pub struct NameHasher(u64);
-
-impl NameHasher {
-    fn add(&mut self, word: u64) {
-        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x517c_c1b7_2722_0a95);
-    }
-}
+/// The engine's [`crate::engine::FastHasher`] with a finaliser on `finish` (see the module).
+pub struct NameHasher(crate::engine::FastHasher);
 
 impl std::hash::Hasher for NameHasher {
     fn write(&mut self, bytes: &[u8]) {
-        let mut chunks = bytes.chunks_exact(8);
-        for c in &mut chunks {
-            self.add(u64::from_le_bytes(c.try_into().expect("8 bytes")));
-        }
-        let rest = chunks.remainder();
-        if !rest.is_empty() {
-            let mut b = [0u8; 8];
-            b[..rest.len()].copy_from_slice(rest);
-            self.add(u64::from_le_bytes(b) ^ ((rest.len() as u64) << 59));
-        }
+        self.0.write(bytes);
     }
     fn write_u8(&mut self, i: u8) {
-        self.add(u64::from(i));
+        self.0.write_u8(i);
     }
     fn write_usize(&mut self, i: usize) {
-        self.add(i as u64);
+        self.0.write_usize(i);
     }
     fn finish(&self) -> u64 {
-        let mut h = self.0;
+        let mut h = self.0.finish();
         h ^= h >> 33;
         h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
         h ^= h >> 33;

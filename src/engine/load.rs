@@ -619,7 +619,7 @@ fn is_bundle(path: &Path) -> bool {
 }
 
 /// `path` relative to `data_dir`, `/`-separated.
-fn relative(data_dir: &Path, path: &Path) -> String {
+pub(super) fn relative(data_dir: &Path, path: &Path) -> String {
     let mut rel = String::new();
     for c in path.strip_prefix(data_dir).unwrap_or(path).components() {
         if !rel.is_empty() {

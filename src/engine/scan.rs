@@ -5,6 +5,7 @@
 //! folder such as `runs/cuda` may be a link to another place in it); a link that resolves
 //! outside it, a dangling link and a link loop are errors naming the link.
 
+use super::load::relative;
 use crate::error::{Error, Result};
 use std::path::{Path, PathBuf};
 
@@ -44,17 +45,6 @@ fn kind(path: &Path) -> Kind {
         }
         _ => Kind::Other,
     }
-}
-
-fn relative(data_dir: &Path, path: &Path) -> String {
-    let mut rel = String::new();
-    for c in path.strip_prefix(data_dir).unwrap_or(path).components() {
-        if !rel.is_empty() {
-            rel.push('/');
-        }
-        rel.push_str(&c.as_os_str().to_string_lossy());
-    }
-    rel
 }
 
 /// The error for a walk that failed at `e` (a loop, a dangling link, an unreadable folder).
