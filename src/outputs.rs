@@ -319,26 +319,33 @@ impl SiteTarget {
             old = Some(aside.keep());
         }
         let keep_new = staged.keep();
+        let mut moved: Vec<&String> = Vec::new();
+        let mut failed = None;
         if let Some(old) = &old {
             for f in &self.foreign {
                 let (from, to) = (old.join(f), keep_new.join(f));
-                if let Some(p) = to.parent() {
-                    std::fs::create_dir_all(p).map_err(|e| self.cannot_write(p, e))?;
+                let step = to
+                    .parent()
+                    .map_or(Ok(()), std::fs::create_dir_all)
+                    .and_then(|()| std::fs::rename(&from, &to));
+                if let Err(e) = step {
+                    failed = Some(self.cannot_write(&from, e));
+                    break;
                 }
-                std::fs::rename(&from, &to).map_err(|e| self.cannot_write(&from, e))?;
+                moved.push(f);
             }
         }
-        if let Err(e) = std::fs::rename(&keep_new, &self.dir) {
-            return Err(Error::Invalid(format!(
-                "{}: cannot rename the new site into place ({e}); another build may have \
-                 written it meanwhile; the new site is in {}{}",
-                self.shown.display(),
-                keep_new.display(),
-                old.as_ref().map_or(String::new(), |o| format!(
-                    " and the previous one in {}",
-                    o.display()
-                ))
-            )));
+        if failed.is_none() {
+            if let Err(e) = std::fs::rename(&keep_new, &self.dir) {
+                failed = Some(Error::Invalid(format!(
+                    "{}: cannot rename the new site into place ({e}); another build may have \
+                     written it meanwhile",
+                    self.shown.display()
+                )));
+            }
+        }
+        if let Some(e) = failed {
+            return Err(self.roll_back(e, &keep_new, old.as_deref(), &moved));
         }
         let mut done = Committed {
             kept: self.foreign.clone(),
@@ -361,6 +368,27 @@ impl SiteTarget {
                 .collect();
         }
         Ok(done)
+    }
+
+    /// After a failed swap: the files memcal did not write go back into the previous site and
+    /// the previous site back into place; the error says where everything is.
+    fn roll_back(&self, e: Error, new: &Path, old: Option<&Path>, moved: &[&String]) -> Error {
+        let mut back = true;
+        if let Some(old) = old {
+            for f in moved {
+                back &= std::fs::rename(new.join(f), old.join(f)).is_ok();
+            }
+            back &= !self.dir.exists() && std::fs::rename(old, &self.dir).is_ok();
+        }
+        let where_old = match old {
+            Some(o) if !back => format!("; the previous site is in {}", o.display()),
+            Some(_) => "; the previous site is back in place".to_string(),
+            None => String::new(),
+        };
+        Error::Invalid(format!(
+            "{e}; the new site is left in {}{where_old}",
+            new.display()
+        ))
     }
 
     /// An empty temporary folder next to the site folder that the old site is renamed onto.
