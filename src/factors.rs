@@ -116,6 +116,32 @@ pub struct FactorsFile {
     pub provenance: Option<Provenance>,
 }
 
+/// A bound's multipliers: q95 at least q90 (a higher quantile) and at least 1 (a bound below
+/// the estimate is no bound).
+fn check_upper(path: &Path, field: &str, u: &Upper) -> Result<()> {
+    if u.q95 < u.q90 {
+        return Err(Error::field(
+            path,
+            &format!("{field}.q95"),
+            format!(
+                "is {} but q90 is {}: the 95th percentile cannot be below the 90th",
+                u.q95, u.q90
+            ),
+        ));
+    }
+    if u.q95 < 1.0 {
+        return Err(Error::field(
+            path,
+            &format!("{field}.q95"),
+            format!(
+                "is {}, below 1: the bound would be under the estimate it bounds",
+                u.q95
+            ),
+        ));
+    }
+    Ok(())
+}
+
 impl FactorsFile {
     /// Reads and checks the factors file.
     pub fn load(path: &Path) -> Result<FactorsFile> {
@@ -135,9 +161,17 @@ impl FactorsFile {
     /// Parses and checks factors JSON; `path` is used in messages.
     pub fn parse(text: &str, path: &Path) -> Result<FactorsFile> {
         let de = &mut serde_json::Deserializer::from_str(text);
-        let f: FactorsFile = serde_path_to_error::deserialize(de).map_err(|e| {
-            crate::graph::json_error(path, "factors JSON", "data/factors.json", text, e)
+        let f: FactorsFile = serde_path_to_error::deserialize(&mut *de).map_err(|e| {
+            crate::graph::json_error(
+                path,
+                "factors JSON",
+                "the format of the shipped data/factors.json",
+                text,
+                e,
+            )
         })?;
+        de.end()
+            .map_err(|e| crate::graph::trailing_error(path, "factors JSON", &e))?;
         if f.format != FACTORS_FORMAT {
             return Err(Error::field(
                 path,
@@ -165,6 +199,7 @@ impl FactorsFile {
                         ));
                     }
                 }
+                check_upper(path, &format!("profiles.{name}.upper"), u)?;
             }
             if let Some(t) = &p.fixed_at {
                 crate::engine::time::parse_rfc3339(t)
@@ -184,6 +219,7 @@ impl FactorsFile {
         };
         positive("upper.q90", f.upper.q90)?;
         positive("upper.q95", f.upper.q95)?;
+        check_upper(path, "upper", &f.upper)?;
         positive("oom_penalty", f.oom_penalty)?;
         positive("small_runs.weight", f.small_runs.weight)?;
         if !(f.headroom.is_finite() && f.headroom >= 0.0) {
@@ -194,6 +230,13 @@ impl FactorsFile {
             ));
         }
         let check_cards = |field: &str, cards: &[Card]| {
+            if let Some(k) = cards.iter().position(|c| c.bytes == 0) {
+                return Err(Error::field(
+                    path,
+                    &format!("{field}[{k}].bytes"),
+                    "a card's capacity must be positive",
+                ));
+            }
             if cards.is_empty() || cards.windows(2).any(|w| w[0].bytes >= w[1].bytes) {
                 Err(Error::field(
                     path,
@@ -207,6 +250,25 @@ impl FactorsFile {
         check_cards("cards", &f.cards)?;
         for (name, r) in &f.regimes {
             check_cards(&format!("regimes.{name}.cards"), &r.cards)?;
+        }
+        if f.training_regimes.is_empty() {
+            return Err(Error::field(
+                path,
+                "training_regimes",
+                "names no regime, so nothing could be fitted; list the regimes whose rows the \
+                 factors are fitted on (e.g. [\"cpu-free\"])",
+            ));
+        }
+        if let Some(p) = &f.provenance {
+            let h = &p.rows_sha256;
+            // Empty: not recorded (the synthetic data sets' factors).
+            if !h.is_empty() && (h.len() != 64 || !h.bytes().all(|c| c.is_ascii_hexdigit())) {
+                return Err(Error::field(
+                    path,
+                    "provenance.rows_sha256",
+                    "must be 64 hex digits (the SHA-256 memcal fit --write-factors records)",
+                ));
+            }
         }
         for t in &f.training_regimes {
             if !f.regimes.contains_key(t) {

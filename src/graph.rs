@@ -7,7 +7,8 @@ use crate::shape::{Dim, Shape};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
-use std::collections::{BTreeMap, HashMap};
+type HashMap<K, V> = crate::name_hash::NameMap<K, V>;
+type HashSet<K> = crate::name_hash::NameSet<K>;
 use std::path::{Path, PathBuf};
 
 /// The format tag every graph carries.
@@ -24,11 +25,44 @@ pub enum DType {
 }
 
 /// One dimension as written in a file: `"B"` or a positive integer.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(untagged)]
 pub enum FileDim {
     Size(u64),
     Symbol(String),
+}
+
+/// A number or a string; a negative or fractional number is refused here, with the value (an
+/// untagged enum would only say that no variant matched).
+impl<'de> Deserialize<'de> for FileDim {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = FileDim;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("\"B\" or a positive integer")
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> std::result::Result<FileDim, E> {
+                Ok(FileDim::Size(v))
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> std::result::Result<FileDim, E> {
+                u64::try_from(v).map(FileDim::Size).map_err(|_| {
+                    E::custom(format!(
+                        "a dimension must be \"B\" or a positive integer, found {v}"
+                    ))
+                })
+            }
+            fn visit_f64<E: serde::de::Error>(self, v: f64) -> std::result::Result<FileDim, E> {
+                Err(E::custom(format!(
+                    "a dimension must be \"B\" or a positive integer, found {v}"
+                )))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> std::result::Result<FileDim, E> {
+                Ok(FileDim::Symbol(v.to_string()))
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 /// A graph input as written in the file.
@@ -116,6 +150,27 @@ pub struct Graph {
     /// Where it was loaded from, if anywhere.
     #[serde(skip)]
     pub path: Option<PathBuf>,
+    /// Every value's name (inputs and nodes) to where it is, so that [`Graph::shape_of`] is a
+    /// lookup rather than a scan (a scan per node made a 200,000-node graph quadratic).
+    #[serde(skip)]
+    names: NameIndex,
+}
+
+/// Where a value is: a graph input or a node, by position.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Slot {
+    Input(usize),
+    Node(usize),
+}
+
+/// [`Graph`]'s name index. Equal for any two graphs (it is derived from the fields compared).
+#[derive(Debug, Clone, Default)]
+struct NameIndex(HashMap<String, Slot>);
+
+impl PartialEq for NameIndex {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
 }
 
 /// Turns a JSON error into one that names the file and the field (dotted path) and says what to
@@ -141,10 +196,27 @@ pub(crate) fn json_error(
             Category::Syntax | Category::Eof | Category::Io
         )
     {
-        let message = if text.trim().is_empty() {
+        let message = if text.starts_with('\u{feff}') {
+            "the file starts with a UTF-8 byte-order mark (bytes EF BB BF), which JSON does not \
+             allow; save it without one"
+                .to_string()
+        } else if let Some(token) = non_finite_at(text, inner.line(), inner.column()) {
+            format!(
+                "`{token}` at line {} column {} is not a JSON number (JSON has no Infinity or \
+                 NaN); write a finite number",
+                inner.line(),
+                inner.column()
+            )
+        } else if text.trim().is_empty() {
             format!("the file is empty; write it in the format of {doc}, or delete it")
         } else {
-            format!("{msg}; the file is cut short or not JSON: fix it ({doc}), or delete it")
+            // A factors file is fixed, never deleted; a row or graph file may be stray.
+            let or_delete = if what.starts_with("factors") {
+                ""
+            } else {
+                ", or delete it"
+            };
+            format!("{msg}; the file is cut short or not JSON: fix it ({doc}){or_delete}")
         };
         return Error::Parse {
             path: path.to_path_buf(),
@@ -173,6 +245,36 @@ pub(crate) fn json_error(
         path: path.to_path_buf(),
         field,
         message: format!("{msg}; {hint}"),
+    }
+}
+
+/// `Infinity`, `-Infinity` or `NaN` where serde_json stopped (line and column from 1), if
+/// that is what stopped it.
+fn non_finite_at(text: &str, line: usize, column: usize) -> Option<&'static str> {
+    let l = text.lines().nth(line.checked_sub(1)?)?;
+    let at = column.saturating_sub(1);
+    ["-Infinity", "Infinity", "NaN"]
+        .into_iter()
+        .find(|t| (at.saturating_sub(1)..=at).any(|k| l.get(k..).is_some_and(|r| r.starts_with(t))))
+}
+
+/// The error for bytes after a complete JSON document (a second row, a stray brace): the
+/// document is one value, and nothing but white space may follow it.
+pub(crate) fn trailing_error(path: &Path, what: &'static str, e: &serde_json::Error) -> Error {
+    let hint = if what.starts_with("run row") {
+        " (several rows go in a .jsonl row bundle, one row per line)"
+    } else {
+        ""
+    };
+    Error::Parse {
+        path: path.to_path_buf(),
+        what,
+        message: format!(
+            "more after the document ends at line {} column {}: a file holds one JSON \
+             document{hint}; remove the rest",
+            e.line(),
+            e.column()
+        ),
     }
 }
 
@@ -207,9 +309,36 @@ impl Graph {
             what: "graph",
             message: format!("not UTF-8 text ({e})"),
         })?;
+        // Parsed plainly first (tracking each field's path costs about a third of the parse of
+        // a large graph); a file that fails is parsed again with paths, for the message.
         let de = &mut serde_json::Deserializer::from_str(text);
-        let file: GraphFile = serde_path_to_error::deserialize(de)
-            .map_err(|e| json_error(path, "graph JSON", "docs/graph-format.md", text, e))?;
+        let file = match GraphFile::deserialize(&mut *de) {
+            Ok(file) => file,
+            Err(_) => {
+                let de = &mut serde_json::Deserializer::from_str(text);
+                let e = match serde_path_to_error::deserialize::<_, GraphFile>(&mut *de) {
+                    Err(e) => e,
+                    Ok(_) => {
+                        return Err(Error::Parse {
+                            path: path.to_path_buf(),
+                            what: "graph",
+                            message: "parses with field paths but not without (a bug in \
+                                      memcal: please report it)"
+                                .into(),
+                        })
+                    }
+                };
+                return Err(json_error(
+                    path,
+                    "graph JSON",
+                    "docs/graph-format.md",
+                    text,
+                    e,
+                ));
+            }
+        };
+        de.end()
+            .map_err(|e| trailing_error(path, "graph JSON", &e))?;
         let mut g = Graph::check(&file, path)?;
         g.sha256 = sha256_hex(bytes);
         Ok(g)
@@ -236,7 +365,8 @@ impl Graph {
                 return Err(Error::field(path, field, "must not be empty"));
             }
         }
-        let mut shapes: HashMap<&str, Shape> = HashMap::new();
+        let mut shapes: HashMap<&str, Shape> =
+            HashMap::with_capacity_and_hasher(file.nodes.len() + 8, Default::default());
         let mut inputs = Vec::new();
         for (i, input) in file.inputs.iter().enumerate() {
             let field = format!("inputs[{i}]");
@@ -282,7 +412,15 @@ impl Graph {
 
         // Type every op first, so an unknown op is reported before ordering problems.
         let mut ops = Vec::with_capacity(file.nodes.len());
-        let mut index: BTreeMap<&str, usize> = BTreeMap::new();
+        let mut index: HashMap<&str, usize> =
+            HashMap::with_capacity_and_hasher(file.nodes.len(), Default::default());
+        let node_ids: HashSet<&str> = file.nodes.iter().map(|n| n.id.as_str()).collect();
+        let int64_inputs: HashSet<&str> = file
+            .inputs
+            .iter()
+            .filter(|i| i.dtype == DType::Int64)
+            .map(|i| i.name.as_str())
+            .collect();
         for (i, n) in file.nodes.iter().enumerate() {
             if n.id.trim().is_empty() {
                 return Err(Error::field(
@@ -315,7 +453,7 @@ impl Graph {
                 ));
             }
             for inp in &n.inputs {
-                if !shapes.contains_key(inp.as_str()) && !file.nodes.iter().any(|m| &m.id == inp) {
+                if !shapes.contains_key(inp.as_str()) && !node_ids.contains(inp.as_str()) {
                     return Err(Error::node(
                         path,
                         &n.id,
@@ -373,9 +511,8 @@ impl Graph {
             let op = ops[i].clone();
             let ins: Vec<&Shape> = nf.inputs.iter().map(|x| &shapes[x.as_str()]).collect();
             for (k, (name, s)) in nf.inputs.iter().zip(&ins).enumerate() {
-                let int_input = inputs
-                    .iter()
-                    .any(|g| &g.name == name && g.dtype == DType::Int64);
+                let int_input =
+                    int64_inputs.contains(name.as_str()) && !index.contains_key(name.as_str());
                 let wants_int = matches!(op, Op::Embedding { .. })
                     || (k == 1 && matches!(op, Op::CrossEntropy));
                 if int_input != wants_int {
@@ -402,6 +539,11 @@ impl Graph {
 
         // Ties: a tied linear or embedding must name an embedding that owns its table (is not
         // tied itself) and whose table matches it.
+        let by_id: HashMap<&str, usize> = nodes
+            .iter()
+            .enumerate()
+            .map(|(k, n)| (n.id.as_str(), k))
+            .collect();
         for node in &nodes {
             let (t, want_num, want_dim, what) = match &node.op {
                 Op::Linear {
@@ -427,7 +569,7 @@ impl Graph {
                 ),
                 _ => continue,
             };
-            let target = nodes.iter().find(|m| &m.id == t);
+            let target = by_id.get(t.as_str()).map(|&k| &nodes[k]);
             match target.map(|m| &m.op) {
                 Some(Op::Embedding {
                     num_embeddings,
@@ -485,7 +627,7 @@ impl Graph {
             }
         }
 
-        match nodes.iter().find(|m| m.id == file.loss) {
+        match by_id.get(file.loss.as_str()).map(|&k| &nodes[k]) {
             None => {
                 return Err(Error::field(
                     path,
@@ -507,7 +649,17 @@ impl Graph {
             Some(_) => {}
         }
 
+        drop(by_id);
+        let mut names =
+            HashMap::with_capacity_and_hasher(inputs.len() + nodes.len(), Default::default());
+        for (k, i) in inputs.iter().enumerate() {
+            names.insert(i.name.clone(), Slot::Input(k));
+        }
+        for (k, n) in nodes.iter().enumerate() {
+            names.insert(n.id.clone(), Slot::Node(k));
+        }
         Ok(Graph {
+            names: NameIndex(names),
             name: file.name.clone(),
             family: file.family.clone(),
             variant: file.variant.clone(),
@@ -535,8 +687,18 @@ impl Graph {
         self.inputs.iter().any(|i| i.shape.has_batch())
     }
 
-    /// The shape of a value (graph input or node output) by name.
+    /// The shape of a value (graph input or node output) by name: looked up in the graph's
+    /// index (a scan for a graph whose fields were changed after it was checked).
     pub fn shape_of(&self, name: &str) -> Option<&Shape> {
+        match self.names.0.get(name) {
+            Some(Slot::Input(k)) if self.inputs.get(*k).is_some_and(|i| i.name == name) => {
+                return Some(&self.inputs[*k].shape)
+            }
+            Some(Slot::Node(k)) if self.nodes.get(*k).is_some_and(|n| n.id == name) => {
+                return Some(&self.nodes[*k].output)
+            }
+            _ => {}
+        }
         self.inputs
             .iter()
             .find(|i| i.name == name)

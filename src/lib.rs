@@ -6,6 +6,7 @@
 //! format and [`factors`] the shipped factors file.
 
 pub mod baselines;
+pub mod cli_io;
 pub mod cli_plan;
 pub mod clock;
 pub mod engine;
@@ -13,7 +14,9 @@ pub mod error;
 pub mod factors;
 pub mod features;
 pub mod graph;
+mod name_hash;
 pub mod ops;
+pub mod outputs;
 pub mod plan;
 pub mod report;
 pub mod review;

@@ -49,6 +49,10 @@ enum Command {
         /// Output folder.
         #[arg(long, default_value = "data/graphs")]
         out: PathBuf,
+        /// Replace graph files whose bytes differ from what this memcal generates (edited by
+        /// hand, or made by another version); without it they are refused (exit 2).
+        #[arg(long)]
+        force: bool,
     },
     /// Build the static calibration site from data/ into site/ (opens from disk, no server).
     /// Every number comes from the engine; identical inputs give byte-identical files.
@@ -56,11 +60,13 @@ enum Command {
         /// The data folder (factors.json, graphs/, runs/, prose/).
         #[arg(long, default_value = "data")]
         data: PathBuf,
-        /// The site folder.
+        /// The site folder: new, empty, or one memcal built (it holds the manifest
+        /// `.memcal-manifest`; only the files it lists are ever removed). Not the data folder
+        /// or inside it. The new site is built next to it and renamed in.
         #[arg(long, default_value = "site")]
         out: PathBuf,
         /// Do not write: rebuild in memory and fail (exit 1), naming the first differing file,
-        /// if the committed site differs from what the data produces.
+        /// if the committed site differs from what the data produces (exit 2 on bad data).
         #[arg(long)]
         check: bool,
         /// Also write each page's view model as JSON next to it (for debugging templates).
@@ -74,9 +80,13 @@ enum Command {
         /// The data folder (factors.json, graphs/, runs/).
         #[arg(long, default_value = "data")]
         data: PathBuf,
-        /// Where to write calibration.json.
+        /// Where to write calibration.json (a file outside the data folder).
         #[arg(long, default_value = "calibration.json")]
         out: PathBuf,
+        /// Write --out even inside the data folder (refused without it: the data folder holds
+        /// memcal's inputs).
+        #[arg(long)]
+        force: bool,
         /// Also rewrite data/factors.json with the refitted factors, the quantiles and their
         /// provenance (fixed_at = now, the SHA-256 of the fitted rows, the tool version). The
         /// only way the factors file changes.
@@ -130,6 +140,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli) {
         Ok(code) => code,
+        // The reader of stdout went away (`| head`): files were written first; a normal end.
+        Err(e) if memcal::cli_io::is_closed_stdout(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {}", chain_message(&e));
             let code = e
@@ -158,13 +170,8 @@ fn chain_message(e: &anyhow::Error) -> String {
     msg
 }
 
-/// Writes a file through a temporary sibling and a rename, so a reader never sees half of it.
-fn write_atomic(path: &std::path::Path, bytes: &[u8]) -> anyhow::Result<()> {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, bytes).with_context(|| format!("cannot write {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))?;
-    Ok(())
-}
+use memcal::cli_io::print;
+use memcal::outputs::write_file_atomic as write_atomic;
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
@@ -187,14 +194,26 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 Some(r) => f
                     .regimes
                     .get(r)
-                    .with_context(|| format!("regime `{r}` is not in {}", factors.display()))?
+                    .ok_or_else(|| {
+                        memcal::Error::Invalid(format!(
+                            "--regime {r}: no such regime in {} (it has: {})",
+                            factors.display(),
+                            f.regimes.keys().cloned().collect::<Vec<_>>().join(", ")
+                        ))
+                    })?
                     .cards
                     .clone(),
             };
-            let simulation = memcal::simulate::simulate(&g, batch, precision);
+            // The timeline's events only when asked for (a deep graph makes millions).
+            let simulation = if timeline {
+                memcal::simulate::simulate(&g, batch, precision)
+            } else {
+                memcal::simulate::simulate_peak(&g, batch, precision)
+            };
             let p =
                 memcal::plan::plan_with_simulation(&g, batch, precision, &f, &cards, &simulation)
-                    .map_err(memcal::Error::Invalid)?;
+                    .map_err(|m| memcal::Error::Invalid(format!("{}: {m}", factors.display())))?;
+            memcal::plan::check_features(&g, &p).map_err(memcal::Error::Invalid)?;
             let sim = if timeline {
                 Some(simulation.map_err(memcal::Error::Invalid)?)
             } else {
@@ -205,20 +224,25 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     None => serde_json::to_value(&p)?,
                     Some(s) => serde_json::json!({ "plan": p, "simulation": s }),
                 };
-                println!("{}", serde_json::to_string_pretty(&value)?);
+                print(&format!("{}\n", serde_json::to_string_pretty(&value)?))?;
             } else {
-                print!("{}", memcal::cli_plan::render(&p));
+                let mut text = memcal::cli_plan::render(&p);
                 if let Some(s) = &sim {
-                    print!("\n{}", memcal::simulate::render_timeline(s));
+                    text.push_str(&format!("\n{}", memcal::simulate::render_timeline(s)));
                 }
+                print(&text)?;
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Graphs { out } => {
+        Command::Graphs { out, force } => {
             std::fs::create_dir_all(&out)
                 .with_context(|| format!("cannot create {}", out.display()))?;
-            let written = memcal::zoo::write_all(&out)?;
-            println!("wrote {} graphs to {}", written.len(), out.display());
+            let written = memcal::zoo::write_all_checked(&out, force)?;
+            print(&format!(
+                "wrote {} graphs to {}\n",
+                written.len(),
+                out.display()
+            ))?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Build {
@@ -228,16 +252,16 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             debug_json,
         } => {
             if check {
-                return Ok(match memcal::report::check_site(&data, &out) {
-                    Ok(()) => {
-                        println!(
-                            "{} is current: it is exactly what {} produces",
+                return Ok(match memcal::report::compare_site(&data, &out)? {
+                    None => {
+                        print(&format!(
+                            "{} is current: it is exactly what {} produces\n",
                             out.display(),
                             data.display()
-                        );
+                        ))?;
                         ExitCode::SUCCESS
                     }
-                    Err(first) => {
+                    Some(first) => {
                         eprintln!(
                             "error: {} is not current: {first}\nrebuild it with `memcal build` and commit it",
                             out.display()
@@ -248,8 +272,12 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
             let started = std::time::Instant::now();
             let summary = memcal::report::build_site(&data, &out, debug_json)?;
-            println!(
-                "built {}: {} pages, {} charts, {} rows, in {:.2} s{}",
+            eprint!(
+                "{}",
+                memcal::cli_io::skipped_warning(&data, &summary.skipped)
+            );
+            print(&format!(
+                "built {}: {} pages, {} charts, {} rows, in {:.2} s{}{}\n",
                 out.display(),
                 summary.pages,
                 summary.charts,
@@ -258,27 +286,33 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 if summary.removed.is_empty() {
                     String::new()
                 } else {
-                    format!("; removed {} stale files", summary.removed.len())
+                    format!(
+                        "; removed {} files of the previous build it no longer writes",
+                        summary.removed.len()
+                    )
+                },
+                if summary.kept.is_empty() {
+                    String::new()
+                } else {
+                    format!("; kept {} files memcal did not write", summary.kept.len())
                 }
-            );
+            ))?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Fit {
             data,
             out,
+            force,
             write_factors,
             json,
         } => {
-            let ds = memcal::engine::load(&data)?;
+            memcal::outputs::check_calibration_out(&out, &data, force)?;
+            let (ds, skipped) = memcal::engine::load_reporting(&data)?;
+            eprint!("{}", memcal::cli_io::skipped_warning(&data, &skipped));
             let cal = memcal::engine::calibrate(&ds);
             let text = memcal::engine::write_calibration_json(&cal);
             write_atomic(&out, text.as_bytes())?;
-            if json {
-                print!("{text}");
-            } else {
-                print!("{}", memcal::engine::summary_table(&cal));
-                println!("\nwrote {}", out.display());
-            }
+            // Every file is written before anything is printed: a closed stdout loses nothing.
             if write_factors {
                 let f = memcal::engine::refit_factors_file(&ds, &cal, &memcal::clock::now());
                 let path = data.join("factors.json");
@@ -296,6 +330,15 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     history_path.display()
                 );
             }
+            if json {
+                print(&text)?;
+            } else {
+                print(&format!(
+                    "{}\nwrote {}\n",
+                    memcal::engine::summary_table(&cal),
+                    out.display()
+                ))?;
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Diff {
@@ -309,9 +352,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let h = memcal::review::evaluate(&memcal::review::DataState::open(&head, &repo)?)?;
             let d = memcal::review::diff(&b, &h, &fail_on);
             if json {
-                println!("{}", serde_json::to_string_pretty(&d)?);
+                print(&format!("{}\n", serde_json::to_string_pretty(&d)?))?;
             } else {
-                print!("{}", memcal::review::diff_markdown(&d));
+                print(&memcal::review::diff_markdown(&d))?;
             }
             Ok(if d.failures.is_empty() {
                 ExitCode::SUCCESS
@@ -322,9 +365,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Audit { data, json } => {
             let a = memcal::review::audit(&data)?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&a)?);
+                print(&format!("{}\n", serde_json::to_string_pretty(&a)?))?;
             } else {
-                print!("{}", memcal::review::audit_text(&a));
+                print(&memcal::review::audit_text(&a))?;
             }
             Ok(if a.failures.is_empty() {
                 ExitCode::SUCCESS

@@ -125,9 +125,13 @@ pub struct Plan {
     pub has_batch_axis: bool,
     pub features: Features,
     pub factors: [f64; N_FEATURES],
+    /// In JSON: whole bytes, rounded up (a planner never reserves a fraction of a byte).
+    #[serde(serialize_with = "whole_bytes")]
     pub estimate_bytes: f64,
     pub headroom: f64,
     pub q95: f64,
+    /// In JSON: whole bytes, rounded up.
+    #[serde(serialize_with = "whole_bytes")]
     pub bound_bytes: f64,
     pub cards: Vec<CardVerdict>,
     /// Smallest card the plan alone fits.
@@ -135,9 +139,39 @@ pub struct Plan {
     /// Smallest card the bound fits.
     pub smallest_card_bound: Option<Card>,
     pub accelerate: Accelerate,
+    /// In JSON: the formula's object, or `{"error": why}` where it does not apply.
+    #[serde(serialize_with = "value_or_error")]
     pub textbook: Result<Textbook, String>,
     /// The simulator's peak and where it falls (no fitted factor), or why it has no rules yet.
+    /// In JSON: the object, or `{"error": why}`.
+    #[serde(serialize_with = "value_or_error")]
     pub simulated: Result<SimulatedPeak, String>,
+}
+
+/// Bytes held as `f64` (a product of factors and features), written as a whole number of
+/// bytes, rounded up.
+fn whole_bytes<S: serde::Serializer>(v: &f64, s: S) -> Result<S::Ok, S::Error> {
+    if v.is_finite() && *v >= 0.0 && *v < u64::MAX as f64 {
+        s.serialize_u64(v.ceil() as u64)
+    } else {
+        s.serialize_none()
+    }
+}
+
+/// A result as its value, or as `{"error": message}`.
+fn value_or_error<T: Serialize, S: serde::Serializer>(
+    v: &Result<T, String>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeMap;
+    match v {
+        Ok(t) => t.serialize(s),
+        Err(m) => {
+            let mut map = s.serialize_map(Some(1))?;
+            map.serialize_entry("error", m)?;
+            map.end()
+        }
+    }
 }
 
 /// Where the simulated training step peaks.
@@ -156,8 +190,27 @@ pub fn plan(
     factors: &FactorsFile,
     cards: &[Card],
 ) -> Result<Plan, String> {
-    let sim = crate::simulate::simulate(graph, batch, precision);
+    let sim = crate::simulate::simulate_peak(graph, batch, precision);
     plan_with_simulation(graph, batch, precision, factors, cards, &sim)
+}
+
+/// Refuses a plan whose features do not fit in 64 bits (the features
+/// saturate at `u64::MAX`; a saturated feature is no estimate): the message names the graph's
+/// file, or its name for a graph built in memory.
+pub fn check_features(graph: &Graph, plan: &Plan) -> Result<(), String> {
+    let batch = plan.batch;
+    if let Some(k) = plan.features.as_array().iter().position(|v| *v == u64::MAX) {
+        let name = features::FEATURE_NAMES[k];
+        return Err(format!(
+            "{}: at batch {batch} feature `{name}` needs more than 2^64 bytes (it overflows); \
+             check the batch and the input shapes",
+            graph
+                .path
+                .as_ref()
+                .map_or(graph.name.clone(), |p| p.display().to_string())
+        ));
+    }
+    Ok(())
 }
 
 /// [`plan`] with the simulation already run (so `plan --timeline` simulates once).
@@ -169,13 +222,18 @@ pub fn plan_with_simulation(
     cards: &[Card],
     sim: &Result<crate::simulate::Simulation, String>,
 ) -> Result<Plan, String> {
-    let f =
-        factors.factors(precision).ok_or_else(|| {
-            format!(
-            "data/factors.json has no factors for precision `{precision}`; profiles present: {}",
-            factors.profiles.keys().cloned().collect::<Vec<_>>().join(", ")
+    let f = factors.factors(precision).ok_or_else(|| {
+        format!(
+            "has no factors for precision `{precision}` (profiles present: {}); pass \
+                 --precision one of them, or fit that profile",
+            factors
+                .profiles
+                .keys()
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", ")
         )
-        })?;
+    })?;
     let feats = features::features(graph, batch, precision);
     let est = estimate(f, &feats);
     let q95 = factors.upper_for(precision).q95;

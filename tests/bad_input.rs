@@ -118,6 +118,12 @@ mod graphs {
         huge_number_u64_overflow,
         huge_product_overflow,
         max_u64_input_dim,
+        negative_input_dim,
+        utf8_bom,
+        infinity_attribute,
+        trailing_bytes,
+        two_graphs_in_one_file,
+        activation_overflow,
     );
 }
 
@@ -162,6 +168,222 @@ mod rows {
         bundle_bad_line,
         bundle_empty_line,
         bundle_unknown_field,
+        trailing_bytes,
+        two_rows_in_one_file,
+        bundle_two_rows_on_a_line,
+        peak_above_capacity,
+        capped_peak_above_cap,
+        peak_disagrees_with_phases,
+        peak_phase_not_a_phase,
+        timestamp_in_the_future,
+        timestamp_before_the_harness,
+        timestamp_not_ascii,
+        uppercase_json_extension,
+        no_runs_folder,
+        factors_q95_below_q90,
+        factors_q95_below_one,
+        factors_zero_byte_card,
+        factors_unsorted_cards,
+        factors_no_training_regime,
+        factors_non_hex_rows_sha256,
+        factors_trailing_bytes,
+        utf8_bom,
+        infinity_bytes,
+    );
+}
+
+/// A command-line case `commands/<case>/`: a working folder (its `files/`, then the lines of
+/// `setup`) in which `memcal <args>` runs; the snapshot holds the exit status, stderr, the
+/// summary's `rows:` line and every file left in the folder afterwards (size and SHA-256, or
+/// `(not compared)` under a path listed in `volatile`), so that a refusal shows that nothing
+/// was written or removed.
+///
+/// `setup` lines: `data DIR` (a valid one-row data folder), `copy SRC DEST` (SRC relative to
+/// the repository), `symlink TARGET LINK`, `mkfifo PATH`, `remove PATH`. `args`: one argument
+/// a line, `{repo}` for the repository. `exit`: the status. `stdout-closed`: stdout is a pipe
+/// whose reader has already gone away (`memcal ... | head`).
+fn command_case(name: &str) -> String {
+    let case = repo().join("tests/bad_input/commands").join(name);
+    let tmp = tempfile::tempdir().unwrap();
+    let work = tmp.path().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    if case.join("files").is_dir() {
+        copy_tree(&case.join("files"), &work);
+    }
+    let lines = |file: &str| -> Vec<String> {
+        std::fs::read_to_string(case.join(file))
+            .map(|t| t.lines().map(str::to_string).collect())
+            .unwrap_or_default()
+    };
+    for line in lines("setup") {
+        setup_step(&line, &work);
+    }
+    let args: Vec<String> = lines("args")
+        .iter()
+        .map(|a| a.replace("{repo}", repo().to_str().unwrap()))
+        .collect();
+    let want: i32 = lines("exit")[0].parse().unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_memcal"));
+    cmd.current_dir(&work).args(&args);
+    if case.join("stdout-closed").exists() {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        cmd.stdout(writer);
+    } else {
+        cmd.stdout(std::process::Stdio::piped());
+    }
+    let out = cmd
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .expect("the memcal binary runs");
+    let stderr = without_fixed_at(&redact(&String::from_utf8_lossy(&out.stderr), tmp.path()));
+    assert!(!stderr.contains("panicked"), "panicked:\n{stderr}");
+    assert_eq!(
+        out.status.code(),
+        Some(want),
+        "exit status; stderr:\n{stderr}"
+    );
+    if want == 2 {
+        assert!(stderr.starts_with("error: "), "{stderr}");
+    }
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let rows: Vec<&str> = stdout.lines().filter(|l| l.starts_with("rows:")).collect();
+    format!(
+        "exit: {}\n--- stderr\n{stderr}--- stdout rows\n{}\n--- files after\n{}",
+        want,
+        rows.join("\n"),
+        listing(&work, &lines("volatile"))
+    )
+}
+
+/// `(fixed_at <time>)` as `(fixed_at <now>)`: `fit --write-factors` fixes the factors now.
+fn without_fixed_at(text: &str) -> String {
+    match text.split_once("(fixed_at ") {
+        Some((before, after)) => match after.split_once(')') {
+            Some((_, rest)) => format!("{before}(fixed_at <now>){rest}"),
+            None => text.to_string(),
+        },
+        None => text.to_string(),
+    }
+}
+
+fn setup_step(line: &str, work: &Path) {
+    let w: Vec<&str> = line.split_whitespace().collect();
+    let at = |p: &str| work.join(p);
+    let parent = |p: &Path| std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    match w.as_slice() {
+        ["data", dir] => {
+            let valid = repo().join("tests/bad_input/rows/duplicate_run_id");
+            for (from, to) in [
+                ("factors.json", "factors.json"),
+                ("graphs", "graphs"),
+                ("runs/a", "runs/a"),
+            ] {
+                let dest = at(dir).join(to);
+                parent(&dest);
+                copy_any(&valid.join(from), &dest);
+            }
+        }
+        ["copy", from, to] => {
+            parent(&at(to));
+            copy_any(&repo().join(from), &at(to));
+        }
+        ["symlink", target, link] => {
+            parent(&at(link));
+            std::os::unix::fs::symlink(target, at(link)).unwrap();
+        }
+        ["mkfifo", path] => {
+            parent(&at(path));
+            let ok = Command::new("mkfifo").arg(at(path)).status().unwrap();
+            assert!(ok.success(), "mkfifo {path}");
+        }
+        ["remove", path] => std::fs::remove_dir_all(at(path)).unwrap(),
+        _ => panic!("unknown setup line `{line}`"),
+    }
+}
+
+fn copy_any(from: &Path, to: &Path) {
+    if from.is_dir() {
+        std::fs::create_dir_all(to).unwrap();
+        copy_tree(from, to);
+    } else {
+        std::fs::copy(from, to).unwrap();
+    }
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    for e in std::fs::read_dir(from).unwrap() {
+        let p = e.unwrap().path();
+        let dest = to.join(p.file_name().unwrap());
+        if p.is_dir() {
+            std::fs::create_dir_all(&dest).unwrap();
+            copy_tree(&p, &dest);
+        } else {
+            std::fs::copy(&p, &dest).unwrap();
+        }
+    }
+}
+
+/// Every entry under `dir` (links not followed), sorted: a file with its size and the start of
+/// its SHA-256, a link with its target, a pipe as such; under a `volatile` prefix only the path.
+fn listing(dir: &Path, volatile: &[String]) -> String {
+    use sha2::Digest as _;
+    let mut out = String::new();
+    let mut entries: Vec<PathBuf> = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            let m = std::fs::symlink_metadata(&p).unwrap();
+            if m.is_dir() {
+                stack.push(p);
+            } else {
+                entries.push(p);
+            }
+        }
+    }
+    entries.sort();
+    for p in entries {
+        let rel = p.strip_prefix(dir).unwrap().to_string_lossy().into_owned();
+        let m = std::fs::symlink_metadata(&p).unwrap();
+        let what = if m.file_type().is_symlink() {
+            format!("-> {}", std::fs::read_link(&p).unwrap().display())
+        } else if !m.is_file() {
+            "(not a regular file)".to_string()
+        } else if volatile.iter().any(|v| rel.starts_with(v.as_str())) {
+            "(not compared)".to_string()
+        } else {
+            let bytes = std::fs::read(&p).unwrap();
+            let h = sha2::Sha256::digest(&bytes);
+            let hex: String = h.iter().take(6).map(|b| format!("{b:02x}")).collect();
+            format!("{} bytes, sha256 {hex}", bytes.len())
+        };
+        out.push_str(&format!("{rel}  {what}\n"));
+    }
+    out
+}
+
+/// `memcal <args>` in a working folder: `tests/bad_input/commands/<case>/`.
+mod commands {
+    cases!(LIST, command_case:
+        build_into_a_foreign_folder,
+        build_out_is_the_data_folder,
+        build_out_inside_the_data_folder,
+        build_without_runs_keeps_the_site,
+        build_out_is_a_file,
+        build_removes_only_its_own_files,
+        build_check_on_bad_data,
+        fit_out_is_the_factors_file,
+        fit_out_is_a_folder,
+        fit_with_a_closed_stdout,
+        plan_with_a_closed_stdout,
+        graphs_over_a_hand_edited_graph,
+        plan_unknown_regime,
+        symlink_outside_the_data_folder,
+        symlink_loop,
+        symlink_dangling,
+        symlink_within_the_data_folder_is_followed,
+        skipped_files_are_reported,
     );
 }
 
@@ -208,5 +430,6 @@ fn corpus_is_listed() {
     let mut rows = listed(rows::LIST);
     rows.insert("duplicate_run_id".into());
     assert_eq!(names("rows", ""), rows);
-    assert!(graphs::LIST.len() + rows.len() >= 30);
+    assert_eq!(names("commands", ""), listed(commands::LIST));
+    assert!(graphs::LIST.len() + rows.len() + commands::LIST.len() >= 30);
 }

@@ -529,3 +529,65 @@ proptest! {
         prop_assert!(calibration_json(&ds) == calibration_json(&shuffled));
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 12, ..ProptestConfig::default() })]
+
+    /// Nothing under `runs/` is lost silently: the rows on the built site are the files under
+    /// `runs/` less the skips `memcal build` reports (files that are not rows: other names,
+    /// dotfiles, no extension), with rows in nested folders and repeated run ids (excluded, but
+    /// on the page).
+    #[test]
+    fn rows_on_the_page_are_the_files_less_the_reported_skips(
+        rows in prop::collection::vec((0usize..3, 0u64..4), 0..8),
+        others in prop::collection::vec((0usize..3, 0usize..5), 0..5),
+    ) {
+        let tmp = tempfile::tempdir().unwrap();
+        let data = tmp.path().join("data");
+        std::fs::create_dir_all(data.join("graphs")).unwrap();
+        std::fs::create_dir_all(data.join("runs")).unwrap();
+        std::fs::copy(valid_dir().join("factors.json"), data.join("factors.json")).unwrap();
+        std::fs::copy(valid_dir().join("graphs/tiny.json"), data.join("graphs/tiny.json")).unwrap();
+        let seed = read_json(&valid_dir().join("runs/a/b8.json"));
+        let dirs = ["", "cpu/", "cpu/deep/"];
+        for (k, (dir, id)) in rows.iter().enumerate() {
+            let mut r = seed.clone();
+            r["run_id"] = json!(format!("cpu-free/tiny/b8-{id}"));
+            let p = data.join(format!("runs/{}r{k}.json", dirs[*dir]));
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, serde_json::to_vec_pretty(&r).unwrap()).unwrap();
+        }
+        let names = ["README.md", "notes", ".gitkeep", "row.json.bak", "x.txt"];
+        for (k, (dir, name)) in others.iter().enumerate() {
+            let p = data.join(format!("runs/{}{k}-{}", dirs[*dir], names[*name]));
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, "not a row\n").unwrap();
+        }
+        let files = walkdir::WalkDir::new(data.join("runs"))
+            .into_iter()
+            .filter(|e| e.as_ref().unwrap().file_type().is_file())
+            .count();
+        let out = tmp.path().join("site");
+        let s = memcal::report::build_site(&data, &out, false).unwrap();
+        prop_assert_eq!(s.skipped.len(), others.len());
+        prop_assert_eq!(files, rows.len() + others.len());
+        // The page's "Run rows read" (counted rows and excluded ones, a repeated run id among
+        // them) is the files under runs/ less the skips.
+        let index = std::fs::read_to_string(out.join("index.html")).unwrap();
+        let read = index
+            .split("Run rows read</dt><dd>")
+            .nth(1)
+            .and_then(|r| r.split('<').next())
+            .map(|n| n.replace(',', ""));
+        if files - s.skipped.len() > 0 {
+            prop_assert_eq!(read, Some((files - s.skipped.len()).to_string()));
+        } else {
+            prop_assert!(index.contains("No measured rows yet"));
+        }
+        // Every row that is not a repeat is counted (and in the every-row download).
+        let distinct: std::collections::BTreeSet<u64> = rows.iter().map(|r| r.1).collect();
+        prop_assert_eq!(s.rows, distinct.len());
+        let csv = std::fs::read_to_string(out.join("memory-calibration.csv")).unwrap();
+        prop_assert_eq!(csv.lines().count(), s.rows + 1);
+    }
+}

@@ -200,15 +200,79 @@ fn builds_are_byte_identical() {
 }
 
 #[test]
-fn stale_files_are_removed_and_others_kept() {
+fn only_files_in_the_manifest_are_removed_and_others_kept() {
     let out = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(out.path().join("charts")).unwrap();
-    std::fs::write(out.path().join("charts/old.svg"), "<svg/>").unwrap();
+    let first = build_site(&fixture(), out.path(), false).unwrap();
+    assert!(first.removed.is_empty());
+    let manifest = std::fs::read_to_string(out.path().join(".memcal-manifest")).unwrap();
+    assert!(
+        manifest.starts_with("memcal-site-manifest/1\n"),
+        "{manifest}"
+    );
+    for f in &first.files {
+        assert!(manifest.lines().any(|l| l == f), "{f} not in the manifest");
+    }
+    // An earlier build's file this one does not write (listed), and files memcal did not write
+    // (not listed), one of them where a build writes its own files.
     std::fs::write(out.path().join("family-old.html"), "old").unwrap();
+    std::fs::write(
+        out.path().join(".memcal-manifest"),
+        format!("{manifest}family-old.html\n"),
+    )
+    .unwrap();
     std::fs::write(out.path().join("README.txt"), "keep").unwrap();
+    std::fs::write(out.path().join("charts/mine.svg"), "<svg/>").unwrap();
     let s = build_site(&fixture(), out.path(), false).unwrap();
-    assert_eq!(s.removed, vec!["charts/old.svg", "family-old.html"]);
-    assert!(out.path().join("README.txt").exists());
+    assert_eq!(s.removed, vec!["family-old.html"]);
+    assert_eq!(s.kept, vec!["README.txt", "charts/mine.svg"]);
+    assert!(!out.path().join("family-old.html").exists());
+    assert_eq!(read(out.path(), "README.txt"), "keep");
+    assert_eq!(read(out.path(), "charts/mine.svg"), "<svg/>");
+    assert_eq!(check_site(&fixture(), out.path()), Ok(()));
+    // No temporary sibling is left next to the site.
+    let parent = out.path().parent().unwrap();
+    let name = out
+        .path()
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    for e in std::fs::read_dir(parent).unwrap() {
+        let n = e.unwrap().file_name().to_string_lossy().into_owned();
+        assert!(
+            !n.starts_with(&format!(".{name}.memcal-")),
+            "left behind: {n}"
+        );
+    }
+}
+
+#[test]
+fn a_folder_memcal_did_not_build_is_refused_untouched() {
+    let out = tempfile::tempdir().unwrap();
+    std::fs::write(out.path().join("package.json"), "{}").unwrap();
+    std::fs::write(out.path().join("index.html"), "mine").unwrap();
+    let err = build_site(&fixture(), out.path(), false)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("has no .memcal-manifest"), "{err}");
+    assert_eq!(read(out.path(), "package.json"), "{}");
+    assert_eq!(read(out.path(), "index.html"), "mine");
+    assert_eq!(std::fs::read_dir(out.path()).unwrap().count(), 2);
+}
+
+#[test]
+fn concurrent_builds_leave_one_whole_site() {
+    let out = tempfile::tempdir().unwrap();
+    let site = out.path().join("site");
+    std::thread::scope(|s| {
+        for _ in 0..3 {
+            s.spawn(|| {
+                // A build that loses the race to rename its folder in says so; none mixes.
+                let _ = build_site(&fixture(), &site, false);
+            });
+        }
+    });
+    assert_eq!(check_site(&fixture(), &site), Ok(()));
 }
 
 #[test]
@@ -220,6 +284,11 @@ fn an_empty_data_set_builds_a_page_that_says_so() {
     )
     .unwrap();
     let out = tempfile::tempdir().unwrap();
+    // Without runs/ the folder is refused (a wrong --data must not build an empty site) ...
+    let err = build_site(data.path(), out.path(), false).unwrap_err();
+    assert!(err.to_string().contains("runs: missing"), "{err}");
+    // ... and with an empty runs/ it is an empty data set.
+    std::fs::create_dir(data.path().join("runs")).unwrap();
     let s = build_site(data.path(), out.path(), false).unwrap();
     assert_eq!(s.rows, 0);
     let index = read(out.path(), "index.html");

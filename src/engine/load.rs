@@ -117,8 +117,8 @@ struct RowRef<'a> {
     oom: Option<FailureRef<'a>>,
     #[serde(default, borrow)]
     error: Option<FailureRef<'a>>,
-    #[allow(dead_code)]
-    phases: Phases,
+    #[serde(borrow)]
+    phases: Phases<'a>,
     #[serde(default, borrow)]
     peak: Option<PeakRef<'a>>,
 }
@@ -171,7 +171,6 @@ struct FailureRef<'a> {
 /// [`crate::run::Peak`], borrowed.
 #[derive(serde::Deserialize)]
 #[serde(deny_unknown_fields)]
-#[allow(dead_code)]
 struct PeakRef<'a> {
     allocated_bytes: u64,
     reserved_bytes: u64,
@@ -201,27 +200,154 @@ struct PhaseRef<'a> {
     wall_seconds: f64,
 }
 
-/// A row's `phases`: each element is checked as a [`crate::run::Phase`] and dropped.
-struct Phases;
+/// A row's `phases`: each element is checked as a [`crate::run::Phase`]; what is kept is what
+/// the peak is checked against (the highest allocated and reserved peaks, and each phase's
+/// name with its allocated peak).
+#[derive(Default)]
+struct Phases<'a> {
+    allocated: Option<u64>,
+    reserved: Option<u64>,
+    peaks: Vec<(Cow<'a, str>, Option<u64>)>,
+}
 
-impl<'de> serde::Deserialize<'de> for Phases {
+impl<'de: 'a, 'a> serde::Deserialize<'de> for Phases<'a> {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        struct Each;
-        impl<'de> serde::de::Visitor<'de> for Each {
-            type Value = Phases;
+        struct Each<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for Each<'a> {
+            type Value = Phases<'a>;
             fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
                 f.write_str("a sequence")
             }
             fn visit_seq<A: serde::de::SeqAccess<'de>>(
                 self,
                 mut seq: A,
-            ) -> std::result::Result<Phases, A::Error> {
-                while seq.next_element::<PhaseRef<'de>>()?.is_some() {}
-                Ok(Phases)
+            ) -> std::result::Result<Phases<'a>, A::Error> {
+                let mut p = Phases::default();
+                while let Some(ph) = seq.next_element::<PhaseRef<'de>>()? {
+                    p.allocated = p.allocated.max(ph.allocated_peak);
+                    p.reserved = p.reserved.max(ph.reserved_peak);
+                    p.peaks.push((ph.name, ph.allocated_peak));
+                }
+                Ok(p)
             }
         }
-        d.deserialize_seq(Each)
+        d.deserialize_seq(Each(std::marker::PhantomData))
     }
+}
+
+/// No row is older than this: the `memcal-run/1` format and its harness were written on
+/// 2026-11-29; the bound is set earlier, at 2025-01-01, so that the test fixtures' invented
+/// dates (2025 and 2026) still load. A row dated before it was not measured by this harness.
+pub const EARLIEST_ROW: &str = "2025-01-01T00:00:00Z";
+
+/// How far a row's timestamp may be ahead of this machine's clock (the measuring machine's
+/// clock may run a little ahead).
+pub const FUTURE_SLACK_SECONDS: i64 = 600;
+
+/// A row's time checked against [`EARLIEST_ROW`] and the clock.
+fn check_time(t: (i64, u32), path: &Path) -> Result<()> {
+    let earliest = parse_rfc3339(EARLIEST_ROW).expect("a valid constant");
+    if t < earliest {
+        return Err(field(
+            path,
+            "timestamp",
+            format!(
+                "is before {EARLIEST_ROW}, before memcal's harness existed: no row was \
+                 measured then; fix the timestamp (the time the run started)"
+            ),
+        ));
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    if t.0 > now + FUTURE_SLACK_SECONDS {
+        return Err(field(
+            path,
+            "timestamp",
+            format!(
+                "is in the future (more than {FUTURE_SLACK_SECONDS} s ahead of this machine's \
+                 clock): a row records a run that happened; fix the timestamp or the measuring \
+                 machine's clock"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// A completed row's peak checked against its phases and its capacities.
+fn check_peak(row: &RowRef, peak: &PeakRef, cap: u64, path: &Path) -> Result<()> {
+    let bytes = |v: u64| format!("{v} bytes");
+    if peak.allocated_bytes > cap {
+        let which = if row.device.emulated_capacity_bytes.is_some() {
+            "the emulated capacity (device.emulated_capacity_bytes) the run was capped at"
+        } else {
+            "the device's capacity (device.capacity_bytes)"
+        };
+        return Err(field(
+            path,
+            "peak.allocated_bytes",
+            format!(
+                "{} is more than {which}, {}: a run cannot complete above its capacity",
+                bytes(peak.allocated_bytes),
+                bytes(cap)
+            ),
+        ));
+    }
+    if peak.reserved_bytes > row.device.capacity_bytes {
+        return Err(field(
+            path,
+            "peak.reserved_bytes",
+            format!(
+                "{} is more than the device's capacity (device.capacity_bytes), {}",
+                bytes(peak.reserved_bytes),
+                bytes(row.device.capacity_bytes)
+            ),
+        ));
+    }
+    // A row without phases (hand-made test rows) has nothing to disagree with.
+    let phases = &row.phases;
+    if phases.peaks.is_empty() {
+        return Ok(());
+    }
+    if phases.allocated != Some(peak.allocated_bytes) {
+        return Err(field(
+            path,
+            "peak.allocated_bytes",
+            format!(
+                "{} is not the highest of the phases' allocated_peak ({}); the peak is the \
+                 phases' highest: fix one or the other",
+                bytes(peak.allocated_bytes),
+                phases.allocated.map_or("none".into(), bytes)
+            ),
+        ));
+    }
+    if phases.reserved.is_some_and(|r| r != peak.reserved_bytes) {
+        return Err(field(
+            path,
+            "peak.reserved_bytes",
+            format!(
+                "{} is not the highest of the phases' reserved_peak ({})",
+                bytes(peak.reserved_bytes),
+                phases.reserved.map_or("none".into(), bytes)
+            ),
+        ));
+    }
+    let named = phases
+        .peaks
+        .iter()
+        .any(|(n, v)| n == &peak.phase && *v == Some(peak.allocated_bytes));
+    if !named {
+        return Err(field(
+            path,
+            "peak.phase",
+            format!(
+                "`{}` is not a phase whose allocated_peak is the peak; name the phase it was \
+                 reached in",
+                peak.phase
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Parses one row's text into a [`RowRef`] and checks it; `path` names it in errors.
@@ -229,8 +355,13 @@ fn parse_ref<'a>(text: &'a str, path: &Path) -> Result<RowRef<'a>> {
     // The borrowed rows first; only a row that fails is parsed again, as a `RunRow`, to find the
     // failing field's path (the same fields and types, so the same rows pass and the message
     // is the one the owned row type reports).
-    let row = match RowRef::deserialize(&mut serde_json::Deserializer::from_str(text)) {
-        Ok(row) => row,
+    let de = &mut serde_json::Deserializer::from_str(text);
+    let row = match RowRef::deserialize(&mut *de) {
+        Ok(row) => {
+            de.end()
+                .map_err(|e| graph::trailing_error(path, "run row JSON", &e))?;
+            row
+        }
         Err(_) => {
             let de = &mut serde_json::Deserializer::from_str(text);
             let e = match serde_path_to_error::deserialize::<_, RunRow>(de) {
@@ -315,7 +446,8 @@ fn check(row: &RowRef, path: &Path) -> Result<()> {
             ));
         }
     }
-    parse_rfc3339(&row.timestamp).map_err(|m| field(path, "timestamp", m))?;
+    let t = parse_rfc3339(&row.timestamp).map_err(|m| field(path, "timestamp", m))?;
+    check_time(t, path)?;
     let cap = row
         .device
         .emulated_capacity_bytes
@@ -346,6 +478,7 @@ fn check(row: &RowRef, path: &Path) -> Result<()> {
                     "a completed run has no out-of-memory failure",
                 ));
             }
+            check_peak(row, peak, cap, path)?;
             if row.error.is_some() {
                 return Err(field(path, "error", "a completed run has no error"));
             }
@@ -404,7 +537,7 @@ impl<'g> FeatureCache<'g, '_> {
                 features::features(g, batch, precision),
                 baselines::accelerate(g, precision).training_bytes,
                 baselines::textbook(g, batch).ok().map(|t| t.total_bytes),
-                crate::simulate::simulate(g, batch, precision)
+                crate::simulate::simulate_peak(g, batch, precision)
                     .ok()
                     .map(|s| s.peak_bytes),
             );
@@ -486,7 +619,7 @@ fn is_bundle(path: &Path) -> bool {
 }
 
 /// `path` relative to `data_dir`, `/`-separated.
-fn relative(data_dir: &Path, path: &Path) -> String {
+pub(super) fn relative(data_dir: &Path, path: &Path) -> String {
     let mut rel = String::new();
     for c in path.strip_prefix(data_dir).unwrap_or(path).components() {
         if !rel.is_empty() {
@@ -614,7 +747,12 @@ fn in_line(e: Error, bundle: &Path, line: usize) -> Error {
             what,
             message: message
                 .replace(" at line 1 column ", " at column ")
-                .replace("the file is cut short", "the line is cut short"),
+                .replace("the file is cut short", "the line is cut short")
+                .replace(
+                    "a file holds one JSON document (several rows go in a .jsonl row bundle, \
+                     one row per line)",
+                    "a line of a row bundle holds one row",
+                ),
         },
         Error::Field { field, message, .. } => Error::Field {
             path: at,
@@ -633,8 +771,14 @@ fn in_line(e: Error, bundle: &Path, line: usize) -> Error {
 
 /// Reads `data_dir/factors.json`, `data_dir/graphs/*.json`, every row file
 /// `data_dir/runs/**/*.json` and every row bundle `data_dir/runs/**/*.jsonl` (one row per
-/// line), in sorted path order. A missing `graphs/` or `runs/` folder counts as empty.
+/// line), in sorted path order. A missing `graphs/` folder counts as empty; a missing `runs/`
+/// is an error. Files under `runs/` that are not rows are skipped: see [`load_reporting`].
 pub fn load(data_dir: &Path) -> Result<Dataset> {
+    load_reporting(data_dir).map(|(ds, _)| ds)
+}
+
+/// [`load`], and the files under `runs/` it did not read, with why (`engine::scan`).
+pub fn load_reporting(data_dir: &Path) -> Result<(Dataset, Vec<super::scan::Skipped>)> {
     let factors_path = data_dir.join("factors.json");
     let factors = FactorsFile::load(&factors_path)?;
     if let Some(p) = &factors.provenance {
@@ -658,32 +802,11 @@ pub fn load(data_dir: &Path) -> Result<Dataset> {
         graphs.insert(g.name.clone(), (g, info));
     }
 
-    let runs_dir = data_dir.join("runs");
-    let mut paths = Vec::new();
-    let mut weights = Vec::new();
-    if runs_dir.is_dir() {
-        for entry in walkdir::WalkDir::new(&runs_dir).sort_by_file_name() {
-            let entry = entry.map_err(|e| Error::Io {
-                path: e.path().unwrap_or(&runs_dir).to_path_buf(),
-                source: e
-                    .into_io_error()
-                    .unwrap_or_else(|| std::io::Error::other("walk failed")),
-            })?;
-            let ext = entry.path().extension();
-            if entry.file_type().is_file() && ext.is_some_and(|x| x == "json" || x == "jsonl") {
-                // About how many rows: one a row file, one per 512 bytes of a bundle (a row
-                // line is longer, so this is more than it holds).
-                let weight = if is_bundle(entry.path()) {
-                    let len = entry.metadata().map_or(0, |m| m.len());
-                    (len / 512).max(1) as usize
-                } else {
-                    1
-                };
-                paths.push(entry.into_path());
-                weights.push(weight);
-            }
-        }
-    }
+    let super::scan::RunFiles {
+        paths,
+        weights,
+        skipped,
+    } = super::scan::scan_runs(data_dir)?;
     // Read, parse, check, hash and join the rows on up to `threads` threads, each a contiguous
     // run of the sorted paths (about as many rows each: a bundle weighs as its rows) with its
     // own interner (equal names compare equal whichever interner made them) and its own
@@ -737,11 +860,12 @@ pub fn load(data_dir: &Path) -> Result<Dataset> {
             rows.extend(run);
         }
     }
-    Ok(Dataset {
+    let ds = Dataset {
         factors,
         rows,
         graphs: graphs.into_iter().map(|(k, (_, i))| (k, i)).collect(),
-    })
+    };
+    Ok((ds, skipped))
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@ pub mod fit;
 pub mod intervals;
 mod load;
 mod output;
+mod scan;
 pub mod synthetic;
 pub mod time;
 
@@ -21,8 +22,9 @@ pub use calibrate::{
     FitReport, KnownMiss, LeaveFamilyOut, Method, MethodMetrics, Name, PerMethod, Predictions,
     ProfileFits, RowResult, Settings, Totals, Truth, Upper, VerdictCounts, NEAREST_RANK_RULE,
 };
-pub use load::{load, parse_row, rows_sha256, RowsHasher};
+pub use load::{load, load_reporting, parse_row, rows_sha256, RowsHasher};
 pub use output::{refit_factors_file, summary_table, write_calibration_json};
+pub use scan::{scan_runs, RunFiles, Skipped};
 
 use crate::factors::FactorsFile;
 use crate::features::{Features, Precision};

@@ -27,6 +27,11 @@ fn days_in_month(y: i64, m: u32) -> u32 {
 /// Parses an RFC 3339 date-time (`2026-11-29T17:09:34Z`, `...34.5+01:00`, `t`/`z` accepted).
 pub fn parse_rfc3339(s: &str) -> Result<Instant, String> {
     let bad = |why: &str| format!("`{s}` is not an RFC 3339 date-time ({why})");
+    if !s.is_ascii() {
+        return Err(bad(
+            "not ASCII: an RFC 3339 date-time is digits, `-`, `:`, `T` and `Z`",
+        ));
+    }
     let b = s.as_bytes();
     if b.len() < 20 {
         return Err(bad("too short"));
@@ -113,5 +118,8 @@ mod tests {
         assert!(parse_rfc3339("2026-02-30T00:00:00Z").is_err());
         assert!(parse_rfc3339("yesterday").is_err());
         assert!(parse_rfc3339("2026-11-29T17:09:34").is_err());
+        // Multi-byte characters where digits go are an error, not a panic.
+        assert!(parse_rfc3339("2026-11-29T17:09:3\u{e9}Z").is_err());
+        assert!(parse_rfc3339("2026-11-2\u{e9}T17:09:34ZZ").is_err());
     }
 }

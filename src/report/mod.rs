@@ -31,8 +31,12 @@ pub struct BuildSummary {
     pub charts: usize,
     /// Every file written, relative to the site folder, sorted.
     pub files: Vec<String>,
-    /// Stale files removed from the site folder.
+    /// Files of the earlier build that this one does not write, removed.
     pub removed: Vec<String>,
+    /// Files in the site folder that memcal did not write, kept.
+    pub kept: Vec<String>,
+    /// Files under `runs/` that are not rows and were not read, with why.
+    pub skipped: Vec<crate::engine::Skipped>,
 }
 
 /// The prose blocks `data/prose/<name>.md` the index reads, if present.
@@ -94,7 +98,17 @@ pub fn load_prose<'a>(
 
 /// Runs the engine on `data_dir`, builds the view model and hands it to `f`.
 pub fn with_site<T>(data_dir: &Path, f: impl FnOnce(&Site) -> Result<T>) -> Result<T> {
-    let ds = crate::engine::load(data_dir)?;
+    with_site_reporting(data_dir, &mut Vec::new(), f)
+}
+
+/// [`with_site`], and the files under `runs/` that were not read put in `skipped`.
+pub fn with_site_reporting<T>(
+    data_dir: &Path,
+    skipped: &mut Vec<crate::engine::Skipped>,
+    f: impl FnOnce(&Site) -> Result<T>,
+) -> Result<T> {
+    let (ds, skips) = crate::engine::load_reporting(data_dir)?;
+    *skipped = skips;
     let cal = crate::engine::calibrate(&ds);
     let mut families: BTreeSet<String> = cal.families.keys().cloned().collect();
     let mut last: Option<&str> = None;
@@ -182,98 +196,108 @@ impl render::Sink for SiteWriter<'_> {
     }
 }
 
-/// Writes the site of `site` into `out_dir` through [`SiteWriter`], page by page. Stale pages,
-/// charts and downloads of an earlier build are removed; other files in `out_dir` are left
-/// alone.
+/// Writes the site of `site` into `out_dir` through [`SiteWriter`], page by page, by the
+/// output contract of [`crate::outputs`]: into a temporary sibling folder with a manifest,
+/// renamed in; of an earlier build's files only those its manifest lists are removed, and a
+/// non-empty folder without a manifest is refused.
 pub fn write_site(site: &Site, out_dir: &Path, debug_json: bool) -> Result<BuildSummary> {
-    let io = |path: PathBuf| move |source| Error::Io { path, source };
-    let before = existing_files(out_dir)?;
-    let files =
-        render::render_into(site, debug_json, &SiteWriter { out_dir }).map_err(Error::Invalid)?;
-    let mut removed = Vec::new();
-    for rel in before {
-        if site_owned(&rel) && files.binary_search(&rel).is_err() {
-            let p = out_dir.join(&rel);
-            std::fs::remove_file(&p).map_err(io(p.clone()))?;
-            removed.push(rel);
-        }
-    }
+    write_into(
+        site,
+        crate::outputs::SiteTarget::prepare(out_dir, None)?,
+        debug_json,
+    )
+}
+
+fn write_into(
+    site: &Site,
+    target: crate::outputs::SiteTarget,
+    debug_json: bool,
+) -> Result<BuildSummary> {
+    let staged = target.stage()?;
+    let files = render::render_into(
+        site,
+        debug_json,
+        &SiteWriter {
+            out_dir: staged.path(),
+        },
+    )
+    .map_err(Error::Invalid)?;
+    let done = target.commit(staged, &files)?;
     Ok(BuildSummary {
         rows: site.counted_rows,
         pages: files.iter().filter(|k| k.ends_with(".html")).count(),
         charts: files.iter().filter(|k| k.ends_with(".svg")).count(),
         files,
-        removed,
+        removed: done.removed,
+        kept: done.kept,
+        skipped: Vec::new(),
     })
-}
-
-/// Files under `dir`, relative and `/`-separated, sorted.
-fn existing_files(dir: &Path) -> Result<Vec<String>> {
-    let mut out = Vec::new();
-    if !dir.is_dir() {
-        return Ok(out);
-    }
-    for entry in walkdir::WalkDir::new(dir).sort_by_file_name() {
-        let entry = entry.map_err(|e| Error::Io {
-            path: e.path().unwrap_or(dir).to_path_buf(),
-            source: e
-                .into_io_error()
-                .unwrap_or_else(|| std::io::Error::other("walk failed")),
-        })?;
-        if entry.file_type().is_file() {
-            let rel = entry
-                .path()
-                .strip_prefix(dir)
-                .expect("walkdir stays under its root");
-            let parts: Vec<String> = rel
-                .components()
-                .map(|c| c.as_os_str().to_string_lossy().into_owned())
-                .collect();
-            out.push(parts.join("/"));
-        }
-    }
-    Ok(out)
-}
-
-/// Whether a file in the site folder is one a build makes (and may remove when stale).
-fn site_owned(rel: &str) -> bool {
-    let top = !rel.contains('/');
-    let chart = rel.starts_with("charts/") && rel.matches('/').count() == 1;
-    (top && [".html", ".json", ".csv", ".css"]
-        .iter()
-        .any(|x| rel.ends_with(x)))
-        || (chart && rel.ends_with(".svg"))
 }
 
 /// Builds the site from `data_dir` into `out_dir` (see [`write_site`]). With `debug_json`,
 /// each page's view model is written next to it as JSON.
+/// The folder is checked (see [`crate::outputs::SiteTarget::prepare`]: not the data folder or
+/// inside it) before the data is read.
 pub fn build_site(data_dir: &Path, out_dir: &Path, debug_json: bool) -> Result<BuildSummary> {
-    with_site(data_dir, |site| write_site(site, out_dir, debug_json))
+    let target = crate::outputs::SiteTarget::prepare(out_dir, Some(data_dir))?;
+    let mut skipped = Vec::new();
+    let mut summary = with_site_reporting(data_dir, &mut skipped, |site| {
+        write_into(site, target, debug_json)
+    })?;
+    summary.skipped = skipped;
+    Ok(summary)
 }
 
 /// Builds the site in memory and compares it with `committed_site_dir`: `Ok` when every file
 /// is byte-identical and nothing is missing or extra; otherwise the first differing path
-/// (sorted) with what differs.
+/// (sorted) with what differs. An input error is an `Err` too (see [`compare_site`] to tell
+/// them apart).
 pub fn check_site(data_dir: &Path, committed_site_dir: &Path) -> std::result::Result<(), String> {
-    let (_, files) = render_files(data_dir, false).map_err(|e| e.to_string())?;
-    let on_disk: BTreeSet<String> = existing_files(committed_site_dir)
-        .map_err(|e| e.to_string())?
+    match compare_site(data_dir, committed_site_dir) {
+        Ok(None) => Ok(()),
+        Ok(Some(first)) => Err(first),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Builds the site in memory and compares it with `committed_site_dir`, manifest included:
+/// `None` when they agree, else the first differing path (sorted) and what differs. A file
+/// that the committed manifest does not list and a fresh build does not write is not memcal's
+/// and is not compared. Bad input is an error.
+pub fn compare_site(data_dir: &Path, committed_site_dir: &Path) -> Result<Option<String>> {
+    let (_, mut files) = render_files(data_dir, false)?;
+    let listed: Vec<String> = files.keys().cloned().collect();
+    files.insert(
+        crate::outputs::MANIFEST.to_string(),
+        crate::outputs::manifest_text(&listed).into_bytes(),
+    );
+    let owned = crate::outputs::read_manifest(committed_site_dir)?.unwrap_or_default();
+    let on_disk: BTreeSet<String> = crate::outputs::files_under(committed_site_dir)?
         .into_iter()
-        .filter(|r| site_owned(r))
+        .filter(|r| files.contains_key(r) || owned.contains(r))
         .collect();
     let all: BTreeSet<&String> = files.keys().chain(on_disk.iter()).collect();
     for rel in all {
         match (files.get(rel), on_disk.contains(rel)) {
             (Some(want), true) => {
                 let p = committed_site_dir.join(rel);
-                let have = std::fs::read(&p).map_err(|e| format!("{}: {e}", p.display()))?;
+                let have = std::fs::read(&p).map_err(|source| Error::Io {
+                    path: p.clone(),
+                    source,
+                })?;
                 if &have != want {
-                    return Err(format!("{rel}: differs from a fresh build"));
+                    return Ok(Some(format!("{rel}: differs from a fresh build")));
                 }
             }
-            (Some(_), false) => return Err(format!("{rel}: missing (a fresh build writes it)")),
-            (None, _) => return Err(format!("{rel}: extra (a fresh build does not write it)")),
+            (Some(_), false) => {
+                return Ok(Some(format!("{rel}: missing (a fresh build writes it)")))
+            }
+            (None, _) => {
+                return Ok(Some(format!(
+                    "{rel}: extra (a fresh build does not write it)"
+                )))
+            }
         }
     }
-    Ok(())
+    Ok(None)
 }

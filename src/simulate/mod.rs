@@ -21,7 +21,7 @@ use crate::graph::Graph;
 use crate::ops::Op;
 use rules::{Backend, Grad, Output, Saved};
 use serde::Serialize;
-use std::collections::HashMap;
+type HashMap<K, V> = crate::name_hash::NameMap<K, V>;
 
 pub use render::render_timeline;
 
@@ -184,23 +184,34 @@ struct Buf {
     refs: u32,
 }
 
-/// The live memory: every buffer by id, and the running totals.
+/// The live memory: every buffer by id, and the running totals. The id of a freed buffer is
+/// used again (a deep graph allocates millions over three steps; only the live ones are kept).
 struct Mem {
     bufs: Vec<Buf>,
     live: Breakdown,
+    free: Vec<BufId>,
 }
 
 type BufId = usize;
 
 impl Mem {
     fn alloc(&mut self, bytes: u64, kind: Kind) -> BufId {
-        self.bufs.push(Buf {
+        *self.live.slot(kind) += bytes;
+        let b = Buf {
             bytes,
             kind,
             refs: 1,
-        });
-        *self.live.slot(kind) += bytes;
-        self.bufs.len() - 1
+        };
+        match self.free.pop() {
+            Some(id) => {
+                self.bufs[id] = b;
+                id
+            }
+            None => {
+                self.bufs.push(b);
+                self.bufs.len() - 1
+            }
+        }
     }
 
     fn retain(&mut self, id: BufId) {
@@ -215,6 +226,7 @@ impl Mem {
         if b.refs == 0 {
             let (bytes, kind) = (b.bytes, b.kind);
             *self.live.slot(kind) -= bytes;
+            self.free.push(id);
         }
     }
 
@@ -246,6 +258,8 @@ struct Recorder {
     phase_peak: u64,
     phase_peak_node: String,
     events: Vec<Event>,
+    /// Whether `events` is kept (the timeline); the peak and the phases are kept either way.
+    record: bool,
     phases: Vec<PhaseSummary>,
     peak: u64,
     peak_step: u32,
@@ -271,15 +285,20 @@ impl Recorder {
     /// Notes the current level plus `extra` transient bytes as a high point of `node`.
     fn high_plus(&mut self, node: &str, mem: &Mem, extra: u64) -> u64 {
         let now = mem.total() + extra;
+        // The names are copied into the strings' own buffers (a deep chain peaks anew at
+        // every node: no allocation each time).
         if now > self.phase_peak {
             self.phase_peak = now;
-            self.phase_peak_node = node.to_string();
+            self.phase_peak_node.clear();
+            self.phase_peak_node.push_str(node);
         }
         if now > self.peak {
             self.peak = now;
             self.peak_step = self.step;
-            self.peak_phase = self.phase.clone();
-            self.peak_node = node.to_string();
+            self.peak_phase.clear();
+            self.peak_phase.push_str(&self.phase);
+            self.peak_node.clear();
+            self.peak_node.push_str(node);
             self.peak_breakdown = mem.live;
             self.peak_breakdown.transients += extra;
         }
@@ -287,6 +306,9 @@ impl Recorder {
     }
 
     fn event(&mut self, node: &str, bytes: u64, mem: &Mem) {
+        if !self.record {
+            return;
+        }
         self.events.push(Event {
             step: self.step,
             phase: self.phase.clone(),
@@ -310,6 +332,26 @@ impl Recorder {
 /// Simulates three training steps of `graph` at `batch` under `precision`'s rule table.
 /// An error for a precision with no rule table (bf16-autocast is not yet derived) or a batch of 0.
 pub fn simulate(graph: &Graph, batch: u64, precision: Precision) -> Result<Simulation, String> {
+    simulate_with(graph, batch, precision, true)
+}
+
+/// [`simulate`] without the timeline (`Simulation::timeline` empty; the peak, its breakdown,
+/// the phases and the rules are the same): what the planner and the engine need, in memory
+/// that does not grow with events (a 1,000,000-node graph makes about 10 million).
+pub fn simulate_peak(
+    graph: &Graph,
+    batch: u64,
+    precision: Precision,
+) -> Result<Simulation, String> {
+    simulate_with(graph, batch, precision, false)
+}
+
+fn simulate_with(
+    graph: &Graph,
+    batch: u64,
+    precision: Precision,
+    timeline: bool,
+) -> Result<Simulation, String> {
     let backend = Backend::for_precision(precision)?;
     if batch == 0 {
         return Err("batch must be a positive integer".into());
@@ -337,7 +379,9 @@ pub fn simulate(graph: &Graph, batch: u64, precision: Precision) -> Result<Simul
     if too_big(graph.parameters()) {
         return Err("the graph has too many parameters to simulate".into());
     }
-    Sim::new(graph, batch, backend).run(precision)
+    let mut sim = Sim::new(graph, batch, backend);
+    sim.rec.record = timeline;
+    sim.run(precision)
 }
 
 struct Sim<'a> {
@@ -379,7 +423,7 @@ impl<'a> Sim<'a> {
         // order), then every other node's tensors in node order.
         let mut params = Vec::new();
         let mut node_params = vec![Vec::new(); graph.nodes.len()];
-        let mut table_of: HashMap<&str, usize> = HashMap::new();
+        let mut table_of: HashMap<&str, usize> = HashMap::default();
         for (k, n) in graph.nodes.iter().enumerate() {
             if let Op::Embedding { tie: None, .. } = n.op {
                 for (i, shape) in n.op.parameter_tensors().iter().enumerate() {
@@ -449,7 +493,7 @@ impl<'a> Sim<'a> {
                 }
             }
         }
-        let mut last_use = HashMap::new();
+        let mut last_use = HashMap::default();
         for (k, n) in graph.nodes.iter().enumerate() {
             for i in &n.inputs {
                 last_use.insert(i.as_str(), k);
@@ -469,6 +513,7 @@ impl<'a> Sim<'a> {
             mem: Mem {
                 bufs: Vec::new(),
                 live: Breakdown::default(),
+                free: Vec::new(),
             },
             rec: Recorder {
                 step: 0,
@@ -477,6 +522,7 @@ impl<'a> Sim<'a> {
                 phase_peak: 0,
                 phase_peak_node: String::new(),
                 events: Vec::new(),
+                record: true,
                 phases: Vec::new(),
                 peak: 0,
                 peak_step: 0,
@@ -507,7 +553,7 @@ impl<'a> Sim<'a> {
 
         // inputs
         self.rec.begin(0, "inputs".into(), &self.mem);
-        let mut inputs: HashMap<&str, Value> = HashMap::new();
+        let mut inputs: HashMap<&str, Value> = HashMap::default();
         for i in &self.graph.inputs {
             let bytes =
                 i.shape.numel_at(self.batch) * rules::input_element_bytes(i.dtype, self.backend);
@@ -576,7 +622,7 @@ impl<'a> Sim<'a> {
         self.rec
             .begin(step, format!("step{step}.forward"), &self.mem);
         let graph = self.graph;
-        let mut env: HashMap<&str, Value> = HashMap::new();
+        let mut env: HashMap<&str, Value> = HashMap::default();
         let mut values: Vec<Option<Value>> = vec![None; graph.nodes.len()];
         let mut saved_by: Vec<Vec<BufId>> = vec![Vec::new(); graph.nodes.len()];
         let lookup = |env: &HashMap<&str, Value>, name: &str| -> Result<Value, String> {
@@ -712,6 +758,8 @@ impl<'a> Sim<'a> {
     fn backward(&mut self, step: u32, mut saved_by: Vec<Vec<BufId>>, grads: &mut [Option<BufId>]) {
         self.rec
             .begin(step, format!("step{step}.backward"), &self.mem);
+        // The rules are read while `self` changes: taken out for the pass (not cloned per node).
+        let rules = std::mem::take(&mut self.rules);
         let graph = self.graph;
         let e = self.backend.activation_bytes();
         // Gradient buffer of each node's output.
@@ -734,7 +782,7 @@ impl<'a> Sim<'a> {
                 continue;
             };
             let node = &graph.nodes[k];
-            let rule = self.rules[k].clone();
+            let rule = &rules[k];
             let mut contig = grad_contig[k];
             // An op that reads its gradient as a contiguous matrix (a linear on a 3-d input, a
             // conv, a norm) copies a non-contiguous one first; the original goes if unshared.
@@ -864,6 +912,7 @@ impl<'a> Sim<'a> {
             self.mem.release(g);
         }
         self.mem.release(root);
+        self.rules = rules;
         self.rec.end(&self.mem);
     }
 

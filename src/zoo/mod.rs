@@ -150,6 +150,22 @@ pub fn to_bytes(graph: &GraphFile) -> Vec<u8> {
     bytes
 }
 
+/// [`write_all`], refusing (unless `force`) to write over a file whose bytes differ from what
+/// it would write (see [`crate::outputs::changed_files`]): nothing is written then.
+pub fn write_all_checked(dir: &Path, force: bool) -> Result<Vec<PathBuf>> {
+    if !force {
+        let files: Vec<(PathBuf, Vec<u8>)> = all()
+            .iter()
+            .map(|g| (dir.join(format!("{}.json", g.name)), to_bytes(g)))
+            .collect();
+        let changed = crate::outputs::changed_files(&files);
+        if !changed.is_empty() {
+            return Err(crate::outputs::changed_graphs_error(&changed));
+        }
+    }
+    write_all(dir)
+}
+
 /// Writes every zoo graph as `<dir>/<name>.json` (creating `dir`), returning the paths in name
 /// order. The bytes are deterministic; a file whose bytes are already right is not rewritten.
 pub fn write_all(dir: &Path) -> Result<Vec<PathBuf>> {
