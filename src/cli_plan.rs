@@ -34,6 +34,23 @@ pub fn render(p: &Plan) -> String {
         );
     }
     let _ = writeln!(s, "\nestimate    {}", both(p.estimate_bytes));
+    let _ = writeln!(
+        s,
+        "            = max(linear sum {}, phase floor {}){}",
+        gb(p.linear_estimate_bytes),
+        gb(p.floor.bytes as f64),
+        if p.floor_decides {
+            ": the floor decides (the fitted sum is below what the optimizer step provably holds)"
+        } else {
+            ""
+        }
+    );
+    let _ = writeln!(
+        s,
+        "            phase floor: 16 bytes x parameters ({}, weights + gradients + AdamW states) + AdamW temporaries of the largest parameter ({})",
+        gb(p.floor.model_state as f64),
+        gb(p.floor.optimizer_temporaries as f64)
+    );
     match &p.simulated {
         Ok(sim) => {
             let _ = writeln!(
@@ -79,6 +96,30 @@ pub fn render(p: &Plan) -> String {
             .as_ref()
             .map_or("none of the cards".to_string(), |c| c.name.clone())
     );
+    let _ = writeln!(
+        s,
+        "\nplan: fits when estimate x {h:.2} <= card. bound: fits when bound x {h:.2} <= card; borderline when the estimate fits the card but the bound does not; does not fit when the estimate exceeds the card. The bound is the estimate x q95, the ratio of measured to predicted that 95% of held-out runs stayed under.",
+        h = 1.0 + p.headroom
+    );
+    if let Some(sf) = &p.shortfall {
+        let _ = writeln!(
+            s,
+            "\nnone of the cards: the plan needs {} (estimate x {:.2}); the largest card, {}, is {} short.",
+            both(sf.needed_bytes as f64),
+            1.0 + p.headroom,
+            sf.largest_card.name,
+            both(sf.short_by_bytes as f64)
+        );
+        let _ = writeln!(
+            s,
+            "{}memcal plans single-device training only: strategies that cut memory (activation checkpointing, LoRA or QLoRA, ZeRO/FSDP or tensor parallelism over several devices) are not planned yet.",
+            if sf.floor_exceeds_card {
+                "The phase floor alone (weights, gradients and AdamW states) exceeds it: no batch fits this card. "
+            } else {
+                "A smaller batch may fit (`--max-batch`). "
+            }
+        );
+    }
     let a = &p.accelerate;
     let _ = writeln!(s, "\nbaselines");
     let _ = writeln!(
@@ -122,4 +163,28 @@ pub fn group(n: u64) -> String {
         out.push(c);
     }
     out
+}
+
+/// The `--max-batch` table: per card, the largest batch by the plan and by the bound.
+pub fn render_max_batch(rows: &[crate::plan::MaxBatch]) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "largest batch that fits (searched up to {})\n{:<10} {:>12} {:>12}",
+        group(crate::plan::MAX_BATCH_SEARCHED),
+        "card",
+        "plan",
+        "bound"
+    );
+    let cell = |b: Option<u64>| b.map_or("none".to_string(), group);
+    for r in rows {
+        let _ = writeln!(
+            s,
+            "{:<10} {:>12} {:>12}",
+            r.card.name,
+            cell(r.plan),
+            cell(r.bound)
+        );
+    }
+    s
 }

@@ -42,6 +42,10 @@ enum Command {
         /// Also print the simulated memory curve over the three training steps.
         #[arg(long)]
         timeline: bool,
+        /// Also print, per card, the largest batch the plan and the bound fit (the estimate
+        /// floored at the phase floor; searched up to 2^24).
+        #[arg(long)]
+        max_batch: bool,
     },
     /// Write every graph of the zoo (full-size templates and reduced variants) as
     /// `<out>/<name>.json`. Deterministic bytes: rerunning changes nothing.
@@ -183,6 +187,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             regime,
             json,
             timeline,
+            max_batch,
         } => {
             if batch == 0 {
                 return Err(memcal::Error::Invalid("--batch must be at least 1".into()).into());
@@ -219,14 +224,28 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             } else {
                 None
             };
+            let largest = if max_batch {
+                Some(
+                    memcal::plan::max_batch(&g, precision, &f, &cards)
+                        .map_err(memcal::Error::Invalid)?,
+                )
+            } else {
+                None
+            };
             if json {
-                let value = match &sim {
+                let mut value = match &sim {
                     None => serde_json::to_value(&p)?,
                     Some(s) => serde_json::json!({ "plan": p, "simulation": s }),
                 };
+                if let Some(m) = &largest {
+                    value["max_batch"] = serde_json::to_value(m)?;
+                }
                 print(&format!("{}\n", serde_json::to_string_pretty(&value)?))?;
             } else {
                 let mut text = memcal::cli_plan::render(&p);
+                if let Some(m) = &largest {
+                    text.push_str(&format!("\n{}", memcal::cli_plan::render_max_batch(m)));
+                }
                 if let Some(s) = &sim {
                     text.push_str(&format!("\n{}", memcal::simulate::render_timeline(s)));
                 }

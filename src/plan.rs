@@ -106,6 +106,81 @@ pub fn bound_verdict(estimate: f64, bound: f64, headroom: f64, card_bytes: u64) 
     }
 }
 
+/// The largest batch that fits one card, by the plan and by the bound (absent: not even
+/// batch 1; the search stops at [`MAX_BATCH_SEARCHED`]).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MaxBatch {
+    pub card: Card,
+    pub plan: Option<u64>,
+    pub bound: Option<u64>,
+}
+
+/// The largest batch `max_batch` tries.
+pub const MAX_BATCH_SEARCHED: u64 = 1 << 24;
+
+/// The largest batch in 1..=MAX_BATCH_SEARCHED for which `fits(batch)` holds, given that it
+/// holds for every batch below one that holds (the features grow with the batch).
+fn largest_batch(fits: impl Fn(u64) -> bool) -> Option<u64> {
+    if !fits(1) {
+        return None;
+    }
+    let (mut lo, mut hi) = (1u64, MAX_BATCH_SEARCHED);
+    while lo < hi {
+        let mid = lo + (hi - lo).div_ceil(2);
+        if fits(mid) {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    Some(lo)
+}
+
+/// Per card, the largest batch the plan (estimate x (1 + headroom) <= card) and the bound
+/// (bound x (1 + headroom) <= card) fit, with the estimate floored as in [`plan`].
+pub fn max_batch(
+    graph: &Graph,
+    precision: Precision,
+    factors: &FactorsFile,
+    cards: &[Card],
+) -> Result<Vec<MaxBatch>, String> {
+    if !graph.has_batch_axis() {
+        return Err(format!(
+            "graph `{}` has no batch axis: the batch changes nothing",
+            graph.name
+        ));
+    }
+    let f = factors
+        .factors(precision)
+        .ok_or_else(|| format!("no factors for precision `{precision}`"))?;
+    let floor = phase_floor(graph).bytes;
+    let q95 = factors.upper_for(precision).q95;
+    let est = |b: u64| estimate_floored(f, &features::features(graph, b, precision), floor);
+    Ok(cards
+        .iter()
+        .map(|c| MaxBatch {
+            card: c.clone(),
+            plan: largest_batch(|b| plan_fits(est(b), factors.headroom, c.bytes)),
+            bound: largest_batch(|b| {
+                let e = est(b);
+                let bd = bound(e, q95, factors.bound_floor_bytes);
+                bound_verdict(e, bd, factors.headroom, c.bytes) == Verdict::Fits
+            }),
+        })
+        .collect())
+}
+
+/// Why no card fits: what the plan needs against the largest card.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Shortfall {
+    pub largest_card: Card,
+    /// estimate x (1 + headroom): what the plan needs of a card.
+    pub needed_bytes: u64,
+    pub short_by_bytes: u64,
+    /// The phase floor alone exceeds the largest card: no batch fits it.
+    pub floor_exceeds_card: bool,
+}
+
 /// One card's verdicts.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CardVerdict {
@@ -125,9 +200,17 @@ pub struct Plan {
     pub has_batch_axis: bool,
     pub features: Features,
     pub factors: [f64; N_FEATURES],
-    /// In JSON: whole bytes, rounded up (a planner never reserves a fraction of a byte).
+    /// max(the linear six-factor sum, the phase floor). In JSON: whole bytes, rounded up (a
+    /// planner never reserves a fraction of a byte).
     #[serde(serialize_with = "whole_bytes")]
     pub estimate_bytes: f64,
+    /// Σ factor_i x feature_i alone. In JSON: whole bytes, rounded up.
+    #[serde(serialize_with = "whole_bytes")]
+    pub linear_estimate_bytes: f64,
+    /// The bytes provably alive at the optimizer phase; the estimate is never below it.
+    pub floor: PhaseFloor,
+    /// The floor decides the estimate (the linear sum is below it).
+    pub floor_decides: bool,
     pub headroom: f64,
     pub q95: f64,
     /// In JSON: whole bytes, rounded up.
@@ -138,6 +221,9 @@ pub struct Plan {
     pub smallest_card: Option<Card>,
     /// Smallest card the bound fits.
     pub smallest_card_bound: Option<Card>,
+    /// When the plan fits none of the cards: by how much the largest falls short.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shortfall: Option<Shortfall>,
     pub accelerate: Accelerate,
     /// In JSON: the formula's object, or `{"error": why}` where it does not apply.
     #[serde(serialize_with = "value_or_error")]
@@ -235,7 +321,9 @@ pub fn plan_with_simulation(
         )
     })?;
     let feats = features::features(graph, batch, precision);
-    let est = estimate(f, &feats);
+    let floor = phase_floor(graph);
+    let linear = estimate(f, &feats);
+    let est = linear.max(floor.bytes as f64);
     let q95 = factors.upper_for(precision).q95;
     let b = bound(est, q95, factors.bound_floor_bytes);
     let verdicts: Vec<CardVerdict> = cards
@@ -256,6 +344,9 @@ pub fn plan_with_simulation(
         features: feats,
         factors: *f,
         estimate_bytes: est,
+        linear_estimate_bytes: linear,
+        floor,
+        floor_decides: (floor.bytes as f64) > linear,
         headroom: factors.headroom,
         q95,
         bound_bytes: b,
@@ -267,6 +358,20 @@ pub fn plan_with_simulation(
             .iter()
             .find(|v| v.bound == Verdict::Fits)
             .map(|v| v.card.clone()),
+        shortfall: if verdicts.iter().any(|v| v.plan_fits) {
+            None
+        } else {
+            cards.iter().max_by_key(|c| c.bytes).map(|c| {
+                let needed = (est * (1.0 + factors.headroom)).ceil() as u64;
+                Shortfall {
+                    largest_card: c.clone(),
+                    needed_bytes: needed,
+                    short_by_bytes: needed.saturating_sub(c.bytes),
+                    floor_exceeds_card: floor.bytes as f64 * (1.0 + factors.headroom)
+                        > c.bytes as f64,
+                }
+            })
+        },
         cards: verdicts,
         accelerate: baselines::accelerate(graph, precision),
         textbook: baselines::textbook(graph, batch),

@@ -1329,27 +1329,28 @@ fn calibrate_rows(ds: &Dataset) -> Calibration {
         }
         m.set(
             Method::PlanAsShipped,
-            plan::estimate(&pf.file_factors, &r.features),
+            plan::estimate_floored(&pf.file_factors, &r.features, r.floor_bytes),
         );
         let oos;
         match bucket {
             Bucket::Fitted => {
                 m.set(
                     Method::PlanRefitInSample,
-                    plan::estimate(&pf.shipped.factors, &r.features),
+                    plan::estimate_floored(&pf.shipped.factors, &r.features, r.floor_bytes),
                 );
-                oos = held_factors[&r.precision][fam].map(|a| plan::estimate(&a, &r.features));
+                oos = held_factors[&r.precision][fam]
+                    .map(|a| plan::estimate_floored(&a, &r.features, r.floor_bytes));
                 if let Some(e) = oos {
                     m.set(Method::PlanHeldOutArchitecture, e);
                 }
             }
             Bucket::HeldOutRegime => {
-                let e = plan::estimate(&pf.shipped.factors, &r.features);
+                let e = plan::estimate_floored(&pf.shipped.factors, &r.features, r.floor_bytes);
                 m.set(Method::PlanHeldOutRegime, e);
                 oos = Some(e);
             }
             Bucket::AfterFit => {
-                let e = plan::estimate(&pf.file_factors, &r.features);
+                let e = plan::estimate_floored(&pf.file_factors, &r.features, r.floor_bytes);
                 m.set(Method::PlanAfterFit, e);
                 oos = Some(e);
             }

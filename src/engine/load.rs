@@ -606,6 +606,7 @@ fn join<'g>(
         accelerate_bytes,
         textbook_bytes,
         simulated_bytes,
+        floor_bytes: info.floor_bytes,
         device: names.name(&row.device.name),
         device_kind: names.name(&row.device.kind),
         harness_version: names.name(&row.tool_version),
@@ -798,6 +799,7 @@ pub fn load_reporting(data_dir: &Path) -> Result<(Dataset, Vec<super::scan::Skip
             parameters: g.parameters(),
             has_batch_axis: g.has_batch_axis(),
             textbook_not_applicable: baselines::textbook(&g, 1).err(),
+            floor_bytes: crate::plan::phase_floor(&g).bytes,
         };
         graphs.insert(g.name.clone(), (g, info));
     }

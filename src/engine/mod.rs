@@ -75,6 +75,8 @@ pub struct Row {
     pub textbook_bytes: Option<u64>,
     /// The simulator's peak, where it has a rule table for the row's precision.
     pub simulated_bytes: Option<u64>,
+    /// The graph's phase floor (`plan::phase_floor`): no plan estimate is below it.
+    pub floor_bytes: u64,
     /// The device's name (the CPU model or the GPU), its kind, and the versions that measured.
     pub device: Name,
     pub device_kind: Name,
@@ -219,6 +221,8 @@ pub struct GraphInfo {
     pub has_batch_axis: bool,
     /// Why the textbook formula does not apply, if it does not.
     pub textbook_not_applicable: Option<String>,
+    /// The bytes provably alive at the optimizer phase (`plan::phase_floor`).
+    pub floor_bytes: u64,
 }
 
 /// Everything [`calibrate`] works on.

@@ -116,6 +116,7 @@ pub fn row(
         accelerate_bytes: features[0] / 4,
         textbook_bytes: None,
         simulated_bytes: None,
+        floor_bytes: 0,
         device: "synthetic".into(),
         device_kind: "cpu".into(),
         harness_version: "synthetic".into(),
@@ -173,6 +174,7 @@ pub fn dataset(
                 parameters: 0,
                 has_batch_axis: true,
                 textbook_not_applicable: Some("synthetic".into()),
+                floor_bytes: 0,
             },
         );
     }
