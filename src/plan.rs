@@ -189,9 +189,14 @@ pub struct CardVerdict {
     pub bound: Verdict,
 }
 
+/// The format tag of `memcal plan --json` (documented in `docs/hardening.md`).
+pub const PLAN_FORMAT: &str = "memcal-plan/1";
+
 /// Everything `memcal plan` reports.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Plan {
+    /// [`PLAN_FORMAT`].
+    pub format: &'static str,
     pub graph: String,
     pub family: String,
     pub batch: u64,
@@ -335,6 +340,7 @@ pub fn plan_with_simulation(
         })
         .collect();
     Ok(Plan {
+        format: PLAN_FORMAT,
         graph: graph.name.clone(),
         family: graph.family.clone(),
         batch,
