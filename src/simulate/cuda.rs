@@ -213,6 +213,25 @@ pub fn rule(graph: &Graph, node: &Node, batch: u64, elems: &Elements) -> OpRule 
                 .contiguous_input()
                 .note("fp32_set_opt_dtype: a bf16 input is cast to a float32 copy (held while it runs); saves its float32 output")
         }
+        // Revised after the first comparison with the GPU rows (the frozen table had the
+        // log_softmax in float32): cross_entropy_loss is CompositeImplicitAutograd
+        // (LossNLL.cpp, `cross_entropy_loss_symint`) and calls
+        // `log_softmax(self, class_dim, self.scalar_type())`: the dtype is given, so autocast's
+        // fp32_set_opt_dtype leaves it bf16; then nll_loss (fp32 policy) casts the bf16
+        // log-probabilities to a float32 copy, which nll_loss_forward saves as `self`.
+        Op::CrossEntropy if ex == BF16 => OpRule::new(
+            Output::New(4),
+            vec![
+                Internal { what: "log_softmax output (bf16 N x V)", bytes: n_in * BF16 },
+                Internal { what: "float32 cast of the log-probabilities (saved by nll_loss)", bytes: n_in * F32 },
+                Internal { what: "total_weight", bytes: 4 },
+            ],
+            vec![Grad::New, Grad::None],
+            TorchSource,
+        )
+        .bwd(n_in * BF16)
+        .contiguous_input()
+        .note("cross_entropy_loss: log_softmax in the logits' bf16 (dtype given explicitly, so autocast leaves it), then nll_loss (fp32 policy) on a float32 copy it saves; backward: nll_loss's float32 N x V gradient, cast back to bf16, log_softmax's bf16 gradient (revised after the GPU comparison)"),
         Op::CrossEntropy => {
             let lsm = n_in * F32;
             let t = if ex == F32 { 0 } else { n_in * F32 };
