@@ -258,11 +258,12 @@ fn bf16_autocast_on_cuda_follows_autocast_and_its_weight_cache() {
     // biases) workspaces; fc1's bf16 cast of its fp32 input (saved by addmm for W1's
     // gradient); W1's bf16 copy is not saved (fc1's input needs no gradient) and goes with the
     // cache; relu's bf16 output (saved by relu and fc2); W2's bf16 copy (saved: fc2's input
-    // requires grad); cross entropy's float32 log-softmax, total_weight and the loss.
+    // requires grad); cross entropy's bf16 log-softmax and the float32 copy nll_loss saves,
+    // total_weight and the loss.
     let ws = 32 * 1024 * 1024 + 1024 * 1024;
     assert_eq!(
         f.end - f.start,
-        ws + b * 256 * 2 + b * 1024 * 2 + 1024 * 10 * 2 + b * 10 * 4 + 4 + 4
+        ws + b * 256 * 2 + b * 1024 * 2 + 1024 * 10 * 2 + b * 10 * (2 + 4) + 4 + 4
     );
     // Backward ends with the fp32 gradients, autograd's thread's own 32 MiB workspace and the
     // 4-byte loss (dropped after the phase).

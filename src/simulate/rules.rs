@@ -707,6 +707,8 @@ pub(super) fn cpu_rule_at(
                 saved.push(Internal { what: "inner layers' outputs", bytes: (layers - 1) * bth * dirs });
             }
             let states = layers * dirs * b * h * e;
+            // The extra B x T x H a multi-layer GRU holds (see the GRU workspace below).
+            let multi = if layers > 1 { bth } else { 0 };
             if lstm {
                 // 15.5 x B x T x H x 4 bytes per layer (measured, unidirectional, 1 and 2
                 // layers); a bidirectional layer holds 19.625 per direction (measured on one
@@ -717,7 +719,11 @@ pub(super) fn cpu_rule_at(
             } else {
                 // Per layer and direction, the cell loop's per-step tensors: 7 x B x T x H; plus
                 // one B x T x H per inner layer (measured on two 2-layer bidirectional GRUs).
-                let ws = layers * dirs * 7 * bth + (layers - 1) * bth;
+                // One more B x T x H for a multi-layer GRU, however many layers: it was
+                // `(layers - 1) x B x T x H`, which fitted the 2-layer fixtures and counted
+                // (layers - 2) x B x T x H too much from 3 layers on (measured on sim-gru3bi:
+                // its forward ended one B x T x H high).
+                let ws = layers * dirs * 7 * bth + multi;
                 saved.push(Internal { what: "per-step gate tensors (7 BTH per layer and direction)", bytes: ws });
             }
             // The largest layer's weights (oneDNN reorders them in both passes).
@@ -742,7 +748,7 @@ pub(super) fn cpu_rule_at(
                 {
                     // The inner layers' extra B x T x H appears after the forward's peak and is
                     // gone by the backward's (measured).
-                    let inner = (layers - 1) * bth;
+                    let inner = multi;
                     ((states + bth * dirs * 3).saturating_sub(inner), bth * dirs / 2)
                 }
             };
@@ -754,7 +760,7 @@ pub(super) fn cpu_rule_at(
                 // three W_hh-sized buffers). Measured: flat in B and T, 3 W_hh within 1-2%.
                 // Less the output's gradient, which the runs show is gone by then.
                 let w_hh = 3 * h * h * 4 * dirs;
-                let g = (3 * w_hh).saturating_sub(y + (layers - 1) * bth);
+                let g = (3 * w_hh).saturating_sub(y + multi);
                 rule.backward_peak = Some(BackwardPeak { freed: g, held: g, params: vec![] });
             }
             if lstm && layers > 1 {
