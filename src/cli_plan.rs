@@ -35,15 +35,33 @@ pub fn render(p: &Plan) -> String {
     }
     let _ = writeln!(s, "\nestimate    {}", both(p.estimate_bytes));
     match &p.simulated {
-        Ok(sim) => {
-            let _ = writeln!(
-                s,
-                "simulated   {}  (peak in {} at `{}`; no fitted factor)",
-                both(sim.bytes as f64),
-                sim.phase,
-                sim.node
-            );
-        }
+        Ok(sim) => match &sim.reserved {
+            None => {
+                let _ = writeln!(
+                    s,
+                    "simulated   {}  (peak in {} at `{}`; no fitted factor)",
+                    both(sim.bytes as f64),
+                    sim.phase,
+                    sim.node
+                );
+            }
+            Some(r) => {
+                let _ = writeln!(
+                    s,
+                    "simulated   {} allocated  (peak in {} at `{}`; rules cuda-bf16-autocast, no fitted factor)",
+                    both(sim.bytes as f64),
+                    sim.phase,
+                    sim.node
+                );
+                let _ = writeln!(
+                    s,
+                    "            {} reserved   (peak in {} at `{}`; CUDA caching-allocator replay)",
+                    both(r.bytes as f64),
+                    r.phase,
+                    r.node
+                );
+            }
+        },
         Err(why) => {
             let _ = writeln!(s, "simulated   not available ({why})");
         }

@@ -669,6 +669,9 @@ pub struct Calibration {
     pub measured: Measured,
     /// Usable rows, sorted by run id.
     pub rows: Vec<RowResult>,
+    /// The simulator's reserved peak (CUDA allocator replay) against measured reserved, per
+    /// profile; apart from the methods, which predict the allocated peak.
+    pub simulated_reserved: BTreeMap<Precision, super::reserved::ReservedSummary>,
 }
 
 /// Nearest-rank empirical quantile of an ascending slice: sorted[ceil(percent * n / 100) - 1].
@@ -1649,6 +1652,7 @@ fn calibrate_rows(ds: &Dataset) -> Calibration {
         // Set by `calibrate`.
         measured: Measured::default(),
         rows: rows_out,
+        simulated_reserved: super::reserved::simulated_reserved(ds),
     }
 }
 

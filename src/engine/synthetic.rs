@@ -116,6 +116,8 @@ pub fn row(
         accelerate_bytes: features[0] / 4,
         textbook_bytes: None,
         simulated_bytes: None,
+        simulated_reserved_bytes: None,
+        measured_reserved_bytes: None,
         device: "synthetic".into(),
         device_kind: "cpu".into(),
         harness_version: "synthetic".into(),
