@@ -304,7 +304,12 @@ fn every_node_has_a_rule_with_a_source_and_the_timeline_is_complete() {
     let s = sim(&g, 2);
     assert_eq!(s.rules.len(), g.nodes.len());
     for r in &s.rules {
-        assert!(["measured", "torch source", "assumed"].contains(&r.source));
+        assert!(
+            ["measured", "torch source", "assumed"].contains(&r.source)
+                || r.source.starts_with("calibrated on sim-"),
+            "{}",
+            r.source
+        );
         assert!(!r.note.is_empty(), "{} has no note", r.id);
     }
     // model_load, inputs, then forward/backward/optimizer for three steps.

@@ -253,7 +253,7 @@ pub fn rule(graph: &Graph, node: &Node, batch: u64, elems: &Elements) -> OpRule 
                 Output::New(n_in * F32),
                 vec![x_saved, Input(1)],
                 vec![grad, Grad::New],
-                TorchSource,
+                Calibrated("calibrated on sim-mse-only, sim-mse-wide (CPU; the input-sized loss buffer)"),
             )
             .fwd(n_in * F32 + 12)
             .note("fp32 policy: a bf16 prediction is cast to float32 (saved); as on CPU, the loss keeps an input-sized buffer until it is dropped")
