@@ -35,24 +35,19 @@ pub fn render(p: &Plan) -> String {
     }
     let _ = writeln!(s, "\nestimate    {}", both(p.estimate_bytes));
     match &p.simulated {
-        Ok(sim) => match &sim.reserved {
-            None => {
-                let _ = writeln!(
-                    s,
-                    "simulated   {}  (peak in {} at `{}`; no fitted factor)",
-                    both(sim.bytes as f64),
-                    sim.phase,
-                    sim.node
-                );
-            }
-            Some(r) => {
-                let _ = writeln!(
-                    s,
-                    "simulated   {} allocated  (peak in {} at `{}`; rules cuda-bf16-autocast, no fitted factor)",
-                    both(sim.bytes as f64),
-                    sim.phase,
-                    sim.node
-                );
+        Ok(sim) => {
+            let (what, rules) = match &sim.reserved {
+                None => ("", "no fitted factor"),
+                Some(_) => (" allocated", "rules cuda-bf16-autocast, no fitted factor"),
+            };
+            let _ = writeln!(
+                s,
+                "simulated   {}{what}  (peak in {} at `{}`; {rules})",
+                both(sim.bytes as f64),
+                sim.phase,
+                sim.node
+            );
+            if let Some(r) = &sim.reserved {
                 let _ = writeln!(
                     s,
                     "            {} reserved   (peak in {} at `{}`; CUDA caching-allocator replay)",
@@ -61,7 +56,7 @@ pub fn render(p: &Plan) -> String {
                     r.node
                 );
             }
-        },
+        }
         Err(why) => {
             let _ = writeln!(s, "simulated   not available ({why})");
         }

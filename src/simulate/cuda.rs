@@ -74,15 +74,7 @@ pub fn output_element(node: &Node, m: &Elements) -> u64 {
     match &node.op {
         // lower_precision_fp (AT_FORALL_LOWER_PRECISION_FP; RNNs through `_cudnn_rnn`'s
         // autocast wrapper).
-        Op::Linear { .. }
-        | Op::Conv1d(_)
-        | Op::Conv2d(_)
-        | Op::ConvTranspose2d(_)
-        | Op::MultiheadAttention { .. }
-        | Op::GqaAttention { .. }
-        | Op::MlaAttention { .. }
-        | Op::Lstm(_)
-        | Op::Gru(_) => BF16,
+        op if runs_in_bf16(op) => BF16,
         // fp32 policy, fp32_set_opt_dtype, and float32 losses.
         Op::LayerNorm { .. }
         | Op::GroupNorm { .. }
@@ -566,7 +558,8 @@ fn gqa(s: &Sizes, node: &Node) -> OpRule {
     r
 }
 
-/// Whether an op is on autocast's lower-precision list (for the docs and tests).
+/// Whether an op runs on autocast's lower-precision list (`AT_FORALL_LOWER_PRECISION_FP`:
+/// linear, conv, matmul/bmm and sdpa inside attention; RNNs through `_cudnn_rnn`'s wrapper).
 pub fn runs_in_bf16(op: &Op) -> bool {
     matches!(
         op,
