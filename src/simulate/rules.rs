@@ -730,8 +730,8 @@ pub(super) fn cpu_rule_at(
                 // one B x T x H per inner layer (measured on two 2-layer bidirectional GRUs).
                 // One more B x T x H for a multi-layer GRU, however many layers: it was
                 // `(layers - 1) x B x T x H`, which fitted the 2-layer fixtures and counted
-                // (layers - 2) x B x T x H too much from 3 layers on (measured on sim-gru3bi:
-                // its forward ended one B x T x H high).
+                // (layers - 2) x B x T x H too much from 3 layers on (measured on sim-gru3bi and
+                // sim-gru4bi: their forwards ended one and two B x T x H high).
                 let ws = layers * dirs * 7 * bth + multi;
                 saved.push(Internal { what: "per-step gate tensors (7 BTH per layer and direction)", bytes: ws });
             }
@@ -764,7 +764,7 @@ pub(super) fn cpu_rule_at(
             let calibrated = if lstm {
                 Calibrated("calibrated on sim-lstm, sim-lstm2, sim-lstm2bi, sim-lstm-h256-t32, sim-lstm-h512-t16")
             } else {
-                Calibrated("calibrated on sim-gru, sim-gru2bi, sim-gru3bi")
+                Calibrated("calibrated on sim-gru, sim-gru2bi, sim-gru3bi, sim-gru4bi")
             };
             let mut rule = OpRule::new(Output::New(y), saved, one, calibrated).fwd(fwd);
             if !lstm {
