@@ -190,6 +190,59 @@ pub fn rule(graph: &Graph, node: &Node, batch: u64, elems: &Elements) -> OpRule 
         )
         .keeps_layout()
         .note("CUDA native_dropout: saves a bool mask (1 byte per element)"),
+        Op::Upsample { .. } | Op::Softmax { .. } | Op::CrossEntropy | Op::Mse => fp32_policy(&s),
+        Op::MultiheadAttention { .. } => mha(&s, node),
+        Op::GqaAttention { .. } => gqa(&s, node),
+        Op::Lstm(_) | Op::Gru(_) | Op::Moe { .. } | Op::MlaAttention { .. } => {
+            let mut r = cpu_rule_at(graph, node, batch, elems, BF16);
+            r.source = Assumed;
+            r.autocast = Some(CopySaved::Always);
+            r.cublas = true;
+            r.note = match &node.op {
+                Op::Lstm(_) | Op::Gru(_) => "assumed: the cpu-fp32 stages at bf16 (cuDNN's RNN reserve space and workspace are chosen by cuDNN at run time; not derived)",
+                Op::Moe { .. } => "assumed: the cpu-fp32 stages at bf16 (router, top-k, SwiGLU experts; routing assumed uniform)",
+                _ => "assumed: the cpu-fp32 stages at bf16 (q/k and v head sizes differ: sdpa's memory-efficient path on CUDA, not derived)",
+            };
+            r
+        }
+        // Everything else: the same tensors as on CPU, sized by autocast's dtypes.
+        _ => {
+            let mut r = cpu_rule_at(graph, node, batch, elems, ex);
+            r.source = TorchSource;
+            // A binary op's gradient for an input of a lower dtype than its output is cast to
+            // that dtype by the engine (`validate_outputs`): a new buffer, not the output's.
+            if matches!(node.op, Op::Add | Op::Concat { .. }) {
+                for (i, g) in r.grads.iter_mut().enumerate() {
+                    if s.e_in(i) != s.e_out() {
+                        *g = Grad::New;
+                    }
+                }
+            }
+            r
+        }
+    };
+    if !input_grad
+        && matches!(
+            node.op,
+            Op::Conv1d(_) | Op::Conv2d(_) | Op::ConvTranspose2d(_)
+        )
+    {
+        r.grads = vec![Grad::None];
+    }
+    if r.autocast.is_some() {
+        r.bf16_param_grads = true;
+    }
+    r
+}
+
+/// Upsampling, softmax and the losses: float32 ops under autocast (the fp32 and
+/// fp32_set_opt_dtype policies), with cross entropy's log_softmax left in bf16.
+fn fp32_policy(s: &Sizes) -> OpRule {
+    let (n_in, n_out) = (s.n_in(0), s.n_out());
+    let ex = s.e_in(0);
+    use Saved::*;
+    use Source::*;
+    match &s.node.op {
         Op::Upsample { .. } => {
             let t = if ex == F32 { 0 } else { n_in * F32 };
             let grad = if ex == F32 { Grad::New } else { Grad::ViaCast(n_in * F32) };
@@ -250,48 +303,8 @@ pub fn rule(graph: &Graph, node: &Node, batch: u64, elems: &Elements) -> OpRule 
             .fwd(n_in * F32 + 12)
             .note("fp32 policy: a bf16 prediction is cast to float32 (saved); as on CPU, the loss keeps an input-sized buffer until it is dropped")
         }
-        Op::MultiheadAttention { .. } => mha(&s, node),
-        Op::GqaAttention { .. } => gqa(&s, node),
-        Op::Lstm(_) | Op::Gru(_) | Op::Moe { .. } | Op::MlaAttention { .. } => {
-            let mut r = cpu_rule_at(graph, node, batch, elems, BF16);
-            r.source = Assumed;
-            r.autocast = Some(CopySaved::Always);
-            r.cublas = true;
-            r.note = match &node.op {
-                Op::Lstm(_) | Op::Gru(_) => "assumed: the cpu-fp32 stages at bf16 (cuDNN's RNN reserve space and workspace are chosen by cuDNN at run time; not derived)",
-                Op::Moe { .. } => "assumed: the cpu-fp32 stages at bf16 (router, top-k, SwiGLU experts; routing assumed uniform)",
-                _ => "assumed: the cpu-fp32 stages at bf16 (q/k and v head sizes differ: sdpa's memory-efficient path on CUDA, not derived)",
-            };
-            r
-        }
-        // Everything else: the same tensors as on CPU, sized by autocast's dtypes.
-        _ => {
-            let mut r = cpu_rule_at(graph, node, batch, elems, ex);
-            r.source = TorchSource;
-            // A binary op's gradient for an input of a lower dtype than its output is cast to
-            // that dtype by the engine (`validate_outputs`): a new buffer, not the output's.
-            if matches!(node.op, Op::Add | Op::Concat { .. }) {
-                for (i, g) in r.grads.iter_mut().enumerate() {
-                    if s.e_in(i) != s.e_out() {
-                        *g = Grad::New;
-                    }
-                }
-            }
-            r
-        }
-    };
-    if !input_grad
-        && matches!(
-            node.op,
-            Op::Conv1d(_) | Op::Conv2d(_) | Op::ConvTranspose2d(_)
-        )
-    {
-        r.grads = vec![Grad::None];
+        _ => unreachable!("fp32_policy for another op"),
     }
-    if r.autocast.is_some() {
-        r.bf16_param_grads = true;
-    }
-    r
 }
 
 /// An fp32-policy op on a bf16 input casts it to a float32 copy, which it saves; its gradient

@@ -709,59 +709,31 @@ impl<'a> Sim<'a> {
                 .ok_or_else(|| format!("value `{name}` is not available (simulator bug)"))
         };
         for (k, node) in graph.nodes.iter().enumerate() {
-            let rule = &self.rules[k];
+            let rule = self.rules[k].clone();
+            let rule = &rule;
             let ins: Vec<Value> = node
                 .inputs
                 .iter()
                 .map(|n| lookup(&env, n))
                 .collect::<Result<_, _>>()?;
             let x0 = ins[0];
-            let elems = &self.elems;
-            let in_bytes = |i: usize| -> u64 {
-                let e = elems.get(node.inputs[i].as_str()).copied().unwrap_or(4);
-                graph
-                    .shape_of(&node.inputs[i])
-                    .map_or(0, |s| s.numel_at(self.batch) * e)
-            };
+            let input_bytes: Vec<u64> = node.inputs.iter().map(|n| self.value_bytes(n)).collect();
+            let in_bytes = |i: usize| -> u64 { input_bytes[i] };
             let autograd = self.requires_grad[k] && self.reaches_loss[k];
             self.mem.at(&node.id);
-            // CUDA: the forward thread's cuBLAS (and, for a biased linear, cuBLASLt) workspace
-            // at the first call; kept for the process.
             if self.backend.is_cuda() && rule.cublas {
-                if !self.workspace.forward {
-                    self.workspace.forward = true;
-                    self.mem.alloc(cuda::CUBLAS_WORKSPACE, Kind::Workspaces);
-                }
-                if !self.workspace.forward_lt && uses_cublaslt(&node.op) {
-                    self.workspace.forward_lt = true;
-                    self.mem.alloc(cuda::CUBLASLT_WORKSPACE, Kind::Workspaces);
-                }
+                self.forward_workspaces(&node.op);
             }
-            // CUDA autocast: bf16 copies of the op's fp32 parameters through the cache (one
-            // per parameter per forward); matrices the op's backward needs are saved.
-            let mut copies_held = Vec::new();
-            if let Some(when) = rule.autocast {
-                for &p in &self.node_params[k] {
-                    let copy = match cache.get(&p) {
-                        Some(&b) => b,
-                        None => {
-                            let b = self
-                                .mem
-                                .alloc(self.params[p].bytes / 2, Kind::SavedActivations);
-                            cache.insert(p, b);
-                            b
-                        }
-                    };
-                    let needed = match when {
-                        rules::CopySaved::Always => true,
-                        rules::CopySaved::IfInputRequiresGrad => x0.requires_grad,
-                    };
-                    if autograd && needed && self.params[p].rank >= 2 {
-                        self.mem.retain(copy);
-                        copies_held.push(copy);
-                    }
-                }
-            }
+            let copies_held = match rule.autocast {
+                Some(when) => self.autocast_copies(
+                    k,
+                    when,
+                    autograd && x0.requires_grad,
+                    autograd,
+                    &mut cache,
+                ),
+                None => Vec::new(),
+            };
             let early = rule.forward_peak.map_or(0, |extra| {
                 self.mem.trace.push(TraceOp::Peak {
                     bytes: extra,
@@ -881,6 +853,54 @@ impl<'a> Sim<'a> {
         }
         self.rec.end(&self.mem);
         Ok((saved_by, loss_buf))
+    }
+
+    /// CUDA: the forward thread's cuBLAS (and, for a biased linear, cuBLASLt) workspace at the
+    /// first call; kept for the process.
+    fn forward_workspaces(&mut self, op: &Op) {
+        if !self.workspace.forward {
+            self.workspace.forward = true;
+            self.mem.alloc(cuda::CUBLAS_WORKSPACE, Kind::Workspaces);
+        }
+        if !self.workspace.forward_lt && uses_cublaslt(op) {
+            self.workspace.forward_lt = true;
+            self.mem.alloc(cuda::CUBLASLT_WORKSPACE, Kind::Workspaces);
+        }
+    }
+
+    /// CUDA autocast: bf16 copies of node `k`'s fp32 parameters through the cache (one per
+    /// parameter per forward); the matrices its backward needs are saved (returned, retained).
+    fn autocast_copies(
+        &mut self,
+        k: usize,
+        when: rules::CopySaved,
+        input_requires_grad: bool,
+        autograd: bool,
+        cache: &mut HashMap<usize, BufId>,
+    ) -> Vec<BufId> {
+        let mut held = Vec::new();
+        for i in 0..self.node_params[k].len() {
+            let p = self.node_params[k][i];
+            let copy = match cache.get(&p) {
+                Some(&b) => b,
+                None => {
+                    let b = self
+                        .mem
+                        .alloc(self.params[p].bytes / 2, Kind::SavedActivations);
+                    cache.insert(p, b);
+                    b
+                }
+            };
+            let needed = match when {
+                rules::CopySaved::Always => true,
+                rules::CopySaved::IfInputRequiresGrad => input_requires_grad,
+            };
+            if autograd && needed && self.params[p].rank >= 2 {
+                self.mem.retain(copy);
+                held.push(copy);
+            }
+        }
+        held
     }
 
     fn backward(&mut self, step: u32, mut saved_by: Vec<Vec<BufId>>, grads: &mut [Option<BufId>]) {
@@ -1050,39 +1070,8 @@ impl<'a> Sim<'a> {
                     item.1 = converted;
                 }
             }
-            // Accumulate into the inputs' gradient buffers, as torch's
-            // `InputBuffer::accumulate` does (torch/csrc/autograd/input_buffer.cpp): in place
-            // into the old gradient when this is its only holder and it is dense
-            // (`old_var.add_(var)`), else in place into the new one under the same condition
-            // (`var.add_(old_var)`), else `old_var + var`: a new tensor of the value's own
-            // shape (not of the buffer a slice came from: a concat's gradient slice keeps the
-            // whole concat gradient alive, but the sum is the value's size).
-            for (j, g, c, value_bytes) in produced {
-                match out_grad[j] {
-                    None => {
-                        out_grad[j] = Some(g);
-                        grad_contig[j] = c;
-                    }
-                    Some(old) => {
-                        if self.mem.bufs[old].refs == 1 && old != g && grad_contig[j] {
-                            // In place into the existing buffer; the new one is freed.
-                            self.mem.release(g);
-                        } else if self.mem.bufs[g].refs == 1 && old != g && c {
-                            // In place into the new buffer; the old one goes.
-                            self.mem.release(old);
-                            out_grad[j] = Some(g);
-                            grad_contig[j] = true;
-                        } else {
-                            let sum = self.mem.alloc(value_bytes, Kind::ActivationGradients);
-                            high = high.max(self.rec.high(&node.id, &self.mem));
-                            self.mem.release(old);
-                            self.mem.release(g);
-                            out_grad[j] = Some(sum);
-                            grad_contig[j] = true;
-                        }
-                    }
-                }
-            }
+            let summed = self.accumulate(&node.id, produced, &mut out_grad, &mut grad_contig);
+            high = high.max(summed);
             self.rec.event(&node.id, high, &self.mem);
         }
         for g in out_grad.into_iter().flatten() {
@@ -1090,6 +1079,50 @@ impl<'a> Sim<'a> {
         }
         self.mem.release(root);
         self.rec.end(&self.mem);
+    }
+
+    /// Accumulates the gradients a node produced into its inputs' gradient buffers, as torch's
+    /// `InputBuffer::accumulate` (torch/csrc/autograd/input_buffer.cpp) does: in place into the
+    /// old gradient when this is its only holder and it is dense (`old_var.add_(var)`), else in
+    /// place into the new one under the same condition (`var.add_(old_var)`), else
+    /// `old_var + var`: a new tensor of the value's own shape (not of the buffer a slice came
+    /// from: a concat's gradient slice keeps the whole concat gradient alive, but the sum is the
+    /// value's size). Returns the highest level it reached (0 if it made no sum).
+    fn accumulate(
+        &mut self,
+        node: &str,
+        produced: Vec<(usize, BufId, bool, u64)>,
+        out_grad: &mut [Option<BufId>],
+        grad_contig: &mut [bool],
+    ) -> u64 {
+        let mut high = 0;
+        for (j, g, c, value_bytes) in produced {
+            match out_grad[j] {
+                None => {
+                    out_grad[j] = Some(g);
+                    grad_contig[j] = c;
+                }
+                Some(old) => {
+                    if self.mem.bufs[old].refs == 1 && old != g && grad_contig[j] {
+                        // In place into the existing buffer; the new one is freed.
+                        self.mem.release(g);
+                    } else if self.mem.bufs[g].refs == 1 && old != g && c {
+                        // In place into the new buffer; the old one goes.
+                        self.mem.release(old);
+                        out_grad[j] = Some(g);
+                        grad_contig[j] = true;
+                    } else {
+                        let sum = self.mem.alloc(value_bytes, Kind::ActivationGradients);
+                        high = high.max(self.rec.high(node, &self.mem));
+                        self.mem.release(old);
+                        self.mem.release(g);
+                        out_grad[j] = Some(sum);
+                        grad_contig[j] = true;
+                    }
+                }
+            }
+        }
+        high
     }
 
     /// Makes parameter `p`'s gradient: the first contribution becomes `.grad`; a later one (a
