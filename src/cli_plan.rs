@@ -53,13 +53,26 @@ pub fn render(p: &Plan) -> String {
     );
     match &p.simulated {
         Ok(sim) => {
+            let (what, rules) = match &sim.reserved {
+                None => ("", "no fitted factor"),
+                Some(_) => (" allocated", "rules cuda-bf16-autocast, no fitted factor"),
+            };
             let _ = writeln!(
                 s,
-                "simulated   {}  (peak in {} at `{}`; no fitted factor)",
+                "simulated   {}{what}  (peak in {} at `{}`; {rules})",
                 both(sim.bytes as f64),
                 sim.phase,
                 sim.node
             );
+            if let Some(r) = &sim.reserved {
+                let _ = writeln!(
+                    s,
+                    "            {} reserved   (peak in {} at `{}`; CUDA caching-allocator replay)",
+                    both(r.bytes as f64),
+                    r.phase,
+                    r.node
+                );
+            }
         }
         Err(why) => {
             let _ = writeln!(s, "simulated   not available ({why})");

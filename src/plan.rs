@@ -268,9 +268,46 @@ fn value_or_error<T: Serialize, S: serde::Serializer>(
 /// Where the simulated training step peaks.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SimulatedPeak {
+    /// The peak comparable to a row's allocated peak: live bytes on CPU; on CUDA the
+    /// caching-allocator replay's `allocated_bytes` peak (every tensor in its 512-byte block).
     pub bytes: u64,
     pub phase: String,
     pub node: String,
+    /// CUDA only: the replay's reserved peak (the allocator's segments), where it is set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reserved: Option<SimulatedReserved>,
+}
+
+/// The replay's reserved peak.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SimulatedReserved {
+    pub bytes: u64,
+    pub phase: String,
+    pub node: String,
+}
+
+impl SimulatedPeak {
+    /// The simulation's peaks: the replay's on CUDA, the live bytes' elsewhere.
+    pub fn of(s: &crate::simulate::Simulation) -> SimulatedPeak {
+        match &s.device {
+            Some(d) => SimulatedPeak {
+                bytes: d.allocated_peak,
+                phase: d.allocated_peak_phase.clone(),
+                node: d.allocated_peak_node.clone(),
+                reserved: Some(SimulatedReserved {
+                    bytes: d.reserved_peak,
+                    phase: d.reserved_peak_phase.clone(),
+                    node: d.reserved_peak_node.clone(),
+                }),
+            },
+            None => SimulatedPeak {
+                bytes: s.peak_bytes,
+                phase: s.peak_phase.clone(),
+                node: s.peak_node.clone(),
+                reserved: None,
+            },
+        }
+    }
 }
 
 /// Plans a graph at a batch and precision against the factors file's cards (or `cards`).
@@ -381,11 +418,7 @@ pub fn plan_with_simulation(
         cards: verdicts,
         accelerate: baselines::accelerate(graph, precision),
         textbook: baselines::textbook(graph, batch),
-        simulated: sim.as_ref().map_err(Clone::clone).map(|s| SimulatedPeak {
-            bytes: s.peak_bytes,
-            phase: s.peak_phase.clone(),
-            node: s.peak_node.clone(),
-        }),
+        simulated: sim.as_ref().map_err(Clone::clone).map(SimulatedPeak::of),
     })
 }
 

@@ -744,6 +744,9 @@ pub struct Calibration {
     pub measured: Measured,
     /// Usable rows, sorted by run id.
     pub rows: Vec<RowResult>,
+    /// The simulator's reserved peak (CUDA allocator replay) against measured reserved, per
+    /// profile; apart from the methods, which predict the allocated peak.
+    pub simulated_reserved: BTreeMap<Precision, super::reserved::ReservedSummary>,
 }
 
 /// A prediction's |predicted / measured - 1|, on a completed run of at least `threshold`
@@ -1809,6 +1812,7 @@ fn calibrate_rows(ds: &Dataset) -> Calibration {
         // Set by `calibrate`.
         measured: Measured::default(),
         rows: rows_out,
+        simulated_reserved: super::reserved::simulated_reserved(ds),
     }
 }
 

@@ -513,7 +513,9 @@ fn check(row: &RowRef, path: &Path) -> Result<()> {
 
 /// Features, accelerate's, the textbook's and the simulator's bytes of a (graph, batch,
 /// precision).
-type Computed = (Features, u64, Option<u64>, Option<u64>);
+/// Features, accelerate, textbook, and the simulator's (allocated, reserved) peaks (reserved
+/// only on CUDA, from the caching-allocator replay).
+type Computed = (Features, u64, Option<u64>, Option<(u64, Option<u64>)>);
 
 type Keyed<'g> = HashMap<(&'g str, u64, Precision), Computed, super::FastHash>;
 
@@ -539,7 +541,10 @@ impl<'g> FeatureCache<'g, '_> {
                 baselines::textbook(g, batch).ok().map(|t| t.total_bytes),
                 crate::simulate::simulate_peak(g, batch, precision)
                     .ok()
-                    .map(|s| s.peak_bytes),
+                    .map(|s| {
+                        let p = crate::plan::SimulatedPeak::of(&s);
+                        (p.bytes, p.reserved.map(|r| r.bytes))
+                    }),
             );
             lock().insert(key, c);
             c
@@ -570,7 +575,7 @@ fn join<'g>(
         ));
     };
     let precision: Precision = row.precision.parse().expect("validated in parse_row");
-    let (features, accelerate_bytes, textbook_bytes, simulated_bytes) =
+    let (features, accelerate_bytes, textbook_bytes, simulated) =
         cache.get((name.as_str(), row.batch, precision), g);
     if features.as_array().contains(&u64::MAX) {
         return Err(field(
@@ -593,7 +598,8 @@ fn join<'g>(
         precision,
         batch: row.batch,
         status: row.status,
-        measured_bytes: row.peak.map(|p| p.allocated_bytes),
+        measured_bytes: row.peak.as_ref().map(|p| p.allocated_bytes),
+        measured_reserved_bytes: row.peak.map(|p| p.reserved_bytes),
         capacity_bytes: row
             .device
             .emulated_capacity_bytes
@@ -605,7 +611,8 @@ fn join<'g>(
         features,
         accelerate_bytes,
         textbook_bytes,
-        simulated_bytes,
+        simulated_bytes: simulated.map(|s| s.0),
+        simulated_reserved_bytes: simulated.and_then(|s| s.1),
         floor_bytes: info.floor_bytes,
         device: names.name(&row.device.name),
         device_kind: names.name(&row.device.kind),

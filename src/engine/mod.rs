@@ -12,6 +12,7 @@ pub mod fit;
 pub mod intervals;
 mod load;
 mod output;
+pub mod reserved;
 mod scan;
 pub mod synthetic;
 pub mod time;
@@ -54,6 +55,8 @@ pub struct Row {
     pub status: RunStatus,
     /// Measured peak allocated bytes (completed runs only).
     pub measured_bytes: Option<u64>,
+    /// Measured peak reserved bytes (completed runs only; equal to allocated on CPU).
+    pub measured_reserved_bytes: Option<u64>,
     /// The capacity the run ran under: the emulated capacity if any, else the device's.
     pub capacity_bytes: u64,
     /// True when the row carries the marker `after-fit`.
@@ -73,8 +76,11 @@ pub struct Row {
     pub accelerate_bytes: u64,
     /// The textbook formula's total, where it applies.
     pub textbook_bytes: Option<u64>,
-    /// The simulator's peak, where it has a rule table for the row's precision.
+    /// The simulator's peak, where it has a rule table for the row's precision (on CUDA the
+    /// caching-allocator replay's allocated peak).
     pub simulated_bytes: Option<u64>,
+    /// CUDA rows: the replay's reserved peak, reported apart from the allocated methods.
+    pub simulated_reserved_bytes: Option<u64>,
     /// The graph's phase floor (`plan::phase_floor`): no plan estimate is below it.
     pub floor_bytes: u64,
     /// The device's name (the CPU model or the GPU), its kind, and the versions that measured.

@@ -117,6 +117,8 @@ pub fn row(
         textbook_bytes: None,
         simulated_bytes: None,
         floor_bytes: 0,
+        simulated_reserved_bytes: None,
+        measured_reserved_bytes: None,
         device: "synthetic".into(),
         device_kind: "cpu".into(),
         harness_version: "synthetic".into(),

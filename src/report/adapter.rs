@@ -1129,6 +1129,7 @@ pub fn from_calibration_paged<'a>(
         scatter: scatter_refs,
         methods: methods_table(&ctx),
         methods_by_profile: methods_by_profile_table(&ctx),
+        simulated_reserved: simulated_reserved_table(&ctx),
         did_not_fit: did_not_fit_table(&ctx),
         upper: UpperView {
             charts: upper_charts,
@@ -1301,6 +1302,37 @@ fn methods_by_profile_table(ctx: &Ctx) -> Table {
                 t.rows.push(row);
             }
         }
+    }
+    t
+}
+
+/// The simulator's reserved peak (the CUDA caching-allocator replay) against the rows'
+/// measured reserved peak, per profile: apart from the methods, which predict allocated bytes.
+fn simulated_reserved_table(ctx: &Ctx) -> Table {
+    let mut t = table(
+        "simulated-reserved",
+        "The simulated training step's reserved peak (a replay of the CUDA caching allocator), against each completed GPU run's measured reserved peak",
+        vec![
+            col("Precision profile", false),
+            col("Rows", true),
+            col("Median |error|", true),
+            col("Max |error|", true),
+            col("Rows >= 1 GB", true),
+            col("Median |error| (>= 1 GB)", true),
+            col("Max |error| (>= 1 GB)", true),
+        ],
+        "No row has a simulated reserved peak yet (only CUDA rows have one).",
+    );
+    for (p, r) in &ctx.cal.simulated_reserved {
+        t.rows.push(vec![
+            Cell::text(p.as_str()),
+            count_cell(r.rows),
+            opt_pct(r.median_abs_rel_error),
+            opt_pct(r.max_abs_rel_error),
+            count_cell(r.large_rows),
+            opt_pct(r.large_median_abs_rel_error),
+            opt_pct(r.large_max_abs_rel_error),
+        ]);
     }
     t
 }

@@ -221,6 +221,8 @@ pub struct IndexPage {
     pub methods: Table,
     /// The methods over each precision profile's rows alone.
     pub methods_by_profile: Table,
+    /// The simulator's reserved peak against measured reserved, per profile (CUDA rows).
+    pub simulated_reserved: Table,
     pub did_not_fit: Table,
     pub upper: UpperView,
     pub how: HowView,

@@ -13,6 +13,9 @@
 //! every backward and freed by every optimizer phase; Adam's two states are allocated lazily,
 //! parameter by parameter, in step 1's optimizer phase and kept from then on).
 
+pub mod allocator;
+pub mod cuda;
+pub mod device;
 pub mod render;
 pub mod rules;
 
@@ -46,9 +49,11 @@ pub enum Kind {
     ActivationGradients,
     /// Temporaries inside one op (forward, backward or the optimizer update).
     Transients,
+    /// Library workspaces kept by the process (cuBLAS and cuBLASLt, one pair per thread).
+    Workspaces,
 }
 
-const KINDS: [Kind; 7] = [
+const KINDS: [Kind; 8] = [
     Kind::Parameters,
     Kind::Inputs,
     Kind::Gradients,
@@ -56,6 +61,7 @@ const KINDS: [Kind; 7] = [
     Kind::SavedActivations,
     Kind::ActivationGradients,
     Kind::Transients,
+    Kind::Workspaces,
 ];
 
 /// Live bytes by kind.
@@ -68,6 +74,7 @@ pub struct Breakdown {
     pub saved_activations: u64,
     pub activation_gradients: u64,
     pub transients: u64,
+    pub workspaces: u64,
 }
 
 impl Breakdown {
@@ -79,6 +86,7 @@ impl Breakdown {
             + self.saved_activations
             + self.activation_gradients
             + self.transients
+            + self.workspaces
     }
 
     fn slot(&mut self, k: Kind) -> &mut u64 {
@@ -90,11 +98,12 @@ impl Breakdown {
             Kind::SavedActivations => &mut self.saved_activations,
             Kind::ActivationGradients => &mut self.activation_gradients,
             Kind::Transients => &mut self.transients,
+            Kind::Workspaces => &mut self.workspaces,
         }
     }
 
     /// (name, bytes) pairs in a fixed order.
-    pub fn entries(&self) -> [(&'static str, u64); 7] {
+    pub fn entries(&self) -> [(&'static str, u64); 8] {
         [
             ("parameters", self.parameters),
             ("inputs", self.inputs),
@@ -103,6 +112,7 @@ impl Breakdown {
             ("saved_activations", self.saved_activations),
             ("activation_gradients", self.activation_gradients),
             ("transients", self.transients),
+            ("workspaces", self.workspaces),
         ]
     }
 }
@@ -168,9 +178,31 @@ pub struct Simulation {
     pub timeline: Vec<Event>,
     /// The rule each node used and its source.
     pub rules: Vec<NodeRule>,
+    /// CUDA only: the trace replayed through the caching-allocator model with no cap: what
+    /// the allocator's `allocated_bytes` and `reserved_bytes` read per phase.
+    pub device: Option<device::Replay>,
+    /// Every allocation and free in order, for the allocator replay.
+    #[serde(skip)]
+    pub trace: Vec<TraceOp>,
+    /// The ops named by the trace.
+    #[serde(skip)]
+    pub labels: Vec<String>,
 }
 
 impl Simulation {
+    fn with_device(mut self, backend: Backend) -> Simulation {
+        if backend.is_cuda() {
+            self.device = Some(device::replay(&self, None));
+        }
+        self
+    }
+
+    /// The allocator replay with reserved bytes capped at `limit` (a capped run's
+    /// `setMemoryFraction`): where it runs out of memory, if it does.
+    pub fn replay(&self, limit: Option<u64>) -> device::Replay {
+        device::replay(self, limit)
+    }
+
     /// The summary of a phase by name.
     pub fn phase(&self, name: &str) -> Option<&PhaseSummary> {
         self.phases.iter().find(|p| p.name == name)
@@ -184,15 +216,35 @@ struct Buf {
     refs: u32,
 }
 
-/// The live memory: every buffer by id, and the running totals. The id of a freed buffer is
-/// used again (a deep graph allocates millions over three steps; only the live ones are kept).
+/// The live memory: every buffer by id, the running totals, and the sequence of allocations
+/// and frees (for the allocator replay). The id of a freed buffer is used again (a deep graph
+/// allocates millions over three steps; only the live ones are kept); the replay binds an id
+/// anew at each allocation.
 struct Mem {
     bufs: Vec<Buf>,
     live: Breakdown,
     free: Vec<BufId>,
+    trace: Vec<TraceOp>,
+    /// Index into `labels` of the op (or parameter) now running.
+    at: u32,
+    labels: Vec<String>,
 }
 
 type BufId = usize;
+
+/// One step of the simulated program as the device allocator sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TraceOp {
+    /// A phase begins (phases in the order of `Simulation::phases`).
+    Phase,
+    /// A buffer of this many bytes is allocated by the op `at` (an index into the labels).
+    Alloc { buf: u32, bytes: u64, at: u32 },
+    /// The buffer is freed.
+    Free { buf: u32 },
+    /// A compound op's inner high point: this many bytes more for a moment (replayed as one
+    /// block allocated and freed).
+    Peak { bytes: u64, at: u32 },
+}
 
 impl Mem {
     fn alloc(&mut self, bytes: u64, kind: Kind) -> BufId {
@@ -202,7 +254,7 @@ impl Mem {
             kind,
             refs: 1,
         };
-        match self.free.pop() {
+        let id = match self.free.pop() {
             Some(id) => {
                 self.bufs[id] = b;
                 id
@@ -211,7 +263,21 @@ impl Mem {
                 self.bufs.push(b);
                 self.bufs.len() - 1
             }
+        };
+        self.trace.push(TraceOp::Alloc {
+            buf: id as u32,
+            bytes,
+            at: self.at,
+        });
+        id
+    }
+
+    /// Notes the op (or parameter) now running, for the trace.
+    fn at(&mut self, label: &str) {
+        if self.labels.last().map(String::as_str) != Some(label) {
+            self.labels.push(label.to_string());
         }
+        self.at = (self.labels.len() - 1) as u32;
     }
 
     fn retain(&mut self, id: BufId) {
@@ -226,6 +292,7 @@ impl Mem {
         if b.refs == 0 {
             let (bytes, kind) = (b.bytes, b.kind);
             *self.live.slot(kind) -= bytes;
+            self.trace.push(TraceOp::Free { buf: id as u32 });
             self.free.push(id);
         }
     }
@@ -247,7 +314,29 @@ struct Value {
 struct Param {
     label: String,
     bytes: u64,
+    /// Rank of the tensor (autocast casts matrices and biases; only matrices are saved).
+    rank: usize,
     init_transient: u64,
+}
+
+/// The cuBLAS workspaces made so far: the forward (main) thread's, its cuBLASLt one, and
+/// autograd's device thread's.
+#[derive(Default)]
+struct Workspaces {
+    forward: bool,
+    forward_lt: bool,
+    backward: bool,
+}
+
+/// Whether the op's forward goes through cuBLASLt (`addmm` with a bias: torch's
+/// `gemm_and_bias`); the others use cuBLAS's own workspace only.
+fn uses_cublaslt(op: &Op) -> bool {
+    match op {
+        Op::Linear { bias, .. }
+        | Op::MultiheadAttention { bias, .. }
+        | Op::GqaAttention { bias, .. } => *bias,
+        _ => false,
+    }
 }
 
 /// Records events, phase summaries and the peak.
@@ -336,8 +425,8 @@ pub fn simulate(graph: &Graph, batch: u64, precision: Precision) -> Result<Simul
 }
 
 /// [`simulate`] without the timeline (`Simulation::timeline` empty; the peak, its breakdown,
-/// the phases and the rules are the same): what the planner and the engine need, in memory
-/// that does not grow with events (a 1,000,000-node graph makes about 10 million).
+/// the phases, the rules and the allocator replay are the same): what the planner and the
+/// engine need, in memory that does not grow with events.
 pub fn simulate_peak(
     graph: &Graph,
     batch: u64,
@@ -401,6 +490,10 @@ struct Sim<'a> {
     reaches_loss: Vec<bool>,
     /// Last forward use (node index) of every value name.
     last_use: HashMap<&'a str, usize>,
+    /// Bytes per element of every value (graph inputs and node outputs).
+    elems: rules::Elements,
+    /// Which threads have made their cuBLAS workspaces (CUDA).
+    workspace: Workspaces,
     mem: Mem,
     rec: Recorder,
 }
@@ -413,10 +506,11 @@ impl<'a> Sim<'a> {
             .enumerate()
             .map(|(i, n)| (n.id.as_str(), i))
             .collect();
+        let elems = rules::value_elements(graph, backend);
         let rules = graph
             .nodes
             .iter()
-            .map(|n| rules::rule(graph, n, batch, backend))
+            .map(|n| rules::rule(graph, n, batch, backend, &elems))
             .collect();
 
         // Parameters in the harness's creation order: owning embedding tables first (in node
@@ -433,6 +527,7 @@ impl<'a> Sim<'a> {
                     params.push(Param {
                         label: format!("{}#{i}", n.id),
                         bytes,
+                        rank: shape.len(),
                         init_transient: 0,
                     });
                 }
@@ -457,10 +552,13 @@ impl<'a> Sim<'a> {
                     _ => false,
                 };
                 node_params[k].push(params.len());
+                // On CUDA the scalars are CPU wrapped numbers: no device memory.
+                let scalars = if backend.is_cuda() { 0 } else { 12 };
                 params.push(Param {
                     label: format!("{}#{i}", n.id),
                     bytes,
-                    init_transient: if randn_scaled { bytes + 12 } else { 0 },
+                    rank: shape.len(),
+                    init_transient: if randn_scaled { bytes + scalars } else { 0 },
                 });
             }
             let tie = match &n.op {
@@ -510,10 +608,15 @@ impl<'a> Sim<'a> {
             requires_grad,
             reaches_loss,
             last_use,
+            elems,
+            workspace: Workspaces::default(),
             mem: Mem {
                 bufs: Vec::new(),
                 live: Breakdown::default(),
                 free: Vec::new(),
+                trace: Vec::new(),
+                at: 0,
+                labels: vec!["-".to_string()],
             },
             rec: Recorder {
                 step: 0,
@@ -533,9 +636,24 @@ impl<'a> Sim<'a> {
         }
     }
 
+    /// Begins a phase (in the recorder and the allocator trace).
+    fn begin(&mut self, step: u32, phase: String) {
+        self.mem.trace.push(TraceOp::Phase);
+        self.mem.at("-");
+        self.rec.begin(step, phase, &self.mem);
+    }
+
+    /// Bytes of the value `name` (its gradient has the same dtype).
+    fn value_bytes(&self, name: &str) -> u64 {
+        let e = self.elems.get(name).copied().unwrap_or(4);
+        self.graph
+            .shape_of(name)
+            .map_or(0, |s| s.numel_at(self.batch) * e)
+    }
+
     fn run(mut self, precision: Precision) -> Result<Simulation, String> {
         // model_load: parameters (and batch-norm running statistics) in creation order.
-        self.rec.begin(0, "model_load".into(), &self.mem);
+        self.begin(0, "model_load".into());
         for n in &self.graph.nodes {
             if let Op::BatchNorm { num_features } = n.op {
                 // running_mean and running_var (the harness registers no batch counter).
@@ -543,6 +661,7 @@ impl<'a> Sim<'a> {
             }
         }
         for p in &self.params {
+            self.mem.at(&p.label);
             let t = self.mem.alloc(p.init_transient, Kind::Transients);
             self.mem.alloc(p.bytes, Kind::Parameters);
             let high = self.rec.high(&p.label, &self.mem);
@@ -552,7 +671,7 @@ impl<'a> Sim<'a> {
         self.rec.end(&self.mem);
 
         // inputs
-        self.rec.begin(0, "inputs".into(), &self.mem);
+        self.begin(0, "inputs".into());
         let mut inputs: HashMap<&str, Value> = HashMap::default();
         for i in &self.graph.inputs {
             let bytes =
@@ -582,7 +701,7 @@ impl<'a> Sim<'a> {
             self.optimizer(step, &mut grads, &mut states);
         }
 
-        let rules = self
+        let rules: Vec<NodeRule> = self
             .graph
             .nodes
             .iter()
@@ -608,7 +727,11 @@ impl<'a> Sim<'a> {
             phases: self.rec.phases,
             timeline: self.rec.events,
             rules,
-        })
+            device: None,
+            trace: self.mem.trace,
+            labels: self.mem.labels,
+        }
+        .with_device(self.backend))
     }
 
     /// The forward pass. Returns, per node, the buffers its backward holds (saved tensors), and
@@ -619,12 +742,13 @@ impl<'a> Sim<'a> {
         step: u32,
         inputs: &HashMap<&str, Value>,
     ) -> Result<(Vec<Vec<BufId>>, Option<BufId>), String> {
-        self.rec
-            .begin(step, format!("step{step}.forward"), &self.mem);
+        self.begin(step, format!("step{step}.forward"));
         let graph = self.graph;
         let mut env: HashMap<&str, Value> = HashMap::default();
         let mut values: Vec<Option<Value>> = vec![None; graph.nodes.len()];
         let mut saved_by: Vec<Vec<BufId>> = vec![Vec::new(); graph.nodes.len()];
+        // The autocast cache: parameter index -> its bf16 copy (cleared when forward ends).
+        let mut cache: HashMap<usize, BufId> = HashMap::default();
         let lookup = |env: &HashMap<&str, Value>, name: &str| -> Result<Value, String> {
             env.get(name)
                 .or_else(|| inputs.get(name))
@@ -632,22 +756,38 @@ impl<'a> Sim<'a> {
                 .ok_or_else(|| format!("value `{name}` is not available (simulator bug)"))
         };
         for (k, node) in graph.nodes.iter().enumerate() {
-            let rule = &self.rules[k];
+            let rule = self.rules[k].clone();
+            let rule = &rule;
             let ins: Vec<Value> = node
                 .inputs
                 .iter()
                 .map(|n| lookup(&env, n))
                 .collect::<Result<_, _>>()?;
             let x0 = ins[0];
-            let in_bytes = |i: usize| -> u64 {
-                graph.shape_of(&node.inputs[i]).map_or(0, |s| {
-                    s.numel_at(self.batch) * self.backend.activation_bytes()
-                })
-            };
+            let input_bytes: Vec<u64> = node.inputs.iter().map(|n| self.value_bytes(n)).collect();
+            let in_bytes = |i: usize| -> u64 { input_bytes[i] };
             let autograd = self.requires_grad[k] && self.reaches_loss[k];
-            let early = rule
-                .forward_peak
-                .map_or(0, |extra| self.rec.high_plus(&node.id, &self.mem, extra));
+            self.mem.at(&node.id);
+            if self.backend.is_cuda() && rule.cublas {
+                self.forward_workspaces(&node.op);
+            }
+            let copies_held = match rule.autocast {
+                Some(when) => self.autocast_copies(
+                    k,
+                    when,
+                    autograd && x0.requires_grad,
+                    autograd,
+                    &mut cache,
+                ),
+                None => Vec::new(),
+            };
+            let early = rule.forward_peak.map_or(0, |extra| {
+                self.mem.trace.push(TraceOp::Peak {
+                    bytes: extra,
+                    at: self.mem.at,
+                });
+                self.rec.high_plus(&node.id, &self.mem, extra)
+            });
             let mut transients = Vec::new();
             // The output.
             let (out_buf, out_contig) = match rule.output {
@@ -672,13 +812,14 @@ impl<'a> Sim<'a> {
             if rule.needs_contiguous_input && !x0.contiguous {
                 transients.push(self.mem.alloc(in_bytes(0), Kind::Transients));
             }
-            // linear on a non-contiguous input goes through matmul: 12 bytes of scalars (measured).
-            if matches!(node.op, Op::Linear { .. }) && !x0.contiguous {
+            // linear on a non-contiguous input goes through matmul: 12 bytes of scalars (measured
+            // on CPU; CUDA scalars are CPU wrapped numbers).
+            if matches!(node.op, Op::Linear { .. }) && !x0.contiguous && !self.backend.is_cuda() {
                 transients.push(self.mem.alloc(12, Kind::Transients));
             }
             transients.push(self.mem.alloc(rule.forward_transient, Kind::Transients));
             // Saved tensors (only when the node is part of the autograd graph).
-            let mut held = Vec::new();
+            let mut held = copies_held;
             if autograd {
                 for s in &rule.saved {
                     match s {
@@ -739,6 +880,12 @@ impl<'a> Sim<'a> {
             }
             self.rec.event(&node.id, high, &self.mem);
         }
+        // autocast's clear_cache() when the harness turns autocast off: copies nobody saved go.
+        let mut copies: Vec<BufId> = cache.into_values().collect();
+        copies.sort_unstable();
+        for b in copies {
+            self.mem.release(b);
+        }
         // Values never used by a later op are dropped when the forward returns; the loss is
         // handed back to the caller.
         let mut loss_buf = None;
@@ -755,13 +902,57 @@ impl<'a> Sim<'a> {
         Ok((saved_by, loss_buf))
     }
 
+    /// CUDA: the forward thread's cuBLAS (and, for a biased linear, cuBLASLt) workspace at the
+    /// first call; kept for the process.
+    fn forward_workspaces(&mut self, op: &Op) {
+        if !self.workspace.forward {
+            self.workspace.forward = true;
+            self.mem.alloc(cuda::CUBLAS_WORKSPACE, Kind::Workspaces);
+        }
+        if !self.workspace.forward_lt && uses_cublaslt(op) {
+            self.workspace.forward_lt = true;
+            self.mem.alloc(cuda::CUBLASLT_WORKSPACE, Kind::Workspaces);
+        }
+    }
+
+    /// CUDA autocast: bf16 copies of node `k`'s fp32 parameters through the cache (one per
+    /// parameter per forward); the matrices its backward needs are saved (returned, retained).
+    fn autocast_copies(
+        &mut self,
+        k: usize,
+        when: rules::CopySaved,
+        input_requires_grad: bool,
+        autograd: bool,
+        cache: &mut HashMap<usize, BufId>,
+    ) -> Vec<BufId> {
+        let mut held = Vec::new();
+        for i in 0..self.node_params[k].len() {
+            let p = self.node_params[k][i];
+            let copy = match cache.get(&p) {
+                Some(&b) => b,
+                None => {
+                    let b = self
+                        .mem
+                        .alloc(self.params[p].bytes / 2, Kind::SavedActivations);
+                    cache.insert(p, b);
+                    b
+                }
+            };
+            let needed = match when {
+                rules::CopySaved::Always => true,
+                rules::CopySaved::IfInputRequiresGrad => input_requires_grad,
+            };
+            if autograd && needed && self.params[p].rank >= 2 {
+                self.mem.retain(copy);
+                held.push(copy);
+            }
+        }
+        held
+    }
+
     fn backward(&mut self, step: u32, mut saved_by: Vec<Vec<BufId>>, grads: &mut [Option<BufId>]) {
-        self.rec
-            .begin(step, format!("step{step}.backward"), &self.mem);
-        // The rules are read while `self` changes: taken out for the pass (not cloned per node).
-        let rules = std::mem::take(&mut self.rules);
+        self.begin(step, format!("step{step}.backward"));
         let graph = self.graph;
-        let e = self.backend.activation_bytes();
         // Gradient buffer of each node's output.
         let mut out_grad: Vec<Option<BufId>> = vec![None; graph.nodes.len()];
         // Whether each pending gradient is contiguous (a slice of a concat's gradient, or a
@@ -782,7 +973,13 @@ impl<'a> Sim<'a> {
                 continue;
             };
             let node = &graph.nodes[k];
-            let rule = &rules[k];
+            let rule = self.rules[k].clone();
+            self.mem.at(&node.id);
+            // CUDA: autograd's device thread has its own cuBLAS handle and workspace.
+            if self.backend.is_cuda() && rule.cublas && !self.workspace.backward {
+                self.workspace.backward = true;
+                self.mem.alloc(cuda::CUBLAS_WORKSPACE, Kind::Workspaces);
+            }
             let mut contig = grad_contig[k];
             // An op that reads its gradient as a contiguous matrix (a linear on a 3-d input, a
             // conv, a norm) copies a non-contiguous one first; the original goes if unshared.
@@ -792,7 +989,7 @@ impl<'a> Sim<'a> {
                     || (matches!(node.op, Op::Linear { .. }) && input_rank >= 3));
             let mut early_high = 0;
             if copies {
-                let bytes = node.output.numel_at(self.batch) * e;
+                let bytes = self.value_bytes(&node.id);
                 let copy = self.mem.alloc(bytes, Kind::ActivationGradients);
                 early_high = self.rec.high(&node.id, &self.mem);
                 self.mem.release(g_out);
@@ -816,6 +1013,10 @@ impl<'a> Sim<'a> {
                         done_params.push(p);
                     }
                 }
+                self.mem.trace.push(TraceOp::Peak {
+                    bytes: peak_extra,
+                    at: self.mem.at,
+                });
                 early_high = early_high.max(self.rec.high_plus(&node.id, &self.mem, peak_extra));
                 for b in t {
                     self.mem.release(b);
@@ -827,7 +1028,10 @@ impl<'a> Sim<'a> {
                 transients.push(self.mem.alloc(rule.backward_transient, Kind::Transients));
             }
             // Gradients for the inputs.
-            let mut produced: Vec<(usize, BufId, bool)> = Vec::new();
+            // (value index, gradient buffer, contiguous, the value's own gradient bytes)
+            let mut produced: Vec<(usize, BufId, bool, u64)> = Vec::new();
+            // Gradients made at an autocast cast's dtype, converted once the op is done.
+            let mut casts: Vec<BufId> = Vec::new();
             for (i, name) in node.inputs.iter().enumerate() {
                 let Some(&j) = self.index.get(name.as_str()) else {
                     continue; // graph inputs never require grad
@@ -835,12 +1039,16 @@ impl<'a> Sim<'a> {
                 if !self.requires_grad[j] {
                     continue;
                 }
-                let bytes = graph
-                    .shape_of(name)
-                    .map_or(0, |s| s.numel_at(self.batch) * e);
+                let bytes = self.value_bytes(name);
                 let (g, c) = match rule.grads.get(i).copied().unwrap_or(Grad::New) {
                     Grad::None => continue,
                     Grad::New => (self.mem.alloc(bytes, Kind::ActivationGradients), true),
+                    Grad::ViaCast(op_bytes) => {
+                        // The op's gradient at its cast copy's dtype; converted below.
+                        let g = self.mem.alloc(op_bytes, Kind::ActivationGradients);
+                        casts.push(g);
+                        (g, true)
+                    }
                     Grad::OfOutput => match &node.op {
                         // Reshaping a non-contiguous gradient copies it.
                         Op::Reshape { .. } | Op::Flatten { .. } if !contig => {
@@ -866,13 +1074,21 @@ impl<'a> Sim<'a> {
                         }
                     },
                 };
-                produced.push((j, g, c));
+                produced.push((j, g, c, bytes));
             }
             // Parameter gradients: the first contribution becomes `.grad`; a later one (a tied
             // table used twice) is added in place and its buffer freed.
+            // Under autocast the op makes bf16 gradients of its bf16 weight copies; each cast's
+            // ToCopyBackward then makes the fp32 `.grad` (below).
+            let mut bf16_param_grads = Vec::new();
             for p in self.node_params[k].clone() {
                 if !done_params.contains(&p) {
-                    transients.extend(self.param_grad(p, grads));
+                    if rule.bf16_param_grads {
+                        let b = self.mem.alloc(self.params[p].bytes / 2, Kind::Transients);
+                        bf16_param_grads.push((p, b));
+                    } else {
+                        transients.extend(self.param_grad(p, grads));
+                    }
                 }
             }
             let mut high = self.rec.high(&node.id, &self.mem).max(early_high);
@@ -883,37 +1099,77 @@ impl<'a> Sim<'a> {
             for b in std::mem::take(&mut saved_by[k]) {
                 self.mem.release(b);
             }
-            // Accumulate into the inputs' gradient buffers.
-            for (j, g, c) in produced {
-                match out_grad[j] {
-                    None => {
-                        out_grad[j] = Some(g);
-                        grad_contig[j] = c;
-                    }
-                    Some(old) => {
-                        if self.mem.bufs[old].refs == 1 && old != g {
-                            // In place into the existing buffer; the new one is freed.
-                            self.mem.release(g);
-                        } else {
-                            let bytes = self.mem.bufs[old].bytes.max(self.mem.bufs[g].bytes);
-                            let sum = self.mem.alloc(bytes, Kind::ActivationGradients);
-                            high = high.max(self.rec.high(&node.id, &self.mem));
-                            self.mem.release(old);
-                            self.mem.release(g);
-                            out_grad[j] = Some(sum);
-                            grad_contig[j] = true;
-                        }
-                    }
+            // The casts' backward: fp32 parameter gradients, then the inputs' gradients in their
+            // own dtype; each op-side gradient goes once converted.
+            for (p, b) in bf16_param_grads {
+                let extra = self.param_grad(p, grads);
+                high = high.max(self.rec.high(&node.id, &self.mem));
+                if let Some(t) = extra {
+                    self.mem.release(t);
+                }
+                self.mem.release(b);
+            }
+            for item in produced.iter_mut() {
+                if casts.contains(&item.1) {
+                    let converted = self.mem.alloc(item.3, Kind::ActivationGradients);
+                    high = high.max(self.rec.high(&node.id, &self.mem));
+                    self.mem.release(item.1);
+                    item.1 = converted;
                 }
             }
+            let summed = self.accumulate(&node.id, produced, &mut out_grad, &mut grad_contig);
+            high = high.max(summed);
             self.rec.event(&node.id, high, &self.mem);
         }
         for g in out_grad.into_iter().flatten() {
             self.mem.release(g);
         }
         self.mem.release(root);
-        self.rules = rules;
         self.rec.end(&self.mem);
+    }
+
+    /// Accumulates the gradients a node produced into its inputs' gradient buffers, as torch's
+    /// `InputBuffer::accumulate` (torch/csrc/autograd/input_buffer.cpp) does: in place into the
+    /// old gradient when this is its only holder and it is dense (`old_var.add_(var)`), else in
+    /// place into the new one under the same condition (`var.add_(old_var)`), else
+    /// `old_var + var`: a new tensor of the value's own shape (not of the buffer a slice came
+    /// from: a concat's gradient slice keeps the whole concat gradient alive, but the sum is the
+    /// value's size). Returns the highest level it reached (0 if it made no sum).
+    fn accumulate(
+        &mut self,
+        node: &str,
+        produced: Vec<(usize, BufId, bool, u64)>,
+        out_grad: &mut [Option<BufId>],
+        grad_contig: &mut [bool],
+    ) -> u64 {
+        let mut high = 0;
+        for (j, g, c, value_bytes) in produced {
+            match out_grad[j] {
+                None => {
+                    out_grad[j] = Some(g);
+                    grad_contig[j] = c;
+                }
+                Some(old) => {
+                    if self.mem.bufs[old].refs == 1 && old != g && grad_contig[j] {
+                        // In place into the existing buffer; the new one is freed.
+                        self.mem.release(g);
+                    } else if self.mem.bufs[g].refs == 1 && old != g && c {
+                        // In place into the new buffer; the old one goes.
+                        self.mem.release(old);
+                        out_grad[j] = Some(g);
+                        grad_contig[j] = true;
+                    } else {
+                        let sum = self.mem.alloc(value_bytes, Kind::ActivationGradients);
+                        high = high.max(self.rec.high(node, &self.mem));
+                        self.mem.release(old);
+                        self.mem.release(g);
+                        out_grad[j] = Some(sum);
+                        grad_contig[j] = true;
+                    }
+                }
+            }
+        }
+        high
     }
 
     /// Makes parameter `p`'s gradient: the first contribution becomes `.grad`; a later one (a
@@ -935,24 +1191,35 @@ impl<'a> Sim<'a> {
         grads: &mut [Option<BufId>],
         states: &mut [Option<(BufId, BufId)>],
     ) {
-        self.rec
-            .begin(step, format!("step{step}.optimizer"), &self.mem);
+        self.begin(step, format!("step{step}.optimizer"));
         for p in 0..self.params.len() {
             if grads[p].is_none() {
                 continue; // libtorch's AdamW skips a parameter without a gradient
             }
             let bytes = self.params[p].bytes;
+            let label = self.params[p].label.clone();
+            self.mem.at(&label);
             if states[p].is_none() {
                 let a = self.mem.alloc(bytes, Kind::OptimizerState);
                 let b = self.mem.alloc(bytes, Kind::OptimizerState);
                 states[p] = Some((a, b));
             }
-            let t = self
-                .mem
-                .alloc(rules::adamw_transient(bytes), Kind::Transients);
-            let label = self.params[p].label.clone();
+            // `exp_avg_sq.sqrt()` and its quotient by the bias correction: two tensors (on
+            // CPU also three float32 scalars; on CUDA scalars are CPU wrapped numbers).
+            let t: Vec<BufId> = if self.backend.is_cuda() {
+                vec![
+                    self.mem.alloc(bytes, Kind::Transients),
+                    self.mem.alloc(bytes, Kind::Transients),
+                ]
+            } else {
+                vec![self
+                    .mem
+                    .alloc(rules::adamw_transient(bytes), Kind::Transients)]
+            };
             let high = self.rec.high(&label, &self.mem);
-            self.mem.release(t);
+            for b in t {
+                self.mem.release(b);
+            }
             self.rec.event(&label, high, &self.mem);
         }
         // zero_grad(): gradients set to None.

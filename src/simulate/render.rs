@@ -53,6 +53,9 @@ pub fn render_timeline(sim: &Simulation) -> String {
             p.name, p.start, p.peak, p.end, p.peak_node
         );
     }
+    if let Some(d) = &sim.device {
+        render_device(&mut s, d);
+    }
     let _ = writeln!(
         s,
         "\nlive bytes over the steps (each row: the highest point of its events; # = of the peak):"
@@ -120,5 +123,45 @@ fn truncate(text: &str, n: usize) -> String {
         let mut t: String = text.chars().take(n - 1).collect();
         t.push('~');
         t
+    }
+}
+
+/// The caching-allocator replay: per phase, allocated and reserved as the allocator's
+/// statistics would read them.
+fn render_device(s: &mut String, d: &super::device::Replay) {
+    let _ = writeln!(
+        s,
+        "\nCUDA caching-allocator replay (torch 2.11 rules, default config): allocated peak {} in {} at `{}`, reserved peak {} in {} at `{}`",
+        units::both(d.allocated_peak as f64),
+        d.allocated_peak_phase,
+        d.allocated_peak_node,
+        units::both(d.reserved_peak as f64),
+        d.reserved_peak_phase,
+        d.reserved_peak_node
+    );
+    let _ = writeln!(
+        s,
+        "  {:<18} {:>16} {:>16} {:>16} {:>16}  allocated peak at / reserved peak at",
+        "phase", "allocated peak", "allocated end", "reserved peak", "reserved end"
+    );
+    for p in &d.phases {
+        let _ = writeln!(
+            s,
+            "  {:<18} {:>16} {:>16} {:>16} {:>16}  {} / {}",
+            p.name,
+            p.allocated_peak,
+            p.allocated_end,
+            p.reserved_peak,
+            p.reserved_end,
+            p.allocated_peak_node,
+            p.reserved_peak_node
+        );
+    }
+    if let Some(o) = &d.oom {
+        let _ = writeln!(
+            s,
+            "  out of memory in {} at `{}`: {} bytes requested with {} allocated and {} reserved",
+            o.phase, o.node, o.requested, o.allocated, o.reserved
+        );
     }
 }

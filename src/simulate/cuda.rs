@@ -1,0 +1,589 @@
+//! The `cuda-bf16-autocast` rule table: torch 2.11 (2.11.0+cu130) on an sm90 GPU with float32
+//! weights and bf16 autocast around the forward pass, as `memcal-measure` runs it (tch: the
+//! harness's `--device cuda --precision bf16-autocast`). Every rule is read off torch 2.11's
+//! sources; none was fitted to a GPU row. `docs/simulator.md` lists them with the files:
+//!
+//! - **which dtype each op runs in**: `ATen/autocast_mode.h` of torch 2.11 (the lists
+//!   `AT_FORALL_LOWER_PRECISION_FP`, `AT_FORALL_FP32`, `AT_FORALL_FP32_SET_OPT_DTYPE`,
+//!   registered for CUDA in `aten/src/ATen/autocast_mode.cpp`): `linear`, `conv*`, `matmul`,
+//!   `bmm`, `scaled_dot_product_attention` and the RNN cells run in bf16; `layer_norm`,
+//!   `group_norm`, `mse_loss`, `nll_loss`, `upsample_nearest2d`, `pow`, `rsqrt` in float32;
+//!   `softmax` and `log_softmax` cast a bf16 input to float32 (`input.toType(kFloat)` in
+//!   `SoftMax.cpp`, a full-size copy; the fused half-to-float path is for fp16 only). Ops in no
+//!   list run in their inputs' dtype (type promotion: bf16 + fp32 is fp32).
+//! - **the autocast cache** (`cached_cast`, `autocast_mode.cpp`): a bf16 copy of every fp32
+//!   leaf that requires grad (the weights) is made at its first use and cached until
+//!   `clear_cache()` at the end of the autocast region (the harness's shim calls it when it
+//!   turns autocast off after forward). A copy autograd saved (`mm` saves `mat2` for the
+//!   input's gradient, `convolution` its weight) lives on until that op's backward; the others
+//!   go at the end of forward. Casts of non-leaf activations are not cached: each lower-
+//!   precision op casts an fp32 input again, and saves the bf16 copy.
+//! - **gradients**: each cast is an autograd node (`_to_copy`, derivatives.yaml:
+//!   `_to_copy_backward`): a gradient is made at the op's dtype and converted to the source's
+//!   dtype, so a weight's bf16 gradient and its fp32 `.grad` exist together for a moment.
+//! - **fused CUDA kernels**: `dropout` is `native_dropout` (a bool mask, 1 byte per element);
+//!   `rms_norm` of fp32 input and weight is `_fused_rms_norm` (saves input and rstd, as
+//!   `layer_norm`); `scaled_dot_product_attention` of the GQA path is flash attention (sm90,
+//!   bf16, head dim a multiple of 8 up to 256, no mask): saves q, k, v, the output, a
+//!   float32 logsumexp `[B, H, T]` and a 16-byte rng state; its backward allocates dq, dk, dv,
+//!   a float32 `dq_accum` `[B, T rounded to 128, H, head dim rounded to 32]` and `softmax_d`
+//!   `[B, H, T rounded to 128]` (FlashAttention-2's `mha_bwd`).
+//! - **cuBLAS workspaces** (`CublasHandlePool.cpp`): on sm90 `getChosenWorkspaceSize()` is
+//!   4096 KiB x 8 = 32 MiB per (handle, stream), and cuBLASLt's own workspace is
+//!   `CUBLASLT_WORKSPACE_SIZE` = 1024 KiB (the unified workspace is off by default), both from
+//!   the caching allocator and kept; handles are per thread, and autograd runs CUDA backward on
+//!   its own device thread: one pair for forward (main thread), one for backward.
+//! - **AdamW**: tch's `nn::AdamW` runs libtorch's C++ `torch::optim::AdamW`, one parameter at a
+//!   time (no foreach or fused path in the C++ frontend): the same two temporaries as on CPU.
+//!
+//! Not derivable statically, and so not counted: cuDNN convolution workspaces (chosen by
+//! cuDNN's heuristics at run time) and cuDNN RNN reserve space; the RNN rules are marked
+//! `assumed`.
+
+use super::rules::{
+    cpu_rule_at, BackwardPeak, CopySaved, Elements, Grad, OpRule, Output, Saved, Sizes, Source,
+};
+use crate::graph::{Graph, Node};
+use crate::ops::Op;
+
+/// bf16 element bytes.
+const BF16: u64 = 2;
+/// float32 element bytes.
+const F32: u64 = 4;
+/// cuBLAS workspace per (handle, stream) on sm90 (`getChosenWorkspaceSize`, 4096 KiB x 8).
+pub const CUBLAS_WORKSPACE: u64 = 4096 * 8 * 1024;
+/// cuBLASLt workspace (`CUBLASLT_WORKSPACE_SIZE` default, 1024 KiB).
+pub const CUBLASLT_WORKSPACE: u64 = 1024 * 1024;
+
+/// The dtype (element bytes) autocast gives the node's output, from its inputs' dtypes.
+pub fn output_element(node: &Node, m: &Elements) -> u64 {
+    let input = |i: usize| {
+        node.inputs
+            .get(i)
+            .and_then(|n| m.get(n.as_str()))
+            .copied()
+            .unwrap_or(F32)
+    };
+    let promoted = node
+        .inputs
+        .iter()
+        .map(|n| m.get(n.as_str()).copied().unwrap_or(F32))
+        .filter(|&e| e <= F32)
+        .max()
+        .unwrap_or(F32);
+    match &node.op {
+        // lower_precision_fp (AT_FORALL_LOWER_PRECISION_FP; RNNs through `_cudnn_rnn`'s
+        // autocast wrapper).
+        op if runs_in_bf16(op) => BF16,
+        // fp32 policy, fp32_set_opt_dtype, and float32 losses.
+        Op::LayerNorm { .. }
+        | Op::GroupNorm { .. }
+        | Op::Upsample { .. }
+        | Op::Softmax { .. }
+        | Op::CrossEntropy
+        | Op::Mse => F32,
+        // An fp32 table: embedding is in no autocast list.
+        Op::Embedding { .. } => F32,
+        // `_fused_rms_norm` keeps the input's dtype; its fp32 weight promotes a bf16 input in
+        // the composite fallback.
+        Op::RmsNorm { .. } => F32,
+        // x + table slice (fp32).
+        Op::LearnedPosition { .. } => F32,
+        // zeros like the (fp32-promoted) input; experts' outputs are cast to it.
+        Op::Moe { .. } => input(0),
+        Op::Add | Op::Mul | Op::Concat { .. } => promoted,
+        // Everything else keeps input 0's dtype (batch_norm, activations, pools, views, the
+        // class token cast to the input's kind).
+        _ => input(0),
+    }
+}
+
+/// The rule for `node` at `batch` under bf16 autocast on CUDA.
+pub fn rule(graph: &Graph, node: &Node, batch: u64, elems: &Elements) -> OpRule {
+    let s = Sizes {
+        graph,
+        node,
+        batch,
+        e: BF16,
+        elems,
+    };
+    let (n_in, n_out) = (s.n_in(0), s.n_out());
+    let ex = s.e_in(0);
+    let input_grad = graph.inputs.iter().all(|i| i.name != node.inputs[0]);
+    use Saved::*;
+    use Source::*;
+    // An fp32 input to a lower-precision op is cast (a new bf16 copy, which the op saves); its
+    // gradient comes back through the cast.
+    let cast_saved = |what: &'static str, n: u64, e: u64| -> (Saved, Grad) {
+        if e == F32 {
+            (
+                Internal {
+                    what,
+                    bytes: n * BF16,
+                },
+                Grad::ViaCast(n * BF16),
+            )
+        } else {
+            (InputContiguous(0), Grad::New)
+        }
+    };
+    let mut r = match &node.op {
+        Op::Linear { .. } => {
+            let (saved, grad) = cast_saved("bf16 cast of the input (autocast)", n_in, ex);
+            let mut r = OpRule::new(Output::New(n_out * BF16), vec![saved], vec![grad], TorchSource)
+                .note("lower_precision_fp: an fp32 input is cast to a bf16 copy, which addmm saves; the bf16 weight copy (autocast cache) is saved for the input's gradient; bf16 output");
+            r.autocast = Some(CopySaved::IfInputRequiresGrad);
+            r.cublas = true;
+            r
+        }
+        Op::Conv1d(_) | Op::Conv2d(_) | Op::ConvTranspose2d(_) => {
+            let (saved, grad) = cast_saved("bf16 cast of the input (autocast)", n_in, ex);
+            let saved = match saved {
+                InputContiguous(_) => Input(0),
+                other => other,
+            };
+            let mut r = OpRule::new(Output::New(n_out * BF16), vec![saved], vec![grad], TorchSource)
+                .note("lower_precision_fp (cuDNN): saves its bf16 input and the bf16 weight copy; cuDNN's workspace is chosen at run time and not counted");
+            r.autocast = Some(CopySaved::Always);
+            r
+        }
+        Op::LayerNorm { normalized_shape, .. } => {
+            let rows = s.rows(*normalized_shape) * F32;
+            let (x_saved, grad) = fp32_cast(n_in, ex);
+            OpRule::new(
+                Output::New(n_out * F32),
+                vec![x_saved, Internal { what: "mean+rstd (float32 rows)", bytes: 2 * rows }],
+                vec![grad],
+                TorchSource,
+            )
+            .note("fp32 policy: a bf16 input is cast to float32 (saved); saves mean and rstd; float32 output")
+        }
+        Op::GroupNorm { num_groups, .. } => {
+            let (x_saved, grad) = fp32_cast(n_in, ex);
+            OpRule::new(
+                Output::New(n_out * F32),
+                vec![x_saved, Internal { what: "mean+rstd (2 x B x groups float32)", bytes: 2 * s.dim(0) * num_groups * F32 }],
+                vec![grad],
+                TorchSource,
+            )
+            .note("fp32 policy: a bf16 input is cast to float32 (saved); saves mean and rstd")
+        }
+        Op::RmsNorm { dim } if ex == F32 => OpRule::new(
+            Output::New(n_out * F32),
+            vec![Input(0), Internal { what: "rstd (float32 rows)", bytes: s.rows(*dim) * F32 }],
+            vec![Grad::New],
+            TorchSource,
+        )
+        .note("`_fused_rms_norm` (CUDA kernel; fp32 input and weight): saves its input and rstd"),
+        Op::BatchNorm { num_features } => OpRule::new(
+            Output::New(n_out * ex),
+            vec![Input(0), Internal { what: "save_mean+save_invstd (2C float32)", bytes: 2 * num_features * F32 }],
+            vec![Grad::New],
+            TorchSource,
+        )
+        .note("in no autocast list: runs in its input's dtype (bf16 after a conv); saves its input, mean and inverse std"),
+        Op::Dropout { p } if *p > 0.0 => OpRule::new(
+            Output::New(n_out * ex),
+            vec![Internal { what: "bool mask (native_dropout)", bytes: n_in }],
+            vec![Grad::New],
+            TorchSource,
+        )
+        .keeps_layout()
+        .note("CUDA native_dropout: saves a bool mask (1 byte per element)"),
+        Op::Upsample { .. } | Op::Softmax { .. } | Op::CrossEntropy | Op::Mse => fp32_policy(&s),
+        Op::MultiheadAttention { .. } => mha(&s, node),
+        Op::GqaAttention { .. } => gqa(&s, node),
+        Op::Lstm(_) | Op::Gru(_) | Op::Moe { .. } | Op::MlaAttention { .. } => {
+            let mut r = cpu_rule_at(graph, node, batch, elems, BF16);
+            r.source = Assumed;
+            r.autocast = Some(CopySaved::Always);
+            r.cublas = true;
+            r.note = match &node.op {
+                Op::Lstm(_) | Op::Gru(_) => "assumed: the cpu-fp32 stages at bf16 (cuDNN's RNN reserve space and workspace are chosen by cuDNN at run time; not derived)",
+                Op::Moe { .. } => "assumed: the cpu-fp32 stages at bf16 (router, top-k, SwiGLU experts; routing assumed uniform)",
+                _ => "assumed: the cpu-fp32 stages at bf16 (q/k and v head sizes differ: sdpa's memory-efficient path on CUDA, not derived)",
+            };
+            r
+        }
+        // Everything else: the same tensors as on CPU, sized by autocast's dtypes.
+        _ => {
+            let mut r = cpu_rule_at(graph, node, batch, elems, ex);
+            r.source = TorchSource;
+            // A binary op's gradient for an input of a lower dtype than its output is cast to
+            // that dtype by the engine (`validate_outputs`): a new buffer, not the output's.
+            if matches!(node.op, Op::Add | Op::Concat { .. }) {
+                for (i, g) in r.grads.iter_mut().enumerate() {
+                    if s.e_in(i) != s.e_out() {
+                        *g = Grad::New;
+                    }
+                }
+            }
+            r
+        }
+    };
+    if !input_grad
+        && matches!(
+            node.op,
+            Op::Conv1d(_) | Op::Conv2d(_) | Op::ConvTranspose2d(_)
+        )
+    {
+        r.grads = vec![Grad::None];
+    }
+    if r.autocast.is_some() {
+        r.bf16_param_grads = true;
+    }
+    r
+}
+
+/// Upsampling, softmax and the losses: float32 ops under autocast (the fp32 and
+/// fp32_set_opt_dtype policies), with cross entropy's log_softmax left in bf16.
+fn fp32_policy(s: &Sizes) -> OpRule {
+    let (n_in, n_out) = (s.n_in(0), s.n_out());
+    let ex = s.e_in(0);
+    use Saved::*;
+    use Source::*;
+    match &s.node.op {
+        Op::Upsample { .. } => {
+            let t = if ex == F32 { 0 } else { n_in * F32 };
+            let grad = if ex == F32 { Grad::New } else { Grad::ViaCast(n_in * F32) };
+            OpRule::new(Output::New(n_out * F32), vec![], vec![grad], TorchSource)
+                .fwd(t)
+                .note("fp32 policy: a bf16 input is cast to a float32 copy while it runs; saves nothing; float32 output")
+        }
+        Op::Softmax { .. } => {
+            let t = if ex == F32 { 0 } else { n_in * F32 };
+            let grad = if ex == F32 { Grad::New } else { Grad::ViaCast(n_in * F32) };
+            OpRule::new(Output::New(n_out * F32), vec![Out], vec![grad], TorchSource)
+                .fwd(t)
+                .contiguous_input()
+                .note("fp32_set_opt_dtype: a bf16 input is cast to a float32 copy (held while it runs); saves its float32 output")
+        }
+        // Revised after the first comparison with the GPU rows (the frozen table had the
+        // log_softmax in float32): cross_entropy_loss is CompositeImplicitAutograd
+        // (LossNLL.cpp, `cross_entropy_loss_symint`) and calls
+        // `log_softmax(self, class_dim, self.scalar_type())`: the dtype is given, so autocast's
+        // fp32_set_opt_dtype leaves it bf16; then nll_loss (fp32 policy) casts the bf16
+        // log-probabilities to a float32 copy, which nll_loss_forward saves as `self`.
+        Op::CrossEntropy if ex == BF16 => OpRule::new(
+            Output::New(4),
+            vec![
+                Internal { what: "log_softmax output (bf16 N x V)", bytes: n_in * BF16 },
+                Internal { what: "float32 cast of the log-probabilities (saved by nll_loss)", bytes: n_in * F32 },
+                Internal { what: "total_weight", bytes: 4 },
+            ],
+            vec![Grad::New, Grad::None],
+            TorchSource,
+        )
+        .bwd(n_in * BF16)
+        .contiguous_input()
+        .note("cross_entropy_loss: log_softmax in the logits' bf16 (dtype given explicitly, so autocast leaves it), then nll_loss (fp32 policy) on a float32 copy it saves; backward: nll_loss's float32 N x V gradient, cast back to bf16, log_softmax's bf16 gradient (revised after the GPU comparison)"),
+        Op::CrossEntropy => {
+            let lsm = n_in * F32;
+            let t = if ex == F32 { 0 } else { n_in * F32 };
+            let grad = if ex == F32 { Grad::New } else { Grad::ViaCast(lsm) };
+            OpRule::new(
+                Output::New(4),
+                vec![Internal { what: "log_softmax output (float32 N x V)", bytes: lsm }, Internal { what: "total_weight", bytes: 4 }],
+                vec![grad, Grad::None],
+                TorchSource,
+            )
+            .fwd(t)
+            .bwd(lsm)
+            .contiguous_input()
+            .note("log_softmax (fp32_set_opt_dtype: bf16 logits cast to a float32 copy) + nll_loss (fp32): saves the float32 N x V log-softmax; backward holds it, nll_loss's and log_softmax's float32 N x V gradients, then casts to bf16")
+        }
+        Op::Mse => {
+            let (x_saved, grad) = fp32_cast(n_in, ex);
+            OpRule::new(
+                Output::New(n_in * F32),
+                vec![x_saved, Input(1)],
+                vec![grad, Grad::New],
+                Calibrated("calibrated on sim-mse-only, sim-mse-wide (CPU; the input-sized loss buffer)"),
+            )
+            .fwd(n_in * F32 + 12)
+            .note("fp32 policy: a bf16 prediction is cast to float32 (saved); as on CPU, the loss keeps an input-sized buffer until it is dropped")
+        }
+        _ => unreachable!("fp32_policy for another op"),
+    }
+}
+
+/// An fp32-policy op on a bf16 input casts it to a float32 copy, which it saves; its gradient
+/// comes back through the cast.
+fn fp32_cast(n: u64, e: u64) -> (Saved, Grad) {
+    if e == F32 {
+        (Saved::Input(0), Grad::New)
+    } else {
+        (
+            Saved::Internal {
+                what: "float32 cast of the bf16 input (autocast fp32 policy)",
+                bytes: n * F32,
+            },
+            Grad::ViaCast(n * F32),
+        )
+    }
+}
+
+/// The highest running total of a sequence of allocations (+) and frees (-).
+fn high(deltas: &[i64]) -> u64 {
+    let mut level = 0i64;
+    let mut top = 0i64;
+    for d in deltas {
+        level += d;
+        top = top.max(level);
+    }
+    top.max(0) as u64
+}
+
+/// Eager multi-head attention as the harness's `mha` runs it under autocast.
+fn mha(s: &Sizes, node: &Node) -> OpRule {
+    let Op::MultiheadAttention {
+        embed_dim: d,
+        num_heads: h,
+        causal,
+        relative_attention_buckets: nb,
+        bias,
+    } = &node.op
+    else {
+        unreachable!("mha rule for another op")
+    };
+    let (b, tq) = (s.dim(0), s.dim(1));
+    let tk = node
+        .inputs
+        .get(1)
+        .and_then(|m| s.graph.shape_of(m))
+        .map_or(tq, |m| m.0[1].at(s.batch));
+    let ex = s.e_in(0);
+    let ekv = if node.inputs.len() > 1 { s.e_in(1) } else { ex };
+    let (aq, ak, sc) = (b * tq * d * BF16, b * tk * d * BF16, b * h * tq * tk);
+    let tt = tq * tk;
+    let i = |v: u64| v as i64;
+    // Casts of fp32 inputs: one per projection (activations are not cached).
+    let cq = if ex == F32 { aq } else { 0 };
+    let ckv = if ekv == F32 { 2 * ak } else { 0 };
+    let mut saved = vec![];
+    if cq + ckv > 0 {
+        saved.push(Saved::Internal {
+            what: "bf16 casts of the input for the q, k, v projections",
+            bytes: cq + ckv,
+        });
+    }
+    saved.extend([
+        Saved::Internal {
+            what: "q*scale (contiguous bf16 copy for bmm)",
+            bytes: aq,
+        },
+        Saved::Internal {
+            what: "k^T (contiguous bf16 copy for bmm)",
+            bytes: ak,
+        },
+        Saved::Internal {
+            what: "softmax output (float32 B x H x Tq x Tk)",
+            bytes: sc * F32,
+        },
+        Saved::Internal {
+            what: "bf16 cast of the attention weights (for attn @ v)",
+            bytes: sc * BF16,
+        },
+        Saved::Internal {
+            what: "v (contiguous bf16 copy for bmm)",
+            bytes: ak,
+        },
+        Saved::Internal {
+            what: "context (contiguous bf16, out_proj input)",
+            bytes: aq,
+        },
+    ]);
+    if node.inputs.len() > 1 {
+        saved.push(Saved::Input(1));
+    }
+    let (mask, bucket) = (
+        if *causal { tt } else { 0 },
+        if *nb > 0 { tt * 8 } else { 0 },
+    );
+    if *causal {
+        saved.push(Saved::Internal {
+            what: "causal mask (bool Tq x Tk)",
+            bytes: mask,
+        });
+    }
+    if *nb > 0 {
+        saved.push(Saved::Internal {
+            what: "bucket indices (int64 Tq x Tk)",
+            bytes: bucket,
+        });
+    }
+    // Forward, in the harness's order; q, k, v projections, q*scale, the scores and the
+    // context are Rust locals until the function returns.
+    let rel = if *nb > 0 { h * tt * F32 } else { 0 };
+    let fwd = high(&[
+        i(cq + ckv),
+        i(aq + 2 * ak),
+        i(aq),
+        i(aq + ak + sc * BF16),
+        i(bucket + rel),
+        -i(rel),
+        i(mask + if *causal { sc * BF16 } else { 0 }),
+        -i(if *causal { sc * BF16 } else { 0 }),
+        i(2 * sc * F32),
+        -i(sc * F32),
+        i(sc * BF16 + ak + aq),
+        i(aq),
+        i(aq),
+    ]);
+    // Backward stages after the level before it (saved tensors and the incoming gradient):
+    // out_proj, attn @ v, the weights' cast back, softmax, the scores' cast, masked_fill, the
+    // bias, q @ k^T, q*scale.
+    let wo = d * d * BF16 + if *bias { d * BF16 } else { 0 };
+    let stages = |freed: bool| {
+        high(&[
+            i(aq + wo),
+            -i(wo + aq + if freed { aq } else { 0 }),
+            i(sc * BF16 + ak),
+            -i(sc * BF16 + ak + aq),
+            i(sc * F32),
+            -i(sc * BF16),
+            i(sc * F32),
+            -i(2 * sc * F32),
+            i(sc * BF16),
+            -i(sc * F32),
+            i(if *causal { sc * BF16 } else { 0 }),
+            -i(if *causal { sc * BF16 + mask } else { 0 }),
+            i(rel),
+            -i(rel),
+            i(aq + ak),
+            -i(aq + ak + sc * BF16),
+            i(aq),
+        ])
+    };
+    let grads = if ex == F32 {
+        vec![Grad::ViaCast(aq)]
+    } else {
+        vec![Grad::New]
+    };
+    let mut grads = grads;
+    if node.inputs.len() > 1 {
+        grads.push(if ekv == F32 {
+            Grad::ViaCast(ak)
+        } else {
+            Grad::New
+        });
+    }
+    let o_proj = if *bias { vec![6, 7] } else { vec![3] };
+    let mut r = OpRule::new(Output::New(aq), saved, grads, Source::TorchSource)
+        .fwd(fwd)
+        .note("eager attention under autocast: bf16 projections (an fp32 input cast once per projection), bf16 scores, softmax in float32 (fp32_set_opt_dtype: a float32 copy of the scores, a float32 output saved), cast back to bf16 for attn @ v (saved); backward stage by stage through both casts");
+    r.forward_transient = 0;
+    r.forward_peak = Some(fwd);
+    r.backward_peak = Some(BackwardPeak {
+        freed: stages(true),
+        held: stages(false),
+        params: o_proj,
+    });
+    r.autocast = Some(CopySaved::IfInputRequiresGrad);
+    r.cublas = true;
+    r
+}
+
+/// Grouped-query attention: projections, k and v repeated to all heads, flash sdpa.
+fn gqa(s: &Sizes, node: &Node) -> OpRule {
+    let Op::GqaAttention {
+        embed_dim,
+        num_heads: h,
+        num_kv_heads: kvh,
+        head_dim: hd,
+        bias,
+        ..
+    } = &node.op
+    else {
+        unreachable!("gqa rule for another op")
+    };
+    let (b, t) = (s.dim(0), s.dim(1));
+    let ex = s.e_in(0);
+    let i = |v: u64| v as i64;
+    let x = b * t * embed_dim * BF16;
+    let q = b * t * h * hd * BF16;
+    let kv = b * t * kvh * hd * BF16;
+    let repeated = h > kvh;
+    let (ks, vs) = if repeated { (q, q) } else { (kv, kv) };
+    let casts = if ex == F32 { 3 * x } else { 0 };
+    let lse = b * h * t * F32;
+    let mut saved = vec![];
+    if casts > 0 {
+        saved.push(Saved::Internal {
+            what: "bf16 casts of the input for the q, k, v projections",
+            bytes: casts,
+        });
+    }
+    saved.extend([
+        Saved::Internal {
+            what: "q projection (bf16)",
+            bytes: q,
+        },
+        Saved::Internal {
+            what: "k (bf16, repeated to all heads)",
+            bytes: ks,
+        },
+        Saved::Internal {
+            what: "v (bf16, repeated to all heads)",
+            bytes: vs,
+        },
+        Saved::Internal {
+            what: "flash output (bf16, o_proj input)",
+            bytes: q,
+        },
+        Saved::Internal {
+            what: "logsumexp B x H x T float32 and rng state",
+            bytes: lse + 16,
+        },
+    ]);
+    let fwd = if repeated { 2 * kv } else { 0 };
+    // FlashAttention-2 mha_bwd: dq, dk, dv, dq_accum (float32, T rounded to 128, head dim to 32)
+    // and softmax_d (float32 B x H x T rounded to 128).
+    let t128 = t.div_ceil(128) * 128;
+    let hd32 = hd.div_ceil(32) * 32;
+    let accum = b * t128 * h * hd32 * F32 + b * h * t128 * F32;
+    let wo = embed_dim * h * hd * BF16 + if *bias { embed_dim * BF16 } else { 0 };
+    let y = s.y();
+    let stages = |freed: bool| {
+        high(&[
+            i(q + wo),
+            -i(wo + if freed { y } else { 0 }),
+            i(q + ks + vs + accum),
+            -i(accum),
+        ])
+    };
+    let grad = if ex == F32 {
+        Grad::ViaCast(x)
+    } else {
+        Grad::New
+    };
+    let o_proj = if *bias { vec![6, 7] } else { vec![3] };
+    let mut r = OpRule::new(Output::New(y), saved, vec![grad], Source::TorchSource)
+        .fwd(fwd)
+        .note("bf16 q, k, v projections (an fp32 input cast once per projection), k and v repeated to all heads, flash sdpa (sm90, bf16): saves q, k, v, the output, float32 logsumexp and rng state; backward holds dq, dk, dv and flash's float32 dq_accum");
+    r.backward_peak = Some(BackwardPeak {
+        freed: stages(true),
+        held: stages(false),
+        params: o_proj,
+    });
+    r.autocast = Some(CopySaved::IfInputRequiresGrad);
+    r.cublas = true;
+    r
+}
+
+/// Whether an op runs on autocast's lower-precision list (`AT_FORALL_LOWER_PRECISION_FP`:
+/// linear, conv, matmul/bmm and sdpa inside attention; RNNs through `_cudnn_rnn`'s wrapper).
+pub fn runs_in_bf16(op: &Op) -> bool {
+    matches!(
+        op,
+        Op::Linear { .. }
+            | Op::Conv1d(_)
+            | Op::Conv2d(_)
+            | Op::ConvTranspose2d(_)
+            | Op::MultiheadAttention { .. }
+            | Op::GqaAttention { .. }
+            | Op::MlaAttention { .. }
+            | Op::Lstm(_)
+            | Op::Gru(_)
+    )
+}
