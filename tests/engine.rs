@@ -917,6 +917,18 @@ fn known_misses_are_found_per_precision_profile() {
     assert!(bf16.median_abs_rel_error.unwrap() < 1e-6);
 }
 
+/// The six features of a row result as `Features`.
+fn features_of(x: [u64; N_FEATURES]) -> memcal::features::Features {
+    memcal::features::Features {
+        model_state: x[0],
+        layer_outputs: x[1],
+        intermediates: x[2],
+        attention_scores: x[3],
+        recurrent_gates: x[4],
+        largest_tensor: x[5],
+    }
+}
+
 /// The exact data set plus a family `odd` whose peaks follow other factors, with an
 /// out-of-memory row: a family that would pull any fit it leaks into.
 fn dataset_with_an_odd_family() -> Dataset {
@@ -970,14 +982,7 @@ fn a_held_out_family_never_leaks_into_its_own_refit() {
         let Some(p) = r.predictions.get(&Method::PlanHeldOutArchitecture) else {
             panic!("{} has no held-out prediction", r.run_id);
         };
-        let f = memcal::features::Features {
-            model_state: r.features[0],
-            layer_outputs: r.features[1],
-            intermediates: r.features[2],
-            attention_scores: r.features[3],
-            recurrent_gates: r.features[4],
-            largest_tensor: r.features[5],
-        };
+        let f = features_of(r.features);
         assert_eq!(p.to_bits(), memcal::plan::estimate(&alone, &f).to_bits());
     }
     // And the family really is different: the shipped fit, which includes it, moves.
@@ -1055,14 +1060,7 @@ fn plan_as_shipped_predicts_every_usable_row_with_the_files_factors() {
     ds.factors.profiles.get_mut("fp32").unwrap().factors = [0.5; N_FEATURES];
     let cal = calibrate(&ds);
     for r in &cal.rows {
-        let f = memcal::features::Features {
-            model_state: r.features[0],
-            layer_outputs: r.features[1],
-            intermediates: r.features[2],
-            attention_scores: r.features[3],
-            recurrent_gates: r.features[4],
-            largest_tensor: r.features[5],
-        };
+        let f = features_of(r.features);
         let want = memcal::plan::estimate(&[0.5; N_FEATURES], &f);
         assert_eq!(
             r.predictions[&Method::PlanAsShipped].to_bits(),

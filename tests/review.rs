@@ -178,6 +178,11 @@ fn fitted_repo() -> (tempfile::TempDir, PathBuf, Vec<Graph>) {
     (tmp, repo_dir, graphs)
 }
 
+/// `memcal diff --base HEAD --fail-on SPEC` against the working tree.
+fn gate(repo: &Path, spec: &str) -> (i32, String, String) {
+    memcal(repo, &["diff", "--base", "HEAD", "--fail-on", spec])
+}
+
 fn edit_json(path: &Path, f: impl FnOnce(&mut serde_json::Value)) {
     let mut v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
@@ -237,39 +242,12 @@ fn an_edit_of_the_factors_file_crosses_the_gate_even_right_after_the_fit() {
         Some(0.0)
     );
     // The gate on the held-out method alone passes: it does not read the file.
-    let (code, out, err) = memcal(
-        repo,
-        &[
-            "diff",
-            "--base",
-            "HEAD",
-            "--fail-on",
-            "median-worse=*:plan-held-out-architecture:0",
-        ],
-    );
+    let (code, out, err) = gate(repo, "median-worse=*:plan-held-out-architecture:0");
     assert_eq!(code, 0, "{out}{err}");
     // Per profile: the fixture has no bf16 rows, so a bf16 gate has nothing to cross.
-    let (code, out, err) = memcal(
-        repo,
-        &[
-            "diff",
-            "--base",
-            "HEAD",
-            "--fail-on",
-            "median-worse=bf16-autocast:plan-as-shipped:0",
-        ],
-    );
+    let (code, out, err) = gate(repo, "median-worse=bf16-autocast:plan-as-shipped:0");
     assert_eq!(code, 0, "{out}{err}");
-    let (code, out, err) = memcal(
-        repo,
-        &[
-            "diff",
-            "--base",
-            "HEAD",
-            "--fail-on",
-            "median-worse=fp32:plan-as-shipped:0",
-        ],
-    );
+    let (code, out, err) = gate(repo, "median-worse=fp32:plan-as-shipped:0");
     assert_eq!(code, 1, "{out}{err}");
     assert!(out.contains("❌ **1 gate(s) crossed:**"), "{out}");
     // The reverse change is an improvement: it never fails.

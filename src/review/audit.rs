@@ -4,7 +4,7 @@
 //! current factors refitted from the rows they claim. The site's history page shows only what
 //! this audit establishes ([`audit_history`]).
 
-use super::{evaluate, git, DataState, Evaluated};
+use super::{entry_of, evaluate, git, DataState, Evaluated};
 use crate::engine::{self, Calibration, Method};
 use crate::error::{Error, Result};
 use crate::factors::{FactorHistory, FactorsFile, HistoryEntry, Upper};
@@ -161,36 +161,6 @@ fn versions(data_dir: &Path, repo: Option<&Repo>) -> Result<Vec<FactorsVersion>>
         });
     }
     Ok(out)
-}
-
-/// The values a history entry must have for the factors file `f`.
-fn entry_of(f: &FactorsFile) -> Option<HistoryEntry> {
-    let prov = f.provenance.as_ref()?;
-    Some(HistoryEntry {
-        fixed_at: prov.fixed_at.clone(),
-        tool_version: prov.tool_version.clone(),
-        rows: prov.rows,
-        rows_sha256: prov.rows_sha256.clone(),
-        profiles: f
-            .profiles
-            .iter()
-            .map(|(k, v)| (k.clone(), v.factors))
-            .collect(),
-        q90: f.upper.q90,
-        q95: f.upper.q95,
-        upper: f
-            .profiles
-            .iter()
-            .filter_map(|(k, v)| v.upper.clone().map(|u| (k.clone(), u)))
-            .collect(),
-        profile_fixed_at: f
-            .profiles
-            .iter()
-            .filter_map(|(k, v)| v.fixed_at.clone().map(|t| (k.clone(), t)))
-            .collect(),
-        held_out_median: None,
-        in_sample_median: None,
-    })
 }
 
 fn show<T: std::fmt::Debug>(v: &T) -> String {

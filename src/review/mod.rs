@@ -153,12 +153,19 @@ pub fn evaluate(state: &DataState) -> Result<Evaluated> {
 
 /// The history entry `memcal fit --write-factors` appends for a newly fixed factors file.
 pub fn history_entry(f: &FactorsFile, cal: &Calibration) -> HistoryEntry {
-    let prov = f
-        .provenance
-        .as_ref()
-        .expect("a refitted factors file has provenance");
     let median = |m: Method| cal.methods.get(&m).and_then(|x| x.median_abs_rel_error);
     HistoryEntry {
+        held_out_median: median(Method::PlanHeldOutArchitecture),
+        in_sample_median: median(Method::PlanRefitInSample),
+        ..entry_of(f).expect("a refitted factors file has provenance")
+    }
+}
+
+/// The values a history entry records of the factors file `f` (its medians absent), or `None`
+/// for a file no fit wrote (no provenance). The audit compares a log entry with these.
+pub(crate) fn entry_of(f: &FactorsFile) -> Option<HistoryEntry> {
+    let prov = f.provenance.as_ref()?;
+    Some(HistoryEntry {
         fixed_at: prov.fixed_at.clone(),
         tool_version: prov.tool_version.clone(),
         rows: prov.rows,
@@ -180,7 +187,7 @@ pub fn history_entry(f: &FactorsFile, cal: &Calibration) -> HistoryEntry {
             .iter()
             .filter_map(|(k, v)| v.fixed_at.clone().map(|t| (k.clone(), t)))
             .collect(),
-        held_out_median: median(Method::PlanHeldOutArchitecture),
-        in_sample_median: median(Method::PlanRefitInSample),
-    }
+        held_out_median: None,
+        in_sample_median: None,
+    })
 }
