@@ -85,14 +85,27 @@ pub fn render(p: &Plan) -> String {
         p.q95
     );
     let plan_rule = format!("plan (estimate x {:.2})", 1.0 + p.headroom);
-    let _ = writeln!(s, "\n{:<10} {:<26} {:<14}", "card", plan_rule, "bound");
+    let replay = p.cards.iter().any(|v| v.simulated_reserved_fits.is_some());
+    let _ = writeln!(
+        s,
+        "\n{:<10} {:<26} {:<14}{}",
+        "card",
+        plan_rule,
+        "bound",
+        if replay { "simulated reserved" } else { "" }
+    );
     for v in &p.cards {
         let _ = writeln!(
             s,
-            "{:<10} {:<26} {:<14}",
+            "{:<10} {:<26} {:<14}{}",
             v.card.name,
             if v.plan_fits { "fits" } else { "does not fit" },
-            v.bound.as_str()
+            v.bound.as_str(),
+            match v.simulated_reserved_fits {
+                Some(true) => "fits",
+                Some(false) => "does not fit",
+                None => "",
+            }
         );
     }
     let _ = writeln!(
@@ -109,6 +122,12 @@ pub fn render(p: &Plan) -> String {
             .as_ref()
             .map_or("none of the cards".to_string(), |c| c.name.clone())
     );
+    if replay {
+        let _ = writeln!(
+            s,
+            "\nsimulated reserved: the allocator replay's reserved peak against the card (on a GPU the caching allocator's reserved segments, not the allocated bytes, exhaust the card; the simulator's rule table replayed through a model of torch's caching allocator, not a measured figure; docs/simulator.md lists its sources, the constants calibrated on fixtures and its error on the GPU rows)."
+        );
+    }
     let _ = writeln!(
         s,
         "\nplan: fits when estimate x {h:.2} <= card. bound: fits when bound x {h:.2} <= card; borderline when the estimate fits the card but the bound does not; does not fit when the estimate exceeds the card. The bound is the estimate x q95, the ratio of measured to predicted that 95% of held-out runs stayed under.",

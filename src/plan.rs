@@ -187,6 +187,10 @@ pub struct CardVerdict {
     pub card: Card,
     pub plan_fits: bool,
     pub bound: Verdict,
+    /// CUDA: whether the simulator's reserved peak (the caching allocator's segments, what
+    /// exhausts a card) is within the card; absent where there is no allocator replay.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub simulated_reserved_fits: Option<bool>,
 }
 
 /// The format tag of `memcal plan --json` (documented in `docs/hardening.md`).
@@ -368,12 +372,19 @@ pub fn plan_with_simulation(
     let est = linear.max(floor.bytes as f64);
     let q95 = factors.upper_for(precision).q95;
     let b = bound(est, q95, factors.bound_floor_bytes);
+    let simulated = sim.as_ref().map_err(Clone::clone).map(SimulatedPeak::of);
+    let reserved = simulated
+        .as_ref()
+        .ok()
+        .and_then(|s| s.reserved.as_ref())
+        .map(|r| r.bytes);
     let verdicts: Vec<CardVerdict> = cards
         .iter()
         .map(|c| CardVerdict {
             card: c.clone(),
             plan_fits: plan_fits(est, factors.headroom, c.bytes),
             bound: bound_verdict(est, b, factors.headroom, c.bytes),
+            simulated_reserved_fits: reserved.map(|r| r <= c.bytes),
         })
         .collect();
     Ok(Plan {
@@ -418,7 +429,7 @@ pub fn plan_with_simulation(
         cards: verdicts,
         accelerate: baselines::accelerate(graph, precision),
         textbook: baselines::textbook(graph, batch),
-        simulated: sim.as_ref().map_err(Clone::clone).map(SimulatedPeak::of),
+        simulated,
     })
 }
 

@@ -1220,7 +1220,14 @@ fn headline(ctx: &Ctx) -> Headline {
         .factors
         .cards
         .iter()
-        .map(|c| format!("{} ({})", c.name, units::both(c.bytes as f64)))
+        .map(|c| {
+            format!(
+                "{}: {} bytes ({})",
+                c.name,
+                fmt::count(c.bytes),
+                units::gib(c.bytes as f64)
+            )
+        })
         .collect();
     let threshold = cal.settings.small_runs_threshold_bytes;
     let methods = method_lines(&cal.methods, threshold, |_| true);
