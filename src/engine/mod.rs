@@ -22,6 +22,7 @@ pub use calibrate::{
     Bucket, Calibration, Check, CheckRef, Checks, Exclusion, ExclusionReason, FamilyReport,
     FitReport, KnownMiss, LeaveFamilyOut, Method, MethodMetrics, Name, PerMethod, Predictions,
     ProfileFits, RowResult, Settings, Totals, Truth, Upper, VerdictCounts, NEAREST_RANK_RULE,
+    WITHIN,
 };
 pub use load::{load, load_reporting, parse_row, rows_sha256, RowsHasher};
 pub use output::{refit_factors_file, summary_table, write_calibration_json};

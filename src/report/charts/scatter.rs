@@ -4,6 +4,7 @@
 
 use super::legend::{self, Marker};
 use super::style;
+use crate::engine::WITHIN;
 use plotters::prelude::*;
 use serde::Serialize;
 
@@ -70,13 +71,19 @@ pub fn render(c: &ScatterChart) -> Result<String, String> {
             .x_label_formatter(&|v| super::log_tick_label(*v))
             .y_label_formatter(&|v| super::log_tick_label(*v));
         super::mesh_style(&mut mesh).draw().map_err(e)?;
+        // The band between predicted x (1 - WITHIN) and x (1 + WITHIN), the engine's constant,
+        // cut to the plot's square: its corners are where the band's edges meet the frame
+        // (plotters moves a vertex outside the range onto the frame, which bent the band).
+        let (below, above) = (1.0 - WITHIN, 1.0 + WITHIN);
         chart
             .draw_series(std::iter::once(Polygon::new(
                 vec![
-                    (lo, lo * 0.75),
-                    (hi, hi * 0.75),
-                    (hi, hi * 1.25),
-                    (lo, lo * 1.25),
+                    (lo, lo),
+                    (lo / below, lo),
+                    (hi, hi * below),
+                    (hi, hi),
+                    (hi / above, hi),
+                    (lo, lo * above),
                 ],
                 style::BAND.mix(style::BAND_OPACITY).filled(),
             )))
@@ -85,7 +92,10 @@ pub fn render(c: &ScatterChart) -> Result<String, String> {
             .draw_series(LineSeries::new(vec![(lo, lo), (hi, hi)], style::INK))
             .map_err(e)?;
         let mut entries = vec![
-            (Marker::Band(style::BAND), "within ±25%".to_string()),
+            (
+                Marker::Band(style::BAND),
+                format!("within ±{:.0}%", WITHIN * 100.0),
+            ),
             (Marker::Line(style::INK), "measured = predicted".to_string()),
         ];
         for (i, family) in c.families.iter().enumerate() {

@@ -41,16 +41,27 @@ pub const Q95: RGBColor = RGBColor(201, 42, 42);
 /// Ratio = 1 (measured equals predicted).
 pub const PARITY: RGBColor = RGBColor(73, 80, 87);
 
-/// Colours of architecture families, in the order the families are listed (sorted by name);
-/// the list repeats past its end. Colour-blind-safe (Okabe-Ito, black left out).
-pub const FAMILY_PALETTE: [RGBColor; 7] = [
-    RGBColor(0, 114, 178),
-    RGBColor(230, 159, 0),
-    RGBColor(0, 158, 115),
-    RGBColor(204, 121, 167),
-    RGBColor(86, 180, 233),
-    RGBColor(213, 94, 0),
-    RGBColor(240, 228, 66),
+/// Colours of architecture families, in the order the families are listed (sorted by name):
+/// sixteen of Kelly's colours of maximum contrast (K. L. Kelly, "Twenty-two colors of maximum
+/// contrast", 1965; white and black left out, the palest yellows too), so that the fifteen
+/// families of the shipped data never share a colour. The list repeats past its end.
+pub const FAMILY_PALETTE: [RGBColor; 16] = [
+    RGBColor(0x00, 0x67, 0xA5),
+    RGBColor(0xF3, 0x84, 0x00),
+    RGBColor(0x00, 0x88, 0x56),
+    RGBColor(0xBE, 0x00, 0x32),
+    RGBColor(0x87, 0x56, 0x92),
+    RGBColor(0xA1, 0xCA, 0xF1),
+    RGBColor(0x88, 0x2D, 0x17),
+    RGBColor(0xE6, 0x8F, 0xAC),
+    RGBColor(0x84, 0x84, 0x82),
+    RGBColor(0x8D, 0xB6, 0x00),
+    RGBColor(0x60, 0x4E, 0x97),
+    RGBColor(0xF6, 0xA6, 0x00),
+    RGBColor(0x2B, 0x3D, 0x26),
+    RGBColor(0xF9, 0x93, 0x79),
+    RGBColor(0xB3, 0x44, 0x6C),
+    RGBColor(0xC2, 0xB2, 0x80),
 ];
 
 /// The colour of the `index`-th family.
