@@ -7,6 +7,7 @@ use plotters::prelude::*;
 /// The marker of a legend entry.
 pub enum Marker {
     Dot(RGBColor),
+    Triangle(RGBColor),
     Cross(RGBColor),
     Line(RGBColor),
     Band(RGBColor),
@@ -27,6 +28,11 @@ pub fn draw<DB: DrawingBackend>(
             Marker::Dot(c) => {
                 area.draw(&Circle::new((x + 6, y), style::POINT_RADIUS, c.filled()))?
             }
+            Marker::Triangle(c) => area.draw(&TriangleMarker::new(
+                (x + 6, y),
+                style::POINT_RADIUS + 1,
+                c.filled(),
+            ))?,
             Marker::Cross(c) => area.draw(&Cross::new(
                 (x + 6, y),
                 style::OOM_MARKER_SIZE,

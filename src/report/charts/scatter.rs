@@ -17,6 +17,9 @@ pub struct ScatterPoint {
     /// The measured peak, or for an out-of-memory run the capacity it failed on.
     pub measured_bytes: f64,
     pub oom: bool,
+    /// Measured on a GPU (its regime's device is `cuda`): drawn as a triangle, a CPU run as a
+    /// dot, so the two devices stay apart in colour and in print.
+    pub gpu: bool,
 }
 
 /// A scatter chart of one method.
@@ -106,10 +109,19 @@ pub fn render(c: &ScatterChart) -> Result<String, String> {
             }
             entries.push((Marker::Dot(colour), family.clone()));
             chart
-                .draw_series(mine.iter().filter(|p| !p.oom).map(|p| {
+                .draw_series(mine.iter().filter(|p| !p.oom && !p.gpu).map(|p| {
                     Circle::new(
                         (gb(p.predicted_bytes), gb(p.measured_bytes)),
                         style::POINT_RADIUS,
+                        colour.filled(),
+                    )
+                }))
+                .map_err(e)?;
+            chart
+                .draw_series(mine.iter().filter(|p| !p.oom && p.gpu).map(|p| {
+                    TriangleMarker::new(
+                        (gb(p.predicted_bytes), gb(p.measured_bytes)),
+                        style::POINT_RADIUS + 1,
                         colour.filled(),
                     )
                 }))
@@ -123,6 +135,10 @@ pub fn render(c: &ScatterChart) -> Result<String, String> {
                     )
                 }))
                 .map_err(e)?;
+        }
+        if shown.iter().any(|p| !p.gpu) && shown.iter().any(|p| p.gpu) {
+            entries.push((Marker::Dot(style::INK), "CPU run".to_string()));
+            entries.push((Marker::Triangle(style::INK), "GPU run".to_string()));
         }
         entries.push((Marker::Cross(style::INK), "out of memory".to_string()));
         entries.push((
