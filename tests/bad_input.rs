@@ -10,6 +10,9 @@
 //! means adding the file or folder and its name to the lists below; `corpus_is_listed` checks
 //! that the two agree.
 
+mod common;
+
+use common::copy_tree;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -308,19 +311,6 @@ fn copy_any(from: &Path, to: &Path) {
         copy_tree(from, to);
     } else {
         std::fs::copy(from, to).unwrap();
-    }
-}
-
-fn copy_tree(from: &Path, to: &Path) {
-    for e in std::fs::read_dir(from).unwrap() {
-        let p = e.unwrap().path();
-        let dest = to.join(p.file_name().unwrap());
-        if p.is_dir() {
-            std::fs::create_dir_all(&dest).unwrap();
-            copy_tree(&p, &dest);
-        } else {
-            std::fs::copy(&p, &dest).unwrap();
-        }
     }
 }
 

@@ -3,26 +3,13 @@
 //! audit must see: a hand-edited factor, a changed row, rows that run out of memory, thousands of
 //! added rows, a fabricated or tampered history entry.
 
+mod common;
+
 use memcal::features::{features, Precision};
 use memcal::graph::Graph;
 use memcal::run::*;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-
-fn sh(repo: &Path, args: &[&str]) {
-    let ok = Command::new("git")
-        .arg("-C")
-        .arg(repo)
-        .args(args)
-        .env("GIT_AUTHOR_NAME", "t")
-        .env("GIT_AUTHOR_EMAIL", "t@example.invalid")
-        .env("GIT_COMMITTER_NAME", "t")
-        .env("GIT_COMMITTER_EMAIL", "t@example.invalid")
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "git {args:?}");
-}
 
 fn memcal(repo: &Path, args: &[&str]) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_memcal"))
@@ -153,9 +140,9 @@ fn fitted_repo() -> (tempfile::TempDir, PathBuf, Vec<Graph>) {
             write_row(&data, &row(g, *batch, (peak * spread) as u64));
         }
     }
-    sh(repo, &["init", "-q"]);
-    sh(repo, &["add", "."]);
-    sh(repo, &["commit", "-qm", "rows and seed factors"]);
+    common::git(repo, &["init", "-q"]);
+    common::git(repo, &["add", "."]);
+    common::git(repo, &["commit", "-qm", "rows and seed factors"]);
 
     // The seed factors never came from a fit: audit flags them.
     let (code, out, err) = memcal(repo, &["audit"]);
@@ -165,8 +152,8 @@ fn fitted_repo() -> (tempfile::TempDir, PathBuf, Vec<Graph>) {
     // An honest fit reproduces and its history entry is audited.
     let (code, _, err) = memcal(repo, &["fit", "--write-factors", "--out", "../cal.json"]);
     assert_eq!(code, 0, "{err}");
-    sh(repo, &["add", "."]);
-    sh(repo, &["commit", "-qm", "fit"]);
+    common::git(repo, &["add", "."]);
+    common::git(repo, &["commit", "-qm", "fit"]);
     let (code, out, err) = memcal(repo, &["audit"]);
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("Versions of data/factors.json (2"), "{out}");
@@ -278,7 +265,7 @@ fn diff_reports_exactly_the_change_and_audit_flags_a_hand_edit() {
     edit_json(&data.join("factors.json"), |f| {
         f["profiles"]["fp32"]["factors"][1] = serde_json::json!(9.5);
     });
-    sh(repo, &["commit", "-qam", "edit"]);
+    common::git(repo, &["commit", "-qam", "edit"]);
 
     let (code, out, err) = memcal(
         repo,
@@ -367,8 +354,8 @@ fn a_new_missed_oom_on_a_row_the_change_adds_crosses_the_gate() {
         .expect("a card the estimate fits")
         .bytes;
     write_row(&data, &oom_row(&graphs[0], 4, cap));
-    sh(repo, &["add", "."]);
-    sh(repo, &["commit", "-qm", "an oom row"]);
+    common::git(repo, &["add", "."]);
+    common::git(repo, &["commit", "-qm", "an oom row"]);
     let (code, out, err) = memcal(
         repo,
         &[
@@ -512,7 +499,7 @@ fn a_fabricated_or_tampered_history_entry_fails_the_audit() {
         e["held_out_median"] = serde_json::json!(0.001);
         h["entries"].as_array_mut().unwrap().push(e);
     });
-    sh(repo, &["commit", "-qam", "a fabricated entry"]);
+    common::git(repo, &["commit", "-qam", "a fabricated entry"]);
     let (code, out, _) = memcal(repo, &["audit"]);
     assert_eq!(code, 1, "{out}");
     assert!(

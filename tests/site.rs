@@ -1,6 +1,9 @@
 //! `memcal build`: the fixture data dir under `tests/fixtures/site/` is built into a temporary
 //! folder and checked page by page; snapshots pin the view model and the index's `<main>`.
 
+mod common;
+
+use common::copy_tree;
 use memcal::report::{build_site, check_site, render_files};
 use std::path::{Path, PathBuf};
 
@@ -490,20 +493,7 @@ fn the_factor_history_page_shows_audited_values_newest_first() {
     std::fs::create_dir_all(&data).unwrap();
     copy_tree(&fixture(), &data);
     let _ = std::fs::remove_file(data.join("factors-history.json"));
-    let git = |args: &[&str]| {
-        let ok = std::process::Command::new("git")
-            .arg("-C")
-            .arg(&repo)
-            .args(args)
-            .env("GIT_AUTHOR_NAME", "t")
-            .env("GIT_AUTHOR_EMAIL", "t@example.invalid")
-            .env("GIT_COMMITTER_NAME", "t")
-            .env("GIT_COMMITTER_EMAIL", "t@example.invalid")
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "git {args:?}");
-    };
+    let git = |args: &[&str]| common::git(&repo, args);
     let fit = || {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_memcal"))
             .current_dir(&repo)
@@ -575,19 +565,6 @@ fn walk_json(dir: &Path) -> Vec<PathBuf> {
         .collect();
     out.sort();
     out
-}
-
-fn copy_tree(from: &Path, to: &Path) {
-    for e in std::fs::read_dir(from).unwrap() {
-        let p = e.unwrap().path();
-        let dest = to.join(p.file_name().unwrap());
-        if p.is_dir() {
-            std::fs::create_dir_all(&dest).unwrap();
-            copy_tree(&p, &dest);
-        } else {
-            std::fs::copy(&p, &dest).unwrap();
-        }
-    }
 }
 
 #[test]
