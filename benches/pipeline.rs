@@ -107,8 +107,7 @@ fn build(data: &Path, out: &Path, breakdown: bool) -> usize {
         .chain(cal.rows.iter().map(|r| r.family.to_string()))
         .collect();
     let mut prose = report::load_prose(data, &families).expect("the prose loads");
-    prose.history =
-        memcal::review::audit_history(data, Some(&cal)).expect("the history is audited");
+    prose.history = memcal::review::audit_history(data, &cal).expect("the history is audited");
     let site = report::from_calibration(&cal, &ds.factors, &prose);
     let t_view = t.elapsed().as_secs_f64();
     let rss_view = peak_rss_mib();

@@ -827,10 +827,12 @@ impl Acc {
     fn finish(mut self) -> MethodMetrics {
         let mut m = self.m;
         m.rows = self.rows;
-        m.error_rows = self.errors.len() as u64;
-        if !self.errors.is_empty() {
-            let within = self.errors.iter().filter(|e| **e <= WITHIN).count();
-            m.within_25pct = Some(within as f64 / self.errors.len() as f64);
+        let n = self.errors.len() as u64;
+        m.error_rows = n;
+        if n > 0 {
+            let within = self.errors.iter().filter(|e| **e <= WITHIN).count() as u64;
+            m.within_25pct = Some(within as f64 / n as f64);
+            m.within_25pct_interval = intervals::share_interval(within, n);
         }
         m.median_abs_rel_error = median(&mut self.errors);
         m.max_abs_rel_error = self.errors.iter().copied().reduce(f64::max);
@@ -840,11 +842,6 @@ impl Acc {
         }
         // `median` sorted the errors.
         m.median_interval = intervals::median_interval(&self.errors);
-        let n = self.errors.len() as u64;
-        if n > 0 {
-            let within = self.errors.iter().filter(|e| **e <= WITHIN).count() as u64;
-            m.within_25pct_interval = intervals::share_interval(within, n);
-        }
         let missed = m.missed_oom.len() as u64;
         if m.did_not_fit_checks > 0 {
             m.missed_oom_share = Some(missed as f64 / m.did_not_fit_checks as f64);

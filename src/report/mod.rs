@@ -119,7 +119,7 @@ pub fn with_site_reporting<T>(
         }
     }
     let mut prose = load_prose(data_dir, &families)?;
-    prose.history = crate::review::audit_history(data_dir, Some(&cal))?;
+    prose.history = crate::review::audit_history(data_dir, &cal)?;
     let site = from_calibration(&cal, &ds.factors, &prose);
     let out = f(&site);
     drop(site);

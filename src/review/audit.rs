@@ -225,10 +225,10 @@ fn medians(cal: &Calibration) -> (Option<f64>, Option<f64>) {
 }
 
 /// Audits every entry of `<data_dir>/factors-history.json`. `current`: the calibration of
-/// `data_dir` as it is, when the caller has it (the site build), so the working tree's rows are
-/// not calibrated twice. Outside a git repository only an entry of the working tree's factors
+/// `data_dir` as it is (the caller has it: the site build, the audit), which gives the medians
+/// of an entry whose factors are the working tree's. Outside a git repository only an entry of the working tree's factors
 /// file can be audited; the others say so.
-pub fn audit_history(data_dir: &Path, current: Option<&Calibration>) -> Result<Vec<AuditedEntry>> {
+pub fn audit_history(data_dir: &Path, current: &Calibration) -> Result<Vec<AuditedEntry>> {
     let repo = Repo::of(data_dir);
     let vs = versions(data_dir, repo.as_ref())?;
     audit_entries(data_dir, repo.as_ref(), &vs, current)
@@ -238,7 +238,7 @@ fn audit_entries(
     data_dir: &Path,
     repo: Option<&Repo>,
     vs: &[FactorsVersion],
-    current: Option<&Calibration>,
+    current: &Calibration,
 ) -> Result<Vec<AuditedEntry>> {
     let log = FactorHistory::load_or_empty(&data_dir.join("factors-history.json"))?;
     let mut out = Vec::new();
@@ -280,18 +280,9 @@ fn audit_entries(
             .collect();
         // The medians, from the rows at the source.
         let evaluated: Option<Evaluated>;
-        let cal = match (&v.source, current) {
-            (EntrySource::WorkingTree, Some(c)) => Some(c),
-            (EntrySource::WorkingTree, None) => {
-                let ds = engine::load(data_dir)?;
-                evaluated = Some(Evaluated {
-                    label: String::new(),
-                    cal: engine::calibrate(&ds),
-                    factors: ds.factors,
-                });
-                evaluated.as_ref().map(|x| &x.cal)
-            }
-            (EntrySource::Commit { commit, .. }, _) => {
+        let cal = match &v.source {
+            EntrySource::WorkingTree => Some(current),
+            EntrySource::Commit { commit, .. } => {
                 let r = repo.expect("a commit source has a repository");
                 let state = DataState::at_commit(&r.top, commit, &r.data_path, commit.to_string())?;
                 evaluated = evaluate(&state).ok();
@@ -377,17 +368,22 @@ fn version_failures(vs: &[FactorsVersion], log: &[AuditedEntry]) -> Vec<String> 
 pub fn reproduce(data_dir: &Path) -> Result<Reproduction> {
     let ds = engine::load(data_dir)?;
     let cal = engine::calibrate(&ds);
+    Ok(reproduce_from(&ds, &cal))
+}
+
+/// [`reproduce`] on a data set already loaded and calibrated.
+fn reproduce_from(ds: &engine::Dataset, cal: &Calibration) -> Reproduction {
     let stored = &ds.factors;
     let mut differences = Vec::new();
     let Some(prov) = &stored.provenance else {
-        return Ok(Reproduction {
+        return Reproduction {
             reproduces: false,
             differences: vec![
                 "no provenance: this factors file was not written by `memcal fit --write-factors` (seed or hand edit)".into(),
             ],
-        });
+        };
     };
-    let refit = engine::refit_factors_file(&ds, &cal, &prov.fixed_at);
+    let refit = engine::refit_factors_file(ds, cal, &prov.fixed_at);
     for (p, prof) in &stored.profiles {
         if let Some(r) = refit.profiles.get(p) {
             for (i, name) in FEATURE_NAMES.iter().enumerate() {
@@ -438,10 +434,10 @@ pub fn reproduce(data_dir: &Path) -> Result<Reproduction> {
             prov.rows, rp.rows
         ));
     }
-    Ok(Reproduction {
+    Reproduction {
         reproduces: differences.is_empty(),
         differences,
-    })
+    }
 }
 
 /// The whole audit of `data_dir`: the history entry by entry, every version of the factors
@@ -449,8 +445,12 @@ pub fn reproduce(data_dir: &Path) -> Result<Reproduction> {
 pub fn audit(data_dir: &Path) -> Result<AuditReport> {
     let repo = Repo::of(data_dir);
     let vs = versions(data_dir, repo.as_ref())?;
-    let history = audit_entries(data_dir, repo.as_ref(), &vs, None)?;
-    let current = reproduce(data_dir)?;
+    // The data folder as it is, loaded and calibrated once: for the refit and for an entry
+    // whose factors are the working tree's.
+    let ds = engine::load(data_dir)?;
+    let cal = engine::calibrate(&ds);
+    let history = audit_entries(data_dir, repo.as_ref(), &vs, &cal)?;
+    let current = reproduce_from(&ds, &cal);
     let mut failures: Vec<String> = history
         .iter()
         .flat_map(|e| e.differences.iter().cloned())

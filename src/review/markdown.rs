@@ -252,7 +252,6 @@ fn factors(s: &mut String, d: &DiffReport) {
 
 fn families(s: &mut String, d: &DiffReport, limit: usize) {
     let changed: Vec<_> = d.families.iter().filter(|f| f.before != f.after).collect();
-    let unchanged = d.families.len() - changed.len();
     let _ = writeln!(
         s,
         "### Per family (largest change first)\n\n{} of {} family medians changed.\n",
@@ -280,7 +279,6 @@ fn families(s: &mut String, d: &DiffReport, limit: usize) {
         );
     }
     s.push_str(&more(limit.min(changed.len()), changed.len()));
-    let _ = unchanged;
     s.push('\n');
 }
 
