@@ -542,7 +542,7 @@ impl<'a> Sim<'a> {
             for (i, shape) in tensors.iter().enumerate() {
                 let bytes = shape.iter().product::<u64>() * 4;
                 // tch's `randn * std + mean` init holds a second copy while it runs, and 12 bytes
-                // of scalars (measured).
+                // of scalars (calibrated on the single-op fixtures: chosen to match, not derived).
                 let randn_scaled = match &n.op {
                     Op::LearnedPosition { .. } | Op::PrependToken { .. } => true,
                     Op::MultiheadAttention {
@@ -812,8 +812,8 @@ impl<'a> Sim<'a> {
             if rule.needs_contiguous_input && !x0.contiguous {
                 transients.push(self.mem.alloc(in_bytes(0), Kind::Transients));
             }
-            // linear on a non-contiguous input goes through matmul: 12 bytes of scalars (measured
-            // on CPU; CUDA scalars are CPU wrapped numbers).
+            // linear on a non-contiguous input goes through matmul: 12 bytes of scalars (calibrated
+            // on the CPU single-op fixtures; CUDA scalars are CPU wrapped numbers).
             if matches!(node.op, Op::Linear { .. }) && !x0.contiguous && !self.backend.is_cuda() {
                 transients.push(self.mem.alloc(12, Kind::Transients));
             }

@@ -756,7 +756,7 @@ pub(super) fn cpu_rule_at(
             } else {
                 {
                     // The inner layers' extra B x T x H appears after the forward's peak and is
-                    // gone by the backward's (measured).
+                    // gone by the backward's (calibrated on sim-gru2bi, sim-gru3bi, sim-gru4bi).
                     let inner = multi;
                     ((states + bth * dirs * 3).saturating_sub(inner), bth * dirs / 2)
                 }
@@ -821,7 +821,8 @@ fn is_identity(node: &Node) -> bool {
 
 /// Bytes the AdamW step (libtorch's C++ AdamW, which tch runs) holds beyond its states while it
 /// updates one parameter of `bytes` bytes: `exp_avg_sq.sqrt()` and its quotient by the bias
-/// correction exist together, plus three float32 scalars (measured).
+/// correction exist together, plus three float32 scalars (calibrated on sim-mlp-ce: chosen to
+/// match it, not derived; `docs/simulator.md`).
 pub fn adamw_transient(bytes: u64) -> u64 {
     2 * bytes + 12
 }
