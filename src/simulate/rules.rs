@@ -737,16 +737,17 @@ pub(super) fn cpu_rule_at(
             }
             // The largest layer's weights (oneDNN reorders them in both passes).
             let gates = if lstm { 4 } else { 3 };
-            // The largest layer's weights W_ih and W_hh, which oneDNN reorders (measured, with
-            // ~19 KB of fixed scratch not counted).
+            // The largest layer's weights W_ih and W_hh, which oneDNN reorders (calibrated on the
+            // recurrent fixtures, with ~19 KB of fixed scratch not counted).
             let widest_input = if layers > 1 { r.input_size.max(h * dirs) } else { r.input_size };
             let w_hh = gates * h * (widest_input + h) * 4;
             let (fwd, bwd) = if lstm && dirs > 1 {
-                // Bidirectional: measured on one configuration (2 layers, H = 128).
+                // Bidirectional: calibrated on one configuration (sim-lstm2bi: 2 layers, H = 128).
                 (2 * states + bth * dirs + w_hh, bth * dirs * 13 / 8 + w_hh)
             } else if lstm {
                 // From H = 256 on, backward holds one more W_hh and a quarter W_ih per layer
-                // (measured at H = 256 and 512, flat in B and T; absent at H = 128).
+                // (calibrated on sim-lstm-h256-t32 and sim-lstm-h512-t16, flat in B and T; absent
+                // at H = 128).
                 let big = if h >= 256 {
                     layers * dirs * (4 * h * h * 4 + 4 * h * r.input_size)
                 } else {
