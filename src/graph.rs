@@ -145,6 +145,9 @@ pub struct Graph {
     pub buffers: Vec<BufferFile>,
     pub nodes: Vec<Node>,
     pub loss: String,
+    /// The length the sequence axis `"T"` of the file's inputs was given (None: it has none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub seq: Option<u64>,
     /// SHA-256 (hex) of the file's bytes; empty for a graph built in memory.
     pub sha256: String,
     /// Where it was loaded from, if anywhere.
@@ -338,6 +341,12 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 impl Graph {
     /// Reads, parses and checks a graph file.
     pub fn load(path: &Path) -> Result<Graph> {
+        Graph::load_at(path, None)
+    }
+
+    /// [`Graph::load`] with the sequence axis `"T"` (where the file's inputs have one) at
+    /// `seq` tokens; a file with a `"T"` and no `seq` is refused, saying to give one.
+    pub fn load_at(path: &Path, seq: Option<u64>) -> Result<Graph> {
         if path.is_dir() {
             return Err(Error::Invalid(format!(
                 "{}: is a directory where a graph file is expected; remove or rename it",
@@ -348,13 +357,18 @@ impl Graph {
             path: path.to_path_buf(),
             source,
         })?;
-        let mut g = Graph::from_bytes(&bytes, path)?;
+        let mut g = Graph::from_bytes_at(&bytes, path, seq)?;
         g.path = Some(path.to_path_buf());
         Ok(g)
     }
 
     /// Parses and checks graph bytes; `path` is only used in messages.
     pub fn from_bytes(bytes: &[u8], path: &Path) -> Result<Graph> {
+        Graph::from_bytes_at(bytes, path, None)
+    }
+
+    /// [`Graph::from_bytes`] with the sequence axis at `seq` tokens.
+    pub fn from_bytes_at(bytes: &[u8], path: &Path, seq: Option<u64>) -> Result<Graph> {
         let text = std::str::from_utf8(bytes).map_err(|e| Error::Parse {
             path: path.to_path_buf(),
             what: "graph",
@@ -390,7 +404,7 @@ impl Graph {
         };
         de.end()
             .map_err(|e| trailing_error(path, "graph JSON", &e))?;
-        let mut g = Graph::check_owned(file, path)?;
+        let mut g = Graph::check_owned_at(file, path, seq)?;
         g.sha256 = sha256_hex(bytes);
         Ok(g)
     }
@@ -403,9 +417,19 @@ impl Graph {
     /// [`Graph::check`] taking the file, whose names move into the graph (a large graph is
     /// not held twice). Every step is linear in the file's size: names are looked up once,
     /// then the nodes refer to each other by position.
-    pub fn check_owned(mut file: GraphFile, path: &Path) -> Result<Graph> {
+    pub fn check_owned(file: GraphFile, path: &Path) -> Result<Graph> {
+        Graph::check_owned_at(file, path, None)
+    }
+
+    /// [`Graph::check_owned`] with the sequence axis `"T"` at `seq` tokens.
+    pub fn check_owned_at(mut file: GraphFile, path: &Path, seq: Option<u64>) -> Result<Graph> {
         check_header(&file, path)?;
-        let inputs = check_inputs(&file, path)?;
+        let inputs = check_inputs(&file, path, seq)?;
+        let has_seq = file.inputs.iter().any(|i| {
+            i.shape
+                .iter()
+                .any(|d| matches!(d, FileDim::Symbol(s) if s == "T"))
+        });
         let n_inputs = inputs.len();
         let resolved = resolve(&file, n_inputs, path)?;
         let order = topological_order(&file, &resolved, n_inputs, path)?;
@@ -550,6 +574,7 @@ impl Graph {
             buffers: file.buffers,
             nodes,
             loss: file.loss,
+            seq: if has_seq { seq } else { None },
             sha256: String::new(),
             path: None,
         })
@@ -667,7 +692,7 @@ fn check_header(file: &GraphFile, path: &Path) -> Result<()> {
 }
 
 /// The graph inputs, checked: dimensions, int64 classes, unique names.
-fn check_inputs(file: &GraphFile, path: &Path) -> Result<Vec<Input>> {
+fn check_inputs(file: &GraphFile, path: &Path, seq: Option<u64>) -> Result<Vec<Input>> {
     let mut seen: HashSet<&str> = HashSet::default();
     let mut inputs = Vec::with_capacity(file.inputs.len());
     for (i, input) in file.inputs.iter().enumerate() {
@@ -677,6 +702,16 @@ fn check_inputs(file: &GraphFile, path: &Path) -> Result<Vec<Input>> {
             dims.push(match d {
                 FileDim::Size(n) if *n > 0 => Dim::fixed(*n),
                 FileDim::Symbol(s) if s == "B" => Dim::batch(),
+                FileDim::Symbol(s) if s == "T" => {
+                    match seq {
+                        Some(n) if n > 0 => Dim::fixed(n),
+                        _ => return Err(Error::field(
+                            path,
+                            &format!("{field}.shape"),
+                            "has the sequence axis \"T\": give its length (memcal plan --seq N)",
+                        )),
+                    }
+                }
                 other => {
                     let found = match other {
                         FileDim::Size(n) => n.to_string(),
@@ -685,7 +720,9 @@ fn check_inputs(file: &GraphFile, path: &Path) -> Result<Vec<Input>> {
                     return Err(Error::field(
                         path,
                         &format!("{field}.shape"),
-                        format!("entries must be \"B\" or a positive integer, found {found}"),
+                        format!(
+                            "entries must be \"B\", \"T\" or a positive integer, found {found}"
+                        ),
                     ));
                 }
             });

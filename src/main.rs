@@ -82,6 +82,9 @@ enum Command {
         /// floored at the phase floor; searched up to 2^24).
         #[arg(long)]
         max_batch: bool,
+        /// Sequence length for a graph whose inputs have the sequence axis "T".
+        #[arg(long)]
+        seq: Option<u64>,
     },
     /// Import a model's graph from its configuration (no download, no Python).
     Import {
@@ -229,11 +232,15 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             json,
             timeline,
             max_batch,
+            seq,
         } => {
             if batch == 0 {
                 return Err(memcal::Error::Invalid("--batch must be at least 1".into()).into());
             }
-            let g = Graph::load(&graph)?;
+            if seq == Some(0) {
+                return Err(memcal::Error::Invalid("--seq must be at least 1".into()).into());
+            }
+            let g = Graph::load_at(&graph, seq)?;
             let f = FactorsFile::load(&factors)?;
             let cards = match &regime {
                 None => f.cards.clone(),

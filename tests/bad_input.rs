@@ -115,6 +115,7 @@ mod graphs {
         int64_input_without_classes,
         negative_size,
         zero_input_dim,
+        seq_axis_without_seq,
         nan_dropout,
         dropout_out_of_range,
         no_nodes,

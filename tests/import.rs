@@ -177,3 +177,38 @@ fn bad_configs_exit_2_naming_the_file_and_the_field() {
     assert_eq!(o.status.code(), Some(2));
     assert_eq!(std::fs::read_to_string(&out).unwrap(), "keep me");
 }
+
+#[test]
+fn a_sequence_axis_is_planned_at_the_length_given() {
+    let dir = tempfile::tempdir().unwrap();
+    let fixed = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("data/graphs/gpt2-small.json");
+    let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(&fixed).unwrap()).unwrap();
+    for input in v["inputs"].as_array_mut().unwrap() {
+        input["shape"][1] = serde_json::json!("T");
+    }
+    let symbolic = dir.path().join("gpt2-t.json");
+    std::fs::write(&symbolic, serde_json::to_vec(&v).unwrap()).unwrap();
+    let plan = |path: &Path, extra: &[&str]| {
+        let mut args = vec!["plan", path.to_str().unwrap(), "--batch", "2", "--json"];
+        args.extend_from_slice(extra);
+        let o = memcal(&args);
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        (v["features"].clone(), v["estimate_bytes"].clone())
+    };
+    assert_eq!(plan(&symbolic, &["--seq", "1024"]), plan(&fixed, &[]));
+    assert_ne!(plan(&symbolic, &["--seq", "512"]), plan(&fixed, &[]));
+    // Without --seq the axis has no length: exit 2, naming the field and the flag.
+    let o = memcal(&["plan", symbolic.to_str().unwrap(), "--batch", "2"]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("inputs[0].shape") && err.contains("--seq"),
+        "{err}"
+    );
+}
