@@ -495,10 +495,10 @@ fn decide(c: &Candidates) -> Decision {
             Decider::SixFactorPlan,
             format!("the simulator does not cover this job ({why})"),
         ),
-        (Ok(_), Some(_)) => {
+        (Ok(_), Some(pe)) => {
             let (p, s) = (record(Decider::SixFactorPlan), record(Decider::Simulator));
             match (p, s) {
-                (Some(p), Some(s)) if s.better_than(p) && sim_q95.is_some() => (
+                (Some(p), Some(s)) if pe.preferred == Decider::Simulator => (
                     Decider::Simulator,
                     format!(
                         "the simulator's held-out record on {} is better ({}) than the six-factor plan's held out by architecture ({})",

@@ -198,6 +198,9 @@ impl FitRange {
 pub struct ProfileEvidence {
     /// The six-factor plan's record, then the simulator's.
     pub records: Vec<MethodRecord>,
+    /// The method with the better record ([`MethodRecord::better_than`]; the simulator only
+    /// with a q95): it gives the verdict wherever it covers the job.
+    pub preferred: Decider,
     /// Absent: no completed fitted row.
     pub range: Option<FitRange>,
 }
@@ -285,9 +288,15 @@ pub fn evidence(ds: &Dataset, cal: &Calibration) -> Evidence {
                     &sim_ratios,
                 ),
             ];
+            let sim_better = records[1].better_than(&records[0]) && records[1].q95.is_some();
             (
                 *p,
                 ProfileEvidence {
+                    preferred: if sim_better {
+                        Decider::Simulator
+                    } else {
+                        Decider::SixFactorPlan
+                    },
                     records,
                     range: fit_range(ds, cal, *p),
                 },

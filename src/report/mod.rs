@@ -5,6 +5,7 @@
 //! inputs give byte-identical output. See `docs/site.md`.
 
 pub mod adapter;
+pub mod cards;
 pub mod charts;
 mod digits;
 mod download;
@@ -120,7 +121,8 @@ pub fn with_site_reporting<T>(
     }
     let mut prose = load_prose(data_dir, &families)?;
     prose.history = crate::review::audit_history(data_dir, &cal)?;
-    let site = from_calibration(&cal, &ds.factors, &prose);
+    let mut site = from_calibration(&cal, &ds.factors, &prose);
+    site.index.cards = Some(cards::view(&crate::plan_evidence::evidence(&ds, &cal)));
     let out = f(&site);
     drop(site);
     // A million rows take a while to free (each row's names and lists): the data set and the
