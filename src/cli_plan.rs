@@ -306,7 +306,7 @@ pub fn render_max_batch(rows: &[crate::plan::MaxBatch]) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "largest batch that fits (searched up to {})\n{:<10} {:>12} {:>12}",
+        "largest batch that fits, by the six-factor plan and its bound (searched up to {})\n{:<18} {:>12} {:>12}",
         group(crate::plan::MAX_BATCH_SEARCHED),
         "card",
         "plan",
@@ -316,7 +316,7 @@ pub fn render_max_batch(rows: &[crate::plan::MaxBatch]) -> String {
     for r in rows {
         let _ = writeln!(
             s,
-            "{:<10} {:>12} {:>12}",
+            "{:<18} {:>12} {:>12}",
             r.card.name,
             cell(r.plan),
             cell(r.bound)

@@ -195,3 +195,72 @@ fn a_job_far_outside_the_fitted_range_says_by_how_much() {
     assert!(p.cards.iter().all(|v| v.verdict != Decided::Fits));
     assert!(p.why.contains("refused"), "{}", p.why);
 }
+
+fn memcal(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_memcal"))
+        .current_dir(repo())
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn plan_json_names_the_deciding_method_and_the_real_cards() {
+    let out = memcal(&[
+        "plan",
+        "data/graphs/gpt2-small.json",
+        "--batch",
+        "8",
+        "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(0));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["format"], "memcal-plan/2");
+    let ev = data_evidence();
+    let preferred = ev.profiles[&Precision::Bf16Autocast].preferred;
+    assert_eq!(
+        v["decision"]["method"],
+        serde_json::to_value(preferred).unwrap()
+    );
+    assert_eq!(v["decision"]["records"].as_array().unwrap().len(), 2);
+    let cards = v["cards"].as_array().unwrap();
+    let real: Vec<_> = cards.iter().filter(|c| c["product"].is_object()).collect();
+    assert_eq!(real.len(), PRODUCTS.len());
+    for c in real {
+        assert_eq!(c["card"]["bytes"], c["product"]["usable_bytes"]);
+        assert!(c["product"]["source"]
+            .as_str()
+            .is_some_and(|s| !s.is_empty()));
+    }
+    assert!(v["why"].as_str().is_some_and(|s| !s.contains('\n')));
+    // A regime's cards alone, and a data folder that is not there is an input error naming it.
+    let out = memcal(&[
+        "plan",
+        "data/graphs/gpt2-small.json",
+        "--batch",
+        "8",
+        "--json",
+        "--regime",
+        "cuda-edge",
+    ]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v["cards"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|c| c.get("product").is_none()));
+    let out = memcal(&[
+        "plan",
+        "data/graphs/gpt2-small.json",
+        "--batch",
+        "8",
+        "--data",
+        "tests/no-such-data",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("no-such-data") || err.contains("factors.json"),
+        "{err}"
+    );
+}
