@@ -301,23 +301,26 @@ pub fn group(n: u64) -> String {
     out
 }
 
-/// The `--max-batch` table: per card, the largest batch by the plan and by the bound.
+/// The `--max-batch` table: per card, the largest batch by the verdict, the six-factor plan
+/// and its bound.
 pub fn render_max_batch(rows: &[crate::plan::MaxBatch]) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "largest batch that fits, by the six-factor plan and its bound (searched up to {})\n{:<18} {:>12} {:>12}",
+        "largest batch that fits (searched up to {})\n{:<18} {:>12} {:>16} {:>16}",
         group(crate::plan::MAX_BATCH_SEARCHED),
         "card",
-        "plan",
-        "bound"
+        "verdict",
+        "six-factor plan",
+        "six-factor bound"
     );
     let cell = |b: Option<u64>| b.map_or("none".to_string(), group);
     for r in rows {
         let _ = writeln!(
             s,
-            "{:<18} {:>12} {:>12}",
+            "{:<18} {:>12} {:>16} {:>16}",
             r.card.name,
+            r.verdict.map_or("n/a".to_string(), cell),
             cell(r.plan),
             cell(r.bound)
         );

@@ -51,8 +51,9 @@ enum Command {
         /// Also print the simulated memory curve over the three training steps.
         #[arg(long)]
         timeline: bool,
-        /// Also print, per card, the largest batch the plan and the bound fit (the estimate
-        /// floored at the phase floor; searched up to 2^24).
+        /// Also print, per card, the largest batch that fits by the verdict (the deciding
+        /// method, planned at each batch), by the six-factor plan and by its bound (the
+        /// estimate floored at the phase floor; searched up to 2^24).
         #[arg(long)]
         max_batch: bool,
     },
@@ -263,7 +264,20 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let largest = if max_batch {
                 Some(
                     memcal::plan::max_batch(&g, precision, &f, &cards.all())
-                        .map_err(memcal::Error::Invalid)?,
+                        .map_err(memcal::Error::Invalid)?
+                        .into_iter()
+                        .zip(memcal::plan::max_batch_verdict(
+                            &g,
+                            precision,
+                            &f,
+                            cards,
+                            evidence.as_ref(),
+                        ))
+                        .map(|(m, v)| memcal::plan::MaxBatch {
+                            verdict: Some(v),
+                            ..m
+                        })
+                        .collect::<Vec<_>>(),
                 )
             } else {
                 None

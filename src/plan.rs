@@ -114,6 +114,9 @@ pub fn bound_verdict(estimate: f64, bound: f64, headroom: f64, card_bytes: u64) 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct MaxBatch {
     pub card: Card,
+    /// By the deciding method's verdict ("fits"), where [`max_batch_verdict`] was run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub verdict: Option<Option<u64>>,
     pub plan: Option<u64>,
     pub bound: Option<u64>,
 }
@@ -163,6 +166,7 @@ pub fn max_batch(
         .iter()
         .map(|c| MaxBatch {
             card: c.clone(),
+            verdict: None,
             plan: largest_batch(|b| plan_fits(est(b), factors.headroom, c.bytes)),
             bound: largest_batch(|b| {
                 let e = est(b);
@@ -171,6 +175,36 @@ pub fn max_batch(
             }),
         })
         .collect())
+}
+
+/// Per card of `cards` (the seed cards, then the real ones), the largest batch whose verdict
+/// by the deciding method ([`Decision`], the full plan at that batch: the simulator's peak and
+/// reserved peak, the range check, the bound) is "fits"; absent: not even batch 1. Each batch is
+/// planned once for every card.
+pub fn max_batch_verdict(
+    graph: &Graph,
+    precision: Precision,
+    factors: &FactorsFile,
+    cards: Cards,
+    evidence: Option<&Evidence>,
+) -> Vec<Option<u64>> {
+    let memo = std::cell::RefCell::new(std::collections::HashMap::<u64, Vec<bool>>::new());
+    let fits = |b: u64| -> Vec<bool> {
+        if let Some(v) = memo.borrow().get(&b) {
+            return v.clone();
+        }
+        let sim = crate::simulate::simulate_peak(graph, b, precision);
+        let v: Vec<bool> =
+            plan_with_simulation(graph, b, precision, factors, cards, &sim, evidence)
+                .map(|p| p.cards.iter().map(|v| v.verdict == Decided::Fits).collect())
+                .unwrap_or_default();
+        memo.borrow_mut().insert(b, v.clone());
+        v
+    };
+    let n = cards.seed.len() + cards.real.len();
+    (0..n)
+        .map(|i| largest_batch(|b| fits(b).get(i).copied().unwrap_or(false)))
+        .collect()
 }
 
 /// Why no card fits: what the plan needs against the largest card.

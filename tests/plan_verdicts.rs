@@ -261,3 +261,36 @@ fn plan_json_names_the_deciding_method_and_the_real_cards() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("tests/no-such-data/factors.json"), "{err}");
 }
+
+#[test]
+fn max_batch_by_the_verdict_is_the_last_batch_that_fits() {
+    let f = FactorsFile::load(&repo().join("data/factors.json")).unwrap();
+    let ev = data_evidence();
+    let g = Graph::load(&repo().join("data/graphs/gpt2-small.json")).unwrap();
+    let cards = Cards {
+        seed: &f.cards,
+        real: &ev.real_cards,
+    };
+    let p = Precision::Bf16Autocast;
+    let largest = memcal::plan::max_batch_verdict(&g, p, &f, cards, Some(&ev));
+    assert_eq!(largest.len(), f.cards.len() + ev.real_cards.len());
+    let verdict = |b: u64, i: usize| {
+        let sim = memcal::simulate::simulate_peak(&g, b, p);
+        plan_with_simulation(&g, b, p, &f, cards, &sim, Some(&ev))
+            .unwrap()
+            .cards[i]
+            .verdict
+    };
+    let mut some = 0;
+    for (i, b) in largest.iter().enumerate() {
+        match b {
+            Some(b) => {
+                some += 1;
+                assert_eq!(verdict(*b, i), Decided::Fits, "card {i} at {b}");
+                assert_ne!(verdict(b + 1, i), Decided::Fits, "card {i} at {}", b + 1);
+            }
+            None => assert_ne!(verdict(1, i), Decided::Fits, "card {i} at 1"),
+        }
+    }
+    assert!(some > 0);
+}
