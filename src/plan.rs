@@ -631,13 +631,25 @@ fn why_line(p: &Plan, floor_lifts: bool) -> String {
         s.push_str("; the phase floor lifts the estimate (weights, gradients and AdamW states)");
     }
     if let Some(r) = &d.range {
-        if let Some(o) = r.outside.iter().find(|o| o.what == "parameters") {
-            s.push_str(&format!(
-                "; outside the fitted range: {:.1}x the fitted rows' parameters",
-                o.by
+        let parts: Vec<String> = r
+            .outside
+            .iter()
+            .filter(|o| !o.what.starts_with("share"))
+            .map(|o| {
+                let side = if o.value > o.high { "above" } else { "below" };
+                format!("{} {:.1}x {side} the fitted rows'", o.what, o.by)
+            })
+            .collect();
+        let shares = r.outside.len() - parts.len();
+        let mut all = parts;
+        if shares > 0 {
+            all.push(format!(
+                "{shares} feature share{} beyond theirs",
+                if shares == 1 { "" } else { "s" }
             ));
-        } else if let Some(o) = r.outside.first() {
-            s.push_str(&format!("; outside the fitted range ({})", o.what));
+        }
+        if !all.is_empty() {
+            s.push_str(&format!("; outside the fitted range: {}", all.join(", ")));
         }
     }
     if let Some(why) = &d.refused {

@@ -310,3 +310,58 @@ pub fn evidence(ds: &Dataset, cal: &Calibration) -> Evidence {
         allocator_overhead: overhead,
     }
 }
+
+/// `memcal plan`'s one-line verdict on one graph.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct VerdictLine {
+    pub graph: String,
+    pub parameters: u64,
+    pub precision: Precision,
+    pub batch: u64,
+    pub method: Decider,
+    /// [`crate::plan::Plan::why`].
+    pub why: String,
+}
+
+/// The one-line verdicts of every full-size graph (not cut from another) of `graphs` at
+/// `batch`, per precision profile of `factors`, against its cards and the real ones, as
+/// `memcal plan` gives them. A graph the plan refuses (a feature overflowing) is left out.
+pub fn full_size_verdicts(
+    graphs: &[crate::graph::Graph],
+    factors: &crate::factors::FactorsFile,
+    ev: &Evidence,
+    batch: u64,
+) -> Vec<VerdictLine> {
+    let cards = crate::plan::Cards {
+        seed: &factors.cards,
+        real: &ev.real_cards,
+    };
+    let mut out = Vec::new();
+    for g in graphs.iter().filter(|g| g.cut_from.is_none()) {
+        for precision in factors.profiles.keys().filter_map(|p| p.parse().ok()) {
+            let sim = crate::simulate::simulate_peak(g, batch, precision);
+            let plan = crate::plan::plan_with_simulation(
+                g,
+                batch,
+                precision,
+                factors,
+                cards,
+                &sim,
+                Some(ev),
+            );
+            let Ok(p) = plan else { continue };
+            if crate::plan::check_features(g, &p).is_err() {
+                continue;
+            }
+            out.push(VerdictLine {
+                graph: g.name.clone(),
+                parameters: p.parameters,
+                precision,
+                batch,
+                method: p.decision.method,
+                why: p.why,
+            });
+        }
+    }
+    out
+}

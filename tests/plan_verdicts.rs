@@ -21,20 +21,13 @@ fn data_evidence() -> Evidence {
     evidence(&ds, &calibrate(&ds))
 }
 
-/// The full-size graphs: every graph file but the reduced variants (`<family>-r<k>`).
+/// The full-size graphs: every graph file not cut from another.
 fn full_size() -> Vec<Graph> {
-    let mut paths: Vec<PathBuf> = std::fs::read_dir(repo().join("data/graphs"))
+    memcal::graph::load_dir(&repo().join("data/graphs"))
         .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| {
-            let stem = p.file_stem().unwrap().to_str().unwrap();
-            !stem
-                .rsplit_once("-r")
-                .is_some_and(|(_, k)| k.chars().all(|c| c.is_ascii_digit()))
-        })
-        .collect();
-    paths.sort();
-    paths.iter().map(|p| Graph::load(p).unwrap()).collect()
+        .into_iter()
+        .filter(|g| g.cut_from.is_none())
+        .collect()
 }
 
 /// The allocator overhead read straight from the row files (not through the engine): reserved

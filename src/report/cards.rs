@@ -7,7 +7,7 @@
 use super::format as fmt;
 use super::view::{Cell, Column, Table};
 use crate::features::FEATURE_NAMES;
-use crate::plan_evidence::Evidence;
+use crate::plan_evidence::{Evidence, VerdictLine};
 use crate::units;
 use serde::Serialize;
 
@@ -23,6 +23,8 @@ pub struct CardsView {
     /// What the fitted range is and what `plan` does outside it.
     pub range: String,
     pub ranges: Table,
+    /// What memcal plan says of every full-size graph at batch 1, in one line each.
+    pub verdicts: Table,
 }
 
 fn col(label: &str, numeric: bool) -> Column {
@@ -176,8 +178,33 @@ fn ranges_table(ev: &Evidence) -> Table {
     t
 }
 
-/// The section from the plan's evidence.
-pub fn view(ev: &Evidence) -> CardsView {
+fn verdicts_table(lines: &[VerdictLine]) -> Table {
+    let mut t = table(
+        "full-size-verdicts",
+        "What memcal plan says of every full-size graph at batch 1, against the seed and the real cards",
+        vec![
+            col("Graph", false),
+            col("Parameters", true),
+            col("Precision profile", false),
+            col("Decided by", false),
+            col("The verdict in one line", false),
+        ],
+        "No full-size graph in the data folder.",
+    );
+    for l in lines {
+        t.rows.push(vec![
+            Cell::text(l.graph.clone()),
+            Cell::num(fmt::count(l.parameters), l.parameters.to_string()),
+            Cell::text(l.precision.as_str()),
+            Cell::text(l.method.label()),
+            Cell::text(l.why.clone()),
+        ]);
+    }
+    t
+}
+
+/// The section from the plan's evidence and the full-size graphs' verdicts.
+pub fn view(ev: &Evidence, lines: &[VerdictLine]) -> CardsView {
     let context = ev.real_cards.first().map_or(0, |c| c.context_bytes);
     let usable = match &ev.allocator_overhead {
         Some(o) => format!(
@@ -201,5 +228,6 @@ pub fn view(ev: &Evidence) -> CardsView {
         methods: methods_table(ev),
         range: "memcal plan compares a job with the range of its profile's fitted rows: parameters, predicted peak and each feature's share of the six features' sum, and says what lies outside and by how much (times beyond the range, or percentage points for a share). Outside the range the bound is the larger of both methods' bounds; where only the six-factor plan covers the job, its verdict is refused.".to_string(),
         ranges: ranges_table(ev),
+        verdicts: verdicts_table(lines),
     }
 }
