@@ -85,64 +85,7 @@ pub fn render(p: &Plan) -> String {
         p.q95
     );
     render_decision(&mut s, p);
-    let plan_rule = format!("plan x {:.2}", 1.0 + p.headroom);
-    let replay = p.cards.iter().any(|v| v.simulated_reserved_fits.is_some());
-    let _ = writeln!(
-        s,
-        "\n{:<18} {:>10} {:<14} {:<14} {:<14}{}",
-        "card",
-        "usable",
-        "verdict",
-        plan_rule,
-        "plan bound",
-        if replay { "simulated reserved" } else { "" }
-    );
-    for v in &p.cards {
-        let _ = writeln!(
-            s,
-            "{:<18} {:>10} {:<14} {:<14} {:<14}{}",
-            v.card.name,
-            gb(v.card.bytes as f64),
-            v.verdict.as_str(),
-            if v.plan_fits { "fits" } else { "does not fit" },
-            v.bound.as_str(),
-            match v.simulated_reserved_fits {
-                Some(true) => "fits",
-                Some(false) => "does not fit",
-                None => "",
-            }
-        );
-    }
-    let name = |c: &Option<crate::factors::Card>| {
-        c.as_ref()
-            .map_or("none of the cards".to_string(), |c| c.name.clone())
-    };
-    let _ = writeln!(
-        s,
-        "\nsmallest card (verdict, {})  {}",
-        p.decision.method.label(),
-        name(&p.smallest_card_verdict)
-    );
-    let _ = writeln!(
-        s,
-        "smallest card (six-factor plan)  {}",
-        name(&p.smallest_card)
-    );
-    let _ = writeln!(
-        s,
-        "smallest card (six-factor bound) {}",
-        name(&p.smallest_card_bound)
-    );
-    if p.cards.iter().any(|v| v.product.is_some()) {
-        let _ = writeln!(
-            s,
-            "\nusable: a real card's total as the device reports it, less the CUDA context ({}), divided by the caching allocator's median reserved/allocated ratio on the GPU rows; the simulated reserved peak is compared with the total less the context alone. `memcal plan` prints where each total comes from with --json; the page's card table lists them.",
-            gb(p.cards
-                .iter()
-                .find_map(|v| v.product.as_ref())
-                .map_or(0.0, |r| r.context_bytes as f64))
-        );
-    }
+    let replay = render_cards(&mut s, p);
     if replay {
         let _ = writeln!(
             s,
@@ -204,6 +147,70 @@ pub fn render(p: &Plan) -> String {
         }
     }
     s
+}
+
+/// The card table, the smallest cards and how usable bytes are made; whether any card has a
+/// simulated reserved check.
+fn render_cards(s: &mut String, p: &Plan) -> bool {
+    let plan_rule = format!("plan x {:.2}", 1.0 + p.headroom);
+    let replay = p.cards.iter().any(|v| v.simulated_reserved_fits.is_some());
+    let _ = writeln!(
+        s,
+        "\n{:<18} {:>10} {:<14} {:<14} {:<14}{}",
+        "card",
+        "usable",
+        "verdict",
+        plan_rule,
+        "plan bound",
+        if replay { "simulated reserved" } else { "" }
+    );
+    for v in &p.cards {
+        let _ = writeln!(
+            s,
+            "{:<18} {:>10} {:<14} {:<14} {:<14}{}",
+            v.card.name,
+            gb(v.card.bytes as f64),
+            v.verdict.as_str(),
+            if v.plan_fits { "fits" } else { "does not fit" },
+            v.bound.as_str(),
+            match v.simulated_reserved_fits {
+                Some(true) => "fits",
+                Some(false) => "does not fit",
+                None => "",
+            }
+        );
+    }
+    let name = |c: &Option<crate::factors::Card>| {
+        c.as_ref()
+            .map_or("none of the cards".to_string(), |c| c.name.clone())
+    };
+    let _ = writeln!(
+        s,
+        "\nsmallest card (verdict, {})  {}",
+        p.decision.method.label(),
+        name(&p.smallest_card_verdict)
+    );
+    let _ = writeln!(
+        s,
+        "smallest card (six-factor plan)  {}",
+        name(&p.smallest_card)
+    );
+    let _ = writeln!(
+        s,
+        "smallest card (six-factor bound) {}",
+        name(&p.smallest_card_bound)
+    );
+    if p.cards.iter().any(|v| v.product.is_some()) {
+        let _ = writeln!(
+            s,
+            "\nusable: a real card's total as the device reports it, less the CUDA context ({}), divided by the caching allocator's median reserved/allocated ratio on the GPU rows; the simulated reserved peak is compared with the total less the context alone. `memcal plan` prints where each total comes from with --json; the page's card table lists them.",
+            gb(p.cards
+                .iter()
+                .find_map(|v| v.product.as_ref())
+                .map_or(0.0, |r| r.context_bytes as f64))
+        );
+    }
+    replay
 }
 
 /// Which method decides, why, the methods' records, the fitted range and the one-line verdict.
