@@ -17,6 +17,10 @@
 //! read from `/proc` until it exits).
 
 use memcal::features::{self, Precision};
+
+/// The allocator the `memcal` binary uses, so that the in-process figures are the binary's.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use memcal::graph::{Graph, GraphFile, NodeFile};
 use std::path::{Path, PathBuf};
 use std::time::Instant;

@@ -130,124 +130,127 @@ fn prod(sizes: &[u64]) -> u64 {
 
 /// Per-node contributions at a batch.
 pub fn contributions(graph: &Graph, batch: u64) -> Vec<NodeContribution> {
-    graph
-        .nodes
-        .iter()
-        .map(|node| {
-            let x = graph
-                .shape_of(&node.inputs[0])
-                .expect("checked graph: inputs exist");
-            let out = node.output.numel_at(batch);
-            // Tokens: every leading element of a [..., d] input.
-            let tokens = |width: u64| x.numel_at(batch) / width.max(1);
-            let mut c = NodeContribution {
-                id: node.id.clone(),
-                op: node.op.name(),
-                layer_output_elements: if node.op.is_view() { 0 } else { out },
-                largest_parameter_elements: node
-                    .op
-                    .parameter_tensors()
-                    .iter()
-                    .map(|s| prod(s))
-                    .max()
-                    .unwrap_or(0),
-                ..Default::default()
-            };
-            let mut less_output = false;
-            match &node.op {
-                Op::MultiheadAttention {
-                    embed_dim: d,
-                    num_heads,
-                    ..
-                } => {
-                    let b = x.0[0].at(batch);
-                    let tq = x.0[1].at(batch);
-                    let tk = node
-                        .inputs
-                        .get(1)
-                        .and_then(|m| graph.shape_of(m))
-                        .map_or(tq, |s| s.0[1].at(batch));
-                    // q, k, v, and the context entering the output projection.
-                    c.intermediate_tensors = vec![
-                        prod(&[b, tq, *d]),
-                        prod(&[b, tk, *d]),
-                        prod(&[b, tk, *d]),
-                        prod(&[b, tq, *d]),
-                    ];
-                    c.score_elements = prod(&[b, *num_heads, tq, tk]);
-                }
-                Op::GqaAttention {
-                    embed_dim,
-                    num_heads,
-                    num_kv_heads,
-                    head_dim,
-                    ..
-                } => {
-                    let t = tokens(*embed_dim);
-                    c.intermediate_tensors = vec![
-                        prod(&[t, *num_heads, *head_dim]),
-                        prod(&[t, *num_kv_heads, *head_dim]),
-                        prod(&[t, *num_kv_heads, *head_dim]),
-                        prod(&[t, *num_heads, *head_dim]),
-                    ];
-                }
-                Op::MlaAttention {
-                    embed_dim,
-                    num_heads: h,
-                    q_lora_rank,
-                    kv_lora_rank,
-                    qk_nope_head_dim,
-                    qk_rope_head_dim,
-                    v_head_dim,
-                    ..
-                } => {
-                    let t = tokens(*embed_dim);
-                    if *q_lora_rank > 0 {
-                        c.intermediate_tensors.push(prod(&[t, *q_lora_rank]));
-                    }
-                    c.intermediate_tensors.extend([
-                        prod(&[t, *h, qk_nope_head_dim.saturating_add(*qk_rope_head_dim)]),
-                        prod(&[t, kv_lora_rank.saturating_add(*qk_rope_head_dim)]),
-                        prod(&[t, *h, qk_nope_head_dim.saturating_add(*v_head_dim)]),
-                        prod(&[t, *h, *v_head_dim]),
-                    ]);
-                }
-                Op::Moe {
-                    dim,
-                    hidden,
-                    num_experts,
-                    top_k,
-                } => {
-                    let t = tokens(*dim);
-                    // Router logits; per routed token: w1 and w3 outputs, w2 output.
-                    c.intermediate_tensors = vec![
-                        prod(&[t, *num_experts]),
-                        prod(&[t, *top_k, *hidden]),
-                        prod(&[t, *top_k, *hidden]),
-                        prod(&[t, *top_k, *dim]),
-                    ];
-                    less_output = true;
-                }
-                Op::Lstm(r) | Op::Gru(r) => {
-                    let gates = if matches!(node.op, Op::Lstm(_)) { 4 } else { 3 };
-                    let steps = tokens(r.input_size);
-                    c.gate_elements =
-                        prod(&[steps, gates, r.hidden_size, r.directions(), r.num_layers]);
-                }
-                _ => {}
-            }
-            let internal = c
-                .intermediate_tensors
-                .iter()
-                .fold(0u64, |a, v| a.saturating_add(*v));
-            c.intermediate_elements = if less_output {
-                internal.saturating_sub(out)
-            } else {
-                internal
-            };
-            c
+    (0..graph.nodes.len())
+        .map(|k| NodeContribution {
+            id: graph.nodes[k].id.clone(),
+            ..contribution(graph, k, batch)
         })
         .collect()
+}
+
+/// Node `k`'s contribution, its `id` left empty (the features need no copy of it).
+fn contribution(graph: &Graph, k: usize, batch: u64) -> NodeContribution {
+    let node = &graph.nodes[k];
+    let x = graph
+        .input_shape(k, 0)
+        .expect("checked graph: inputs exist");
+    let out = node.output.numel_at(batch);
+    // Tokens: every leading element of a [..., d] input.
+    let tokens = |width: u64| x.numel_at(batch) / width.max(1);
+    let mut c = NodeContribution {
+        op: node.op.name(),
+        layer_output_elements: if node.op.is_view() { 0 } else { out },
+        largest_parameter_elements: node
+            .op
+            .parameter_tensors()
+            .iter()
+            .map(|s| prod(s))
+            .max()
+            .unwrap_or(0),
+        ..Default::default()
+    };
+    let mut less_output = false;
+    match &node.op {
+        Op::MultiheadAttention {
+            embed_dim: d,
+            num_heads,
+            ..
+        } => {
+            let b = x.0[0].at(batch);
+            let tq = x.0[1].at(batch);
+            let tk = node
+                .inputs
+                .get(1)
+                .and_then(|_| graph.input_shape(k, 1))
+                .map_or(tq, |s| s.0[1].at(batch));
+            // q, k, v, and the context entering the output projection.
+            c.intermediate_tensors = vec![
+                prod(&[b, tq, *d]),
+                prod(&[b, tk, *d]),
+                prod(&[b, tk, *d]),
+                prod(&[b, tq, *d]),
+            ];
+            c.score_elements = prod(&[b, *num_heads, tq, tk]);
+        }
+        Op::GqaAttention {
+            embed_dim,
+            num_heads,
+            num_kv_heads,
+            head_dim,
+            ..
+        } => {
+            let t = tokens(*embed_dim);
+            c.intermediate_tensors = vec![
+                prod(&[t, *num_heads, *head_dim]),
+                prod(&[t, *num_kv_heads, *head_dim]),
+                prod(&[t, *num_kv_heads, *head_dim]),
+                prod(&[t, *num_heads, *head_dim]),
+            ];
+        }
+        Op::MlaAttention {
+            embed_dim,
+            num_heads: h,
+            q_lora_rank,
+            kv_lora_rank,
+            qk_nope_head_dim,
+            qk_rope_head_dim,
+            v_head_dim,
+            ..
+        } => {
+            let t = tokens(*embed_dim);
+            if *q_lora_rank > 0 {
+                c.intermediate_tensors.push(prod(&[t, *q_lora_rank]));
+            }
+            c.intermediate_tensors.extend([
+                prod(&[t, *h, qk_nope_head_dim.saturating_add(*qk_rope_head_dim)]),
+                prod(&[t, kv_lora_rank.saturating_add(*qk_rope_head_dim)]),
+                prod(&[t, *h, qk_nope_head_dim.saturating_add(*v_head_dim)]),
+                prod(&[t, *h, *v_head_dim]),
+            ]);
+        }
+        Op::Moe {
+            dim,
+            hidden,
+            num_experts,
+            top_k,
+        } => {
+            let t = tokens(*dim);
+            // Router logits; per routed token: w1 and w3 outputs, w2 output.
+            c.intermediate_tensors = vec![
+                prod(&[t, *num_experts]),
+                prod(&[t, *top_k, *hidden]),
+                prod(&[t, *top_k, *hidden]),
+                prod(&[t, *top_k, *dim]),
+            ];
+            less_output = true;
+        }
+        Op::Lstm(r) | Op::Gru(r) => {
+            let gates = if matches!(node.op, Op::Lstm(_)) { 4 } else { 3 };
+            let steps = tokens(r.input_size);
+            c.gate_elements = prod(&[steps, gates, r.hidden_size, r.directions(), r.num_layers]);
+        }
+        _ => {}
+    }
+    let internal = c
+        .intermediate_tensors
+        .iter()
+        .fold(0u64, |a, v| a.saturating_add(*v));
+    c.intermediate_elements = if less_output {
+        internal.saturating_sub(out)
+    } else {
+        internal
+    };
+    c
 }
 
 /// The six features of a run.
@@ -258,7 +261,8 @@ pub fn features(graph: &Graph, batch: u64, precision: Precision) -> Features {
         ..Default::default()
     };
     let mut largest = 0u64;
-    for c in contributions(graph, batch) {
+    for k in 0..graph.nodes.len() {
+        let c = contribution(graph, k, batch);
         let add = |acc: &mut u64, elements: u64| *acc = acc.saturating_add(prod(&[elements, ab]));
         add(&mut f.layer_outputs, c.layer_output_elements);
         add(&mut f.intermediates, c.intermediate_elements);

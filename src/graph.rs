@@ -151,23 +151,74 @@ pub struct Graph {
     #[serde(skip)]
     pub path: Option<PathBuf>,
     /// Every value's name (inputs and nodes) to where it is, so that [`Graph::shape_of`] is a
-    /// lookup rather than a scan (a scan per node made a 200,000-node graph quadratic).
+    /// lookup rather than a scan (a scan per node made a 200,000-node graph quadratic). Made
+    /// at the first lookup by name: planning a graph needs none.
     #[serde(skip)]
-    names: NameIndex,
+    names: LazyNames,
+    /// Each node's inputs as positions, as the check resolved them.
+    #[serde(skip)]
+    positions: Positions,
 }
 
 /// Where a value is: a graph input or a node, by position.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Slot {
+pub enum Slot {
     Input(usize),
     Node(usize),
 }
 
-/// [`Graph`]'s name index. Equal for any two graphs (it is derived from the fields compared).
+/// [`Graph`]'s name index: each value's name, by its 64-bit hash, to where it is. A lookup
+/// checks the name found there (two names with one hash, or fields changed after the check,
+/// fall back to a scan), so the index holds no second copy of the names. Equal for any two
+/// graphs (it is derived from the fields compared).
 #[derive(Debug, Clone, Default)]
-struct NameIndex(HashMap<String, Slot>);
+struct NameIndex(HashMap<u64, Slot>);
 
-impl PartialEq for NameIndex {
+impl NameIndex {
+    fn key(name: &str) -> u64 {
+        use std::hash::BuildHasher;
+        crate::name_hash::NameHash.hash_one(name)
+    }
+
+    fn of(inputs: &[Input], nodes: &[Node]) -> NameIndex {
+        let mut m =
+            HashMap::with_capacity_and_hasher(inputs.len() + nodes.len(), Default::default());
+        for (k, i) in inputs.iter().enumerate() {
+            m.insert(NameIndex::key(&i.name), Slot::Input(k));
+        }
+        for (k, n) in nodes.iter().enumerate() {
+            m.insert(NameIndex::key(&n.id), Slot::Node(k));
+        }
+        NameIndex(m)
+    }
+}
+
+/// [`NameIndex`], made when first needed.
+#[derive(Debug, Clone, Default)]
+struct LazyNames(std::sync::OnceLock<NameIndex>);
+
+impl PartialEq for LazyNames {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+/// Each node's inputs as value positions (graph inputs `0..n_inputs`, then node `j` at
+/// `n_inputs + j`): node `k`'s are `args[starts[k]..starts[k + 1]]`. Resolved by the check,
+/// so that the stages after it (features, simulation) look no name up. Equal for any two
+/// graphs (it is derived from the fields compared).
+#[derive(Debug, Clone, Default)]
+struct Positions {
+    n_inputs: usize,
+    starts: Vec<u32>,
+    args: Vec<u32>,
+    /// The loss node's position among the nodes.
+    loss: usize,
+    /// Trainable parameters (the sum the check made).
+    parameters: u64,
+}
+
+impl PartialEq for Positions {
     fn eq(&self, _: &Self) -> bool {
         true
     }
@@ -339,183 +390,51 @@ impl Graph {
         };
         de.end()
             .map_err(|e| trailing_error(path, "graph JSON", &e))?;
-        let mut g = Graph::check(&file, path)?;
+        let mut g = Graph::check_owned(file, path)?;
         g.sha256 = sha256_hex(bytes);
         Ok(g)
     }
 
     /// Checks a parsed file: format, names, ops, order, shapes, ties, loss.
     pub fn check(file: &GraphFile, path: &Path) -> Result<Graph> {
-        if file.format != GRAPH_FORMAT {
-            return Err(Error::field(
-                path,
-                "format",
-                format!(
-                    "expected \"{GRAPH_FORMAT}\", found \"{}\"; this memcal reads only {GRAPH_FORMAT}",
-                    file.format
-                ),
-            ));
-        }
-        for (field, value) in [
-            ("name", &file.name),
-            ("family", &file.family),
-            ("variant", &file.variant),
-        ] {
-            if value.trim().is_empty() {
-                return Err(Error::field(path, field, "must not be empty"));
-            }
-        }
-        let mut shapes: HashMap<&str, Shape> =
-            HashMap::with_capacity_and_hasher(file.nodes.len() + 8, Default::default());
-        let mut inputs = Vec::new();
-        for (i, input) in file.inputs.iter().enumerate() {
-            let field = format!("inputs[{i}]");
-            let mut dims = Vec::new();
-            for d in &input.shape {
-                dims.push(match d {
-                    FileDim::Size(n) if *n > 0 => Dim::fixed(*n),
-                    FileDim::Symbol(s) if s == "B" => Dim::batch(),
-                    other => {
-                        let found = match other {
-                            FileDim::Size(n) => n.to_string(),
-                            FileDim::Symbol(s) => format!("\"{s}\""),
-                        };
-                        return Err(Error::field(
-                            path,
-                            &format!("{field}.shape"),
-                            format!("entries must be \"B\" or a positive integer, found {found}"),
-                        ));
-                    }
-                });
-            }
-            if input.dtype == DType::Int64 && !matches!(input.classes, Some(c) if c > 0) {
-                return Err(Error::field(
-                    path,
-                    &format!("{field}.classes"),
-                    "an int64 input needs `classes` (a positive integer: values are drawn in [0, classes))",
-                ));
-            }
-            if shapes.insert(&input.name, Shape(dims.clone())).is_some() {
-                return Err(Error::field(
-                    path,
-                    &field,
-                    format!("duplicate input name `{}`", input.name),
-                ));
-            }
-            inputs.push(Input {
-                name: input.name.clone(),
-                shape: Shape(dims),
-                dtype: input.dtype,
-                classes: input.classes,
-            });
-        }
+        Graph::check_owned(file.clone(), path)
+    }
 
-        // Type every op first, so an unknown op is reported before ordering problems.
-        let mut ops = Vec::with_capacity(file.nodes.len());
-        let mut index: HashMap<&str, usize> =
-            HashMap::with_capacity_and_hasher(file.nodes.len(), Default::default());
-        let node_ids: HashSet<&str> = file.nodes.iter().map(|n| n.id.as_str()).collect();
-        let int64_inputs: HashSet<&str> = file
-            .inputs
-            .iter()
-            .filter(|i| i.dtype == DType::Int64)
-            .map(|i| i.name.as_str())
-            .collect();
-        for (i, n) in file.nodes.iter().enumerate() {
-            if n.id.trim().is_empty() {
-                return Err(Error::field(
-                    path,
-                    &format!("nodes[{i}].id"),
-                    "must not be empty",
-                ));
-            }
-            if shapes.contains_key(n.id.as_str()) || index.insert(&n.id, i).is_some() {
-                return Err(Error::node(
-                    path,
-                    &n.id,
-                    "duplicate id (ids and input names must be unique)",
-                ));
-            }
-            let op = Op::parse(&n.op, &n.attributes).map_err(|m| Error::node(path, &n.id, m))?;
-            let (lo, hi) = op.arity();
-            if n.inputs.len() < lo || n.inputs.len() > hi {
-                let want = if lo == hi {
-                    lo.to_string()
-                } else if hi == usize::MAX {
-                    format!("at least {lo}")
-                } else {
-                    format!("{lo} to {hi}")
-                };
-                return Err(Error::node(
-                    path,
-                    &n.id,
-                    format!("`{}` takes {want} input(s), found {}", n.op, n.inputs.len()),
-                ));
-            }
-            for inp in &n.inputs {
-                if !shapes.contains_key(inp.as_str()) && !node_ids.contains(inp.as_str()) {
-                    return Err(Error::node(
-                        path,
-                        &n.id,
-                        format!("input `{inp}` is neither a graph input nor a node"),
-                    ));
-                }
-            }
-            ops.push(op);
-        }
-
-        // Kahn's algorithm, taking ready nodes in file order: a file already in order keeps it.
-        let n = file.nodes.len();
-        let mut pending: Vec<usize> = file
-            .nodes
-            .iter()
-            .map(|node| {
-                node.inputs
-                    .iter()
-                    .filter(|i| index.contains_key(i.as_str()))
-                    .count()
-            })
-            .collect();
-        let mut users: Vec<Vec<usize>> = vec![Vec::new(); n];
-        for (i, node) in file.nodes.iter().enumerate() {
-            for inp in &node.inputs {
-                if let Some(&j) = index.get(inp.as_str()) {
-                    users[j].push(i);
-                }
-            }
-        }
-        let mut ready: std::collections::BTreeSet<usize> =
-            (0..n).filter(|&i| pending[i] == 0).collect();
-        let mut order = Vec::with_capacity(n);
-        while let Some(i) = ready.pop_first() {
-            order.push(i);
-            for &u in &users[i] {
-                pending[u] -= 1;
-                if pending[u] == 0 {
-                    ready.insert(u);
-                }
-            }
-        }
-        if order.len() < n {
-            let stuck = (0..n).find(|i| pending[*i] > 0).unwrap_or(0);
-            return Err(Error::node(
-                path,
-                &file.nodes[stuck].id,
-                "is part of a cycle (a node depends on its own output)",
-            ));
-        }
-
-        let mut nodes = Vec::with_capacity(n);
-        for i in order {
+    /// [`Graph::check`] taking the file, whose names move into the graph (a large graph is
+    /// not held twice). Every step is linear in the file's size: names are looked up once,
+    /// then the nodes refer to each other by position.
+    pub fn check_owned(mut file: GraphFile, path: &Path) -> Result<Graph> {
+        check_header(&file, path)?;
+        let inputs = check_inputs(&file, path)?;
+        let n_inputs = inputs.len();
+        let resolved = resolve(&file, n_inputs, path)?;
+        let order = topological_order(&file, &resolved, n_inputs, path)?;
+        let Resolved {
+            index,
+            ops,
+            starts,
+            args,
+        } = resolved;
+        let args_of = |i: usize| &args[starts[i] as usize..starts[i + 1] as usize];
+        let mut outputs: Vec<Option<Shape>> = vec![None; file.nodes.len()];
+        for &i in &order {
             let nf = &file.nodes[i];
-            let op = ops[i].clone();
-            let ins: Vec<&Shape> = nf.inputs.iter().map(|x| &shapes[x.as_str()]).collect();
-            for (k, (name, s)) in nf.inputs.iter().zip(&ins).enumerate() {
-                let int_input =
-                    int64_inputs.contains(name.as_str()) && !index.contains_key(name.as_str());
+            let op = &ops[i];
+            let ins: Vec<&Shape> = args_of(i)
+                .iter()
+                .map(|&v| match v as usize {
+                    v if v < n_inputs => &inputs[v].shape,
+                    v => outputs[v - n_inputs]
+                        .as_ref()
+                        .expect("inputs come first in a topological order"),
+                })
+                .collect();
+            for (k, (&v, s)) in args_of(i).iter().zip(&ins).enumerate() {
+                let int_input = (v as usize) < n_inputs && inputs[v as usize].dtype == DType::Int64;
                 let wants_int = matches!(op, Op::Embedding { .. })
                     || (k == 1 && matches!(op, Op::CrossEntropy));
                 if int_input != wants_int {
+                    let name = &nf.inputs[k];
                     return Err(Error::node(
                         path,
                         &nf.id,
@@ -528,106 +447,31 @@ impl Graph {
                 }
             }
             let output = op.infer(&ins).map_err(|m| Error::node(path, &nf.id, m))?;
-            shapes.insert(&nf.id, output.clone());
-            nodes.push(Node {
-                id: nf.id.clone(),
-                op,
-                inputs: nf.inputs.clone(),
-                output,
-            });
+            outputs[i] = Some(output);
         }
-
-        // Ties: a tied linear or embedding must name an embedding that owns its table (is not
-        // tied itself) and whose table matches it.
-        let by_id: HashMap<&str, usize> = nodes
-            .iter()
-            .enumerate()
-            .map(|(k, n)| (n.id.as_str(), k))
-            .collect();
-        for node in &nodes {
-            let (t, want_num, want_dim, what) = match &node.op {
-                Op::Linear {
-                    in_features,
-                    out_features,
-                    tie: Some(t),
-                    ..
-                } => (
-                    t,
-                    *out_features,
-                    *in_features,
-                    "a tied linear needs in_features = {dim} and out_features = {num}",
-                ),
-                Op::Embedding {
-                    num_embeddings,
-                    embedding_dim,
-                    tie: Some(t),
-                } => (
-                    t,
-                    *num_embeddings,
-                    *embedding_dim,
-                    "a tied embedding needs num_embeddings = {num} and embedding_dim = {dim}",
-                ),
-                _ => continue,
-            };
-            let target = by_id.get(t.as_str()).map(|&k| &nodes[k]);
-            match target.map(|m| &m.op) {
-                Some(Op::Embedding {
-                    num_embeddings,
-                    embedding_dim,
-                    tie: None,
-                }) => {
-                    if *embedding_dim != want_dim || *num_embeddings != want_num {
-                        let need = what
-                            .replace("{dim}", &embedding_dim.to_string())
-                            .replace("{num}", &num_embeddings.to_string());
-                        let found = if matches!(node.op, Op::Linear { .. }) {
-                            format!("{want_dim} and {want_num}")
-                        } else {
-                            format!("{want_num} and {want_dim}")
-                        };
-                        return Err(Error::node(
-                            path,
-                            &node.id,
-                            format!(
-                                "tied to `{t}` of [{num_embeddings}, {embedding_dim}], but {need}, found {found}"
-                            ),
-                        ));
-                    }
-                }
-                Some(Op::Embedding { tie: Some(_), .. }) => {
-                    return Err(Error::node(
-                        path,
-                        &node.id,
-                        format!("`tie` names `{t}`, which is itself tied; name the embedding that owns the table"),
-                    ))
-                }
-                _ => {
-                    return Err(Error::node(
-                        path,
-                        &node.id,
-                        format!("`tie` names `{t}`, which is not an embedding node"),
-                    ))
-                }
-            }
+        let node_op = |name: &str| match index.get(name) {
+            Some(v) if v as usize >= n_inputs => Some(&ops[v as usize - n_inputs]),
+            _ => None,
+        };
+        for &i in &order {
+            check_tie(&file.nodes[i].id, &ops[i], &node_op, path)?;
         }
-
         // Sizes saturate rather than overflow; a saturated parameter count means absurd sizes.
         let mut total = 0u64;
-        for node in &nodes {
-            let p = node.op.parameters();
+        for &i in &order {
+            let p = ops[i].parameters();
             match total.checked_add(p) {
                 Some(t) if p != u64::MAX && t != u64::MAX => total = t,
                 _ => {
                     return Err(Error::node(
                         path,
-                        &node.id,
+                        &file.nodes[i].id,
                         "the graph's parameter count overflows 64 bits here; check this node's sizes and its input shapes",
                     ))
                 }
             }
         }
-
-        match by_id.get(file.loss.as_str()).map(|&k| &nodes[k]) {
+        match node_op(&file.loss) {
             None => {
                 return Err(Error::field(
                     path,
@@ -635,47 +479,88 @@ impl Graph {
                     format!("names `{}`, which is not a node", file.loss),
                 ))
             }
-            Some(m) if !m.op.is_loss() => {
+            Some(op) if !op.is_loss() => {
                 return Err(Error::field(
                     path,
                     "loss",
                     format!(
                         "`{}` is a `{}` node; the loss must be cross_entropy or mse",
-                        m.id,
-                        m.op.name()
+                        file.loss,
+                        op.name()
                     ),
                 ))
             }
             Some(_) => {}
         }
-
-        drop(by_id);
-        let mut names =
-            HashMap::with_capacity_and_hasher(inputs.len() + nodes.len(), Default::default());
-        for (k, i) in inputs.iter().enumerate() {
-            names.insert(i.name.clone(), Slot::Input(k));
+        // Positions in the graph's (topological) order.
+        let mut position = vec![0u32; order.len()];
+        for (p, &i) in order.iter().enumerate() {
+            position[i] = (n_inputs + p) as u32;
         }
-        for (k, n) in nodes.iter().enumerate() {
-            names.insert(n.id.clone(), Slot::Node(k));
+        // The loss was checked above to name a node.
+        let loss_at = index
+            .get(&file.loss)
+            .map_or(0, |v| position[v as usize - n_inputs] as usize - n_inputs);
+        let mut positions = Positions {
+            n_inputs,
+            starts: Vec::with_capacity(order.len() + 1),
+            args: Vec::with_capacity(args.len()),
+            loss: loss_at,
+            parameters: total,
+        };
+        positions.starts.push(0);
+        for &i in &order {
+            positions
+                .args
+                .extend(args_of(i).iter().map(|&v| match v as usize {
+                    v if v < n_inputs => v as u32,
+                    v => position[v - n_inputs],
+                }));
+            positions.starts.push(positions.args.len() as u32);
+        }
+
+        drop(index);
+
+        // The names move from the file into the graph, in order.
+        let mut ops: Vec<Option<Op>> = ops.into_iter().map(Some).collect();
+        let mut nodes = Vec::with_capacity(order.len());
+        for i in order {
+            let nf = &mut file.nodes[i];
+            nodes.push(Node {
+                id: std::mem::take(&mut nf.id),
+                op: ops[i].take().expect("each node once"),
+                inputs: {
+                    // The parser's vector has room for four names; most nodes have one.
+                    let mut inputs = std::mem::take(&mut nf.inputs);
+                    inputs.shrink_to_fit();
+                    inputs
+                },
+                output: outputs[i].take().expect("every node's shape is inferred"),
+            });
         }
         Ok(Graph {
-            names: NameIndex(names),
-            name: file.name.clone(),
-            family: file.family.clone(),
-            variant: file.variant.clone(),
-            cut_from: file.cut_from.clone(),
-            description: file.description.clone(),
+            names: LazyNames::default(),
+            positions,
+            name: file.name,
+            family: file.family,
+            variant: file.variant,
+            cut_from: file.cut_from,
+            description: file.description,
             inputs,
-            buffers: file.buffers.clone(),
+            buffers: file.buffers,
             nodes,
-            loss: file.loss.clone(),
+            loss: file.loss,
             sha256: String::new(),
             path: None,
         })
     }
 
-    /// Trainable parameters, a tied weight counted once.
+    /// Trainable parameters, a tied weight counted once (as the check summed them, for a graph
+    /// whose nodes were not added or removed since).
     pub fn parameters(&self) -> u64 {
+        if self.positions.starts.len() == self.nodes.len() + 1 && !self.nodes.is_empty() {
+            return self.positions.parameters;
+        }
         self.nodes
             .iter()
             .map(|n| n.op.parameters())
@@ -687,23 +572,442 @@ impl Graph {
         self.inputs.iter().any(|i| i.shape.has_batch())
     }
 
-    /// The shape of a value (graph input or node output) by name: looked up in the graph's
-    /// index (a scan for a graph whose fields were changed after it was checked).
-    pub fn shape_of(&self, name: &str) -> Option<&Shape> {
-        match self.names.0.get(name) {
-            Some(Slot::Input(k)) if self.inputs.get(*k).is_some_and(|i| i.name == name) => {
-                return Some(&self.inputs[*k].shape)
+    /// Where the value `name` (a graph input or a node) is: looked up in the graph's index (a
+    /// scan for a graph whose fields were changed after it was checked).
+    pub fn slot_of(&self, name: &str) -> Option<Slot> {
+        let names = self
+            .names
+            .0
+            .get_or_init(|| NameIndex::of(&self.inputs, &self.nodes));
+        match names.0.get(&NameIndex::key(name)) {
+            Some(&Slot::Input(k)) if self.inputs.get(k).is_some_and(|i| i.name == name) => {
+                return Some(Slot::Input(k))
             }
-            Some(Slot::Node(k)) if self.nodes.get(*k).is_some_and(|n| n.id == name) => {
-                return Some(&self.nodes[*k].output)
+            Some(&Slot::Node(k)) if self.nodes.get(k).is_some_and(|n| n.id == name) => {
+                return Some(Slot::Node(k))
             }
             _ => {}
         }
         self.inputs
             .iter()
-            .find(|i| i.name == name)
-            .map(|i| &i.shape)
-            .or_else(|| self.nodes.iter().find(|n| n.id == name).map(|n| &n.output))
+            .position(|i| i.name == name)
+            .map(Slot::Input)
+            .or_else(|| self.nodes.iter().position(|n| n.id == name).map(Slot::Node))
+    }
+
+    /// Node `k`'s inputs as value positions (graph inputs `0..inputs.len()`, then node `j` at
+    /// `inputs.len() + j`), as the check resolved them; None for a graph built otherwise or
+    /// whose inputs or nodes were added or removed since (look the names up then).
+    pub fn input_positions(&self, k: usize) -> Option<&[u32]> {
+        let p = &self.positions;
+        if p.n_inputs != self.inputs.len() || p.starts.len() != self.nodes.len() + 1 {
+            return None;
+        }
+        let args = &p.args[p.starts[k] as usize..p.starts[k + 1] as usize];
+        (args.len() == self.nodes[k].inputs.len()).then_some(args)
+    }
+
+    /// The loss node's index (None if `loss` names no node).
+    pub fn loss_index(&self) -> Option<usize> {
+        let l = self.positions.loss;
+        if self.nodes.get(l).is_some_and(|n| n.id == self.loss) {
+            return Some(l);
+        }
+        match self.slot_of(&self.loss)? {
+            Slot::Node(k) => Some(k),
+            Slot::Input(_) => None,
+        }
+    }
+
+    /// The shape of node `k`'s input `i`.
+    pub fn input_shape(&self, k: usize, i: usize) -> Option<&Shape> {
+        match self.input_positions(k) {
+            Some(args) => {
+                let v = *args.get(i)? as usize;
+                Some(match v.checked_sub(self.inputs.len()) {
+                    None => &self.inputs[v].shape,
+                    Some(j) => &self.nodes[j].output,
+                })
+            }
+            None => self.shape_of(self.nodes[k].inputs.get(i)?),
+        }
+    }
+
+    /// The shape of a value (graph input or node output) by name.
+    pub fn shape_of(&self, name: &str) -> Option<&Shape> {
+        Some(match self.slot_of(name)? {
+            Slot::Input(k) => &self.inputs[k].shape,
+            Slot::Node(k) => &self.nodes[k].output,
+        })
+    }
+}
+
+/// The format tag and the names that must not be empty.
+fn check_header(file: &GraphFile, path: &Path) -> Result<()> {
+    if file.format != GRAPH_FORMAT {
+        return Err(Error::field(
+            path,
+            "format",
+            format!(
+                "expected \"{GRAPH_FORMAT}\", found \"{}\"; this memcal reads only {GRAPH_FORMAT}",
+                file.format
+            ),
+        ));
+    }
+    for (field, value) in [
+        ("name", &file.name),
+        ("family", &file.family),
+        ("variant", &file.variant),
+    ] {
+        if value.trim().is_empty() {
+            return Err(Error::field(path, field, "must not be empty"));
+        }
+    }
+    Ok(())
+}
+
+/// The graph inputs, checked: dimensions, int64 classes, unique names.
+fn check_inputs(file: &GraphFile, path: &Path) -> Result<Vec<Input>> {
+    let mut seen: HashSet<&str> = HashSet::default();
+    let mut inputs = Vec::with_capacity(file.inputs.len());
+    for (i, input) in file.inputs.iter().enumerate() {
+        let field = format!("inputs[{i}]");
+        let mut dims = Vec::new();
+        for d in &input.shape {
+            dims.push(match d {
+                FileDim::Size(n) if *n > 0 => Dim::fixed(*n),
+                FileDim::Symbol(s) if s == "B" => Dim::batch(),
+                other => {
+                    let found = match other {
+                        FileDim::Size(n) => n.to_string(),
+                        FileDim::Symbol(s) => format!("\"{s}\""),
+                    };
+                    return Err(Error::field(
+                        path,
+                        &format!("{field}.shape"),
+                        format!("entries must be \"B\" or a positive integer, found {found}"),
+                    ));
+                }
+            });
+        }
+        if input.dtype == DType::Int64 && !matches!(input.classes, Some(c) if c > 0) {
+            return Err(Error::field(
+                path,
+                &format!("{field}.classes"),
+                "an int64 input needs `classes` (a positive integer: values are drawn in [0, classes))",
+            ));
+        }
+        if !seen.insert(&input.name) {
+            return Err(Error::field(
+                path,
+                &field,
+                format!("duplicate input name `{}`", input.name),
+            ));
+        }
+        inputs.push(Input {
+            name: input.name.clone(),
+            shape: Shape(dims),
+            dtype: input.dtype,
+            classes: input.classes,
+        });
+    }
+    Ok(inputs)
+}
+
+/// The file's names resolved once: every value's position (graph inputs `0..n_inputs`, then
+/// node `i` of the file at `n_inputs + i`), each node's typed op, and its inputs as positions
+/// (node `i`'s are `args[starts[i]..starts[i + 1]]`).
+struct Resolved<'f> {
+    index: FileIndex<'f>,
+    ops: Vec<Op>,
+    starts: Vec<u32>,
+    args: Vec<u32>,
+}
+
+/// The name of a file's value `v` (graph inputs, then nodes).
+fn value_name(file: &GraphFile, v: u32) -> &str {
+    let v = v as usize;
+    match v.checked_sub(file.inputs.len()) {
+        None => &file.inputs[v].name,
+        Some(i) => &file.nodes[i].id,
+    }
+}
+
+/// A file's value names (graph inputs, then nodes) to their positions, keyed by each name's
+/// 64-bit hash (no key is a pointer to follow); a hit is checked against the name at that
+/// position, and names that share a hash with another go to `collided` (normally empty).
+struct FileIndex<'f> {
+    file: &'f GraphFile,
+    by_hash: HashMap<u64, u32>,
+    collided: HashMap<&'f str, u32>,
+}
+
+impl<'f> FileIndex<'f> {
+    fn new(file: &'f GraphFile) -> FileIndex<'f> {
+        let n = file.inputs.len() + file.nodes.len();
+        FileIndex {
+            file,
+            by_hash: HashMap::with_capacity_and_hasher(n, Default::default()),
+            collided: HashMap::default(),
+        }
+    }
+
+    fn name(&self, v: u32) -> &'f str {
+        value_name(self.file, v)
+    }
+
+    /// Adds value `v` by its name; false if the name is already there.
+    fn insert(&mut self, v: u32) -> bool {
+        let name = self.name(v);
+        let file = self.file;
+        match self.by_hash.entry(NameIndex::key(name)) {
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(v);
+                true
+            }
+            std::collections::hash_map::Entry::Occupied(e) => {
+                if value_name(file, *e.get()) == name {
+                    return false;
+                }
+                match self.collided.entry(name) {
+                    std::collections::hash_map::Entry::Vacant(c) => {
+                        c.insert(v);
+                        true
+                    }
+                    std::collections::hash_map::Entry::Occupied(_) => false,
+                }
+            }
+        }
+    }
+
+    fn get(&self, name: &str) -> Option<u32> {
+        match self.by_hash.get(&NameIndex::key(name)) {
+            Some(&v) if self.name(v) == name => Some(v),
+            Some(_) => self.collided.get(name).copied(),
+            None => None,
+        }
+    }
+}
+
+/// Types every op and resolves every input name, reporting the first problem in file order
+/// (an empty or duplicate id, an unknown op, a wrong input count, an unknown input).
+fn resolve<'f>(file: &'f GraphFile, n_inputs: usize, path: &Path) -> Result<Resolved<'f>> {
+    let n = file.nodes.len();
+    if n_inputs + n >= u32::MAX as usize {
+        return Err(Error::field(
+            path,
+            "nodes",
+            "more than 2^32 values in one graph",
+        ));
+    }
+    let mut index = FileIndex::new(file);
+    for k in 0..n_inputs {
+        index.insert(k as u32);
+    }
+    // Every id first (an input may name a later node); the first repeated one is noted.
+    let mut first_duplicate = None;
+    for i in 0..n {
+        if !index.insert((n_inputs + i) as u32) && first_duplicate.is_none() {
+            first_duplicate = Some(i);
+        }
+    }
+    let mut ops = Vec::with_capacity(n);
+    let mut starts = Vec::with_capacity(n + 1);
+    let mut args = Vec::with_capacity(n + n / 2);
+    starts.push(0);
+    for (i, node) in file.nodes.iter().enumerate() {
+        if node.id.trim().is_empty() {
+            return Err(Error::field(
+                path,
+                &format!("nodes[{i}].id"),
+                "must not be empty",
+            ));
+        }
+        if first_duplicate == Some(i) {
+            return Err(Error::node(
+                path,
+                &node.id,
+                "duplicate id (ids and input names must be unique)",
+            ));
+        }
+        let op =
+            Op::parse(&node.op, &node.attributes).map_err(|m| Error::node(path, &node.id, m))?;
+        let (lo, hi) = op.arity();
+        if node.inputs.len() < lo || node.inputs.len() > hi {
+            let want = if lo == hi {
+                lo.to_string()
+            } else if hi == usize::MAX {
+                format!("at least {lo}")
+            } else {
+                format!("{lo} to {hi}")
+            };
+            return Err(Error::node(
+                path,
+                &node.id,
+                format!(
+                    "`{}` takes {want} input(s), found {}",
+                    node.op,
+                    node.inputs.len()
+                ),
+            ));
+        }
+        for inp in &node.inputs {
+            // Most inputs are the node just before (a chain, a block's next op): no lookup.
+            let previous = i.checked_sub(1).filter(|&j| file.nodes[j].id == *inp);
+            match previous
+                .map(|j| (n_inputs + j) as u32)
+                .or_else(|| index.get(inp))
+            {
+                Some(v) => args.push(v),
+                None => {
+                    return Err(Error::node(
+                        path,
+                        &node.id,
+                        format!("input `{inp}` is neither a graph input nor a node"),
+                    ))
+                }
+            }
+        }
+        starts.push(args.len() as u32);
+        ops.push(op);
+    }
+    Ok(Resolved {
+        index,
+        ops,
+        starts,
+        args,
+    })
+}
+
+/// Kahn's algorithm, taking ready nodes in file order: a file already in order keeps it.
+fn topological_order(
+    file: &GraphFile,
+    r: &Resolved,
+    n_inputs: usize,
+    path: &Path,
+) -> Result<Vec<usize>> {
+    let n = file.nodes.len();
+    let node_args = |i: usize| {
+        r.args[r.starts[i] as usize..r.starts[i + 1] as usize]
+            .iter()
+            .filter(|&&v| v as usize >= n_inputs)
+            .map(|&v| v as usize - n_inputs)
+    };
+    // Each node's users, as one flat list (`users[first[j]..first[j + 1]]` use node j).
+    let mut pending = vec![0u32; n];
+    let mut first = vec![0u32; n + 1];
+    for (i, count) in pending.iter_mut().enumerate() {
+        for j in node_args(i) {
+            *count += 1;
+            first[j + 1] += 1;
+        }
+    }
+    for j in 0..n {
+        first[j + 1] += first[j];
+    }
+    let mut fill = first.clone();
+    let mut users = vec![0u32; first[n] as usize];
+    for i in 0..n {
+        for j in node_args(i) {
+            users[fill[j] as usize] = i as u32;
+            fill[j] += 1;
+        }
+    }
+    let mut ready: std::collections::BinaryHeap<std::cmp::Reverse<usize>> = (0..n)
+        .filter(|&i| pending[i] == 0)
+        .map(std::cmp::Reverse)
+        .collect();
+    let mut order = Vec::with_capacity(n);
+    while let Some(std::cmp::Reverse(i)) = ready.pop() {
+        order.push(i);
+        for &u in &users[first[i] as usize..first[i + 1] as usize] {
+            let u = u as usize;
+            pending[u] -= 1;
+            if pending[u] == 0 {
+                ready.push(std::cmp::Reverse(u));
+            }
+        }
+    }
+    if order.len() < n {
+        let stuck = (0..n).find(|i| pending[*i] > 0).unwrap_or(0);
+        return Err(Error::node(
+            path,
+            &file.nodes[stuck].id,
+            "is part of a cycle (a node depends on its own output)",
+        ));
+    }
+    Ok(order)
+}
+
+/// A tied linear or embedding must name an embedding that owns its table (is not tied itself)
+/// and whose table matches it. `node_op` gives a node's op by id.
+fn check_tie<'o>(
+    id: &str,
+    op: &Op,
+    node_op: &dyn Fn(&str) -> Option<&'o Op>,
+    path: &Path,
+) -> Result<()> {
+    let (t, want_num, want_dim, what) = match op {
+        Op::Linear {
+            in_features,
+            out_features,
+            tie: Some(t),
+            ..
+        } => (
+            t,
+            *out_features,
+            *in_features,
+            "a tied linear needs in_features = {dim} and out_features = {num}",
+        ),
+        Op::Embedding {
+            num_embeddings,
+            embedding_dim,
+            tie: Some(t),
+        } => (
+            t,
+            *num_embeddings,
+            *embedding_dim,
+            "a tied embedding needs num_embeddings = {num} and embedding_dim = {dim}",
+        ),
+        _ => return Ok(()),
+    };
+    match node_op(t) {
+        Some(Op::Embedding {
+            num_embeddings,
+            embedding_dim,
+            tie: None,
+        }) => {
+            if *embedding_dim != want_dim || *num_embeddings != want_num {
+                let need = what
+                    .replace("{dim}", &embedding_dim.to_string())
+                    .replace("{num}", &num_embeddings.to_string());
+                let found = if matches!(op, Op::Linear { .. }) {
+                    format!("{want_dim} and {want_num}")
+                } else {
+                    format!("{want_num} and {want_dim}")
+                };
+                return Err(Error::node(
+                    path,
+                    id,
+                    format!(
+                        "tied to `{t}` of [{num_embeddings}, {embedding_dim}], but {need}, found {found}"
+                    ),
+                ));
+            }
+            Ok(())
+        }
+        Some(Op::Embedding { tie: Some(_), .. }) => Err(Error::node(
+            path,
+            id,
+            format!(
+                "`tie` names `{t}`, which is itself tied; name the embedding that owns the table"
+            ),
+        )),
+        _ => Err(Error::node(
+            path,
+            id,
+            format!("`tie` names `{t}`, which is not an embedding node"),
+        )),
     }
 }
 

@@ -15,6 +15,7 @@ pub mod error;
 pub mod factors;
 pub mod features;
 pub mod graph;
+pub mod import;
 mod name_hash;
 pub mod ops;
 pub mod outputs;

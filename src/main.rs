@@ -1,5 +1,10 @@
 //! The `memcal` command line.
 
+/// mimalloc: a large graph is millions of small strings and vectors, allocated and freed in
+/// bulk; glibc's malloc spent a quarter of `memcal plan` on a million-node graph on them.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use memcal::factors::FactorsFile;
@@ -15,6 +20,37 @@ use std::process::ExitCode;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+}
+
+#[derive(Subcommand)]
+enum ImportSource {
+    /// A Hugging Face `config.json` (gpt2, llama, mistral, mixtral, bert, roberta, t5, vit):
+    /// the graph transformers' model class builds from it, at its real parameter count.
+    /// Prints the graph (or writes --out) and, on stderr, what it assumed.
+    Hf {
+        /// The model's config.json, as it is on the hub.
+        config: PathBuf,
+        /// Sequence length in tokens (default: the model's positions, capped at 4096 for
+        /// decoders and 512 for encoders; the choice is printed).
+        #[arg(long)]
+        seq: Option<u64>,
+        /// Decoder sequence length of an encoder-decoder (t5; default: as --seq).
+        #[arg(long)]
+        decoder_seq: Option<u64>,
+        /// The graph's name (default: the config's folder or file name).
+        #[arg(long)]
+        name: Option<String>,
+        /// The graph's family (default: hf-<model_type>).
+        #[arg(long)]
+        family: Option<String>,
+        /// Write the graph here instead of standard output (refused over an existing file
+        /// unless --force).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Overwrite --out if it exists.
+        #[arg(long)]
+        force: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -56,6 +92,11 @@ enum Command {
         /// estimate floored at the phase floor; searched up to 2^24).
         #[arg(long)]
         max_batch: bool,
+    },
+    /// Import a model's graph from its configuration (no download, no Python).
+    Import {
+        #[command(subcommand)]
+        source: ImportSource,
     },
     /// Write every graph of the zoo (full-size templates and reduced variants) as
     /// `<out>/<name>.json`. Deterministic bytes: rerunning changes nothing.
@@ -301,8 +342,12 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 }
                 print(&text)?;
             }
+            // The process ends next: freeing a large graph name by name (a million strings)
+            // takes longer than the exit returning its memory at once.
+            std::mem::forget(g);
             Ok(ExitCode::SUCCESS)
         }
+        Command::Import { source } => import(source),
         Command::Graphs { out, force } => {
             std::fs::create_dir_all(&out)
                 .with_context(|| format!("cannot create {}", out.display()))?;
@@ -445,4 +490,83 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             })
         }
     }
+}
+
+/// `memcal import hf`: the graph, checked, to --out or standard output; what it assumed to
+/// standard error.
+fn import(source: ImportSource) -> anyhow::Result<ExitCode> {
+    let ImportSource::Hf {
+        config,
+        seq,
+        decoder_seq,
+        name,
+        family,
+        out,
+        force,
+    } = source;
+    let default_name = {
+        let stem = config
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .unwrap_or("model");
+        let parent = config
+            .parent()
+            .and_then(|p| p.file_name())
+            .and_then(|s| s.to_str());
+        match (stem, parent) {
+            ("config", Some(p)) => p.to_string(),
+            (s, _) => s.to_string(),
+        }
+    };
+    let options = memcal::import::Options {
+        seq,
+        decoder_seq,
+        name: name.unwrap_or(default_name),
+        family,
+    };
+    if seq == Some(0) || decoder_seq == Some(0) {
+        return Err(
+            memcal::Error::Invalid("--seq and --decoder-seq must be at least 1".into()).into(),
+        );
+    }
+    let imported = memcal::import::hf(&config, &options)?;
+    let path = out
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(format!("{}.json", options.name)));
+    let graph = Graph::check(&imported.graph, &path)?;
+    let bytes = memcal::zoo::to_bytes(&imported.graph);
+    let mut note = format!(
+        "imported {} ({}): {} parameters, sequence length {} ({})\n",
+        config.display(),
+        imported.class,
+        memcal::cli_plan::group(graph.parameters()),
+        imported.seq,
+        imported.seq_source
+    );
+    for a in &imported.approximations {
+        note.push_str(&format!("  approximation: {a}\n"));
+    }
+    match out {
+        Some(out) => {
+            if out.exists() && !force {
+                return Err(memcal::Error::Invalid(format!(
+                    "{}: exists; memcal does not write over a file it may not have written (give --force to replace it, or another --out)",
+                    out.display()
+                ))
+                .into());
+            }
+            memcal::outputs::write_file_atomic(&out, &bytes)?;
+            note.push_str(&format!(
+                "wrote {}; plan it with `memcal plan {} --batch N`\n",
+                out.display(),
+                out.display()
+            ));
+            eprint!("{note}");
+        }
+        None => {
+            eprint!("{note}");
+            print(std::str::from_utf8(&bytes).unwrap_or_default())?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }

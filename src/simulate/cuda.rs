@@ -41,7 +41,7 @@
 //! `assumed`.
 
 use super::rules::{
-    cpu_rule_at, BackwardPeak, CopySaved, Elements, Grad, OpRule, Output, Saved, Sizes, Source,
+    cpu_rule_at, BackwardPeak, CopySaved, Grad, OpRule, Output, Saved, Sizes, Source, Values,
 };
 use crate::graph::{Graph, Node};
 use crate::ops::Op;
@@ -55,19 +55,13 @@ pub const CUBLAS_WORKSPACE: u64 = 4096 * 8 * 1024;
 /// cuBLASLt workspace (`CUBLASLT_WORKSPACE_SIZE` default, 1024 KiB).
 pub const CUBLASLT_WORKSPACE: u64 = 1024 * 1024;
 
-/// The dtype (element bytes) autocast gives the node's output, from its inputs' dtypes.
-pub fn output_element(node: &Node, m: &Elements) -> u64 {
-    let input = |i: usize| {
-        node.inputs
-            .get(i)
-            .and_then(|n| m.get(n.as_str()))
-            .copied()
-            .unwrap_or(F32)
-    };
-    let promoted = node
-        .inputs
+/// The dtype (element bytes) autocast gives the node's output, from its inputs' dtypes
+/// (`inputs`: each input's element bytes, in order).
+pub fn output_element(node: &Node, inputs: &[u64]) -> u64 {
+    let input = |i: usize| inputs.get(i).copied().unwrap_or(F32);
+    let promoted = inputs
         .iter()
-        .map(|n| m.get(n.as_str()).copied().unwrap_or(F32))
+        .copied()
         .filter(|&e| e <= F32)
         .max()
         .unwrap_or(F32);
@@ -99,13 +93,14 @@ pub fn output_element(node: &Node, m: &Elements) -> u64 {
 }
 
 /// The rule for `node` at `batch` under bf16 autocast on CUDA.
-pub fn rule(graph: &Graph, node: &Node, batch: u64, elems: &Elements) -> OpRule {
+pub fn rule(graph: &Graph, k: usize, batch: u64, values: &Values) -> OpRule {
+    let node = &graph.nodes[k];
     let s = Sizes {
-        graph,
         node,
+        k,
         batch,
         e: BF16,
-        elems,
+        values,
     };
     let (n_in, n_out) = (s.n_in(0), s.n_out());
     let ex = s.e_in(0);
@@ -194,7 +189,7 @@ pub fn rule(graph: &Graph, node: &Node, batch: u64, elems: &Elements) -> OpRule 
         Op::MultiheadAttention { .. } => mha(&s, node),
         Op::GqaAttention { .. } => gqa(&s, node),
         Op::Lstm(_) | Op::Gru(_) | Op::Moe { .. } | Op::MlaAttention { .. } => {
-            let mut r = cpu_rule_at(graph, node, batch, elems, BF16);
+            let mut r = cpu_rule_at(graph, k, batch, values, BF16);
             r.source = Assumed;
             r.autocast = Some(CopySaved::Always);
             r.cublas = true;
@@ -207,7 +202,7 @@ pub fn rule(graph: &Graph, node: &Node, batch: u64, elems: &Elements) -> OpRule 
         }
         // Everything else: the same tensors as on CPU, sized by autocast's dtypes.
         _ => {
-            let mut r = cpu_rule_at(graph, node, batch, elems, ex);
+            let mut r = cpu_rule_at(graph, k, batch, values, ex);
             r.source = TorchSource;
             // A binary op's gradient for an input of a lower dtype than its output is cast to
             // that dtype by the engine (`validate_outputs`): a new buffer, not the output's.
@@ -347,11 +342,7 @@ fn mha(s: &Sizes, node: &Node) -> OpRule {
         unreachable!("mha rule for another op")
     };
     let (b, tq) = (s.dim(0), s.dim(1));
-    let tk = node
-        .inputs
-        .get(1)
-        .and_then(|m| s.graph.shape_of(m))
-        .map_or(tq, |m| m.0[1].at(s.batch));
+    let tk = s.shape_in(1).map_or(tq, |m| m.0[1].at(s.batch));
     let ex = s.e_in(0);
     let ekv = if node.inputs.len() > 1 { s.e_in(1) } else { ex };
     let (aq, ak, sc) = (b * tq * d * BF16, b * tk * d * BF16, b * h * tq * tk);

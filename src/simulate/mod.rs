@@ -24,7 +24,6 @@ use crate::graph::Graph;
 use crate::ops::Op;
 use rules::{Backend, Grad, Output, Saved};
 use serde::Serialize;
-type HashMap<K, V> = crate::name_hash::NameMap<K, V>;
 
 pub use render::render_timeline;
 
@@ -216,14 +215,16 @@ struct Buf {
     refs: u32,
 }
 
-/// The live memory: every buffer by id, the running totals, and the sequence of allocations
-/// and frees (for the allocator replay). The id of a freed buffer is used again (a deep graph
-/// allocates millions over three steps; only the live ones are kept); the replay binds an id
-/// anew at each allocation.
+/// The live memory: every buffer by id, the running totals, and (on CUDA, where the allocator
+/// replay reads it) the sequence of allocations and frees. The id of a freed buffer is used
+/// again (a deep graph allocates millions over three steps; only the live ones are kept); the
+/// replay binds an id anew at each allocation.
 struct Mem {
     bufs: Vec<Buf>,
     live: Breakdown,
     free: Vec<BufId>,
+    /// Whether `trace` and `labels` are kept (CUDA only: the CPU backend has no replay).
+    tracing: bool,
     trace: Vec<TraceOp>,
     /// Index into `labels` of the op (or parameter) now running.
     at: u32,
@@ -264,16 +265,28 @@ impl Mem {
                 self.bufs.len() - 1
             }
         };
-        self.trace.push(TraceOp::Alloc {
-            buf: id as u32,
-            bytes,
-            at: self.at,
-        });
+        if self.tracing {
+            self.trace.push(TraceOp::Alloc {
+                buf: id as u32,
+                bytes,
+                at: self.at,
+            });
+        }
         id
+    }
+
+    /// A compound op's inner high point, for the trace.
+    fn peak(&mut self, bytes: u64) {
+        if self.tracing {
+            self.trace.push(TraceOp::Peak { bytes, at: self.at });
+        }
     }
 
     /// Notes the op (or parameter) now running, for the trace.
     fn at(&mut self, label: &str) {
+        if !self.tracing {
+            return;
+        }
         if self.labels.last().map(String::as_str) != Some(label) {
             self.labels.push(label.to_string());
         }
@@ -292,7 +305,9 @@ impl Mem {
         if b.refs == 0 {
             let (bytes, kind) = (b.bytes, b.kind);
             *self.live.slot(kind) -= bytes;
-            self.trace.push(TraceOp::Free { buf: id as u32 });
+            if self.tracing {
+                self.trace.push(TraceOp::Free { buf: id as u32 });
+            }
             self.free.push(id);
         }
     }
@@ -424,9 +439,9 @@ pub fn simulate(graph: &Graph, batch: u64, precision: Precision) -> Result<Simul
     simulate_with(graph, batch, precision, true)
 }
 
-/// [`simulate`] without the timeline (`Simulation::timeline` empty; the peak, its breakdown,
-/// the phases, the rules and the allocator replay are the same): what the planner and the
-/// engine need, in memory that does not grow with events.
+/// [`simulate`] without the timeline and the rule of every node (`Simulation::timeline` and
+/// `Simulation::rules` empty; the peak, its breakdown, the phases and the allocator replay are
+/// the same): what the planner and the engine need, in memory that does not grow with events.
 pub fn simulate_peak(
     graph: &Graph,
     batch: u64,
@@ -468,7 +483,11 @@ fn simulate_with(
     if too_big(graph.parameters()) {
         return Err("the graph has too many parameters to simulate".into());
     }
-    let mut sim = Sim::new(graph, batch, backend);
+    let values = rules::Values::new(graph, backend)?;
+    let value_bytes: Vec<u64> = (0..values.len())
+        .map(|v| values.shape(v).numel_at(batch) * values.elem(v))
+        .collect();
+    let mut sim = Sim::new(graph, &values, &value_bytes, batch, backend);
     sim.rec.record = timeline;
     sim.run(precision)
 }
@@ -477,124 +496,113 @@ struct Sim<'a> {
     graph: &'a Graph,
     batch: u64,
     backend: Backend,
+    /// The distinct rules (a deep graph repeats a few), and each node's among them.
     rules: Vec<rules::OpRule>,
+    rule_of: Vec<u32>,
     /// Parameters in creation order, and for each node the indices of the parameter tensors its
     /// backward produces gradients for (a tie points at the owner's table).
     params: Vec<Param>,
     node_params: Vec<Vec<usize>>,
-    /// Index of each node by id.
-    index: HashMap<&'a str, usize>,
+    /// Every value by position (graph inputs, then nodes) and each node's inputs as positions.
+    values: &'a rules::Values<'a>,
+    /// Bytes of every value at the batch (its gradient has the same dtype).
+    value_bytes: &'a [u64],
     /// Does the node's output depend on a parameter (is it in the autograd graph)?
     requires_grad: Vec<bool>,
     /// Does the node's output reach the loss?
     reaches_loss: Vec<bool>,
-    /// Last forward use (node index) of every value name.
-    last_use: HashMap<&'a str, usize>,
-    /// Bytes per element of every value (graph inputs and node outputs).
-    elems: rules::Elements,
+    /// Last forward use (node index) of every value; `usize::MAX`: never used.
+    last_use: Vec<usize>,
+    /// The loss node's index.
+    loss: Option<usize>,
     /// Which threads have made their cuBLAS workspaces (CUDA).
     workspace: Workspaces,
     mem: Mem,
     rec: Recorder,
 }
 
+/// The buffers each node's backward holds (its saved tensors), for all nodes in one list:
+/// node `k`'s are `bufs[starts[k]..starts[k + 1]]`; a released one is `NONE`.
+struct SavedSets {
+    starts: Vec<u32>,
+    bufs: Vec<BufId>,
+}
+
+impl SavedSets {
+    const NONE: BufId = usize::MAX;
+
+    /// Releases what node `k` saved (once: a second call releases nothing).
+    fn release(&mut self, k: usize, mem: &mut Mem) {
+        for b in &mut self.bufs[self.starts[k] as usize..self.starts[k + 1] as usize] {
+            if *b != SavedSets::NONE {
+                mem.release(*b);
+                *b = SavedSets::NONE;
+            }
+        }
+    }
+}
+
+/// Buffers reused from node to node (no allocation per node per step).
+#[derive(Default)]
+struct Scratch {
+    ins: Vec<Value>,
+    transients: Vec<BufId>,
+    /// (value index, gradient buffer, contiguous, the value's own gradient bytes)
+    produced: Vec<(usize, BufId, bool, u64)>,
+    casts: Vec<BufId>,
+    bf16_param_grads: Vec<(usize, BufId)>,
+    done_params: Vec<usize>,
+}
+
 impl<'a> Sim<'a> {
-    fn new(graph: &'a Graph, batch: u64, backend: Backend) -> Sim<'a> {
-        let index: HashMap<&str, usize> = graph
-            .nodes
-            .iter()
-            .enumerate()
-            .map(|(i, n)| (n.id.as_str(), i))
-            .collect();
-        let elems = rules::value_elements(graph, backend);
-        let rules = graph
-            .nodes
-            .iter()
-            .map(|n| rules::rule(graph, n, batch, backend, &elems))
-            .collect();
-
-        // Parameters in the harness's creation order: owning embedding tables first (in node
-        // order), then every other node's tensors in node order.
-        let mut params = Vec::new();
-        let mut node_params = vec![Vec::new(); graph.nodes.len()];
-        let mut table_of: HashMap<&str, usize> = HashMap::default();
-        for (k, n) in graph.nodes.iter().enumerate() {
-            if let Op::Embedding { tie: None, .. } = n.op {
-                for (i, shape) in n.op.parameter_tensors().iter().enumerate() {
-                    let bytes = shape.iter().product::<u64>() * 4;
-                    table_of.insert(n.id.as_str(), params.len());
-                    node_params[k].push(params.len());
-                    params.push(Param {
-                        label: format!("{}#{i}", n.id),
-                        bytes,
-                        rank: shape.len(),
-                        init_transient: 0,
-                    });
-                }
-            }
+    fn new(
+        graph: &'a Graph,
+        values: &'a rules::Values<'a>,
+        value_bytes: &'a [u64],
+        batch: u64,
+        backend: Backend,
+    ) -> Sim<'a> {
+        let mut rules = Vec::new();
+        let mut rule_of = Vec::with_capacity(graph.nodes.len());
+        let mut distinct: crate::name_hash::NameMap<rules::OpRule, u32> = Default::default();
+        for k in 0..graph.nodes.len() {
+            let r = rules::rule(graph, k, batch, backend, values);
+            let next = rules.len() as u32;
+            let at = *distinct.entry(r).or_insert_with_key(|r| {
+                rules.push(r.clone());
+                next
+            });
+            rule_of.push(at);
         }
-        for (k, n) in graph.nodes.iter().enumerate() {
-            if let Op::Embedding { tie: None, .. } = n.op {
-                continue;
-            }
-            let tensors = n.op.parameter_tensors();
-            let count = tensors.len();
-            for (i, shape) in tensors.iter().enumerate() {
-                let bytes = shape.iter().product::<u64>() * 4;
-                // tch's `randn * std + mean` init holds a second copy while it runs, and 12 bytes
-                // of scalars (calibrated on the single-op fixtures: chosen to match, not derived).
-                let randn_scaled = match &n.op {
-                    Op::LearnedPosition { .. } | Op::PrependToken { .. } => true,
-                    Op::MultiheadAttention {
-                        relative_attention_buckets,
-                        ..
-                    } => *relative_attention_buckets > 0 && i + 1 == count,
-                    _ => false,
-                };
-                node_params[k].push(params.len());
-                // On CUDA the scalars are CPU wrapped numbers: no device memory.
-                let scalars = if backend.is_cuda() { 0 } else { 12 };
-                params.push(Param {
-                    label: format!("{}#{i}", n.id),
-                    bytes,
-                    rank: shape.len(),
-                    init_transient: if randn_scaled { bytes + scalars } else { 0 },
-                });
-            }
-            let tie = match &n.op {
-                Op::Linear { tie: Some(t), .. } | Op::Embedding { tie: Some(t), .. } => Some(t),
-                _ => None,
-            };
-            if let Some(&p) = tie.and_then(|t| table_of.get(t.as_str())) {
-                node_params[k].push(p);
-            }
-        }
+        let (params, node_params) = parameters(graph, backend);
 
-        let mut requires_grad = vec![false; graph.nodes.len()];
-        for (k, n) in graph.nodes.iter().enumerate() {
-            let from_inputs = n
-                .inputs
+        let n = graph.nodes.len();
+        let mut requires_grad = vec![false; n];
+        for k in 0..n {
+            let from_inputs = values
+                .args(k)
                 .iter()
-                .any(|i| index.get(i.as_str()).is_some_and(|&j| requires_grad[j]));
+                .any(|&v| values.as_node(v as usize).is_some_and(|j| requires_grad[j]));
             requires_grad[k] = from_inputs || !node_params[k].is_empty();
         }
-        let mut reaches_loss = vec![false; graph.nodes.len()];
-        if let Some(&l) = index.get(graph.loss.as_str()) {
+        let loss = graph.loss_index();
+        let mut reaches_loss = vec![false; n];
+        if let Some(l) = loss {
             reaches_loss[l] = true;
         }
-        for k in (0..graph.nodes.len()).rev() {
+        for k in (0..n).rev() {
             if reaches_loss[k] {
-                for i in &graph.nodes[k].inputs {
-                    if let Some(&j) = index.get(i.as_str()) {
+                for &v in values.args(k) {
+                    if let Some(j) = values.as_node(v as usize) {
                         reaches_loss[j] = true;
                     }
                 }
             }
         }
-        let mut last_use = HashMap::default();
-        for (k, n) in graph.nodes.iter().enumerate() {
-            for i in &n.inputs {
-                last_use.insert(i.as_str(), k);
+        let mut last_use = vec![usize::MAX; values.len()];
+        for k in 0..n {
+            for &v in values.args(k) {
+                last_use[v as usize] = k;
             }
         }
         Sim {
@@ -602,18 +610,21 @@ impl<'a> Sim<'a> {
             batch,
             backend,
             rules,
+            rule_of,
             params,
             node_params,
-            index,
+            values,
+            value_bytes,
             requires_grad,
             reaches_loss,
             last_use,
-            elems,
+            loss,
             workspace: Workspaces::default(),
             mem: Mem {
                 bufs: Vec::new(),
                 live: Breakdown::default(),
                 free: Vec::new(),
+                tracing: backend.is_cuda(),
                 trace: Vec::new(),
                 at: 0,
                 labels: vec!["-".to_string()],
@@ -638,17 +649,11 @@ impl<'a> Sim<'a> {
 
     /// Begins a phase (in the recorder and the allocator trace).
     fn begin(&mut self, step: u32, phase: String) {
-        self.mem.trace.push(TraceOp::Phase);
+        if self.mem.tracing {
+            self.mem.trace.push(TraceOp::Phase);
+        }
         self.mem.at("-");
         self.rec.begin(step, phase, &self.mem);
-    }
-
-    /// Bytes of the value `name` (its gradient has the same dtype).
-    fn value_bytes(&self, name: &str) -> u64 {
-        let e = self.elems.get(name).copied().unwrap_or(4);
-        self.graph
-            .shape_of(name)
-            .map_or(0, |s| s.numel_at(self.batch) * e)
     }
 
     fn run(mut self, precision: Precision) -> Result<Simulation, String> {
@@ -672,19 +677,16 @@ impl<'a> Sim<'a> {
 
         // inputs
         self.begin(0, "inputs".into());
-        let mut inputs: HashMap<&str, Value> = HashMap::default();
+        let mut inputs: Vec<Value> = Vec::with_capacity(self.graph.inputs.len());
         for i in &self.graph.inputs {
             let bytes =
                 i.shape.numel_at(self.batch) * rules::input_element_bytes(i.dtype, self.backend);
             let buf = self.mem.alloc(bytes, Kind::Inputs);
-            inputs.insert(
-                i.name.as_str(),
-                Value {
-                    buf,
-                    contiguous: true,
-                    requires_grad: false,
-                },
-            );
+            inputs.push(Value {
+                buf,
+                contiguous: true,
+                requires_grad: false,
+            });
         }
         let high = self.rec.high("-", &self.mem);
         self.rec.event("-", high, &self.mem);
@@ -692,27 +694,33 @@ impl<'a> Sim<'a> {
 
         let mut grads: Vec<Option<BufId>> = vec![None; self.params.len()];
         let mut states: Vec<Option<(BufId, BufId)>> = vec![None; self.params.len()];
+        let rules = std::mem::take(&mut self.rules);
+        let mut scratch = Scratch::default();
         for step in 1..=STEPS {
-            let (saved, loss_buf) = self.forward(step, &inputs)?;
-            self.backward(step, saved, &mut grads);
+            let (saved, loss_buf) = self.forward(step, &inputs, &rules, &mut scratch);
+            self.backward(step, saved, &mut grads, &rules, &mut scratch);
             if let Some(l) = loss_buf {
                 self.mem.release(l);
             }
             self.optimizer(step, &mut grads, &mut states);
         }
 
-        let rules: Vec<NodeRule> = self
-            .graph
-            .nodes
-            .iter()
-            .zip(&self.rules)
-            .map(|(n, r)| NodeRule {
-                id: n.id.clone(),
-                op: n.op.name(),
-                source: r.source.as_str(),
-                note: r.note,
-            })
-            .collect();
+        let rules: Vec<NodeRule> = if self.rec.record {
+            self.graph
+                .nodes
+                .iter()
+                .zip(&self.rule_of)
+                .map(|(n, &r)| (n, &rules[r as usize]))
+                .map(|(n, r)| NodeRule {
+                    id: n.id.clone(),
+                    op: n.op.name(),
+                    source: r.source.as_str(),
+                    note: r.note,
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
         Ok(Simulation {
             graph: self.graph.name.clone(),
             batch: self.batch,
@@ -734,61 +742,64 @@ impl<'a> Sim<'a> {
         .with_device(self.backend))
     }
 
-    /// The forward pass. Returns, per node, the buffers its backward holds (saved tensors), and
-    /// the loss value's buffer (held until the loss is dropped after backward).
-    #[allow(clippy::type_complexity)]
+    /// The forward pass. Returns what each node's backward holds (saved tensors), and the
+    /// loss value's buffer (held until the loss is dropped after backward).
     fn forward(
         &mut self,
         step: u32,
-        inputs: &HashMap<&str, Value>,
-    ) -> Result<(Vec<Vec<BufId>>, Option<BufId>), String> {
+        inputs: &[Value],
+        rules: &[rules::OpRule],
+        scratch: &mut Scratch,
+    ) -> (SavedSets, Option<BufId>) {
         self.begin(step, format!("step{step}.forward"));
         let graph = self.graph;
-        let mut env: HashMap<&str, Value> = HashMap::default();
-        let mut values: Vec<Option<Value>> = vec![None; graph.nodes.len()];
-        let mut saved_by: Vec<Vec<BufId>> = vec![Vec::new(); graph.nodes.len()];
-        // The autocast cache: parameter index -> its bf16 copy (cleared when forward ends).
-        let mut cache: HashMap<usize, BufId> = HashMap::default();
-        let lookup = |env: &HashMap<&str, Value>, name: &str| -> Result<Value, String> {
-            env.get(name)
-                .or_else(|| inputs.get(name))
-                .copied()
-                .ok_or_else(|| format!("value `{name}` is not available (simulator bug)"))
+        let values = self.values;
+        let n = graph.nodes.len();
+        // Every value by position: the graph inputs, then each node's output once it ran
+        // (taken out at its last use).
+        let mut env: Vec<Option<Value>> = inputs.iter().copied().map(Some).collect();
+        env.resize(self.values.len(), None);
+        let mut saved = SavedSets {
+            starts: Vec::with_capacity(n + 1),
+            bufs: Vec::new(),
         };
+        saved.starts.push(0);
+        // The autocast cache: parameter index -> its bf16 copy (cleared when forward ends).
+        let mut cache: Vec<Option<BufId>> = vec![None; self.params.len()];
         for (k, node) in graph.nodes.iter().enumerate() {
-            let rule = self.rules[k].clone();
-            let rule = &rule;
-            let ins: Vec<Value> = node
-                .inputs
-                .iter()
-                .map(|n| lookup(&env, n))
-                .collect::<Result<_, _>>()?;
-            let x0 = ins[0];
-            let input_bytes: Vec<u64> = node.inputs.iter().map(|n| self.value_bytes(n)).collect();
-            let in_bytes = |i: usize| -> u64 { input_bytes[i] };
+            let rule = &rules[self.rule_of[k] as usize];
+            let args = values.args(k);
+            scratch.ins.clear();
+            for &v in args {
+                // Every input is an earlier value (checked by `Values::new`), alive until its
+                // last use, which is this node or later.
+                scratch
+                    .ins
+                    .push(env[v as usize].expect("an input is alive at its use"));
+            }
+            let x0 = scratch.ins[0];
+            let value_bytes = self.value_bytes;
+            let in_bytes = |i: usize| -> u64 { value_bytes[args[i] as usize] };
             let autograd = self.requires_grad[k] && self.reaches_loss[k];
             self.mem.at(&node.id);
             if self.backend.is_cuda() && rule.cublas {
                 self.forward_workspaces(&node.op);
             }
-            let copies_held = match rule.autocast {
-                Some(when) => self.autocast_copies(
+            if let Some(when) = rule.autocast {
+                let held = self.autocast_copies(
                     k,
                     when,
                     autograd && x0.requires_grad,
                     autograd,
                     &mut cache,
-                ),
-                None => Vec::new(),
-            };
+                );
+                saved.bufs.extend(held);
+            }
             let early = rule.forward_peak.map_or(0, |extra| {
-                self.mem.trace.push(TraceOp::Peak {
-                    bytes: extra,
-                    at: self.mem.at,
-                });
+                self.mem.peak(extra);
                 self.rec.high_plus(&node.id, &self.mem, extra)
             });
-            let mut transients = Vec::new();
+            scratch.transients.clear();
             // The output.
             let (out_buf, out_contig) = match rule.output {
                 Output::New(bytes) => (
@@ -810,43 +821,53 @@ impl<'a> Sim<'a> {
             };
             // A contiguous working copy of a non-contiguous input, for ops that need one.
             if rule.needs_contiguous_input && !x0.contiguous {
-                transients.push(self.mem.alloc(in_bytes(0), Kind::Transients));
+                scratch
+                    .transients
+                    .push(self.mem.alloc(in_bytes(0), Kind::Transients));
             }
             // linear on a non-contiguous input goes through matmul: 12 bytes of scalars (calibrated
             // on the CPU single-op fixtures; CUDA scalars are CPU wrapped numbers).
             if matches!(node.op, Op::Linear { .. }) && !x0.contiguous && !self.backend.is_cuda() {
-                transients.push(self.mem.alloc(12, Kind::Transients));
+                scratch
+                    .transients
+                    .push(self.mem.alloc(12, Kind::Transients));
             }
-            transients.push(self.mem.alloc(rule.forward_transient, Kind::Transients));
+            scratch
+                .transients
+                .push(self.mem.alloc(rule.forward_transient, Kind::Transients));
             // Saved tensors (only when the node is part of the autograd graph).
-            let mut held = copies_held;
+            let ins = &scratch.ins;
             if autograd {
                 for s in &rule.saved {
                     match s {
                         Saved::Input(i) => {
                             self.mem.retain(ins[*i].buf);
-                            held.push(ins[*i].buf);
+                            saved.bufs.push(ins[*i].buf);
                         }
                         Saved::InputFor(i, j) => {
                             if ins[*j].requires_grad {
                                 self.mem.retain(ins[*i].buf);
-                                held.push(ins[*i].buf);
+                                saved.bufs.push(ins[*i].buf);
                             }
                         }
                         Saved::InputContiguous(i) => {
                             if ins[*i].contiguous {
                                 self.mem.retain(ins[*i].buf);
-                                held.push(ins[*i].buf);
+                                saved.bufs.push(ins[*i].buf);
                             } else {
-                                held.push(self.mem.alloc(in_bytes(*i), Kind::SavedActivations));
+                                saved
+                                    .bufs
+                                    .push(self.mem.alloc(in_bytes(*i), Kind::SavedActivations));
                             }
                         }
                         Saved::Out => {
                             self.mem.retain(out_buf);
-                            held.push(out_buf);
+                            saved.bufs.push(out_buf);
                         }
                         Saved::Internal { bytes, .. } => {
-                            held.push(self.mem.alloc(*bytes, Kind::SavedActivations));
+                            saved
+                                .bufs
+                                .push(self.mem.alloc(*bytes, Kind::SavedActivations));
                         }
                     }
                 }
@@ -854,52 +875,55 @@ impl<'a> Sim<'a> {
                 // Outside autograd, internal tensors still exist while the op runs.
                 for s in &rule.saved {
                     if let Saved::Internal { bytes, .. } = s {
-                        transients.push(self.mem.alloc(*bytes, Kind::Transients));
+                        scratch
+                            .transients
+                            .push(self.mem.alloc(*bytes, Kind::Transients));
                     }
                 }
             }
             let high = self.rec.high(&node.id, &self.mem).max(early);
-            for t in transients {
+            for &t in &scratch.transients {
                 self.mem.release(t);
             }
-            saved_by[k] = held;
-            let v = Value {
+            saved.starts.push(saved.bufs.len() as u32);
+            env[self.values.node_value(k)] = Some(Value {
                 buf: out_buf,
                 contiguous: out_contig,
                 requires_grad: self.requires_grad[k],
-            };
-            env.insert(node.id.as_str(), v);
-            values[k] = Some(v);
-            // Release values whose last use is this node (never graph inputs, never the loss).
-            for name in &node.inputs {
-                if self.last_use.get(name.as_str()) == Some(&k) && name != &graph.loss {
-                    if let Some(v) = env.remove(name.as_str()) {
-                        self.mem.release(v.buf);
+            });
+            // Release node values whose last use is this node (never graph inputs, never the
+            // loss).
+            for &v in args {
+                let v = v as usize;
+                let is_node = self.values.as_node(v);
+                if self.last_use[v] == k && is_node.is_some() && is_node != self.loss {
+                    if let Some(x) = env[v].take() {
+                        self.mem.release(x.buf);
                     }
                 }
             }
             self.rec.event(&node.id, high, &self.mem);
         }
         // autocast's clear_cache() when the harness turns autocast off: copies nobody saved go.
-        let mut copies: Vec<BufId> = cache.into_values().collect();
+        let mut copies: Vec<BufId> = cache.into_iter().flatten().collect();
         copies.sort_unstable();
         for b in copies {
             self.mem.release(b);
         }
-        // Values never used by a later op are dropped when the forward returns; the loss is
-        // handed back to the caller.
+        // Values never used by a later op are dropped when the forward returns, in node order;
+        // the loss is handed back to the caller.
         let mut loss_buf = None;
-        let mut rest: Vec<(&str, Value)> = env.drain().collect();
-        rest.sort_by_key(|(n, _)| self.index.get(n).copied());
-        for (name, v) in rest {
-            if name == graph.loss {
-                loss_buf = Some(v.buf);
-            } else {
-                self.mem.release(v.buf);
+        for k in 0..n {
+            if let Some(x) = env[self.values.node_value(k)].take() {
+                if Some(k) == self.loss {
+                    loss_buf = Some(x.buf);
+                } else {
+                    self.mem.release(x.buf);
+                }
             }
         }
         self.rec.end(&self.mem);
-        Ok((saved_by, loss_buf))
+        (saved, loss_buf)
     }
 
     /// CUDA: the forward thread's cuBLAS (and, for a biased linear, cuBLASLt) workspace at the
@@ -923,18 +947,18 @@ impl<'a> Sim<'a> {
         when: rules::CopySaved,
         input_requires_grad: bool,
         autograd: bool,
-        cache: &mut HashMap<usize, BufId>,
+        cache: &mut [Option<BufId>],
     ) -> Vec<BufId> {
         let mut held = Vec::new();
         for i in 0..self.node_params[k].len() {
             let p = self.node_params[k][i];
-            let copy = match cache.get(&p) {
-                Some(&b) => b,
+            let copy = match cache[p] {
+                Some(b) => b,
                 None => {
                     let b = self
                         .mem
                         .alloc(self.params[p].bytes / 2, Kind::SavedActivations);
-                    cache.insert(p, b);
+                    cache[p] = Some(b);
                     b
                 }
             };
@@ -950,7 +974,14 @@ impl<'a> Sim<'a> {
         held
     }
 
-    fn backward(&mut self, step: u32, mut saved_by: Vec<Vec<BufId>>, grads: &mut [Option<BufId>]) {
+    fn backward(
+        &mut self,
+        step: u32,
+        mut saved: SavedSets,
+        grads: &mut [Option<BufId>],
+        rules: &[rules::OpRule],
+        scratch: &mut Scratch,
+    ) {
         self.begin(step, format!("step{step}.backward"));
         let graph = self.graph;
         // Gradient buffer of each node's output.
@@ -960,172 +991,190 @@ impl<'a> Sim<'a> {
         let mut grad_contig: Vec<bool> = vec![true; graph.nodes.len()];
         // The root gradient (ones, 4 bytes) is held by the engine until backward ends.
         let root = self.mem.alloc(4, Kind::ActivationGradients);
-        if let Some(&l) = self.index.get(graph.loss.as_str()) {
+        if let Some(l) = self.loss {
             self.mem.retain(root);
             out_grad[l] = Some(root);
         }
         for k in (0..graph.nodes.len()).rev() {
-            let Some(mut g_out) = out_grad[k].take() else {
+            let Some(g_out) = out_grad[k].take() else {
                 // Not on a path to the loss, or no gradient flows here.
-                for b in std::mem::take(&mut saved_by[k]) {
-                    self.mem.release(b);
-                }
+                saved.release(k, &mut self.mem);
                 continue;
             };
-            let node = &graph.nodes[k];
-            let rule = self.rules[k].clone();
-            self.mem.at(&node.id);
-            // CUDA: autograd's device thread has its own cuBLAS handle and workspace.
-            if self.backend.is_cuda() && rule.cublas && !self.workspace.backward {
-                self.workspace.backward = true;
-                self.mem.alloc(cuda::CUBLAS_WORKSPACE, Kind::Workspaces);
-            }
-            let mut contig = grad_contig[k];
-            // An op that reads its gradient as a contiguous matrix (a linear on a 3-d input, a
-            // conv, a norm) copies a non-contiguous one first; the original goes if unshared.
-            let input_rank = graph.shape_of(&node.inputs[0]).map_or(0, |s| s.rank());
-            let copies = !contig
-                && (rule.needs_contiguous_input
-                    || (matches!(node.op, Op::Linear { .. }) && input_rank >= 3));
-            let mut early_high = 0;
-            if copies {
-                let bytes = self.value_bytes(&node.id);
-                let copy = self.mem.alloc(bytes, Kind::ActivationGradients);
-                early_high = self.rec.high(&node.id, &self.mem);
-                self.mem.release(g_out);
-                g_out = copy;
-                contig = true;
-            }
-            let mut transients = Vec::new();
-            let mut done_params = Vec::new();
-            if let Some(peak) = &rule.backward_peak {
-                let peak_extra = if self.mem.bufs[g_out].refs > 1 {
-                    peak.held
-                } else {
-                    peak.freed
-                };
-                // A compound op: its inner peak, with the gradients of the parameters used last
-                // in forward already made; then what it saved and its incoming gradient go.
-                let mut t = Vec::new();
-                for &i in &peak.params {
-                    if let Some(&p) = self.node_params[k].get(i) {
-                        t.extend(self.param_grad(p, grads));
-                        done_params.push(p);
-                    }
-                }
-                self.mem.trace.push(TraceOp::Peak {
-                    bytes: peak_extra,
-                    at: self.mem.at,
-                });
-                early_high = early_high.max(self.rec.high_plus(&node.id, &self.mem, peak_extra));
-                for b in t {
-                    self.mem.release(b);
-                }
-                for b in std::mem::take(&mut saved_by[k]) {
-                    self.mem.release(b);
-                }
-            } else {
-                transients.push(self.mem.alloc(rule.backward_transient, Kind::Transients));
-            }
-            // Gradients for the inputs.
-            // (value index, gradient buffer, contiguous, the value's own gradient bytes)
-            let mut produced: Vec<(usize, BufId, bool, u64)> = Vec::new();
-            // Gradients made at an autocast cast's dtype, converted once the op is done.
-            let mut casts: Vec<BufId> = Vec::new();
-            for (i, name) in node.inputs.iter().enumerate() {
-                let Some(&j) = self.index.get(name.as_str()) else {
-                    continue; // graph inputs never require grad
-                };
-                if !self.requires_grad[j] {
-                    continue;
-                }
-                let bytes = self.value_bytes(name);
-                let (g, c) = match rule.grads.get(i).copied().unwrap_or(Grad::New) {
-                    Grad::None => continue,
-                    Grad::New => (self.mem.alloc(bytes, Kind::ActivationGradients), true),
-                    Grad::ViaCast(op_bytes) => {
-                        // The op's gradient at its cast copy's dtype; converted below.
-                        let g = self.mem.alloc(op_bytes, Kind::ActivationGradients);
-                        casts.push(g);
-                        (g, true)
-                    }
-                    Grad::OfOutput => match &node.op {
-                        // Reshaping a non-contiguous gradient copies it.
-                        Op::Reshape { .. } | Op::Flatten { .. } if !contig => {
-                            (self.mem.alloc(bytes, Kind::ActivationGradients), true)
-                        }
-                        _ => {
-                            self.mem.retain(g_out);
-                            let c = match &node.op {
-                                // Permuting back: assumed to undo an earlier permute when the
-                                // incoming gradient is itself permuted.
-                                Op::Permute { .. } => {
-                                    rule.output_contiguous == Some(true) || !contig
-                                }
-                                // Slices along a non-leading axis are strided.
-                                Op::Concat { dim } => {
-                                    let r = node.output.rank() as i64;
-                                    (if *dim < 0 { dim + r } else { *dim }) == 0 && contig
-                                }
-                                Op::PrependToken { .. } => false,
-                                _ => contig,
-                            };
-                            (g_out, c)
-                        }
-                    },
-                };
-                produced.push((j, g, c, bytes));
-            }
-            // Parameter gradients: the first contribution becomes `.grad`; a later one (a tied
-            // table used twice) is added in place and its buffer freed.
-            // Under autocast the op makes bf16 gradients of its bf16 weight copies; each cast's
-            // ToCopyBackward then makes the fp32 `.grad` (below).
-            let mut bf16_param_grads = Vec::new();
-            for p in self.node_params[k].clone() {
-                if !done_params.contains(&p) {
-                    if rule.bf16_param_grads {
-                        let b = self.mem.alloc(self.params[p].bytes / 2, Kind::Transients);
-                        bf16_param_grads.push((p, b));
-                    } else {
-                        transients.extend(self.param_grad(p, grads));
-                    }
-                }
-            }
-            let mut high = self.rec.high(&node.id, &self.mem).max(early_high);
-            for t in transients {
-                self.mem.release(t);
-            }
-            self.mem.release(g_out);
-            for b in std::mem::take(&mut saved_by[k]) {
-                self.mem.release(b);
-            }
-            // The casts' backward: fp32 parameter gradients, then the inputs' gradients in their
-            // own dtype; each op-side gradient goes once converted.
-            for (p, b) in bf16_param_grads {
-                let extra = self.param_grad(p, grads);
-                high = high.max(self.rec.high(&node.id, &self.mem));
-                if let Some(t) = extra {
-                    self.mem.release(t);
-                }
-                self.mem.release(b);
-            }
-            for item in produced.iter_mut() {
-                if casts.contains(&item.1) {
-                    let converted = self.mem.alloc(item.3, Kind::ActivationGradients);
-                    high = high.max(self.rec.high(&node.id, &self.mem));
-                    self.mem.release(item.1);
-                    item.1 = converted;
-                }
-            }
-            let summed = self.accumulate(&node.id, produced, &mut out_grad, &mut grad_contig);
-            high = high.max(summed);
-            self.rec.event(&node.id, high, &self.mem);
+            let contig = grad_contig[k];
+            let rule = &rules[self.rule_of[k] as usize];
+            let high = self.backward_node(k, g_out, contig, &mut saved, grads, rule, scratch);
+            let summed = self.accumulate(
+                &graph.nodes[k].id,
+                &mut scratch.produced,
+                &mut out_grad,
+                &mut grad_contig,
+            );
+            self.rec
+                .event(&graph.nodes[k].id, high.max(summed), &self.mem);
         }
         for g in out_grad.into_iter().flatten() {
             self.mem.release(g);
         }
         self.mem.release(root);
         self.rec.end(&self.mem);
+    }
+
+    /// Node `k`'s backward, given its incoming gradient: its parameters' gradients, and its
+    /// inputs' gradients left in `scratch.produced` for [`Sim::accumulate`]. Returns the
+    /// highest level it reached.
+    #[allow(clippy::too_many_arguments)]
+    fn backward_node(
+        &mut self,
+        k: usize,
+        mut g_out: BufId,
+        mut contig: bool,
+        saved: &mut SavedSets,
+        grads: &mut [Option<BufId>],
+        rule: &rules::OpRule,
+        scratch: &mut Scratch,
+    ) -> u64 {
+        let node = &self.graph.nodes[k];
+        let values = self.values;
+        let args = values.args(k);
+        self.mem.at(&node.id);
+        // CUDA: autograd's device thread has its own cuBLAS handle and workspace.
+        if self.backend.is_cuda() && rule.cublas && !self.workspace.backward {
+            self.workspace.backward = true;
+            self.mem.alloc(cuda::CUBLAS_WORKSPACE, Kind::Workspaces);
+        }
+        // An op that reads its gradient as a contiguous matrix (a linear on a 3-d input, a
+        // conv, a norm) copies a non-contiguous one first; the original goes if unshared.
+        let input_rank = self.values.shape(args[0] as usize).rank();
+        let copies = !contig
+            && (rule.needs_contiguous_input
+                || (matches!(node.op, Op::Linear { .. }) && input_rank >= 3));
+        let mut early_high = 0;
+        if copies {
+            let bytes = self.value_bytes[self.values.node_value(k)];
+            let copy = self.mem.alloc(bytes, Kind::ActivationGradients);
+            early_high = self.rec.high(&node.id, &self.mem);
+            self.mem.release(g_out);
+            g_out = copy;
+            contig = true;
+        }
+        scratch.transients.clear();
+        scratch.done_params.clear();
+        if let Some(peak) = &rule.backward_peak {
+            let peak_extra = if self.mem.bufs[g_out].refs > 1 {
+                peak.held
+            } else {
+                peak.freed
+            };
+            // A compound op: its inner peak, with the gradients of the parameters used last
+            // in forward already made; then what it saved and its incoming gradient go.
+            let mut t = Vec::new();
+            for &i in &peak.params {
+                if let Some(&p) = self.node_params[k].get(i) {
+                    t.extend(self.param_grad(p, grads));
+                    scratch.done_params.push(p);
+                }
+            }
+            self.mem.peak(peak_extra);
+            early_high = early_high.max(self.rec.high_plus(&node.id, &self.mem, peak_extra));
+            for b in t {
+                self.mem.release(b);
+            }
+            saved.release(k, &mut self.mem);
+        } else {
+            scratch
+                .transients
+                .push(self.mem.alloc(rule.backward_transient, Kind::Transients));
+        }
+        // Gradients for the inputs.
+        scratch.produced.clear();
+        // Gradients made at an autocast cast's dtype, converted once the op is done.
+        scratch.casts.clear();
+        for (i, &v) in args.iter().enumerate() {
+            let v = v as usize;
+            let Some(j) = self.values.as_node(v) else {
+                continue; // graph inputs never require grad
+            };
+            if !self.requires_grad[j] {
+                continue;
+            }
+            let bytes = self.value_bytes[v];
+            let (g, c) = match rule.grads.get(i).copied().unwrap_or(Grad::New) {
+                Grad::None => continue,
+                Grad::New => (self.mem.alloc(bytes, Kind::ActivationGradients), true),
+                Grad::ViaCast(op_bytes) => {
+                    // The op's gradient at its cast copy's dtype; converted below.
+                    let g = self.mem.alloc(op_bytes, Kind::ActivationGradients);
+                    scratch.casts.push(g);
+                    (g, true)
+                }
+                Grad::OfOutput => match &node.op {
+                    // Reshaping a non-contiguous gradient copies it.
+                    Op::Reshape { .. } | Op::Flatten { .. } if !contig => {
+                        (self.mem.alloc(bytes, Kind::ActivationGradients), true)
+                    }
+                    _ => {
+                        self.mem.retain(g_out);
+                        let c = match &node.op {
+                            // Permuting back: assumed to undo an earlier permute when the
+                            // incoming gradient is itself permuted.
+                            Op::Permute { .. } => rule.output_contiguous == Some(true) || !contig,
+                            // Slices along a non-leading axis are strided.
+                            Op::Concat { dim } => {
+                                let r = node.output.rank() as i64;
+                                (if *dim < 0 { dim + r } else { *dim }) == 0 && contig
+                            }
+                            Op::PrependToken { .. } => false,
+                            _ => contig,
+                        };
+                        (g_out, c)
+                    }
+                },
+            };
+            scratch.produced.push((j, g, c, bytes));
+        }
+        // Parameter gradients: the first contribution becomes `.grad`; a later one (a tied
+        // table used twice) is added in place and its buffer freed.
+        // Under autocast the op makes bf16 gradients of its bf16 weight copies; each cast's
+        // ToCopyBackward then makes the fp32 `.grad` (below).
+        scratch.bf16_param_grads.clear();
+        for i in 0..self.node_params[k].len() {
+            let p = self.node_params[k][i];
+            if !scratch.done_params.contains(&p) {
+                if rule.bf16_param_grads {
+                    let b = self.mem.alloc(self.params[p].bytes / 2, Kind::Transients);
+                    scratch.bf16_param_grads.push((p, b));
+                } else {
+                    let t = self.param_grad(p, grads);
+                    scratch.transients.extend(t);
+                }
+            }
+        }
+        let mut high = self.rec.high(&node.id, &self.mem).max(early_high);
+        for &t in &scratch.transients {
+            self.mem.release(t);
+        }
+        self.mem.release(g_out);
+        saved.release(k, &mut self.mem);
+        // The casts' backward: fp32 parameter gradients, then the inputs' gradients in their
+        // own dtype; each op-side gradient goes once converted.
+        for &(p, b) in &scratch.bf16_param_grads {
+            let extra = self.param_grad(p, grads);
+            high = high.max(self.rec.high(&node.id, &self.mem));
+            if let Some(t) = extra {
+                self.mem.release(t);
+            }
+            self.mem.release(b);
+        }
+        for item in scratch.produced.iter_mut() {
+            if scratch.casts.contains(&item.1) {
+                let converted = self.mem.alloc(item.3, Kind::ActivationGradients);
+                high = high.max(self.rec.high(&node.id, &self.mem));
+                self.mem.release(item.1);
+                item.1 = converted;
+            }
+        }
+        high
     }
 
     /// Accumulates the gradients a node produced into its inputs' gradient buffers, as torch's
@@ -1138,12 +1187,12 @@ impl<'a> Sim<'a> {
     fn accumulate(
         &mut self,
         node: &str,
-        produced: Vec<(usize, BufId, bool, u64)>,
+        produced: &mut Vec<(usize, BufId, bool, u64)>,
         out_grad: &mut [Option<BufId>],
         grad_contig: &mut [bool],
     ) -> u64 {
         let mut high = 0;
-        for (j, g, c, value_bytes) in produced {
+        for (j, g, c, value_bytes) in produced.drain(..) {
             match out_grad[j] {
                 None => {
                     out_grad[j] = Some(g);
@@ -1197,8 +1246,7 @@ impl<'a> Sim<'a> {
                 continue; // libtorch's AdamW skips a parameter without a gradient
             }
             let bytes = self.params[p].bytes;
-            let label = self.params[p].label.clone();
-            self.mem.at(&label);
+            self.mem.at(&self.params[p].label);
             if states[p].is_none() {
                 let a = self.mem.alloc(bytes, Kind::OptimizerState);
                 let b = self.mem.alloc(bytes, Kind::OptimizerState);
@@ -1206,21 +1254,25 @@ impl<'a> Sim<'a> {
             }
             // `exp_avg_sq.sqrt()` and its quotient by the bias correction: two tensors (on
             // CPU also three float32 scalars; on CUDA scalars are CPU wrapped numbers).
-            let t: Vec<BufId> = if self.backend.is_cuda() {
-                vec![
-                    self.mem.alloc(bytes, Kind::Transients),
-                    self.mem.alloc(bytes, Kind::Transients),
+            let t: [Option<BufId>; 2] = if self.backend.is_cuda() {
+                [
+                    Some(self.mem.alloc(bytes, Kind::Transients)),
+                    Some(self.mem.alloc(bytes, Kind::Transients)),
                 ]
             } else {
-                vec![self
-                    .mem
-                    .alloc(rules::adamw_transient(bytes), Kind::Transients)]
+                [
+                    Some(
+                        self.mem
+                            .alloc(rules::adamw_transient(bytes), Kind::Transients),
+                    ),
+                    None,
+                ]
             };
-            let high = self.rec.high(&label, &self.mem);
-            for b in t {
+            let high = self.rec.high(&self.params[p].label, &self.mem);
+            for b in t.into_iter().flatten() {
                 self.mem.release(b);
             }
-            self.rec.event(&label, high, &self.mem);
+            self.rec.event(&self.params[p].label, high, &self.mem);
         }
         // zero_grad(): gradients set to None.
         for g in grads.iter_mut() {
@@ -1231,6 +1283,68 @@ impl<'a> Sim<'a> {
         self.rec.event("zero_grad", self.mem.total(), &self.mem);
         self.rec.end(&self.mem);
     }
+}
+
+/// The trainable parameters in the harness's creation order (owning embedding tables first, in
+/// node order, then every other node's tensors in node order), and for each node the indices
+/// of the parameter tensors its backward produces gradients for (a tie points at the owner's
+/// table).
+fn parameters(graph: &Graph, backend: Backend) -> (Vec<Param>, Vec<Vec<usize>>) {
+    let mut params = Vec::new();
+    let mut node_params = vec![Vec::new(); graph.nodes.len()];
+    let mut table_of: crate::name_hash::NameMap<&str, usize> = Default::default();
+    for (k, n) in graph.nodes.iter().enumerate() {
+        if let Op::Embedding { tie: None, .. } = n.op {
+            for (i, shape) in n.op.parameter_tensors().iter().enumerate() {
+                let bytes = shape.iter().product::<u64>() * 4;
+                table_of.insert(n.id.as_str(), params.len());
+                node_params[k].push(params.len());
+                params.push(Param {
+                    label: format!("{}#{i}", n.id),
+                    bytes,
+                    rank: shape.len(),
+                    init_transient: 0,
+                });
+            }
+        }
+    }
+    for (k, n) in graph.nodes.iter().enumerate() {
+        if let Op::Embedding { tie: None, .. } = n.op {
+            continue;
+        }
+        let tensors = n.op.parameter_tensors();
+        let count = tensors.len();
+        for (i, shape) in tensors.iter().enumerate() {
+            let bytes = shape.iter().product::<u64>() * 4;
+            // tch's `randn * std + mean` init holds a second copy while it runs, and 12 bytes
+            // of scalars (calibrated on the single-op fixtures: chosen to match, not derived).
+            let randn_scaled = match &n.op {
+                Op::LearnedPosition { .. } | Op::PrependToken { .. } => true,
+                Op::MultiheadAttention {
+                    relative_attention_buckets,
+                    ..
+                } => *relative_attention_buckets > 0 && i + 1 == count,
+                _ => false,
+            };
+            node_params[k].push(params.len());
+            // On CUDA the scalars are CPU wrapped numbers: no device memory.
+            let scalars = if backend.is_cuda() { 0 } else { 12 };
+            params.push(Param {
+                label: format!("{}#{i}", n.id),
+                bytes,
+                rank: shape.len(),
+                init_transient: if randn_scaled { bytes + scalars } else { 0 },
+            });
+        }
+        let tie = match &n.op {
+            Op::Linear { tie: Some(t), .. } | Op::Embedding { tie: Some(t), .. } => Some(t),
+            _ => None,
+        };
+        if let Some(&p) = tie.and_then(|t| table_of.get(t.as_str())) {
+            node_params[k].push(p);
+        }
+    }
+    (params, node_params)
 }
 
 /// The kinds, in breakdown order (for renderers).

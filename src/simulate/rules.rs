@@ -6,12 +6,12 @@
 //! `cpu-fp32` (torch on CPU, float32, as `memcal-measure` runs it through tch) is checked
 //! against CPU runs of single-op fixtures; `cuda-bf16-autocast` (in [`super::cuda`]) is read off
 //! torch 2.11's sources, and is the same table where an op's memory does not depend on the
-//! device, with every value sized by the dtype autocast gives it ([`value_elements`]).
+//! device, with every value sized by the dtype autocast gives it ([`Values`]).
 
-use crate::graph::{DType, Graph, Node};
+use crate::graph::{DType, Graph, Node, Slot};
 use crate::ops::{Activation, Op};
+use crate::shape::Shape;
 use serde::Serialize;
-use std::collections::HashMap;
 
 /// A backend and precision with a rule table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -58,7 +58,7 @@ impl Backend {
 }
 
 /// Where a rule comes from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Source {
     /// Checked against `memcal-measure` runs of single-op fixtures (`tests/fixtures/sim/`).
@@ -85,7 +85,7 @@ impl Source {
 }
 
 /// What the forward pass produces as the node's value.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Output {
     /// A new buffer of this many bytes.
     New(u64),
@@ -96,7 +96,7 @@ pub enum Output {
 }
 
 /// One tensor autograd saves for the node's backward.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Saved {
     /// Input `i` as it is (its buffer is kept alive; nothing new).
     Input(usize),
@@ -112,7 +112,7 @@ pub enum Saved {
 }
 
 /// How the gradient with respect to one input is produced in backward.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Grad {
     /// A new buffer the size of the input.
     New,
@@ -128,7 +128,7 @@ pub enum Grad {
 }
 
 /// When autograd keeps an autocast bf16 copy of a parameter past the end of forward.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum CopySaved {
     /// Saved when the op's input requires grad (`mm` saves `mat2` only for `self`'s gradient).
     IfInputRequiresGrad,
@@ -138,7 +138,7 @@ pub enum CopySaved {
 
 /// The backward's highest point of a compound op, in bytes over the level before its backward
 /// (which holds the incoming gradient and everything the op saved).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct BackwardPeak {
     /// When the incoming gradient is freed once the op's last inner node (its output
     /// projection) has used it.
@@ -152,7 +152,7 @@ pub struct BackwardPeak {
 }
 
 /// The rule for one node at one batch.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct OpRule {
     pub output: Output,
     /// Whether the output is contiguous; `None`: as input 0 (elementwise ops keep its layout).
@@ -243,35 +243,38 @@ impl OpRule {
 
 /// Sizes the rules need, at a batch.
 pub(super) struct Sizes<'a> {
-    pub graph: &'a Graph,
     pub node: &'a Node,
+    /// The node's position in the graph.
+    pub k: usize,
     pub batch: u64,
     /// Bytes per element of activations the rule makes itself.
     pub e: u64,
-    /// Bytes per element of every value (graph inputs and node outputs).
-    pub elems: &'a Elements,
+    /// Every value's shape and element bytes, by position.
+    pub values: &'a Values<'a>,
 }
 
 impl Sizes<'_> {
+    /// The shape of input `i`.
+    pub fn shape_in(&self, i: usize) -> Option<&Shape> {
+        self.values
+            .args(self.k)
+            .get(i)
+            .map(|&v| self.values.shape(v as usize))
+    }
     /// Elements of input `i`.
     pub fn n_in(&self, i: usize) -> u64 {
-        self.graph
-            .shape_of(&self.node.inputs[i])
-            .map_or(0, |s| s.numel_at(self.batch))
+        self.shape_in(i).map_or(0, |s| s.numel_at(self.batch))
     }
     /// Bytes per element of input `i`.
     pub fn e_in(&self, i: usize) -> u64 {
-        self.elems
-            .get(self.node.inputs[i].as_str())
-            .copied()
-            .unwrap_or(self.e)
+        self.values
+            .args(self.k)
+            .get(i)
+            .map_or(self.e, |&v| self.values.elem(v as usize))
     }
     /// Bytes per element of the output.
     pub fn e_out(&self) -> u64 {
-        self.elems
-            .get(self.node.id.as_str())
-            .copied()
-            .unwrap_or(self.e)
+        self.values.elem(self.values.node_value(self.k))
     }
     /// Elements of the output.
     pub fn n_out(&self) -> u64 {
@@ -287,8 +290,7 @@ impl Sizes<'_> {
     }
     /// Size of dimension `d` of input 0.
     pub fn dim(&self, d: usize) -> u64 {
-        self.graph
-            .shape_of(&self.node.inputs[0])
+        self.shape_in(0)
             .and_then(|s| s.0.get(d).map(|x| x.at(self.batch)))
             .unwrap_or(1)
     }
@@ -298,8 +300,109 @@ impl Sizes<'_> {
     }
 }
 
-/// Bytes per element of every value by name: graph inputs and node outputs.
-pub type Elements = HashMap<String, u64>;
+/// Every value of a graph by position (graph inputs `0..n_inputs`, then node `k` at
+/// `n_inputs + k`): its shape and its element bytes under the backend, and each node's inputs
+/// as positions. Built once per simulation, so that no step of it looks a name up.
+pub struct Values<'g> {
+    n_inputs: usize,
+    shapes: Vec<&'g Shape>,
+    elems: Vec<u64>,
+    /// Node `k`'s inputs are `args[starts[k]..starts[k + 1]]`.
+    starts: Vec<u32>,
+    args: Vec<u32>,
+}
+
+impl<'g> Values<'g> {
+    /// Resolves every node's inputs; the element size of every value under `backend`: all
+    /// float32 on CPU; on CUDA the dtype autocast gives each op's output
+    /// ([`super::cuda::output_element`]). An error for an input that is not an earlier value
+    /// (the graph was changed after it was checked).
+    pub fn new(graph: &'g Graph, backend: Backend) -> Result<Values<'g>, String> {
+        let n_inputs = graph.inputs.len();
+        let total = n_inputs + graph.nodes.len();
+        if total >= u32::MAX as usize {
+            return Err("the graph has more than 2^32 values".into());
+        }
+        let mut shapes = Vec::with_capacity(total);
+        let mut elems = Vec::with_capacity(total);
+        for i in &graph.inputs {
+            shapes.push(&i.shape);
+            elems.push(input_element_bytes(i.dtype, backend));
+        }
+        let mut starts = Vec::with_capacity(graph.nodes.len() + 1);
+        let mut args = Vec::with_capacity(graph.nodes.len() + graph.nodes.len() / 2);
+        starts.push(0u32);
+        let mut input_elems = Vec::new();
+        for (k, n) in graph.nodes.iter().enumerate() {
+            let first = args.len();
+            match graph.input_positions(k) {
+                Some(resolved) => args.extend_from_slice(resolved),
+                None => {
+                    for name in &n.inputs {
+                        let v = match graph.slot_of(name) {
+                            Some(Slot::Input(i)) => i,
+                            Some(Slot::Node(j)) if j < k => n_inputs + j,
+                            _ => {
+                                return Err(format!(
+                                    "node `{}`: input `{name}` is not a graph input or an \
+                                     earlier node (the graph was changed after it was checked)",
+                                    n.id
+                                ))
+                            }
+                        };
+                        args.push(v as u32);
+                    }
+                }
+            }
+            starts.push(args.len() as u32);
+            shapes.push(&n.output);
+            elems.push(match backend {
+                Backend::CpuFp32 => 4,
+                Backend::CudaBf16Autocast => {
+                    input_elems.clear();
+                    input_elems.extend(args[first..].iter().map(|&v| elems[v as usize]));
+                    super::cuda::output_element(n, &input_elems)
+                }
+            });
+        }
+        Ok(Values {
+            n_inputs,
+            shapes,
+            elems,
+            starts,
+            args,
+        })
+    }
+
+    /// Node `k`'s inputs, as value positions.
+    pub fn args(&self, k: usize) -> &[u32] {
+        &self.args[self.starts[k] as usize..self.starts[k + 1] as usize]
+    }
+    /// The shape of value `v`.
+    pub fn shape(&self, v: usize) -> &'g Shape {
+        self.shapes[v]
+    }
+    /// Bytes per element of value `v`.
+    pub fn elem(&self, v: usize) -> u64 {
+        self.elems[v]
+    }
+    /// The position of node `k`'s output.
+    pub fn node_value(&self, k: usize) -> usize {
+        self.n_inputs + k
+    }
+    /// The node whose output value `v` is (None: a graph input).
+    pub fn as_node(&self, v: usize) -> Option<usize> {
+        v.checked_sub(self.n_inputs)
+    }
+    /// How many values (graph inputs and nodes).
+    pub fn len(&self) -> usize {
+        self.shapes.len()
+    }
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.shapes.is_empty()
+    }
+}
 
 /// Bytes of a graph input's element: the harness makes float32 inputs (`randn`, 4 bytes on
 /// either device) and int64 labels and indices (8 bytes).
@@ -310,52 +413,29 @@ pub fn input_element_bytes(dtype: DType, _backend: Backend) -> u64 {
     }
 }
 
-/// The element size of every value under `backend`: all float32 on CPU; on CUDA the dtype
-/// autocast gives each op's output ([`super::cuda::output_element`]).
-pub fn value_elements(graph: &Graph, backend: Backend) -> Elements {
-    let mut m: Elements = graph
-        .inputs
-        .iter()
-        .map(|i| (i.name.clone(), input_element_bytes(i.dtype, backend)))
-        .collect();
-    for n in &graph.nodes {
-        let e = match backend {
-            Backend::CpuFp32 => 4,
-            Backend::CudaBf16Autocast => super::cuda::output_element(n, &m),
-        };
-        m.insert(n.id.clone(), e);
-    }
-    m
-}
-
 /// The rule for `node` at `batch` on `backend`, with the element size of every value.
-pub fn rule(graph: &Graph, node: &Node, batch: u64, backend: Backend, elems: &Elements) -> OpRule {
+pub fn rule(graph: &Graph, k: usize, batch: u64, backend: Backend, values: &Values) -> OpRule {
     if backend.is_cuda() {
-        return super::cuda::rule(graph, node, batch, elems);
+        return super::cuda::rule(graph, k, batch, values);
     }
-    cpu_rule(graph, node, batch, elems)
+    cpu_rule(graph, k, batch, values)
 }
 
 /// The cpu-fp32 table.
-pub(super) fn cpu_rule(graph: &Graph, node: &Node, batch: u64, elems: &Elements) -> OpRule {
-    cpu_rule_at(graph, node, batch, elems, 4)
+pub(super) fn cpu_rule(graph: &Graph, k: usize, batch: u64, values: &Values) -> OpRule {
+    cpu_rule_at(graph, k, batch, values, 4)
 }
 
 /// The cpu-fp32 table's structure with values sized by `elems` and the op's own activations at
 /// `e` bytes (the CUDA table's base for ops whose memory does not depend on the device).
-pub(super) fn cpu_rule_at(
-    graph: &Graph,
-    node: &Node,
-    batch: u64,
-    elems: &Elements,
-    e: u64,
-) -> OpRule {
+pub(super) fn cpu_rule_at(graph: &Graph, k: usize, batch: u64, values: &Values, e: u64) -> OpRule {
+    let node = &graph.nodes[k];
     let s = Sizes {
-        graph,
         node,
+        k,
         batch,
         e,
-        elems,
+        values,
     };
     let e = s.e;
     let (x, y) = (s.x(0), s.y());
@@ -540,11 +620,7 @@ pub(super) fn cpu_rule_at(
         Op::MultiheadAttention { embed_dim: d, num_heads, causal, relative_attention_buckets, bias } => {
             let b = s.dim(0);
             let tq = s.dim(1);
-            let tk = node
-                .inputs
-                .get(1)
-                .and_then(|m| graph.shape_of(m))
-                .map_or(tq, |m| m.0[1].at(batch));
+            let tk = s.shape_in(1).map_or(tq, |m| m.0[1].at(batch));
             let aq = b * tq * d * e;
             let ak = b * tk * d * e;
             let sc = b * num_heads * tq * tk * e;

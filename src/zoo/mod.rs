@@ -11,6 +11,7 @@
 mod cnn;
 mod recurrent;
 mod transformer;
+pub(crate) use transformer::sized;
 
 use crate::error::{Error, Result};
 use crate::graph::{BufferFile, DType, FileDim, GraphFile, InputFile, NodeFile, GRAPH_FORMAT};

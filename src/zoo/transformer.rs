@@ -156,13 +156,18 @@ fn gpt(variant: &str, c: Tf) -> GraphFile {
 
 /// BERT encoder (post-LN) with the pooler, trained by MSE of the pooled output against a target.
 fn bert(variant: &str, c: Tf) -> GraphFile {
+    bert_with(variant, c, 2)
+}
+
+/// [`bert`] with `type_vocab` token types (RoBERTa has one).
+fn bert_with(variant: &str, c: Tf, type_vocab: u64) -> GraphFile {
     let desc = format!(
         "BERT encoder (post-LN): {} layers, d={}, {} heads, T={}, vocab {}, pooler (token 0 -> linear -> tanh), MSE of the pooled output",
         c.layers, c.d, c.heads, c.t, c.vocab
     );
     let mut b = start("bert", variant, "bert-base-cased", desc);
     let ids = b.int_input("input_ids", &[B, c.t], c.vocab);
-    let types = b.int_input("token_type_ids", &[B, c.t], 2);
+    let types = b.int_input("token_type_ids", &[B, c.t], type_vocab);
     let target = b.input("target", &[B, c.d]);
     b.buffer("embeddings.position_ids", &[1, c.positions], "int64");
     b.buffer("embeddings.token_type_ids", &[1, c.positions], "int64");
@@ -176,7 +181,7 @@ fn bert(variant: &str, c: Tf) -> GraphFile {
         "embeddings.token_type",
         "embedding",
         &[&types],
-        json!({"num_embeddings": 2, "embedding_dim": c.d}),
+        json!({"num_embeddings": type_vocab, "embedding_dim": c.d}),
     );
     let sum = b.node("embeddings.add", "add", &[&w, &ty], Value::Null);
     let pos = b.node(
@@ -256,6 +261,7 @@ fn vit(variant: &str, v: Vit) -> GraphFile {
 struct T5 {
     tf: Tf,
     t_dec: u64,
+    buckets: u64,
 }
 
 fn t5_attn(
@@ -301,7 +307,7 @@ fn t5(variant: &str, v: T5) -> GraphFile {
     for l in 0..c.layers {
         let p = format!("encoder.block{l}");
         let ln = rms(&mut b, &id(&p, "self_attn.norm"), &x, c.d);
-        let buckets = if l == 0 { 32 } else { 0 };
+        let buckets = if l == 0 { v.buckets } else { 0 };
         let sa = t5_attn(&mut b, &id(&p, "self_attn"), &[&ln], &c, false, buckets);
         let x1 = b.node(&id(&p, "self_attn.add"), "add", &[&x, &sa], Value::Null);
         x = t5_ff(&mut b, &p, &x1, &c);
@@ -316,7 +322,7 @@ fn t5(variant: &str, v: T5) -> GraphFile {
     for l in 0..c.layers {
         let p = format!("decoder.block{l}");
         let ln = rms(&mut b, &id(&p, "self_attn.norm"), &y, c.d);
-        let buckets = if l == 0 { 32 } else { 0 };
+        let buckets = if l == 0 { v.buckets } else { 0 };
         let sa = t5_attn(&mut b, &id(&p, "self_attn"), &[&ln], &c, true, buckets);
         let y1 = b.node(&id(&p, "self_attn.add"), "add", &[&y, &sa], Value::Null);
         let ln2 = rms(&mut b, &id(&p, "cross_attn.norm"), &y1, c.d);
@@ -526,6 +532,182 @@ fn mla(variant: &str, c: Decoder) -> GraphFile {
     decoder("mla", variant, "mla-full", desc, c)
 }
 
+/// The zoo's transformer shapes at any size, for `crate::import`: each builds the graph the
+/// zoo builds for its family (named like the zoo's full-size template; the importer renames it).
+pub(crate) mod sized {
+    use super::*;
+
+    /// GPT-2: learned positions, pre-LN blocks, GELU MLP of `ff`, tied LM head.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn gpt2(
+        vocab: u64,
+        positions: u64,
+        t: u64,
+        d: u64,
+        layers: u64,
+        heads: u64,
+        ff: u64,
+    ) -> GraphFile {
+        gpt(
+            "full",
+            Tf {
+                vocab,
+                positions,
+                t,
+                d,
+                layers,
+                heads,
+                ff,
+            },
+        )
+    }
+
+    /// BERT (and RoBERTa, `type_vocab` 1): post-LN encoder with the pooler.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn bert(
+        vocab: u64,
+        type_vocab: u64,
+        positions: u64,
+        t: u64,
+        d: u64,
+        layers: u64,
+        heads: u64,
+        ff: u64,
+    ) -> GraphFile {
+        bert_with(
+            "full",
+            Tf {
+                vocab,
+                positions,
+                t,
+                d,
+                layers,
+                heads,
+                ff,
+            },
+            type_vocab,
+        )
+    }
+
+    /// ViT for image classification.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn vit(
+        image: u64,
+        patch: u64,
+        classes: u64,
+        d: u64,
+        layers: u64,
+        heads: u64,
+        ff: u64,
+    ) -> GraphFile {
+        let tf = Tf {
+            vocab: 0,
+            positions: 0,
+            t: 0,
+            d,
+            layers,
+            heads,
+            ff,
+        };
+        super::vit(
+            "full",
+            Vit {
+                image,
+                patch,
+                classes,
+                tf,
+            },
+        )
+    }
+
+    /// T5 (ReLU feed-forward, tied head, as many decoder as encoder layers).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn t5(
+        vocab: u64,
+        t: u64,
+        t_dec: u64,
+        d: u64,
+        layers: u64,
+        heads: u64,
+        ff: u64,
+        buckets: u64,
+    ) -> GraphFile {
+        let tf = Tf {
+            vocab,
+            positions: t,
+            t,
+            d,
+            layers,
+            heads,
+            ff,
+        };
+        super::t5("full", T5 { tf, t_dec, buckets })
+    }
+
+    /// LLaMA-style dense decoder (GQA, SwiGLU of `ff`, untied head).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn llama(
+        vocab: u64,
+        t: u64,
+        d: u64,
+        layers: u64,
+        heads: u64,
+        kv_heads: u64,
+        ff: u64,
+    ) -> GraphFile {
+        let ffn = Ffn::Dense(ff);
+        let attn = Attn::Gqa { heads, kv_heads };
+        super::llama(
+            "full",
+            Decoder {
+                vocab,
+                t,
+                d,
+                layers,
+                attn,
+                first_ffn: ffn,
+                dense_layers: 0,
+                ffn,
+            },
+        )
+    }
+
+    /// Mixtral-style sparse decoder (`experts` SwiGLU experts of `hidden`, top-`top_k`).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn mixtral(
+        vocab: u64,
+        t: u64,
+        d: u64,
+        layers: u64,
+        heads: u64,
+        kv_heads: u64,
+        experts: u64,
+        hidden: u64,
+        top_k: u64,
+    ) -> GraphFile {
+        let ffn = Ffn::Moe {
+            experts,
+            hidden,
+            top_k,
+            shared: 0,
+        };
+        let attn = Attn::Gqa { heads, kv_heads };
+        super::mixtral(
+            "full",
+            Decoder {
+                vocab,
+                t,
+                d,
+                layers,
+                attn,
+                first_ffn: ffn,
+                dense_layers: 0,
+                ffn,
+            },
+        )
+    }
+}
+
 /// Every transformer graph.
 pub(crate) fn graphs() -> Vec<GraphFile> {
     let mut g = Vec::new();
@@ -621,6 +803,7 @@ pub(crate) fn graphs() -> Vec<GraphFile> {
             ff: 2048,
         },
         t_dec: 128,
+        buckets: 32,
     };
     g.push(t5("full", t5_small));
     for (v, t, t_dec, d, layers, heads) in [
@@ -641,6 +824,7 @@ pub(crate) fn graphs() -> Vec<GraphFile> {
                     ff: 4 * d,
                 },
                 t_dec,
+                buckets: 32,
             },
         ));
     }

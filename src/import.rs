@@ -1,0 +1,528 @@
+//! `memcal import hf CONFIG.json`: a Hugging Face `config.json` read into a `memcal-graph/1`
+//! graph, in Rust, with no download and no Python. Each supported `model_type` maps onto the
+//! zoo's builder for the same architecture (`crate::zoo::sized`) at the config's sizes, so
+//! the parameter count is the real model's (tested against published counts in
+//! `tests/import.rs`). What the graph format cannot say about the implementation transformers
+//! runs is listed in [`Imported::approximations`] and printed with the graph.
+
+use crate::error::{Error, Result};
+use crate::graph::GraphFile;
+use serde_json::{Map, Value};
+use std::path::Path;
+
+/// One supported `model_type`: what transformers class it is, and how its graph is built.
+struct Kind {
+    model_type: &'static str,
+    /// The transformers model class the graph follows (with its head).
+    class: &'static str,
+    build: fn(&Config, &Options) -> Result<Built>,
+}
+
+/// Every supported `model_type` (adding one touches this table and its builder).
+const KINDS: &[Kind] = &[
+    Kind {
+        model_type: "gpt2",
+        class: "GPT2LMHeadModel",
+        build: gpt2,
+    },
+    Kind {
+        model_type: "llama",
+        class: "LlamaForCausalLM",
+        build: llama,
+    },
+    Kind {
+        model_type: "mistral",
+        class: "MistralForCausalLM",
+        build: llama,
+    },
+    Kind {
+        model_type: "mixtral",
+        class: "MixtralForCausalLM",
+        build: mixtral,
+    },
+    Kind {
+        model_type: "bert",
+        class: "BertModel (with its pooler)",
+        build: bert,
+    },
+    Kind {
+        model_type: "roberta",
+        class: "RobertaModel (with its pooler)",
+        build: bert,
+    },
+    Kind {
+        model_type: "t5",
+        class: "T5ForConditionalGeneration",
+        build: t5,
+    },
+    Kind {
+        model_type: "vit",
+        class: "ViTForImageClassification",
+        build: vit,
+    },
+];
+
+/// The model types `memcal import hf` reads.
+pub fn supported() -> Vec<&'static str> {
+    KINDS.iter().map(|k| k.model_type).collect()
+}
+
+/// Choices the config does not fix.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Sequence length (tokens); None: the type's default, printed.
+    pub seq: Option<u64>,
+    /// Decoder sequence length of an encoder-decoder; None: as `seq`.
+    pub decoder_seq: Option<u64>,
+    /// The graph's name (and family `hf-<model_type>` unless `family` is given).
+    pub name: String,
+    pub family: Option<String>,
+}
+
+/// An imported graph, with what it assumed.
+#[derive(Debug, Clone)]
+pub struct Imported {
+    pub graph: GraphFile,
+    pub model_type: String,
+    pub class: &'static str,
+    /// The sequence length used, and where it came from.
+    pub seq: u64,
+    pub seq_source: String,
+    /// Where the graph differs from what transformers runs for this config (memory, not
+    /// parameters).
+    pub approximations: Vec<String>,
+}
+
+struct Built {
+    graph: GraphFile,
+    seq: u64,
+    seq_source: String,
+    approximations: Vec<String>,
+}
+
+/// A config file's fields, each read with an error that names the file and the field.
+struct Config<'a> {
+    path: &'a Path,
+    map: &'a Map<String, Value>,
+}
+
+impl Config<'_> {
+    fn get(&self, field: &str) -> Option<&Value> {
+        self.map.get(field).filter(|v| !v.is_null())
+    }
+
+    /// A positive integer field.
+    fn size(&self, field: &str) -> Result<u64> {
+        match self.get(field) {
+            Some(v) => v.as_u64().filter(|&n| n > 0).ok_or_else(|| {
+                Error::field(
+                    self.path,
+                    field,
+                    format!("must be a positive integer, found {v}"),
+                )
+            }),
+            None => Err(Error::field(
+                self.path,
+                field,
+                "missing; a config of this model_type has it (copy the model's config.json whole)",
+            )),
+        }
+    }
+
+    /// A positive integer field, or `default` when it is absent or null.
+    fn size_or(&self, field: &str, default: u64) -> Result<u64> {
+        match self.get(field) {
+            None => Ok(default),
+            Some(_) => self.size(field),
+        }
+    }
+
+    fn flag_or(&self, field: &str, default: bool) -> Result<bool> {
+        match self.get(field) {
+            None => Ok(default),
+            Some(Value::Bool(b)) => Ok(*b),
+            Some(v) => Err(Error::field(
+                self.path,
+                field,
+                format!("must be true or false, found {v}"),
+            )),
+        }
+    }
+
+    fn text_or<'s>(&'s self, field: &str, default: &'s str) -> Result<&'s str> {
+        match self.get(field) {
+            None => Ok(default),
+            Some(Value::String(s)) => Ok(s),
+            Some(v) => Err(Error::field(
+                self.path,
+                field,
+                format!("must be a string, found {v}"),
+            )),
+        }
+    }
+
+    /// Refuses a config whose `field` is not `want` (what the graph can express).
+    fn require<T: PartialEq + std::fmt::Display>(
+        &self,
+        field: &str,
+        found: T,
+        want: T,
+        why: &str,
+    ) -> Result<()> {
+        if found == want {
+            return Ok(());
+        }
+        Err(Error::field(
+            self.path,
+            field,
+            format!("is {found}; memcal's graph for this model type needs {want} ({why}), so this config cannot be imported yet"),
+        ))
+    }
+}
+
+/// Reads `config.json` and builds its graph.
+pub fn hf(path: &Path, options: &Options) -> Result<Imported> {
+    let bytes = std::fs::read(path).map_err(|source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let value: Value = serde_json::from_slice(&bytes).map_err(|e| Error::Parse {
+        path: path.to_path_buf(),
+        what: "Hugging Face config",
+        message: format!("{e}; give the model's config.json as it is on the hub"),
+    })?;
+    let Some(map) = value.as_object() else {
+        return Err(Error::Parse {
+            path: path.to_path_buf(),
+            what: "Hugging Face config",
+            message: "not a JSON object; give the model's config.json".into(),
+        });
+    };
+    let config = Config { path, map };
+    let model_type = config.text_or("model_type", "")?;
+    let Some(kind) = KINDS.iter().find(|k| k.model_type == model_type) else {
+        let found = if model_type.is_empty() {
+            "missing".to_string()
+        } else {
+            format!("`{model_type}`")
+        };
+        return Err(Error::field(
+            path,
+            "model_type",
+            format!("{found}; memcal imports {} (others: write the graph by hand, docs/graph-format.md)", supported().join(", ")),
+        ));
+    };
+    let built = (kind.build)(&config, options)?;
+    let mut graph = built.graph;
+    graph.name = options.name.clone();
+    graph.family = options
+        .family
+        .clone()
+        .unwrap_or_else(|| format!("hf-{model_type}"));
+    graph.variant = "imported".into();
+    graph.cut_from = None;
+    graph.description = Some(format!(
+        "imported from a Hugging Face config ({}, model_type {model_type}) at sequence length {}: {}",
+        kind.class,
+        built.seq,
+        graph.description.clone().unwrap_or_default()
+    ));
+    Ok(Imported {
+        graph,
+        model_type: model_type.to_string(),
+        class: kind.class,
+        seq: built.seq,
+        seq_source: built.seq_source,
+        approximations: built.approximations,
+    })
+}
+
+/// The sequence length: `--seq`, else the type's default (`field`'s value capped at `cap`).
+fn sequence(
+    c: &Config,
+    o: &Options,
+    field: &str,
+    cap: u64,
+    fallback: u64,
+) -> Result<(u64, String)> {
+    if let Some(s) = o.seq {
+        return Ok((s, "--seq".into()));
+    }
+    let max = c.size_or(field, fallback)?;
+    if max > cap {
+        Ok((
+            cap,
+            format!("the default: {field} = {max} capped at {cap}; --seq to choose"),
+        ))
+    } else {
+        Ok((max, format!("{field}; --seq to choose")))
+    }
+}
+
+/// A learned position table of `positions` rows holds at most that many tokens.
+fn within(c: &Config, field: &str, seq: u64, positions: u64) -> Result<()> {
+    if seq > positions {
+        return Err(Error::Invalid(format!(
+            "{}: --seq {seq} is longer than the model's {positions} learned positions (field `{field}`); give --seq {positions} or less",
+            c.path.display()
+        )));
+    }
+    Ok(())
+}
+
+/// transformers runs these models' attention through SDPA by default; the graph's
+/// `multihead_attention` is the eager form.
+const SDPA_NOTE: &str = "attention is drawn eager (it saves the [B, heads, T, T] probabilities); transformers' default SDPA saves none, so the graph's attention holds more than the real one (give the model attn_implementation=\"eager\" to run what the graph says)";
+
+fn gelu_note(c: &Config, field: &str, fused: &str) -> Result<Vec<String>> {
+    let act = c.text_or(field, fused)?;
+    Ok(if act == fused {
+        Vec::new()
+    } else {
+        vec![format!(
+            "activation `{act}` ({field}) is drawn as the fused `gelu` op; transformers writes `{act}` out in Python ops, whose autograd keeps more tensors (more memory than the graph says)"
+        )]
+    })
+}
+
+fn gpt2(c: &Config, o: &Options) -> Result<Built> {
+    let d = c.size("n_embd")?;
+    let positions = c.size("n_positions")?;
+    let (seq, seq_source) = sequence(c, o, "n_positions", positions, positions)?;
+    within(c, "n_positions", seq, positions)?;
+    let ff = c.size_or("n_inner", 4 * d)?;
+    let mut approximations = gelu_note(c, "activation_function", "gelu")?;
+    approximations.push(SDPA_NOTE.into());
+    let graph = crate::zoo::sized::gpt2(
+        c.size("vocab_size")?,
+        positions,
+        seq,
+        d,
+        c.size("n_layer")?,
+        c.size("n_head")?,
+        ff,
+    );
+    Ok(Built {
+        graph,
+        seq,
+        seq_source,
+        approximations,
+    })
+}
+
+/// The attention and head choices a LLaMA-family config may make that the graph cannot.
+fn decoder_checks(c: &Config, d: u64, heads: u64) -> Result<()> {
+    c.require(
+        "attention_bias",
+        c.flag_or("attention_bias", false)?,
+        false,
+        "projections without bias",
+    )?;
+    c.require(
+        "mlp_bias",
+        c.flag_or("mlp_bias", false)?,
+        false,
+        "a feed-forward without bias",
+    )?;
+    c.require(
+        "tie_word_embeddings",
+        c.flag_or("tie_word_embeddings", false)?,
+        false,
+        "an untied LM head",
+    )?;
+    c.require(
+        "hidden_act",
+        c.text_or("hidden_act", "silu")?,
+        "silu",
+        "a SwiGLU feed-forward",
+    )?;
+    c.require(
+        "head_dim",
+        c.size_or("head_dim", d / heads)?,
+        d / heads,
+        "hidden_size / num_attention_heads per head",
+    )
+}
+
+fn llama(c: &Config, o: &Options) -> Result<Built> {
+    let d = c.size("hidden_size")?;
+    let heads = c.size("num_attention_heads")?;
+    decoder_checks(c, d, heads)?;
+    let (seq, seq_source) = sequence(c, o, "max_position_embeddings", 4096, 2048)?;
+    let graph = crate::zoo::sized::llama(
+        c.size("vocab_size")?,
+        seq,
+        d,
+        c.size("num_hidden_layers")?,
+        heads,
+        c.size_or("num_key_value_heads", heads)?,
+        c.size("intermediate_size")?,
+    );
+    Ok(Built {
+        graph,
+        seq,
+        seq_source,
+        approximations: vec!["rotary position tables and the causal mask are not drawn (a few [T, head_dim] and [T, T] tensors)".into()],
+    })
+}
+
+fn mixtral(c: &Config, o: &Options) -> Result<Built> {
+    let d = c.size("hidden_size")?;
+    let heads = c.size("num_attention_heads")?;
+    decoder_checks(c, d, heads)?;
+    let (seq, seq_source) = sequence(c, o, "max_position_embeddings", 4096, 4096)?;
+    let graph = crate::zoo::sized::mixtral(
+        c.size("vocab_size")?,
+        seq,
+        d,
+        c.size("num_hidden_layers")?,
+        heads,
+        c.size_or("num_key_value_heads", heads)?,
+        c.size_or("num_local_experts", 8)?,
+        c.size("intermediate_size")?,
+        c.size_or("num_experts_per_tok", 2)?,
+    );
+    Ok(Built {
+        graph,
+        seq,
+        seq_source,
+        approximations: vec![
+            "rotary position tables and the causal mask are not drawn".into(),
+            "expert routing is drawn as even (top-k of every token, per expert in turn); the real split of tokens over experts varies by batch".into(),
+        ],
+    })
+}
+
+fn bert(c: &Config, o: &Options) -> Result<Built> {
+    let roberta = c.text_or("model_type", "")? == "roberta";
+    let positions = c.size("max_position_embeddings")?;
+    // RoBERTa's positions start after the padding index: two rows are never used for tokens.
+    let usable = if roberta {
+        positions.saturating_sub(2).max(1)
+    } else {
+        positions
+    };
+    let (seq, seq_source) = sequence(c, o, "max_position_embeddings", usable.min(512), usable)?;
+    within(c, "max_position_embeddings", seq, usable)?;
+    c.require(
+        "position_embedding_type",
+        c.text_or("position_embedding_type", "absolute")?,
+        "absolute",
+        "learned absolute positions",
+    )?;
+    let mut approximations = gelu_note(c, "hidden_act", "gelu")?;
+    approximations.push(SDPA_NOTE.into());
+    let graph = crate::zoo::sized::bert(
+        c.size("vocab_size")?,
+        c.size_or("type_vocab_size", 2)?,
+        positions,
+        seq,
+        c.size("hidden_size")?,
+        c.size("num_hidden_layers")?,
+        c.size("num_attention_heads")?,
+        c.size("intermediate_size")?,
+    );
+    Ok(Built {
+        graph,
+        seq,
+        seq_source,
+        approximations,
+    })
+}
+
+fn t5(c: &Config, o: &Options) -> Result<Built> {
+    let d = c.size("d_model")?;
+    let heads = c.size("num_heads")?;
+    let layers = c.size("num_layers")?;
+    c.require(
+        "d_kv",
+        c.size("d_kv")?,
+        d / heads,
+        "d_model / num_heads per head",
+    )?;
+    c.require(
+        "num_decoder_layers",
+        c.size_or("num_decoder_layers", layers)?,
+        layers,
+        "as many decoder as encoder layers",
+    )?;
+    c.require(
+        "feed_forward_proj",
+        c.text_or("feed_forward_proj", "relu")?,
+        "relu",
+        "the original T5's ReLU feed-forward",
+    )?;
+    c.require(
+        "tie_word_embeddings",
+        c.flag_or("tie_word_embeddings", true)?,
+        true,
+        "a tied LM head",
+    )?;
+    let (seq, seq_source) = sequence(c, o, "n_positions", 512, 512)?;
+    let t_dec = o.decoder_seq.unwrap_or(seq);
+    let graph = crate::zoo::sized::t5(
+        c.size("vocab_size")?,
+        seq,
+        t_dec,
+        d,
+        layers,
+        heads,
+        c.size("d_ff")?,
+        c.size_or("relative_attention_num_buckets", 32)?,
+    );
+    Ok(Built {
+        graph,
+        seq,
+        seq_source,
+        approximations: Vec::new(),
+    })
+}
+
+fn vit(c: &Config, o: &Options) -> Result<Built> {
+    let image = c.size_or("image_size", 224)?;
+    let patch = c.size_or("patch_size", 16)?;
+    if o.seq.is_some() {
+        return Err(Error::Invalid(
+            "--seq: a ViT's tokens follow from image_size and patch_size; leave --seq out".into(),
+        ));
+    }
+    c.require(
+        "num_channels",
+        c.size_or("num_channels", 3)?,
+        3,
+        "RGB images",
+    )?;
+    c.require(
+        "qkv_bias",
+        c.flag_or("qkv_bias", true)?,
+        true,
+        "attention projections with bias",
+    )?;
+    if image % patch != 0 {
+        return Err(Error::field(
+            c.path,
+            "patch_size",
+            format!("{patch} does not divide image_size {image}"),
+        ));
+    }
+    let classes = match c.get("id2label") {
+        Some(Value::Object(m)) if !m.is_empty() => m.len() as u64,
+        _ => c.size_or("num_labels", 2)?,
+    };
+    let tokens = (image / patch) * (image / patch) + 1;
+    let graph = crate::zoo::sized::vit(
+        image,
+        patch,
+        classes,
+        c.size("hidden_size")?,
+        c.size("num_hidden_layers")?,
+        c.size("num_attention_heads")?,
+        c.size("intermediate_size")?,
+    );
+    Ok(Built {
+        graph,
+        seq: tokens,
+        seq_source: "image_size and patch_size (the patches and the class token)".into(),
+        approximations: [gelu_note(c, "hidden_act", "gelu")?, vec![SDPA_NOTE.into()]].concat(),
+    })
+}

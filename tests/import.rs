@@ -1,0 +1,179 @@
+//! `memcal import hf`: real configs (transcribed in `tests/fixtures/hf/`) give graphs with the
+//! published parameter counts, which `memcal plan` takes like any graph; bad configs exit 2
+//! naming the file and the field.
+
+use memcal::graph::Graph;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn fixture(model: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/hf/{model}/config.json"))
+}
+
+fn import(config: &Path, extra: &[&str]) -> Graph {
+    let options = memcal::import::Options {
+        seq: extra.first().map(|s| s.parse().unwrap()),
+        decoder_seq: None,
+        name: "imported".into(),
+        family: None,
+    };
+    let imported = memcal::import::hf(config, &options).expect("the config imports");
+    Graph::check(&imported.graph, config).expect("the imported graph checks")
+}
+
+#[test]
+fn parameter_counts_are_the_published_ones() {
+    // Published counts: the model cards and `model.num_parameters()` of transformers' classes.
+    for (model, count) in [
+        ("gpt2", 124_439_808u64),
+        ("Llama-2-7b-hf", 6_738_415_616),
+        ("Mistral-7B-v0.1", 7_241_732_096),
+        ("Mixtral-8x7B-v0.1", 46_702_792_704),
+        ("bert-base-cased", 108_310_272),
+        ("roberta-base", 124_645_632),
+        ("t5-small", 60_506_624),
+        ("vit-base-patch16-224", 86_567_656),
+    ] {
+        let g = import(&fixture(model), &[]);
+        assert_eq!(g.parameters(), count, "{model}");
+        assert_eq!(g.variant, "imported");
+        assert!(g.family.starts_with("hf-"), "{}", g.family);
+    }
+}
+
+#[test]
+fn the_sequence_length_is_the_one_asked_for() {
+    let g = import(&fixture("Llama-2-7b-hf"), &["512"]);
+    let tokens = g.inputs.iter().find(|i| i.name == "tokens").unwrap();
+    assert_eq!(tokens.shape.0[1].at(1), 512);
+    // The parameter count does not depend on it.
+    assert_eq!(g.parameters(), 6_738_415_616);
+}
+
+fn memcal(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_memcal"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("memcal runs")
+}
+
+#[test]
+fn an_imported_graph_is_planned_like_any_graph() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("gpt2.json");
+    let config = fixture("gpt2");
+    let o = memcal(&[
+        "import",
+        "hf",
+        config.to_str().unwrap(),
+        "--seq",
+        "256",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let note = String::from_utf8_lossy(&o.stderr);
+    assert!(note.contains("124,439,808 parameters"), "{note}");
+    assert!(
+        note.contains("gelu_new"),
+        "the decomposed GELU is named: {note}"
+    );
+    let o = memcal(&[
+        "plan",
+        out.to_str().unwrap(),
+        "--batch",
+        "2",
+        "--precision",
+        "fp32",
+    ]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(String::from_utf8_lossy(&o.stdout).contains("124,439,808"));
+    // Without --out the graph goes to standard output, byte for byte the file.
+    let o = memcal(&[
+        "import",
+        "hf",
+        config.to_str().unwrap(),
+        "--seq",
+        "256",
+        "--name",
+        "gpt2",
+    ]);
+    assert_eq!(o.status.code(), Some(0));
+    assert_eq!(o.stdout, std::fs::read(&out).unwrap());
+}
+
+#[test]
+fn bad_configs_exit_2_naming_the_file_and_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, text: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        p
+    };
+    let cases = [
+        (
+            write("qwen.json", r#"{"model_type": "qwen2"}"#),
+            "field `model_type`: `qwen2`",
+        ),
+        (
+            write("none.json", r#"{"n_embd": 8}"#),
+            "field `model_type`: missing",
+        ),
+        (
+            write("gpt.json", r#"{"model_type": "gpt2", "n_embd": 8}"#),
+            "field `n_positions`: missing",
+        ),
+        (
+            write("neg.json", r#"{"model_type": "gpt2", "n_embd": -8}"#),
+            "field `n_embd`: must be a positive integer",
+        ),
+        (
+            write(
+                "tied.json",
+                r#"{"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "tie_word_embeddings": true}"#,
+            ),
+            "field `tie_word_embeddings`: is true",
+        ),
+        (
+            write("cut.json", r#"{"model_type": "#),
+            "malformed Hugging Face config",
+        ),
+    ];
+    for (path, want) in &cases {
+        let o = memcal(&["import", "hf", path.to_str().unwrap()]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{}: {err}", path.display());
+        assert!(err.contains(want), "{}: {err}", path.display());
+        assert!(
+            err.contains(path.file_name().unwrap().to_str().unwrap()),
+            "{err}"
+        );
+    }
+    // A sequence longer than the learned positions.
+    let gpt2 = fixture("gpt2");
+    let o = memcal(&["import", "hf", gpt2.to_str().unwrap(), "--seq", "2048"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("1024 learned positions"));
+    // An existing --out is not written over without --force.
+    let out = write("taken.json", "keep me");
+    let o = memcal(&[
+        "import",
+        "hf",
+        gpt2.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "keep me");
+}
