@@ -1,5 +1,8 @@
 //! The plan: estimate = Σ factor_i x feature_i, the bound max(floor, estimate x q95), and the
-//! verdict per card.
+//! verdict per card. With a data folder's evidence ([`crate::plan_evidence`]) the verdict comes
+//! from the method with the better held-out record (the six-factor plan or the simulator), with
+//! its own q95 bound, widened or refused outside the fitted range, on the seed cards and the
+//! real ones ([`crate::cards`]), and is explained in one line ([`Plan::why`]).
 
 use crate::baselines::{self, Accelerate, Textbook};
 use crate::cards::RealCard;
