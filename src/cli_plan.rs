@@ -84,44 +84,8 @@ pub fn render(p: &Plan) -> String {
         both(p.bound_bytes),
         p.q95
     );
-    let plan_rule = format!("plan (estimate x {:.2})", 1.0 + p.headroom);
-    let replay = p.cards.iter().any(|v| v.simulated_reserved_fits.is_some());
-    let _ = writeln!(
-        s,
-        "\n{:<10} {:<26} {:<14}{}",
-        "card",
-        plan_rule,
-        "bound",
-        if replay { "simulated reserved" } else { "" }
-    );
-    for v in &p.cards {
-        let _ = writeln!(
-            s,
-            "{:<10} {:<26} {:<14}{}",
-            v.card.name,
-            if v.plan_fits { "fits" } else { "does not fit" },
-            v.bound.as_str(),
-            match v.simulated_reserved_fits {
-                Some(true) => "fits",
-                Some(false) => "does not fit",
-                None => "",
-            }
-        );
-    }
-    let _ = writeln!(
-        s,
-        "\nsmallest card (plan)   {}",
-        p.smallest_card
-            .as_ref()
-            .map_or("none of the cards".to_string(), |c| c.name.clone())
-    );
-    let _ = writeln!(
-        s,
-        "smallest card (bound)  {}",
-        p.smallest_card_bound
-            .as_ref()
-            .map_or("none of the cards".to_string(), |c| c.name.clone())
-    );
+    render_decision(&mut s, p);
+    let replay = render_cards(&mut s, p);
     if replay {
         let _ = writeln!(
             s,
@@ -130,13 +94,14 @@ pub fn render(p: &Plan) -> String {
     }
     let _ = writeln!(
         s,
-        "\nplan: fits when estimate x {h:.2} <= card. bound: fits when bound x {h:.2} <= card; borderline when the estimate fits the card but the bound does not; does not fit when the estimate exceeds the card. The bound is the estimate x q95, the ratio of measured to predicted that 95% of held-out runs stayed under.",
+        "\nverdict: the deciding method's: fits when its bound x {h:.2} <= card (and, where the simulator replays the allocator, its reserved peak is within the card); borderline when its estimate fits the card but its bound does not; does not fit when its estimate (or reserved peak) exceeds the card; refused when the job is outside the fitted range and no other method covers it. plan: the six-factor plan alone, fits when estimate x {h:.2} <= card. plan bound: fits when bound x {h:.2} <= card; borderline when the estimate fits the card but the bound does not; does not fit when the estimate exceeds the card. Each bound is its method's estimate x its q95, the ratio of measured to predicted that 95% of its held-out runs stayed under.",
         h = 1.0 + p.headroom
     );
     if let Some(sf) = &p.shortfall {
         let _ = writeln!(
             s,
-            "\nnone of the cards: the plan needs {} (estimate x {:.2}); the largest card, {}, is {} short.",
+            "\nnone of the cards: the {} needs {} (estimate x {:.2}); the largest card, {}, is {} short.",
+            p.decision.method.label(),
             both(sf.needed_bytes as f64),
             1.0 + p.headroom,
             sf.largest_card.name,
@@ -184,6 +149,152 @@ pub fn render(p: &Plan) -> String {
     s
 }
 
+/// The card table, the smallest cards and how usable bytes are made; whether any card has a
+/// simulated reserved check.
+fn render_cards(s: &mut String, p: &Plan) -> bool {
+    let plan_rule = format!("plan x {:.2}", 1.0 + p.headroom);
+    let replay = p.cards.iter().any(|v| v.simulated_reserved_fits.is_some());
+    let _ = writeln!(
+        s,
+        "\n{:<18} {:>10} {:<14} {:<14} {:<14}{}",
+        "card",
+        "usable",
+        "verdict",
+        plan_rule,
+        "plan bound",
+        if replay { "simulated reserved" } else { "" }
+    );
+    for v in &p.cards {
+        let _ = writeln!(
+            s,
+            "{:<18} {:>10} {:<14} {:<14} {:<14}{}",
+            v.card.name,
+            gb(v.card.bytes as f64),
+            v.verdict.as_str(),
+            if v.plan_fits { "fits" } else { "does not fit" },
+            v.bound.as_str(),
+            match v.simulated_reserved_fits {
+                Some(true) => "fits",
+                Some(false) => "does not fit",
+                None => "",
+            }
+        );
+    }
+    let name = |c: &Option<crate::factors::Card>| {
+        c.as_ref()
+            .map_or("none of the cards".to_string(), |c| c.name.clone())
+    };
+    let _ = writeln!(
+        s,
+        "\nsmallest card (verdict, {})  {}",
+        p.decision.method.label(),
+        name(&p.smallest_card_verdict)
+    );
+    let _ = writeln!(
+        s,
+        "smallest card (six-factor plan)  {}",
+        name(&p.smallest_card)
+    );
+    let _ = writeln!(
+        s,
+        "smallest card (six-factor bound) {}",
+        name(&p.smallest_card_bound)
+    );
+    if p.cards.iter().any(|v| v.product.is_some()) {
+        let _ = writeln!(
+            s,
+            "\nusable: a real card's total as the device reports it, less the CUDA context ({}), divided by the caching allocator's median reserved/allocated ratio on the GPU rows; the simulated reserved peak is compared with the total less the context alone. `memcal plan` prints where each total comes from with --json; the page's card table lists them.",
+            gb(p.cards
+                .iter()
+                .find_map(|v| v.product.as_ref())
+                .map_or(0.0, |r| r.context_bytes as f64))
+        );
+    }
+    replay
+}
+
+/// Which method decides, why, the methods' records, the fitted range and the one-line verdict.
+fn render_decision(s: &mut String, p: &Plan) {
+    let d = &p.decision;
+    let _ = writeln!(s, "\nverdict by  {}: {}", d.method.label(), d.reason);
+    let _ = writeln!(
+        s,
+        "            estimate {}, bound {} (x{:.2}){}",
+        both(d.estimate_bytes),
+        both(d.bound_bytes),
+        d.q95,
+        if d.bound_widened {
+            ", widened to the larger of both methods' bounds (outside the fitted range)"
+        } else {
+            ""
+        }
+    );
+    if !d.records.is_empty() {
+        let _ = writeln!(
+            s,
+            "\n{:<16} {:<28} {:>6} {:>10} {:>8} {:>12} {:>7}",
+            "method", "record (held out)", "rows", "median|e|", "max|e|", "missed OOM", "q95"
+        );
+        let pct = |v: Option<f64>| v.map_or("n/a".to_string(), |x| format!("{:.1}%", x * 100.0));
+        for r in &d.records {
+            let _ = writeln!(
+                s,
+                "{:<16} {:<28} {:>6} {:>10} {:>8} {:>12} {:>7}",
+                r.method.label(),
+                r.record_of.as_str(),
+                r.error_rows,
+                pct(r.median_abs_rel_error),
+                pct(r.max_abs_rel_error),
+                format!("{}/{}", r.missed_oom, r.did_not_fit_checks),
+                r.q95.map_or("n/a".to_string(), |q| format!("{q:.3}"))
+            );
+        }
+    }
+    if let Some(r) = &d.range {
+        let f = &r.fitted;
+        let _ = writeln!(
+            s,
+            "\nfitted range {} rows: parameters {} to {}, measured peak {} to {}",
+            f.rows,
+            group(f.parameters_min),
+            group(f.parameters_max),
+            gb(f.peak_min as f64),
+            gb(f.peak_max as f64)
+        );
+        if r.outside.is_empty() {
+            let _ = writeln!(s, "            the job is inside it");
+        }
+        for o in &r.outside {
+            let (v, lo, hi, by) = if o.what.starts_with("share") {
+                (
+                    format!("{:.1}%", o.value * 100.0),
+                    format!("{:.1}%", o.low * 100.0),
+                    format!("{:.1}%", o.high * 100.0),
+                    format!("{:.1} points", o.by),
+                )
+            } else if o.what == "peak" {
+                (gb(o.value), gb(o.low), gb(o.high), format!("{:.1}x", o.by))
+            } else {
+                (
+                    group(o.value as u64),
+                    group(o.low as u64),
+                    group(o.high as u64),
+                    format!("{:.1}x", o.by),
+                )
+            };
+            let _ = writeln!(
+                s,
+                "  outside    {}: {v}, fitted {lo} to {hi}, beyond by {by}",
+                o.what
+            );
+        }
+    }
+    if let Some(why) = &d.refused {
+        let _ = writeln!(s, "refused     {why}");
+    }
+    let _ = writeln!(s, "\nin one line {}", p.why);
+}
+
 /// 124439808 -> "124,439,808".
 pub fn group(n: u64) -> String {
     let digits = n.to_string();
@@ -197,23 +308,26 @@ pub fn group(n: u64) -> String {
     out
 }
 
-/// The `--max-batch` table: per card, the largest batch by the plan and by the bound.
+/// The `--max-batch` table: per card, the largest batch by the verdict, the six-factor plan
+/// and its bound.
 pub fn render_max_batch(rows: &[crate::plan::MaxBatch]) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "largest batch that fits (searched up to {})\n{:<10} {:>12} {:>12}",
+        "largest batch that fits (searched up to {})\n{:<18} {:>12} {:>16} {:>16}",
         group(crate::plan::MAX_BATCH_SEARCHED),
         "card",
-        "plan",
-        "bound"
+        "verdict",
+        "six-factor plan",
+        "six-factor bound"
     );
     let cell = |b: Option<u64>| b.map_or("none".to_string(), group);
     for r in rows {
         let _ = writeln!(
             s,
-            "{:<10} {:>12} {:>12}",
+            "{:<18} {:>12} {:>16} {:>16}",
             r.card.name,
+            r.verdict.map_or("n/a".to_string(), cell),
             cell(r.plan),
             cell(r.bound)
         );

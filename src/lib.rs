@@ -6,6 +6,7 @@
 //! format and [`factors`] the shipped factors file.
 
 pub mod baselines;
+pub mod cards;
 pub mod cli_io;
 pub mod cli_plan;
 pub mod clock;
@@ -19,6 +20,7 @@ mod name_hash;
 pub mod ops;
 pub mod outputs;
 pub mod plan;
+pub mod plan_evidence;
 pub mod report;
 pub mod review;
 pub mod run;

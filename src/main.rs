@@ -69,17 +69,27 @@ enum Command {
         /// The factors file.
         #[arg(long, default_value = "data/factors.json")]
         factors: PathBuf,
-        /// Check against this regime's cards instead of the planner's card list.
+        /// Check against this regime's cards instead of the planner's card list and the real
+        /// products.
         #[arg(long)]
         regime: Option<String>,
+        /// The data folder the verdict's evidence comes from: each method's held-out record
+        /// (which method decides, and its own q95 bound), the range of the rows each profile
+        /// was fitted on, and the allocator overhead of the GPU rows (the real cards' usable
+        /// bytes). Loaded and calibrated as `memcal fit` does. Default: `data` when it holds a
+        /// factors.json; without a data folder the six-factor plan decides with the factors
+        /// file's q95, and the real cards are not checked.
+        #[arg(long)]
+        data: Option<PathBuf>,
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
         /// Also print the simulated memory curve over the three training steps.
         #[arg(long)]
         timeline: bool,
-        /// Also print, per card, the largest batch the plan and the bound fit (the estimate
-        /// floored at the phase floor; searched up to 2^24).
+        /// Also print, per card, the largest batch that fits by the verdict (the deciding
+        /// method, planned at each batch), by the six-factor plan and by its bound (the
+        /// estimate floored at the phase floor; searched up to 2^24).
         #[arg(long)]
         max_batch: bool,
         /// Sequence length for a graph whose inputs have the sequence axis "T".
@@ -229,6 +239,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             precision,
             factors,
             regime,
+            data,
             json,
             timeline,
             max_batch,
@@ -257,15 +268,41 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     .cards
                     .clone(),
             };
+            let data = data.or_else(|| {
+                let d = PathBuf::from("data");
+                d.join("factors.json").is_file().then_some(d)
+            });
+            let evidence = match &data {
+                Some(d) => {
+                    let ds = memcal::engine::load(d)?;
+                    Some(memcal::plan_evidence::evidence(
+                        &ds,
+                        &memcal::engine::calibrate(&ds),
+                    ))
+                }
+                None => None,
+            };
+            let real: &[memcal::cards::RealCard] = match (&regime, &evidence) {
+                (None, Some(e)) => &e.real_cards,
+                _ => &[],
+            };
             // The timeline's events only when asked for (a deep graph makes millions).
             let simulation = if timeline {
                 memcal::simulate::simulate(&g, batch, precision)
             } else {
                 memcal::simulate::simulate_peak(&g, batch, precision)
             };
-            let p =
-                memcal::plan::plan_with_simulation(&g, batch, precision, &f, &cards, &simulation)
-                    .map_err(|m| memcal::Error::Invalid(format!("{}: {m}", factors.display())))?;
+            let cards = memcal::plan::Cards { seed: &cards, real };
+            let p = memcal::plan::plan_with_simulation(
+                &g,
+                batch,
+                precision,
+                &f,
+                cards,
+                &simulation,
+                evidence.as_ref(),
+            )
+            .map_err(|m| memcal::Error::Invalid(format!("{}: {m}", factors.display())))?;
             memcal::plan::check_features(&g, &p).map_err(memcal::Error::Invalid)?;
             let sim = if timeline {
                 Some(simulation.map_err(memcal::Error::Invalid)?)
@@ -274,8 +311,21 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             };
             let largest = if max_batch {
                 Some(
-                    memcal::plan::max_batch(&g, precision, &f, &cards)
-                        .map_err(memcal::Error::Invalid)?,
+                    memcal::plan::max_batch(&g, precision, &f, &cards.all())
+                        .map_err(memcal::Error::Invalid)?
+                        .into_iter()
+                        .zip(memcal::plan::max_batch_verdict(
+                            &g,
+                            precision,
+                            &f,
+                            cards,
+                            evidence.as_ref(),
+                        ))
+                        .map(|(m, v)| memcal::plan::MaxBatch {
+                            verdict: Some(v),
+                            ..m
+                        })
+                        .collect::<Vec<_>>(),
                 )
             } else {
                 None

@@ -1,10 +1,16 @@
 //! The plan: estimate = Σ factor_i x feature_i, the bound max(floor, estimate x q95), and the
-//! verdict per card.
+//! verdict per card. With a data folder's evidence ([`crate::plan_evidence`]) the verdict comes
+//! from the method with the better held-out record (the six-factor plan or the simulator), with
+//! its own q95 bound, widened or refused outside the fitted range, on the seed cards and the
+//! real ones ([`crate::cards`]), and is explained in one line ([`Plan::why`]).
 
 use crate::baselines::{self, Accelerate, Textbook};
+use crate::cards::RealCard;
 use crate::factors::{Card, FactorsFile};
 use crate::features::{self, Features, Precision, N_FEATURES};
 use crate::graph::Graph;
+use crate::plan_evidence::{Decider, Evidence, FitRange, MethodRecord, OutOfRange};
+use crate::units::gb;
 use serde::Serialize;
 
 /// Three-way verdict of the bound on one card.
@@ -111,6 +117,9 @@ pub fn bound_verdict(estimate: f64, bound: f64, headroom: f64, card_bytes: u64) 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct MaxBatch {
     pub card: Card,
+    /// By the deciding method's verdict ("fits"), where [`max_batch_verdict`] was run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub verdict: Option<Option<u64>>,
     pub plan: Option<u64>,
     pub bound: Option<u64>,
 }
@@ -160,6 +169,7 @@ pub fn max_batch(
         .iter()
         .map(|c| MaxBatch {
             card: c.clone(),
+            verdict: None,
             plan: largest_batch(|b| plan_fits(est(b), factors.headroom, c.bytes)),
             bound: largest_batch(|b| {
                 let e = est(b);
@@ -168,6 +178,36 @@ pub fn max_batch(
             }),
         })
         .collect())
+}
+
+/// Per card of `cards` (the seed cards, then the real ones), the largest batch whose verdict
+/// by the deciding method ([`Decision`], the full plan at that batch: the simulator's peak and
+/// reserved peak, the range check, the bound) is "fits"; absent: not even batch 1. Each batch is
+/// planned once for every card.
+pub fn max_batch_verdict(
+    graph: &Graph,
+    precision: Precision,
+    factors: &FactorsFile,
+    cards: Cards,
+    evidence: Option<&Evidence>,
+) -> Vec<Option<u64>> {
+    let memo = std::cell::RefCell::new(std::collections::HashMap::<u64, Vec<bool>>::new());
+    let fits = |b: u64| -> Vec<bool> {
+        if let Some(v) = memo.borrow().get(&b) {
+            return v.clone();
+        }
+        let sim = crate::simulate::simulate_peak(graph, b, precision);
+        let v: Vec<bool> =
+            plan_with_simulation(graph, b, precision, factors, cards, &sim, evidence)
+                .map(|p| p.cards.iter().map(|v| v.verdict == Decided::Fits).collect())
+                .unwrap_or_default();
+        memo.borrow_mut().insert(b, v.clone());
+        v
+    };
+    let n = cards.seed.len() + cards.real.len();
+    (0..n)
+        .map(|i| largest_batch(|b| fits(b).get(i).copied().unwrap_or(false)))
+        .collect()
 }
 
 /// Why no card fits: what the plan needs against the largest card.
@@ -184,17 +224,106 @@ pub struct Shortfall {
 /// One card's verdicts.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CardVerdict {
+    /// For a real product: its name and usable bytes (`product` has the rest).
     pub card: Card,
+    /// A real product's reported total, context and usable bytes; absent for the seed cards.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub product: Option<RealCard>,
+    /// The verdict of the deciding method ([`Decision`]): the one `plan` states.
+    pub verdict: Decided,
+    /// The six-factor plan alone: estimate x (1 + headroom) <= card.
     pub plan_fits: bool,
+    /// The six-factor plan's bound.
     pub bound: Verdict,
     /// CUDA: whether the simulator's reserved peak (the caching allocator's segments, what
-    /// exhausts a card) is within the card; absent where there is no allocator replay.
+    /// exhausts a card) is within the card (a real card's reservable bytes: its reported
+    /// total less the CUDA context); absent where there is no allocator replay.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub simulated_reserved_fits: Option<bool>,
 }
 
+/// The deciding method's verdict on one card.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Decided {
+    /// bound x (1 + headroom) <= card, and the simulated reserved peak (where there is one)
+    /// within the card.
+    Fits,
+    /// The estimate fits the card, the bound does not.
+    Borderline,
+    /// The estimate exceeds the card, or the simulated reserved peak does.
+    DoesNotFit,
+    /// No verdict: the job is outside the range of the rows the only covering method was
+    /// fitted on (the phase floor alone exceeding the card is still "does not fit").
+    Refused,
+}
+
+impl Decided {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Decided::Fits => "fits",
+            Decided::Borderline => "borderline",
+            Decided::DoesNotFit => "does not fit",
+            Decided::Refused => "refused",
+        }
+    }
+}
+
+/// Which method gives the verdict, and why.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Decision {
+    pub method: Decider,
+    /// Why this method, in words (its record against the other's, or why the other does not
+    /// cover the job).
+    pub reason: String,
+    /// The method's estimate, never below the phase floor. In JSON: whole bytes, rounded up.
+    #[serde(serialize_with = "whole_bytes")]
+    pub estimate_bytes: f64,
+    /// max(bound floor, estimate x the method's own held-out q95), or, outside the fitted
+    /// range, the largest of the covering methods' bounds. In JSON: whole bytes, rounded up.
+    #[serde(serialize_with = "whole_bytes")]
+    pub bound_bytes: f64,
+    /// The method's own held-out q95 (measured / predicted).
+    pub q95: f64,
+    /// Each method's held-out record over the profile's rows (empty without a data folder).
+    pub records: Vec<MethodRecord>,
+    /// The profile's fitted range and what of the job lies outside it (absent without a data
+    /// folder or a fitted row).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub range: Option<RangeCheck>,
+    /// Outside the range, the bound is the larger of the covering methods' bounds.
+    pub bound_widened: bool,
+    /// Why there is no verdict (outside the range with one covering method).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refused: Option<String>,
+}
+
+/// A job against its profile's fitted range.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RangeCheck {
+    pub fitted: FitRange,
+    /// Empty: inside.
+    pub outside: Vec<OutOfRange>,
+}
+
+/// The cards a plan is checked against: the factors file's (or a regime's) and the real
+/// products ([`crate::cards`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Cards<'a> {
+    pub seed: &'a [Card],
+    pub real: &'a [RealCard],
+}
+
+impl Cards<'_> {
+    /// Every card as the verdicts use it (a real product at its usable bytes).
+    pub fn all(&self) -> Vec<Card> {
+        let real = self.real.iter().map(RealCard::card);
+        self.seed.iter().cloned().chain(real).collect()
+    }
+}
+
 /// The format tag of `memcal plan --json` (documented in `docs/hardening.md`).
-pub const PLAN_FORMAT: &str = "memcal-plan/1";
+pub const PLAN_FORMAT: &str = "memcal-plan/2";
 
 /// Everything `memcal plan` reports.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -225,7 +354,15 @@ pub struct Plan {
     /// In JSON: whole bytes, rounded up.
     #[serde(serialize_with = "whole_bytes")]
     pub bound_bytes: f64,
+    /// Which method gives the verdict, its estimate and bound, and why.
+    pub decision: Decision,
+    /// The verdict in one line: which method, estimate against the card, outside the range,
+    /// lifted to the floor.
+    pub why: String,
+    /// The seed cards, then the real products.
     pub cards: Vec<CardVerdict>,
+    /// Smallest card the deciding method fits.
+    pub smallest_card_verdict: Option<Card>,
     /// Smallest card the plan alone fits.
     pub smallest_card: Option<Card>,
     /// Smallest card the bound fits.
@@ -314,7 +451,8 @@ impl SimulatedPeak {
     }
 }
 
-/// Plans a graph at a batch and precision against the factors file's cards (or `cards`).
+/// Plans a graph at a batch and precision against `cards`, without a data folder (the
+/// six-factor plan decides, with the factors file's q95; no real cards).
 pub fn plan(
     graph: &Graph,
     batch: u64,
@@ -323,7 +461,11 @@ pub fn plan(
     cards: &[Card],
 ) -> Result<Plan, String> {
     let sim = crate::simulate::simulate_peak(graph, batch, precision);
-    plan_with_simulation(graph, batch, precision, factors, cards, &sim)
+    let cards = Cards {
+        seed: cards,
+        real: &[],
+    };
+    plan_with_simulation(graph, batch, precision, factors, cards, &sim, None)
 }
 
 /// Refuses a plan whose features do not fit in 64 bits (the features
@@ -345,14 +487,215 @@ pub fn check_features(graph: &Graph, plan: &Plan) -> Result<(), String> {
     Ok(())
 }
 
-/// [`plan`] with the simulation already run (so `plan --timeline` simulates once).
+/// The record line of a method: "missed 5 of 69 did-not-fit checks, median |error| 9.6% over
+/// 90 rows".
+fn record_text(r: &MethodRecord) -> String {
+    format!(
+        "missed {} of {} did-not-fit checks, median |error| {} over {} rows",
+        r.missed_oom,
+        r.did_not_fit_checks,
+        r.median_abs_rel_error
+            .map_or("n/a".to_string(), |m| format!("{:.1}%", m * 100.0)),
+        r.error_rows
+    )
+}
+
+/// What [`decide`] works from.
+struct Candidates<'a> {
+    precision: Precision,
+    evidence: Option<&'a Evidence>,
+    /// The six-factor plan's floored estimate, and the factors file's q95.
+    plan_estimate: f64,
+    file_q95: f64,
+    /// The simulator's floored allocated peak, or why it does not cover the job.
+    simulated: Result<f64, String>,
+    bound_floor: u64,
+    parameters: u64,
+    features: [u64; N_FEATURES],
+}
+
+/// Which method decides, its estimate and bound (see [`Decision`]).
+fn decide(c: &Candidates) -> Decision {
+    let profile = c.evidence.and_then(|e| e.profiles.get(&c.precision));
+    let record = |d: Decider| profile.and_then(|p| p.record(d));
+    let q95_of = |d: Decider| record(d).and_then(|r| r.q95);
+    let plan_q95 = q95_of(Decider::SixFactorPlan).unwrap_or(c.file_q95);
+    let plan_bound = bound(c.plan_estimate, plan_q95, c.bound_floor);
+    let sim = c.simulated.as_ref().ok().copied();
+    let sim_q95 = q95_of(Decider::Simulator);
+    let (method, reason) = match (&c.simulated, profile) {
+        (_, None) => (
+            Decider::SixFactorPlan,
+            "no held-out record (no data folder, or no rows of this profile): the six-factor plan decides with the factors file's q95".to_string(),
+        ),
+        (Err(why), Some(_)) => (
+            Decider::SixFactorPlan,
+            format!("the simulator does not cover this job ({why})"),
+        ),
+        (Ok(_), Some(pe)) => {
+            let (p, s) = (record(Decider::SixFactorPlan), record(Decider::Simulator));
+            match (p, s) {
+                (Some(p), Some(s)) if pe.preferred == Decider::Simulator => (
+                    Decider::Simulator,
+                    format!(
+                        "the simulator's held-out record on {} is better ({}) than the six-factor plan's held out by architecture ({})",
+                        c.precision, record_text(s), record_text(p)
+                    ),
+                ),
+                (Some(p), Some(s)) => (
+                    Decider::SixFactorPlan,
+                    format!(
+                        "the six-factor plan's record held out by architecture on {} ({}) is at least as good as the simulator's ({})",
+                        c.precision, record_text(p), record_text(s)
+                    ),
+                ),
+                _ => (
+                    Decider::SixFactorPlan,
+                    "the simulator has no record on this profile".to_string(),
+                ),
+            }
+        }
+    };
+    let (estimate, q95, own_bound) = match (method, sim, sim_q95) {
+        (Decider::Simulator, Some(e), Some(q)) => (e, q, bound(e, q, c.bound_floor)),
+        _ => (c.plan_estimate, plan_q95, plan_bound),
+    };
+    let range = profile.and_then(|p| p.range.as_ref()).map(|r| RangeCheck {
+        outside: r.outside(c.parameters, estimate, &c.features),
+        fitted: r.clone(),
+    });
+    let outside = range.as_ref().is_some_and(|r| !r.outside.is_empty());
+    let sim_bound = sim.zip(sim_q95).map(|(e, q)| bound(e, q, c.bound_floor));
+    let (bound_bytes, widened, refused) = match (outside, sim_bound) {
+        (false, _) => (own_bound, false, None),
+        (true, Some(sb)) => (sb.max(plan_bound), sb.max(plan_bound) > own_bound, None),
+        (true, None) => (
+            own_bound,
+            false,
+            Some("outside the range of the rows the six-factor plan was fitted on, and no other method covers the job".to_string()),
+        ),
+    };
+    Decision {
+        method,
+        reason,
+        estimate_bytes: estimate,
+        bound_bytes,
+        q95,
+        records: profile.map_or(Vec::new(), |p| p.records.clone()),
+        range,
+        bound_widened: widened,
+        refused,
+    }
+}
+
+/// The deciding method's verdict on a card of `card` bytes; `reserved` against `reservable`
+/// where the simulator replays the allocator.
+fn decided_verdict(
+    d: &Decision,
+    headroom: f64,
+    floor: u64,
+    card: u64,
+    reserved: Option<(u64, u64)>,
+) -> Decided {
+    if d.refused.is_some() {
+        return if floor as f64 * (1.0 + headroom) > card as f64 {
+            Decided::DoesNotFit
+        } else {
+            Decided::Refused
+        };
+    }
+    if reserved.is_some_and(|(r, room)| r > room) {
+        return Decided::DoesNotFit;
+    }
+    match bound_verdict(d.estimate_bytes, d.bound_bytes, headroom, card) {
+        Verdict::Fits => Decided::Fits,
+        Verdict::Borderline => Decided::Borderline,
+        Verdict::DoesNotFit => Decided::DoesNotFit,
+    }
+}
+
+/// The one-line explanation of a plan's verdict.
+fn why_line(p: &Plan, floor_lifts: bool) -> String {
+    let d = &p.decision;
+    let mut s = format!(
+        "{} decides: estimate {}, bound {} ({})",
+        d.method.label(),
+        gb(d.estimate_bytes),
+        gb(d.bound_bytes),
+        if d.bound_widened {
+            "the larger of both methods' bounds".to_string()
+        } else if d.bound_bytes > d.estimate_bytes * d.q95 {
+            "the bound floor".to_string()
+        } else {
+            format!("x{:.2}, its own held-out q95", d.q95)
+        }
+    );
+    if floor_lifts {
+        s.push_str("; the phase floor lifts the estimate (weights, gradients and AdamW states)");
+    }
+    if let Some(r) = &d.range {
+        let parts: Vec<String> = r
+            .outside
+            .iter()
+            .filter(|o| !o.what.starts_with("share"))
+            .map(|o| {
+                let side = if o.value > o.high { "above" } else { "below" };
+                format!("{} {:.1}x {side} the fitted rows'", o.what, o.by)
+            })
+            .collect();
+        let shares = r.outside.len() - parts.len();
+        let mut all = parts;
+        if shares > 0 {
+            all.push(format!(
+                "{shares} feature share{} beyond theirs",
+                if shares == 1 { "" } else { "s" }
+            ));
+        }
+        if !all.is_empty() {
+            s.push_str(&format!("; outside the fitted range: {}", all.join(", ")));
+        }
+    }
+    if let Some(why) = &d.refused {
+        s.push_str(&format!("; refused: {why}"));
+    }
+    match (&p.smallest_card_verdict, &p.shortfall) {
+        (Some(c), _) => s.push_str(&format!(
+            "; fits {} ({} usable)",
+            c.name,
+            gb(c.bytes as f64)
+        )),
+        (None, Some(sf)) => s.push_str(&format!(
+            "; fits no card: needs {}, the largest ({}) is {} short",
+            gb(sf.needed_bytes as f64),
+            sf.largest_card.name,
+            gb(sf.short_by_bytes as f64)
+        )),
+        (None, None) if p.cards.iter().any(|v| v.verdict == Decided::Borderline) => {
+            let c = p
+                .cards
+                .iter()
+                .filter(|v| v.verdict == Decided::Borderline)
+                .min_by_key(|v| v.card.bytes)
+                .map_or(String::new(), |v| v.card.name.clone());
+            s.push_str(&format!(
+                "; no card fits with the bound: borderline from {c} up (the estimate fits, the bound does not)"
+            ))
+        }
+        (None, None) => s.push_str("; no verdict on any card that holds the phase floor"),
+    }
+    s
+}
+
+/// [`plan`] with the simulation already run (so `plan --timeline` simulates once) and, from
+/// a data folder, the methods' held-out records, the fitted range and the real cards.
 pub fn plan_with_simulation(
     graph: &Graph,
     batch: u64,
     precision: Precision,
     factors: &FactorsFile,
-    cards: &[Card],
+    cards: Cards,
     sim: &Result<crate::simulate::Simulation, String>,
+    evidence: Option<&Evidence>,
 ) -> Result<Plan, String> {
     let f = factors.factors(precision).ok_or_else(|| {
         format!(
@@ -378,16 +721,70 @@ pub fn plan_with_simulation(
         .ok()
         .and_then(|s| s.reserved.as_ref())
         .map(|r| r.bytes);
-    let verdicts: Vec<CardVerdict> = cards
-        .iter()
-        .map(|c| CardVerdict {
-            card: c.clone(),
-            plan_fits: plan_fits(est, factors.headroom, c.bytes),
-            bound: bound_verdict(est, b, factors.headroom, c.bytes),
-            simulated_reserved_fits: reserved.map(|r| r <= c.bytes),
+    let decision = decide(&Candidates {
+        precision,
+        evidence,
+        plan_estimate: est,
+        file_q95: q95,
+        simulated: simulated
+            .as_ref()
+            .map(|s| (s.bytes as f64).max(floor.bytes as f64))
+            .map_err(Clone::clone),
+        bound_floor: factors.bound_floor_bytes,
+        parameters: graph.parameters(),
+        features: feats.as_array(),
+    });
+    let floor_lifts = match decision.method {
+        Decider::SixFactorPlan => (floor.bytes as f64) > linear,
+        Decider::Simulator => simulated.as_ref().is_ok_and(|s| s.bytes < floor.bytes),
+    };
+    let seed = cards.seed.iter().map(|c| (c.clone(), None));
+    let real = cards.real.iter().map(|r| (r.card(), Some(r.clone())));
+    let verdicts: Vec<CardVerdict> = seed
+        .chain(real)
+        .map(|(c, product)| {
+            let room = product.as_ref().map_or(c.bytes, |p| p.reservable_bytes);
+            CardVerdict {
+                verdict: decided_verdict(
+                    &decision,
+                    factors.headroom,
+                    floor.bytes,
+                    c.bytes,
+                    reserved.map(|r| (r, room)),
+                ),
+                plan_fits: plan_fits(est, factors.headroom, c.bytes),
+                bound: bound_verdict(est, b, factors.headroom, c.bytes),
+                simulated_reserved_fits: reserved.map(|r| r <= room),
+                card: c,
+                product,
+            }
         })
         .collect();
-    Ok(Plan {
+    // With real products, the smallest card named is a real one (the seed cards are there
+    // for comparison).
+    let real_only = verdicts.iter().any(|v| v.product.is_some());
+    let smallest = |keep: &dyn Fn(&CardVerdict) -> bool| {
+        verdicts
+            .iter()
+            .filter(|v| keep(v) && (v.product.is_some() || !real_only))
+            .min_by_key(|v| v.card.bytes)
+            .map(|v| v.card.clone())
+    };
+    let shortfall = if verdicts.iter().any(|v| v.verdict != Decided::DoesNotFit) {
+        None
+    } else {
+        verdicts.iter().max_by_key(|v| v.card.bytes).map(|v| {
+            let needed = (decision.estimate_bytes * (1.0 + factors.headroom)).ceil() as u64;
+            Shortfall {
+                largest_card: v.card.clone(),
+                needed_bytes: needed,
+                short_by_bytes: needed.saturating_sub(v.card.bytes),
+                floor_exceeds_card: floor.bytes as f64 * (1.0 + factors.headroom)
+                    > v.card.bytes as f64,
+            }
+        })
+    };
+    let mut p = Plan {
         format: PLAN_FORMAT,
         graph: graph.name.clone(),
         family: graph.family.clone(),
@@ -404,33 +801,19 @@ pub fn plan_with_simulation(
         headroom: factors.headroom,
         q95,
         bound_bytes: b,
-        smallest_card: verdicts
-            .iter()
-            .find(|v| v.plan_fits)
-            .map(|v| v.card.clone()),
-        smallest_card_bound: verdicts
-            .iter()
-            .find(|v| v.bound == Verdict::Fits)
-            .map(|v| v.card.clone()),
-        shortfall: if verdicts.iter().any(|v| v.plan_fits) {
-            None
-        } else {
-            cards.iter().max_by_key(|c| c.bytes).map(|c| {
-                let needed = (est * (1.0 + factors.headroom)).ceil() as u64;
-                Shortfall {
-                    largest_card: c.clone(),
-                    needed_bytes: needed,
-                    short_by_bytes: needed.saturating_sub(c.bytes),
-                    floor_exceeds_card: floor.bytes as f64 * (1.0 + factors.headroom)
-                        > c.bytes as f64,
-                }
-            })
-        },
+        smallest_card_verdict: smallest(&|v| v.verdict == Decided::Fits),
+        smallest_card: smallest(&|v| v.plan_fits),
+        smallest_card_bound: smallest(&|v| v.bound == Verdict::Fits),
+        decision,
+        why: String::new(),
+        shortfall,
         cards: verdicts,
         accelerate: baselines::accelerate(graph, precision),
         textbook: baselines::textbook(graph, batch),
         simulated,
-    })
+    };
+    p.why = why_line(&p, floor_lifts);
+    Ok(p)
 }
 
 #[cfg(test)]

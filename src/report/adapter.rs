@@ -689,6 +689,7 @@ fn nav(runs_pages: &[Link]) -> Vec<Link> {
         ("index.html#four-ways", "Four ways"),
         ("index.html#did-not-fit", "Did not fit"),
         ("index.html#upper-bound", "Upper bound"),
+        ("index.html#planning", "Planning a job"),
         ("index.html#how", "How"),
         ("index.html#out-of-sample", "Out of sample"),
         ("index.html#known-misses", "Known misses"),
@@ -1160,6 +1161,7 @@ pub fn from_calibration_paged<'a>(
             pages: page_links,
             downloads: downloads(),
         },
+        cards: None,
     };
     Site {
         counted_rows: cal.rows.len(),

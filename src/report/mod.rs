@@ -5,6 +5,7 @@
 //! inputs give byte-identical output. See `docs/site.md`.
 
 pub mod adapter;
+pub mod cards;
 pub mod charts;
 mod digits;
 mod download;
@@ -120,7 +121,17 @@ pub fn with_site_reporting<T>(
     }
     let mut prose = load_prose(data_dir, &families)?;
     prose.history = crate::review::audit_history(data_dir, &cal)?;
-    let site = from_calibration(&cal, &ds.factors, &prose);
+    let mut site = from_calibration(&cal, &ds.factors, &prose);
+    let evidence = crate::plan_evidence::evidence(&ds, &cal);
+    let graphs_dir = data_dir.join("graphs");
+    let graphs = if graphs_dir.is_dir() {
+        crate::graph::load_dir(&graphs_dir)?
+    } else {
+        Vec::new()
+    };
+    let lines = crate::plan_evidence::full_size_verdicts(&graphs, &ds.factors, &evidence, 1);
+    drop(graphs);
+    site.index.cards = Some(cards::view(&evidence, &lines));
     let out = f(&site);
     drop(site);
     // A million rows take a while to free (each row's names and lists): the data set and the

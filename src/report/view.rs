@@ -230,6 +230,9 @@ pub struct IndexPage {
     pub misses: Vec<MissGroup>,
     pub excluded: Table,
     pub all_runs: AllRunsView,
+    /// Planning a job: the real cards, which method decides, the fitted range (absent where the
+    /// view model was built without the data set, e.g. from a calibration alone).
+    pub cards: Option<super::cards::CardsView>,
 }
 
 /// A page of the runs table (all runs, or one family's when the table is split).
