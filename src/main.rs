@@ -251,8 +251,34 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             if seq == Some(0) {
                 return Err(memcal::Error::Invalid("--seq must be at least 1".into()).into());
             }
-            let g = Graph::load_at(&graph, seq)?;
-            let f = FactorsFile::load(&factors)?;
+            let data = data.or_else(|| {
+                let d = PathBuf::from("data");
+                d.join("factors.json").is_file().then_some(d)
+            });
+            // The data folder is calibrated on a second thread while the graph loads (for a
+            // large graph, each takes about as long as the other).
+            let (g, f, evidence) = std::thread::scope(|s| -> anyhow::Result<_> {
+                let evidence = s.spawn(|| -> memcal::Result<_> {
+                    match &data {
+                        Some(d) => {
+                            let ds = memcal::engine::load(d)?;
+                            Ok(Some(memcal::plan_evidence::evidence(
+                                &ds,
+                                &memcal::engine::calibrate(&ds),
+                            )))
+                        }
+                        None => Ok(None),
+                    }
+                });
+                let g = Graph::load_at(&graph, seq);
+                let f = FactorsFile::load(&factors);
+                let evidence = evidence.join().map_err(|_| {
+                    anyhow::anyhow!(
+                        "calibrating the data folder failed (a bug in memcal: please report it)"
+                    )
+                })?;
+                Ok((g?, f?, evidence?))
+            })?;
             let cards = match &regime {
                 None => f.cards.clone(),
                 Some(r) => f
@@ -267,20 +293,6 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     })?
                     .cards
                     .clone(),
-            };
-            let data = data.or_else(|| {
-                let d = PathBuf::from("data");
-                d.join("factors.json").is_file().then_some(d)
-            });
-            let evidence = match &data {
-                Some(d) => {
-                    let ds = memcal::engine::load(d)?;
-                    Some(memcal::plan_evidence::evidence(
-                        &ds,
-                        &memcal::engine::calibrate(&ds),
-                    ))
-                }
-                None => None,
             };
             let real: &[memcal::cards::RealCard] = match (&regime, &evidence) {
                 (None, Some(e)) => &e.real_cards,
