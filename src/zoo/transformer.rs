@@ -396,6 +396,22 @@ struct Decoder {
     ffn: Ffn,
 }
 
+impl Decoder {
+    /// Every layer with the same attention and feed-forward.
+    fn uniform(vocab: u64, t: u64, d: u64, layers: u64, attn: Attn, ffn: Ffn) -> Decoder {
+        Decoder {
+            vocab,
+            t,
+            d,
+            layers,
+            attn,
+            first_ffn: ffn,
+            dense_layers: 0,
+            ffn,
+        }
+    }
+}
+
 fn decoder(family: &str, variant: &str, template: &str, desc: String, c: Decoder) -> GraphFile {
     let mut b = start(family, variant, template, desc);
     let tokens = b.int_input("tokens", &[B, c.t], c.vocab);
@@ -655,20 +671,10 @@ pub(crate) mod sized {
         kv_heads: u64,
         ff: u64,
     ) -> GraphFile {
-        let ffn = Ffn::Dense(ff);
         let attn = Attn::Gqa { heads, kv_heads };
         super::llama(
             "full",
-            Decoder {
-                vocab,
-                t,
-                d,
-                layers,
-                attn,
-                first_ffn: ffn,
-                dense_layers: 0,
-                ffn,
-            },
+            Decoder::uniform(vocab, t, d, layers, attn, Ffn::Dense(ff)),
         )
     }
 
@@ -692,19 +698,7 @@ pub(crate) mod sized {
             shared: 0,
         };
         let attn = Attn::Gqa { heads, kv_heads };
-        super::mixtral(
-            "full",
-            Decoder {
-                vocab,
-                t,
-                d,
-                layers,
-                attn,
-                first_ffn: ffn,
-                dense_layers: 0,
-                ffn,
-            },
-        )
+        super::mixtral("full", Decoder::uniform(vocab, t, d, layers, attn, ffn))
     }
 }
 
