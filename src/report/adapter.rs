@@ -21,6 +21,8 @@ use crate::run::RunStatus;
 use crate::units;
 use std::collections::BTreeMap;
 
+mod headline;
+
 /// More rows than this and the runs table is split into one page per family, and each family
 /// into pages of at most this many rows.
 pub const RUNS_PER_PAGE_LIMIT: usize = 2000;
@@ -366,41 +368,6 @@ fn interval_cell(v: Option<f64>, i: Option<Interval>, n: u64, few: bool) -> Cell
         }
         None => opt_pct(None),
     }
-}
-
-/// The engine's numbers of one method, as one sentence.
-fn method_sentence(m: &MethodMetrics, threshold: u64) -> String {
-    let mut parts = Vec::new();
-    match (m.median_abs_rel_error, m.within_25pct) {
-        (Some(med), Some(within)) => parts.push(format!(
-            "median error {} over {} of at least {}, {} of them within ±25%",
-            fmt::pct_interval(med, m.median_interval, m.error_rows, m.few_runs),
-            fmt::plural(m.error_rows, "completed run"),
-            units::gb(threshold as f64),
-            fmt::pct_interval(within, m.within_25pct_interval, m.error_rows, false)
-        )),
-        _ => parts.push(format!(
-            "predicts {}, none a completed run of at least {}",
-            fmt::runs(m.rows),
-            units::gb(threshold as f64)
-        )),
-    }
-    parts.push(format!(
-        "called {} of {} did-not-fit checks \"fits\"{}",
-        fmt::count(m.missed_oom.len() as u64),
-        fmt::count(m.did_not_fit_checks),
-        m.missed_oom_share.map_or(String::new(), |x| format!(
-            " ({})",
-            fmt::pct_interval(x, m.missed_oom_interval, m.did_not_fit_checks, false)
-        ))
-    ));
-    parts.push(format!(
-        "on {} fit checks raised {} near the card and {} further below it",
-        fmt::count(m.fit_checks),
-        fmt::plural(m.false_alarm_edge.len() as u64, "false alarm"),
-        fmt::count(m.false_alarm_over.len() as u64),
-    ));
-    format!("{}.", parts.join("; "))
 }
 
 /// The measured value a chart draws: the peak, or the capacity an out-of-memory run failed on.
@@ -1136,7 +1103,7 @@ pub fn from_calibration_paged<'a>(
             excluded: ctx.block("excluded"),
             runs: ctx.block("runs"),
         },
-        headline: headline(&ctx),
+        headline: headline::headline(&ctx),
         scatter: scatter_refs,
         methods: methods_table(&ctx),
         methods_by_profile: methods_by_profile_table(&ctx),
@@ -1176,114 +1143,6 @@ pub fn from_calibration_paged<'a>(
             compact_download: split,
         },
     }
-}
-
-fn list_or_dash(v: &[String]) -> String {
-    if v.is_empty() {
-        "—".into()
-    } else {
-        v.join("; ")
-    }
-}
-
-fn headline(ctx: &Ctx) -> Headline {
-    let cal = ctx.cal;
-    let t = &cal.totals;
-    let facts = vec![
-        fact("Run rows read", fmt::count(t.inputs)),
-        fact("Fitted", fmt::count(t.fitted)),
-        fact("Held out by regime", fmt::count(t.held_out_regime)),
-        fact("After the fit", fmt::count(t.after_fit)),
-        fact("Not counted", fmt::count(t.excluded)),
-        fact(
-            "Architecture families",
-            fmt::count(ctx.families.len() as u64),
-        ),
-        fact("memcal version", cal.tool_version),
-        fact("Devices", list_or_dash(&cal.measured.devices)),
-        fact(
-            "Measured from",
-            cal.measured.first_run.clone().unwrap_or_else(|| "—".into()),
-        ),
-        fact(
-            "Measured until",
-            cal.measured.last_run.clone().unwrap_or_else(|| "—".into()),
-        ),
-        fact("Harness", list_or_dash(&cal.measured.harness_versions)),
-        fact("torch", list_or_dash(&cal.measured.torch_versions)),
-    ];
-    let regimes = ctx
-        .factors
-        .regimes
-        .iter()
-        .map(|(label, r)| RegimeLine {
-            label: label.clone(),
-            device: ctx.device(label).to_string(),
-            description: r.description.clone(),
-            rows: if ctx.cal.settings.training_regimes.contains(label) {
-                "a training regime (its rows are fitted)".to_string()
-            } else {
-                "held out (its rows are never fitted)".to_string()
-            },
-        })
-        .collect();
-    let cards = ctx
-        .factors
-        .cards
-        .iter()
-        .map(|c| {
-            format!(
-                "{}: {} bytes ({})",
-                c.name,
-                fmt::count(c.bytes),
-                units::gib(c.bytes as f64)
-            )
-        })
-        .collect();
-    let threshold = cal.settings.small_runs_threshold_bytes;
-    let methods = method_lines(&cal.methods, threshold, |_| true);
-    let with_rows: Vec<_> = cal
-        .fits
-        .iter()
-        .filter(|(_, pf)| !pf.methods.is_empty())
-        .collect();
-    let profiles = if with_rows.len() > 1 {
-        with_rows
-            .into_iter()
-            .map(|(p, pf)| ProfileLines {
-                profile: p.as_str().to_string(),
-                methods: method_lines(&pf.methods, threshold, Method::out_of_sample_plan),
-            })
-            .collect()
-    } else {
-        Vec::new()
-    };
-    Headline {
-        facts,
-        regimes,
-        cards,
-        methods,
-        profiles,
-        cpu_only: ctx.runs_label == "CPU runs",
-    }
-}
-
-/// A headline line for each method of `ms` that `keep` keeps, in method order.
-fn method_lines(
-    ms: &BTreeMap<Method, MethodMetrics>,
-    threshold: u64,
-    keep: impl Fn(Method) -> bool,
-) -> Vec<MethodLine> {
-    Method::ALL
-        .iter()
-        .filter(|m| keep(**m))
-        .filter_map(|m| {
-            Some(MethodLine {
-                method: method_name(*m).to_string(),
-                sentence: method_sentence(ms.get(m)?, threshold),
-            })
-        })
-        .collect()
 }
 
 fn methods_table(ctx: &Ctx) -> Table {
@@ -1733,7 +1592,10 @@ fn how(ctx: &Ctx) -> HowView {
         ]);
     }
     HowView {
-        formula: "estimate = Σ factorᵢ × featureᵢ over the six features; bound = max(floor, estimate × q95); the plan fits a card when estimate × (1 + headroom) ≤ card".into(),
+        formula: format!(
+            "estimate = Σ factorᵢ × featureᵢ over the {} features; bound = max(floor, estimate × q95); the plan fits a card when estimate × (1 + headroom) ≤ card",
+            fmt::number_word(crate::features::N_FEATURES)
+        ),
         factors,
         settings,
         fit,

@@ -22,6 +22,51 @@ pub fn pct(share: f64) -> String {
     format!("{:.1}%", share * 100.0)
 }
 
+/// The engine's band of "close" predictions as the page prints it: `±25%`, from
+/// [`WITHIN`](crate::engine::WITHIN).
+pub fn within_band() -> String {
+    format!("±{:.0}%", crate::engine::WITHIN * 100.0)
+}
+
+/// A small count in words (`six`), as prose says it; digits from twenty-one up.
+pub fn number_word(n: usize) -> String {
+    const WORDS: [&str; 21] = [
+        "zero",
+        "one",
+        "two",
+        "three",
+        "four",
+        "five",
+        "six",
+        "seven",
+        "eight",
+        "nine",
+        "ten",
+        "eleven",
+        "twelve",
+        "thirteen",
+        "fourteen",
+        "fifteen",
+        "sixteen",
+        "seventeen",
+        "eighteen",
+        "nineteen",
+        "twenty",
+    ];
+    WORDS
+        .get(n)
+        .map_or_else(|| count(n as u64), |w| w.to_string())
+}
+
+/// A list of values, or [`MISSING`] when it is empty.
+pub fn list(v: &[String], sep: &str) -> String {
+    if v.is_empty() {
+        MISSING.to_string()
+    } else {
+        v.join(sep)
+    }
+}
+
 /// A share as a sort key.
 pub fn pct_key(share: f64) -> String {
     format!("{:.6}", share)

@@ -112,43 +112,19 @@ pub struct PageMeta {
     pub nav: Vec<Link>,
 }
 
-/// One method's headline sentence, in parts the template joins.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct MethodLine {
-    pub method: String,
-    /// The engine's sentence of how close the method is.
-    pub sentence: String,
-}
-
-/// A regime as the headline lists it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct RegimeLine {
-    pub label: String,
-    /// `CPU` or `GPU`.
-    pub device: String,
-    pub description: String,
-    pub rows: String,
-}
-
 /// Section 1.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Headline {
     pub facts: Vec<Fact>,
-    pub regimes: Vec<RegimeLine>,
+    /// One table per precision profile (one device each): per method, the median |error|, the
+    /// missed did-not-fit checks and the share within the engine's band, over that profile's
+    /// rows alone; the verdict method's row is marked.
+    pub tables: Vec<Table>,
+    /// Each regime: its number-free description beside the facts its rows give.
+    pub regimes: Table,
     pub cards: Vec<String>,
-    pub methods: Vec<MethodLine>,
-    /// With more than one precision profile: the out-of-sample plan methods over each
-    /// profile's rows alone.
-    pub profiles: Vec<ProfileLines>,
     /// True when every measured row is from a CPU regime.
     pub cpu_only: bool,
-}
-
-/// One precision profile's headline lines.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct ProfileLines {
-    pub profile: String,
-    pub methods: Vec<MethodLine>,
 }
 
 /// Section 5.
