@@ -678,3 +678,37 @@ fn the_shipped_site_keeps_each_precision_profile_apart() {
     }
     assert!(index.contains("id=\"methods-by-profile\""));
 }
+
+#[test]
+fn the_shipped_site_spells_missing_one_way_and_sizes_once() {
+    // A missing value is `format::MISSING` on every page, never "n/a" or a lone "-"; a size
+    // is printed once with its unit (no "16 GB (16.00 GB (14.90 GiB))").
+    let site = Path::new(env!("CARGO_MANIFEST_DIR")).join("site");
+    let mut pages = 0;
+    for entry in std::fs::read_dir(&site).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().and_then(|e| e.to_str()) != Some("html") {
+            continue;
+        }
+        pages += 1;
+        let html = std::fs::read_to_string(&path).unwrap();
+        let name = path.display();
+        for bad in ["n/a", "N/A", ">-<", ">–<", "> - <"] {
+            assert!(
+                !html.contains(bad),
+                "{name} prints a missing value as {bad:?}"
+            );
+        }
+        for (i, _) in html.match_indices(" GB (") {
+            let rest = &html[i + " GB (".len()..];
+            let inner: String = rest.chars().take_while(|c| *c != ')').collect();
+            assert!(
+                !inner.contains("GB (") && !inner.contains("GiB ("),
+                "{name} prints a size twice: {:?}",
+                &html[i.saturating_sub(20)..(i + 40).min(html.len())]
+            );
+        }
+    }
+    assert!(pages > 3, "{pages} pages");
+    assert_eq!(memcal::report::format::MISSING, "—");
+}

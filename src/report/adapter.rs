@@ -295,7 +295,7 @@ fn fact(label: &str, value: impl Into<String>) -> Fact {
 fn opt_pct(v: Option<f64>) -> Cell {
     match v {
         Some(x) => Cell::num(fmt::pct(x), fmt::pct_key(x)),
-        None => Cell::num("—", ""),
+        None => Cell::num(fmt::MISSING, ""),
     }
 }
 
@@ -306,7 +306,7 @@ fn count_cell(n: u64) -> Cell {
 fn bytes_cell(b: Option<f64>) -> Cell {
     match b {
         Some(x) => Cell::num(fmt::bytes(x), fmt::bytes_key(x)),
-        None => Cell::num("—", ""),
+        None => Cell::num(fmt::MISSING, ""),
     }
 }
 
@@ -562,7 +562,11 @@ fn runs_row_html(ctx: &Ctx, r: &RowResult, with_family: bool, out: &mut String) 
             digits::push_gb(out, x);
             out.push_str("</td>");
         }
-        None => out.push_str("<td class=\"num\" data-sort=\"\">—</td>"),
+        None => {
+            out.push_str("<td class=\"num\" data-sort=\"\">");
+            out.push_str(fmt::MISSING);
+            out.push_str("</td>");
+        }
     };
     out.push_str("<tr><th scope=\"row\">");
     esc(out, &r.run_id);
@@ -1233,7 +1237,7 @@ fn did_not_fit_table(ctx: &Ctx) -> Table {
         "No run has failed to fit a card yet.",
     );
     let verdict_cell = |v: Option<Verdict>| match v {
-        None => Cell::text("—"),
+        None => Cell::text(fmt::MISSING),
         Some(Verdict::Fits) => Cell::text(verdict_name(Verdict::Fits)).class("bad"),
         Some(Verdict::Borderline) => Cell::text(verdict_name(Verdict::Borderline)).class("warn"),
         Some(Verdict::DoesNotFit) => Cell::text(verdict_name(Verdict::DoesNotFit)).class("good"),
@@ -1277,7 +1281,7 @@ fn did_not_fit_table(ctx: &Ctx) -> Table {
             ];
             for m in Method::ALL {
                 row.push(match c.fits.get(&m) {
-                    None => Cell::text("—"),
+                    None => Cell::text(fmt::MISSING),
                     Some(true) => Cell::text("fits").class("bad"),
                     Some(false) => Cell::text("does not fit").class("good"),
                 });
@@ -1482,7 +1486,7 @@ fn how(ctx: &Ctx) -> HowView {
             "the factors in data/factors.json as fixed",
         ),
         ("not counted", t.excluded, "nothing (see Not counted)"),
-        ("all rows read", t.inputs, "—"),
+        ("all rows read", t.inputs, fmt::MISSING),
     ] {
         splits
             .rows
@@ -1580,7 +1584,11 @@ fn how(ctx: &Ctx) -> HowView {
                 count_cell(o.oom_runs),
                 o.solver_status.clone(),
             ),
-            None => (Cell::num("—", ""), Cell::num("—", ""), "—".to_string()),
+            None => (
+                Cell::num(fmt::MISSING, ""),
+                Cell::num(fmt::MISSING, ""),
+                fmt::MISSING.to_string(),
+            ),
         };
         refit_table.rows.push(vec![
             Cell::text(p),

@@ -29,7 +29,7 @@ pub struct Cell {
     pub sort: String,
     /// Optional link target.
     pub href: Option<String>,
-    /// A CSS class name from a fixed set (`good`, `bad`, `warn`), if any.
+    /// A CSS class name from a fixed set (`good`, `bad`, `warn`, `verdict`), if any.
     pub class: Option<String>,
 }
 
@@ -120,6 +120,8 @@ pub struct Headline {
     /// missed did-not-fit checks and the share within the engine's band, over that profile's
     /// rows alone; the verdict method's row is marked.
     pub tables: Vec<Table>,
+    /// What the tables' columns count and which row is the verdict method.
+    pub note: String,
     /// Each regime: its number-free description beside the facts its rows give.
     pub regimes: Table,
     pub cards: Vec<String>,

@@ -73,7 +73,6 @@ fn missed_cell(m: &MethodMetrics) -> Cell {
 
 /// One profile's headline table.
 fn profile_table(
-    ctx: &Ctx,
     profile: &str,
     title: &str,
     devices: &str,
@@ -82,10 +81,7 @@ fn profile_table(
     let band = fmt::within_band();
     let mut t = table(
         &format!("headline-{profile}"),
-        &format!(
-            "{title} ({devices}): each method over this profile's rows alone, the verdict method (what memcal plan answers) first; the error over completed runs of at least {}",
-            units::gb(ctx.cal.settings.small_runs_threshold_bytes as f64)
-        ),
+        &format!("{title} ({devices}): each method over this profile's rows alone"),
         vec![
             col("Method", false),
             col("Median |error|", true),
@@ -141,7 +137,7 @@ fn headline_tables(ctx: &Ctx) -> Vec<Table> {
                 .iter()
                 .filter_map(|m| Some((*m, pf.methods.get(m)?)))
                 .collect();
-            profile_table(ctx, p.as_str(), &title, &names, &ms)
+            profile_table(p.as_str(), &title, &names, &ms)
         })
         .collect()
 }
@@ -294,7 +290,13 @@ pub(super) fn headline(ctx: &Ctx) -> Headline {
             )
         })
         .collect();
+    let note = format!(
+        "The verdict method, marked ▶, is the one whose \"fits\" memcal plan prints. Median |error| and the share within {} are over completed runs of at least {}; a did-not-fit check is a card a run did not fit, and calling it \"fits\" is the expensive mistake.",
+        fmt::within_band(),
+        units::gb(cal.settings.small_runs_threshold_bytes as f64)
+    );
     Headline {
+        note,
         facts,
         tables: headline_tables(ctx),
         regimes: regimes_table(ctx),
