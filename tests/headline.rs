@@ -138,8 +138,9 @@ fn check_share(cell: &str, share: &Value, interval: &Value, n: u64, few: bool, w
         );
         return;
     }
+    let confidence = format!("{:.0}%: ", memcal::engine::intervals::CONFIDENCE * 100.0);
     let inner = inner
-        .strip_prefix("95%: ")
+        .strip_prefix(confidence.as_str())
         .unwrap_or_else(|| panic!("{what}: {cell:?}"));
     let inner = match inner.strip_suffix("; few runs") {
         Some(i) => {

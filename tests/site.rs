@@ -69,7 +69,7 @@ fn every_chart_is_present_and_drawn() {
         "plan-held-out-architecture",
         "plan-as-shipped",
     ] {
-        let rel = format!("charts/scatter-{m}.svg");
+        let rel = format!("charts/scatter-{m}-fp32.svg");
         assert!(
             index.contains(&format!("src=\"{rel}\"")),
             "index shows {rel}"
@@ -102,7 +102,7 @@ fn every_chart_is_present_and_drawn() {
         );
     }
     // Out-of-memory runs are drawn as crosses (paths), not dots.
-    let plan = read(out.path(), "charts/scatter-plan-as-shipped.svg");
+    let plan = read(out.path(), "charts/scatter-plan-as-shipped-fp32.svg");
     assert!(plan.contains("out of memory"));
 }
 
@@ -126,7 +126,7 @@ fn names_from_data_are_escaped() {
         runs.contains("&#60;script&#62;") || runs.contains("&lt;script&gt;"),
         "the graph `<script>` shows as text"
     );
-    let svg = read(out.path(), "charts/scatter-plan-as-shipped.svg");
+    let svg = read(out.path(), "charts/scatter-plan-as-shipped-fp32.svg");
     assert!(!svg.contains("<script"));
 }
 
@@ -675,6 +675,21 @@ fn the_shipped_site_keeps_each_precision_profile_apart() {
             .is_ok(),
             "the bound's chart of {p}"
         );
+        // One scatter per profile and method, each drawing only that profile's device.
+        let scatter = read(
+            out.path(),
+            &format!("charts/scatter-plan-as-shipped-{p}.svg"),
+        );
+        let (own, other) = if p == "fp32" {
+            ("CPU", "GPU")
+        } else {
+            ("GPU", "CPU")
+        };
+        assert!(
+            scatter.contains(&format!("{own} {p} runs")),
+            "{p}'s scatter"
+        );
+        assert!(!scatter.contains(&format!("{other} run")), "{p}'s scatter");
     }
     assert!(index.contains("id=\"methods-by-profile\""));
 }

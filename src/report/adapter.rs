@@ -318,7 +318,7 @@ fn metrics_columns(first: &str) -> Vec<Column> {
         col("Rows in the error", true),
         col("Median |error|", true),
         col("Max |error|", true),
-        col("Within ±25%", true),
+        col(&format!("Within {}", fmt::within_band()), true),
         col("Did-not-fit checks", true),
         col("Missed (called fits)", true),
         col("Fit checks", true),
@@ -768,20 +768,38 @@ pub fn from_calibration_paged<'a>(
     let top_charts = || {
         let mut charts = Vec::new();
         let mut scatter_refs = Vec::new();
-        if !cal.rows.is_empty() {
+        // One chart per precision profile (each measured on its own device) and method.
+        for (p, pf) in &cal.fits {
+            if pf.methods.is_empty() {
+                continue;
+            }
+            let devices = cal
+                .measured
+                .devices_by_profile
+                .get(p)
+                .cloned()
+                .unwrap_or_default();
+            let (profile_title, _) = headline::profile_title(&devices, p.as_str());
+            let mut group = ChartGroup {
+                heading: profile_title.clone(),
+                charts: Vec::new(),
+            };
             for m in SCATTER_METHODS {
                 let (c, total) = scatter(
                     &ctx,
                     m,
-                    format!("scatter-{}.svg", m.as_str()),
-                    format!("{}: {}", method_name(m), ctx.runs_label),
-                    cal.rows.iter(),
+                    format!("scatter-{}-{}.svg", m.as_str(), p.as_str()),
+                    format!("{}: {profile_title} runs", method_name(m)),
+                    cal.rows.iter().filter(|r| r.precision == *p),
                 );
                 if c.points.is_empty() {
                     continue;
                 }
-                scatter_refs.push(chart_ref(&c, total, method_name(m)));
+                group.charts.push(chart_ref(&c, total, method_name(m)));
                 charts.push(Chart::Scatter(c));
+            }
+            if !group.charts.is_empty() {
+                scatter_refs.push(group);
             }
         }
         (charts, scatter_refs)
@@ -945,7 +963,10 @@ pub fn from_calibration_paged<'a>(
                         })),
                     ));
                     facts.push(fact(
-                        &format!("Held-out-by-architecture within ±25%{suffix}"),
+                        &format!(
+                            "Held-out-by-architecture within {}{suffix}",
+                            fmt::within_band()
+                        ),
                         fmt::or_dash(m.within_25pct.map(|x| {
                             fmt::pct_interval(x, m.within_25pct_interval, m.error_rows, false)
                         })),

@@ -150,8 +150,9 @@ pub fn slug(name: &str) -> String {
 pub fn pct_interval(share: f64, interval: Option<Interval>, n: u64, few: bool) -> String {
     match interval {
         Some(i) => format!(
-            "{} (95%: {}–{}{})",
+            "{} ({}: {}–{}{})",
             pct(share),
+            confidence(),
             pct_bare(i.low),
             pct(i.high),
             if few { "; few runs" } else { "" }
@@ -163,9 +164,21 @@ pub fn pct_interval(share: f64, interval: Option<Interval>, n: u64, few: bool) -
 /// A ratio with its 95% interval: `1.211 (95%: 1.17–1.31)`.
 pub fn ratio_interval(r: f64, interval: Option<Interval>, n: u64) -> String {
     match interval {
-        Some(i) => format!("{} (95%: {}–{})", ratio(r), ratio(i.low), ratio(i.high)),
+        Some(i) => format!(
+            "{} ({}: {}–{})",
+            ratio(r),
+            confidence(),
+            ratio(i.low),
+            ratio(i.high)
+        ),
         None => format!("{} ({}: no interval)", ratio(r), plural(n, "ratio")),
     }
+}
+
+/// The intervals' confidence, `95%`, from
+/// [`CONFIDENCE`](crate::engine::intervals::CONFIDENCE).
+fn confidence() -> String {
+    format!("{:.0}%", crate::engine::intervals::CONFIDENCE * 100.0)
 }
 
 /// A percentage without its sign: `8.2`.

@@ -89,11 +89,18 @@ pub struct Table {
 /// A chart as a page shows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ChartRef {
-    /// Path relative to the page, e.g. `charts/scatter-plan-shipped.svg`.
+    /// Path relative to the page, e.g. `charts/scatter-plan-as-shipped-fp32.svg`.
     pub src: String,
     /// Text alternative (what the chart shows, in words).
     pub alt: String,
     pub caption: String,
+}
+
+/// Charts under a heading.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ChartGroup {
+    pub heading: String,
+    pub charts: Vec<ChartRef>,
 }
 
 /// A label and a value.
@@ -195,7 +202,8 @@ pub struct IndexPage {
     pub empty_text: String,
     pub prose: Prose,
     pub headline: Headline,
-    pub scatter: Vec<ChartRef>,
+    /// The scatter charts, one group per precision profile (one device each).
+    pub scatter: Vec<ChartGroup>,
     pub methods: Table,
     /// The methods over each precision profile's rows alone.
     pub methods_by_profile: Table,

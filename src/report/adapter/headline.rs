@@ -30,7 +30,7 @@ fn kind_label(kind: &str) -> &str {
 }
 
 /// `CPU fp32` and the device names, from the profile's rows (`cpu: Intel(R) Xeon(R)`).
-fn profile_title(devices: &[String], profile: &str) -> (String, String) {
+pub(super) fn profile_title(devices: &[String], profile: &str) -> (String, String) {
     let mut kinds: Vec<&str> = Vec::new();
     let mut names: Vec<String> = Vec::new();
     for d in devices {
