@@ -41,10 +41,12 @@ pub(super) fn profile_title(devices: &[String], profile: &str) -> (String, Strin
         }
         names.push(name.to_string());
     }
-    (
-        format!("{} {profile}", kinds.join(" and ")),
-        fmt::list(&names, "; "),
-    )
+    let title = if kinds.is_empty() {
+        profile.to_string()
+    } else {
+        format!("{} {profile}", kinds.join(" and "))
+    };
+    (title, fmt::list(&names, "; "))
 }
 
 /// `8 of 325; 2.5% (95%: 1.2–4.8%)`, marked bad when any was missed.
