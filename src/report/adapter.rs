@@ -441,6 +441,30 @@ fn sample_note(drawn: usize, total: usize) -> String {
     }
 }
 
+/// The caps the chart's out-of-memory crosses sit at, in GB with their GiB: the axes are in
+/// GB and the caps were set in GiB. Empty when no run ran out of memory.
+fn caps_note(c: &ScatterChart) -> String {
+    let caps: std::collections::BTreeSet<u64> = c
+        .points
+        .iter()
+        .filter(|p| p.oom)
+        .map(|p| p.measured_bytes as u64)
+        .collect();
+    if caps.is_empty() {
+        return String::new();
+    }
+    let caps: Vec<String> = caps.iter().map(|&b| units::both(b as f64)).collect();
+    format!(
+        "; out-of-memory crosses at {} {}",
+        if caps.len() == 1 {
+            "the cap"
+        } else {
+            "the caps"
+        },
+        caps.join(", ")
+    )
+}
+
 fn chart_ref(c: &ScatterChart, total: usize, what: &str) -> ChartRef {
     ChartRef {
         src: format!("charts/{}", c.file),
@@ -455,7 +479,7 @@ fn chart_ref(c: &ScatterChart, total: usize, what: &str) -> ChartRef {
             },
             crate::engine::WITHIN * 100.0
         ),
-        caption: c.title.clone(),
+        caption: format!("{}; axes in GB{}", c.title, caps_note(c)),
     }
 }
 
