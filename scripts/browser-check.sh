@@ -4,7 +4,11 @@
 #   - index.html, runs.html (the sorting script) and every family page load without console
 #     errors;
 #   - every chart the index references is in the rendered DOM and its SVG file is non-empty;
-#   - a screenshot of index.html is written to OUT_PNG (1280x2000).
+#   - every page, at 1280 px and at 390 px wide, is no wider than its viewport (tables scroll in
+#     their own container), and every chart it shows has plotted marks inside its axes
+#     (scripts/browser-layout.html measures both in the browser);
+#   - a screenshot of index.html is written to OUT_PNG (1280x2000), and one of every page at
+#     1280 px and 390 px to OUT_PNG's folder, `<OUT_PNG name>-<page>-<width>.png`.
 # Usage: scripts/browser-check.sh SITE_DIR OUT_PNG
 # Installs Debian's chromium if it is missing (needs root and the Debian mirror).
 set -euo pipefail
@@ -35,6 +39,7 @@ run_chromium() {
 fail=0
 pages=(index.html)
 [ -f "$site/runs.html" ] && pages+=(runs.html)
+[ -f "$site/history.html" ] && pages+=(history.html)
 for p in "$site"/runs-*.html "$site"/family-*.html; do
     [ -f "$p" ] && pages+=("$(basename "$p")")
 done
@@ -94,8 +99,39 @@ if [ ! -s "$out_png" ]; then
     fail=1
 fi
 
+# Layout and charts, page by page, at both widths; and the screenshots.
+layout="$(cd "$(dirname "$0")" && pwd)/browser-layout.html"
+shots=$(dirname "$out_png")/$(basename "$out_png" .png)
+checked=0
+for page in "${pages[@]}"; do
+    res="$work/${page%.html}.layout.txt"
+    run_chromium --allow-file-access-from-files --virtual-time-budget=10000 \
+        --dump-dom "file://$layout?page=file://$site/$page" 2>/dev/null |
+        sed -n '/<pre id="result">/,/<\/pre>/p' >"$res" || true
+    if ! grep -q "^DONE</pre>" "$res"; then
+        echo "browser-check: $page: the layout check did not finish" >&2
+        fail=1
+        continue
+    fi
+    if grep -q "FAIL" "$res"; then
+        echo "browser-check: $page:" >&2
+        grep -E "FAIL|first too wide" "$res" | sed 's/^/  /' >&2
+        fail=1
+    fi
+    for size in 1280,2000 390,2400; do
+        png="$shots-${page%.html}-${size%,*}.png"
+        run_chromium --hide-scrollbars --window-size="$size" --screenshot="$png" \
+            "file://$site/$page" >"$work/shot.log" 2>&1 || true
+        if [ ! -s "$png" ]; then
+            echo "browser-check: $page: no screenshot at ${size%,*} px" >&2
+            fail=1
+        fi
+    done
+    checked=$((checked + 1))
+done
+
 if [ "$fail" -ne 0 ]; then
     echo "browser-check: FAILED" >&2
     exit 1
 fi
-echo "browser-check: ok: ${#pages[@]} pages without console errors, $n charts in the index DOM, screenshot $out_png"
+echo "browser-check: ok: ${#pages[@]} pages without console errors, $n charts in the index DOM, $checked pages within 1280 and 390 px with no empty chart, screenshots $out_png and $shots-*.png"

@@ -69,7 +69,7 @@ fn every_chart_is_present_and_drawn() {
         "plan-held-out-architecture",
         "plan-as-shipped",
     ] {
-        let rel = format!("charts/scatter-{m}.svg");
+        let rel = format!("charts/scatter-{m}-fp32.svg");
         assert!(
             index.contains(&format!("src=\"{rel}\"")),
             "index shows {rel}"
@@ -102,7 +102,7 @@ fn every_chart_is_present_and_drawn() {
         );
     }
     // Out-of-memory runs are drawn as crosses (paths), not dots.
-    let plan = read(out.path(), "charts/scatter-plan-as-shipped.svg");
+    let plan = read(out.path(), "charts/scatter-plan-as-shipped-fp32.svg");
     assert!(plan.contains("out of memory"));
 }
 
@@ -126,7 +126,7 @@ fn names_from_data_are_escaped() {
         runs.contains("&#60;script&#62;") || runs.contains("&lt;script&gt;"),
         "the graph `<script>` shows as text"
     );
-    let svg = read(out.path(), "charts/scatter-plan-as-shipped.svg");
+    let svg = read(out.path(), "charts/scatter-plan-as-shipped-fp32.svg");
     assert!(!svg.contains("<script"));
 }
 
@@ -315,17 +315,104 @@ fn snapshot_of_the_index_main() {
     insta::assert_snapshot!("index_main", redact(main_of(&index)));
 }
 
+/// Words that say a number. "one" is not among them: prose uses it as a pronoun and an article
+/// ("one chart per method"), never as a count the data could change.
+const NUMBER_WORDS: [&str; 41] = [
+    "zero",
+    "two",
+    "three",
+    "four",
+    "five",
+    "six",
+    "seven",
+    "eight",
+    "nine",
+    "ten",
+    "eleven",
+    "twelve",
+    "thirteen",
+    "fourteen",
+    "fifteen",
+    "sixteen",
+    "seventeen",
+    "eighteen",
+    "nineteen",
+    "twenty",
+    "thirty",
+    "forty",
+    "fifty",
+    "sixty",
+    "seventy",
+    "eighty",
+    "ninety",
+    "hundred",
+    "thousand",
+    "million",
+    "billion",
+    "half",
+    "halves",
+    "quarter",
+    "quarters",
+    "third",
+    "thirds",
+    "dozen",
+    "twice",
+    "thrice",
+    "percent",
+];
+
+/// Why `text` types a number, if it does: a digit, or a number word (after the placeholders
+/// that stand for the engine's constants are taken out).
+fn typed_number(text: &str) -> Option<String> {
+    let mut t = text.to_string();
+    for p in memcal::report::markdown::PLACEHOLDERS {
+        t = t.replace(p, " ");
+    }
+    if let Some(c) = t.chars().find(|c| c.is_ascii_digit()) {
+        return Some(format!("the digit {c}"));
+    }
+    if let Some(i) = t.find('{') {
+        return Some(format!("an unknown placeholder at {:?}", &t[i..]));
+    }
+    t.to_lowercase()
+        .split(|c: char| !c.is_alphabetic())
+        .find(|w| NUMBER_WORDS.contains(w))
+        .map(|w| format!("the number word {w:?}"))
+}
+
+#[test]
+fn the_number_check_catches_number_words() {
+    assert_eq!(typed_number("within {within}, {features} features"), None);
+    for typed in [
+        "three or more batches",
+        "within a quarter",
+        "Six features",
+        "uncapped (139.8 GiB)",
+        "a {nope} placeholder",
+    ] {
+        assert!(typed_number(typed).is_some(), "{typed}");
+    }
+}
+
 #[test]
 fn prose_carries_no_numbers_and_no_markup() {
-    // Numbers on a page come from the view model; prose under data/prose/ types none.
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/prose");
+    // Numbers on a page come from the view model or the engine's constants; prose under
+    // data/prose/ and the regimes' descriptions in data/factors.json type none, in digits or
+    // in words.
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = repo.join("data/prose");
     for entry in walk(&dir) {
         let text = std::fs::read_to_string(&entry).unwrap();
-        assert!(
-            !text.chars().any(|c| c.is_ascii_digit()),
-            "{} types a number",
-            entry.display()
-        );
+        if let Some(why) = typed_number(&text) {
+            panic!("{} types a number: {why}", entry.display());
+        }
+    }
+    let factors = memcal::factors::FactorsFile::load(&repo.join("data/factors.json")).unwrap();
+    assert!(!factors.regimes.is_empty());
+    for (name, r) in &factors.regimes {
+        if let Some(why) = typed_number(&r.description) {
+            panic!("regime {name}'s description types a number: {why}");
+        }
     }
     // Raw HTML in prose is shown as text, and a family's note reaches its page.
     let (out, _) = built();
@@ -577,10 +664,8 @@ fn the_shipped_site_keeps_each_precision_profile_apart() {
     let index = read(out.path(), "index.html");
     for p in ["fp32", "bf16-autocast"] {
         assert!(
-            index.contains(&format!(
-                "The plan out of sample, <code>{p}</code> rows only"
-            )),
-            "headline lines of {p}"
+            index.contains(&format!("<table id=\"headline-{p}\"")),
+            "the headline table of {p}"
         );
         assert!(
             std::fs::metadata(
@@ -590,6 +675,55 @@ fn the_shipped_site_keeps_each_precision_profile_apart() {
             .is_ok(),
             "the bound's chart of {p}"
         );
+        // One scatter per profile and method, each drawing only that profile's device.
+        let scatter = read(
+            out.path(),
+            &format!("charts/scatter-plan-as-shipped-{p}.svg"),
+        );
+        let (own, other) = if p == "fp32" {
+            ("CPU", "GPU")
+        } else {
+            ("GPU", "CPU")
+        };
+        assert!(
+            scatter.contains(&format!("{own} {p} runs")),
+            "{p}'s scatter"
+        );
+        assert!(!scatter.contains(&format!("{other} run")), "{p}'s scatter");
     }
     assert!(index.contains("id=\"methods-by-profile\""));
+}
+
+#[test]
+fn the_shipped_site_spells_missing_one_way_and_sizes_once() {
+    // A missing value is `format::MISSING` on every page, never "n/a" or a lone "-"; a size
+    // is printed once with its unit (no "16 GB (16.00 GB (14.90 GiB))").
+    let site = Path::new(env!("CARGO_MANIFEST_DIR")).join("site");
+    let mut pages = 0;
+    for entry in std::fs::read_dir(&site).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().and_then(|e| e.to_str()) != Some("html") {
+            continue;
+        }
+        pages += 1;
+        let html = std::fs::read_to_string(&path).unwrap();
+        let name = path.display();
+        for bad in ["n/a", "N/A", ">-<", ">–<", "> - <"] {
+            assert!(
+                !html.contains(bad),
+                "{name} prints a missing value as {bad:?}"
+            );
+        }
+        for (i, _) in html.match_indices(" GB (") {
+            let rest = &html[i + " GB (".len()..];
+            let inner: String = rest.chars().take_while(|c| *c != ')').collect();
+            assert!(
+                !inner.contains("GB (") && !inner.contains("GiB ("),
+                "{name} prints a size twice: {:?}",
+                &html[i.saturating_sub(20)..(i + 40).min(html.len())]
+            );
+        }
+    }
+    assert!(pages > 3, "{pages} pages");
+    assert_eq!(memcal::report::format::MISSING, "—");
 }

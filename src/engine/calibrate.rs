@@ -132,6 +132,10 @@ impl Method {
         Method::Simulated,
     ];
 
+    /// The method whose card verdict `memcal plan` prints ("fits" iff estimate x (1 + headroom)
+    /// <= card): the plan with the factors exactly as shipped.
+    pub const VERDICT: Method = Method::PlanAsShipped;
+
     pub fn as_str(self) -> &'static str {
         match self {
             Method::Accelerate => "accelerate",
@@ -494,6 +498,84 @@ pub struct Measured {
     pub last_run: Option<String>,
     pub harness_versions: Vec<String>,
     pub torch_versions: Vec<String>,
+    /// Per precision profile, the devices of its rows (`<kind>: <name>`, sorted, distinct): the
+    /// profiles are measured on different devices, and the page names each profile's.
+    pub devices_by_profile: BTreeMap<Precision, Vec<String>>,
+    /// Per regime, what its rows say about how it was measured (the page shows these beside the
+    /// regime's number-free description).
+    pub regimes: BTreeMap<String, RegimeRows>,
+}
+
+/// A regime's rows, apart: those measured with it and those marked `after-fit` (measured later,
+/// to test the fixed factors).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Default)]
+pub struct RegimeRows {
+    pub measured: RegimeFacts,
+    pub after_fit: RegimeFacts,
+}
+
+/// The facts of one regime, over every row read under it: computed, never typed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Default)]
+pub struct RegimeFacts {
+    /// Row files read.
+    pub rows: u64,
+    /// Of those, completed runs and out-of-memory runs.
+    pub completed: u64,
+    pub oom: u64,
+    /// Distinct graphs measured.
+    pub graphs: u64,
+    /// Distinct batches per graph: the fewest, the most, and the graphs with only one.
+    pub min_batches_per_graph: u64,
+    pub max_batches_per_graph: u64,
+    pub graphs_with_one_batch: u64,
+    /// The devices (`<kind>: <name>`), their own capacities, and the emulated capacities the
+    /// capped rows ran under (empty: no row was capped), each sorted and distinct.
+    pub devices: Vec<String>,
+    pub device_capacities_bytes: Vec<u64>,
+    pub caps_bytes: Vec<u64>,
+    /// Rows run uncapped (at the device's capacity).
+    pub uncapped_rows: u64,
+    pub precisions: Vec<Precision>,
+}
+
+impl RegimeFacts {
+    fn of<'a>(rows: impl Iterator<Item = &'a super::Row>) -> RegimeFacts {
+        let mut f = RegimeFacts::default();
+        let mut batches: BTreeMap<&str, BTreeSet<u64>> = BTreeMap::new();
+        let (mut devices, mut device_caps, mut caps, mut precisions) = (
+            BTreeSet::new(),
+            BTreeSet::new(),
+            BTreeSet::new(),
+            BTreeSet::new(),
+        );
+        for r in rows {
+            f.rows += 1;
+            match r.status {
+                RunStatus::Completed => f.completed += 1,
+                RunStatus::Oom => f.oom += 1,
+                _ => {}
+            }
+            batches.entry(r.graph.as_str()).or_default().insert(r.batch);
+            devices.insert(format!("{}: {}", r.device_kind.as_str(), r.device.as_str()));
+            device_caps.insert(r.device_capacity_bytes);
+            if r.capped {
+                caps.insert(r.capacity_bytes);
+            } else {
+                f.uncapped_rows += 1;
+            }
+            precisions.insert(r.precision);
+        }
+        let counts = || batches.values().map(|b| b.len() as u64);
+        f.graphs = batches.len() as u64;
+        f.min_batches_per_graph = counts().min().unwrap_or(0);
+        f.max_batches_per_graph = counts().max().unwrap_or(0);
+        f.graphs_with_one_batch = counts().filter(|&n| n == 1).count() as u64;
+        f.devices = devices.into_iter().collect();
+        f.device_capacities_bytes = device_caps.into_iter().collect();
+        f.caps_bytes = caps.into_iter().collect();
+        f.precisions = precisions.into_iter().collect();
+        f
+    }
 }
 
 impl Measured {
@@ -509,7 +591,30 @@ impl Measured {
             .into_iter()
             .map(|(k, d)| format!("{k}: {d}"))
             .collect();
+        let mut by_profile: BTreeMap<Precision, BTreeSet<(&str, &str)>> = BTreeMap::new();
+        let mut by_regime: BTreeMap<&str, [Vec<&super::Row>; 2]> = BTreeMap::new();
+        for r in rows {
+            by_profile
+                .entry(r.precision)
+                .or_default()
+                .insert((r.device_kind.as_str(), r.device.as_str()));
+            by_regime.entry(r.regime.as_str()).or_default()[usize::from(r.after_fit)].push(r);
+        }
         Measured {
+            devices_by_profile: by_profile
+                .into_iter()
+                .map(|(p, d)| (p, d.iter().map(|(k, n)| format!("{k}: {n}")).collect()))
+                .collect(),
+            regimes: by_regime
+                .into_iter()
+                .map(|(g, [before, after])| {
+                    let rows = RegimeRows {
+                        measured: RegimeFacts::of(before.into_iter()),
+                        after_fit: RegimeFacts::of(after.into_iter()),
+                    };
+                    (g.to_string(), rows)
+                })
+                .collect(),
             devices: devices.into_iter().collect(),
             first_run: rows
                 .iter()

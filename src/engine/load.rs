@@ -604,6 +604,8 @@ fn join<'g>(
             .device
             .emulated_capacity_bytes
             .unwrap_or(row.device.capacity_bytes),
+        device_capacity_bytes: row.device.capacity_bytes,
+        capped: row.device.emulated_capacity_bytes.is_some(),
         after_fit: row.marker.as_deref() == Some(AFTER_FIT),
         timestamp: names.mostly_distinct(&row.timestamp),
         graph_mismatch: row.graph_mismatch,

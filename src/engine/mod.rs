@@ -21,8 +21,8 @@ pub use calibrate::{
     abs_rel_error, calibrate, nearest_rank, row_abs_rel_error, truth, BoundCounts, BoundMetrics,
     Bucket, Calibration, Check, CheckRef, Checks, Exclusion, ExclusionReason, FamilyReport,
     FitReport, KnownMiss, LeaveFamilyOut, Method, MethodMetrics, Name, PerMethod, Predictions,
-    ProfileFits, RowResult, Settings, Totals, Truth, Upper, VerdictCounts, NEAREST_RANK_RULE,
-    WITHIN,
+    ProfileFits, RegimeFacts, RegimeRows, RowResult, Settings, Totals, Truth, Upper, VerdictCounts,
+    NEAREST_RANK_RULE, WITHIN,
 };
 pub use load::{load, load_reporting, parse_row, rows_sha256, RowsHasher};
 pub use output::{refit_factors_file, summary_table, write_calibration_json};
@@ -60,6 +60,10 @@ pub struct Row {
     pub measured_reserved_bytes: Option<u64>,
     /// The capacity the run ran under: the emulated capacity if any, else the device's.
     pub capacity_bytes: u64,
+    /// The device's own capacity (`device.capacity_bytes`), capped or not.
+    pub device_capacity_bytes: u64,
+    /// The run was capped at an emulated capacity (`device.emulated_capacity_bytes`).
+    pub capped: bool,
     /// True when the row carries the marker `after-fit`.
     pub after_fit: bool,
     /// RFC 3339 start time of the run (shared by neighbouring rows that started in the same

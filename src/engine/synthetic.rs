@@ -100,6 +100,8 @@ pub fn row(
         status,
         measured_bytes: measured,
         capacity_bytes: capacity,
+        device_capacity_bytes: capacity,
+        capped: false,
         after_fit: false,
         timestamp: "2025-06-01T00:00:00Z".into(),
         graph_changed: false,

@@ -21,6 +21,8 @@ use crate::run::RunStatus;
 use crate::units;
 use std::collections::BTreeMap;
 
+mod headline;
+
 /// More rows than this and the runs table is split into one page per family, and each family
 /// into pages of at most this many rows.
 pub const RUNS_PER_PAGE_LIMIT: usize = 2000;
@@ -293,7 +295,7 @@ fn fact(label: &str, value: impl Into<String>) -> Fact {
 fn opt_pct(v: Option<f64>) -> Cell {
     match v {
         Some(x) => Cell::num(fmt::pct(x), fmt::pct_key(x)),
-        None => Cell::num("—", ""),
+        None => Cell::num(fmt::MISSING, ""),
     }
 }
 
@@ -304,7 +306,7 @@ fn count_cell(n: u64) -> Cell {
 fn bytes_cell(b: Option<f64>) -> Cell {
     match b {
         Some(x) => Cell::num(fmt::bytes(x), fmt::bytes_key(x)),
-        None => Cell::num("—", ""),
+        None => Cell::num(fmt::MISSING, ""),
     }
 }
 
@@ -316,7 +318,7 @@ fn metrics_columns(first: &str) -> Vec<Column> {
         col("Rows in the error", true),
         col("Median |error|", true),
         col("Max |error|", true),
-        col("Within ±25%", true),
+        col(&format!("Within {}", fmt::within_band()), true),
         col("Did-not-fit checks", true),
         col("Missed (called fits)", true),
         col("Fit checks", true),
@@ -366,41 +368,6 @@ fn interval_cell(v: Option<f64>, i: Option<Interval>, n: u64, few: bool) -> Cell
         }
         None => opt_pct(None),
     }
-}
-
-/// The engine's numbers of one method, as one sentence.
-fn method_sentence(m: &MethodMetrics, threshold: u64) -> String {
-    let mut parts = Vec::new();
-    match (m.median_abs_rel_error, m.within_25pct) {
-        (Some(med), Some(within)) => parts.push(format!(
-            "median error {} over {} of at least {}, {} of them within ±25%",
-            fmt::pct_interval(med, m.median_interval, m.error_rows, m.few_runs),
-            fmt::plural(m.error_rows, "completed run"),
-            units::gb(threshold as f64),
-            fmt::pct_interval(within, m.within_25pct_interval, m.error_rows, false)
-        )),
-        _ => parts.push(format!(
-            "predicts {}, none a completed run of at least {}",
-            fmt::runs(m.rows),
-            units::gb(threshold as f64)
-        )),
-    }
-    parts.push(format!(
-        "called {} of {} did-not-fit checks \"fits\"{}",
-        fmt::count(m.missed_oom.len() as u64),
-        fmt::count(m.did_not_fit_checks),
-        m.missed_oom_share.map_or(String::new(), |x| format!(
-            " ({})",
-            fmt::pct_interval(x, m.missed_oom_interval, m.did_not_fit_checks, false)
-        ))
-    ));
-    parts.push(format!(
-        "on {} fit checks raised {} near the card and {} further below it",
-        fmt::count(m.fit_checks),
-        fmt::plural(m.false_alarm_edge.len() as u64, "false alarm"),
-        fmt::count(m.false_alarm_over.len() as u64),
-    ));
-    format!("{}.", parts.join("; "))
 }
 
 /// The measured value a chart draws: the peak, or the capacity an out-of-memory run failed on.
@@ -474,6 +441,30 @@ fn sample_note(drawn: usize, total: usize) -> String {
     }
 }
 
+/// The caps the chart's out-of-memory crosses sit at, in GB with their GiB: the axes are in
+/// GB and the caps were set in GiB. Empty when no run ran out of memory.
+fn caps_note(c: &ScatterChart) -> String {
+    let caps: std::collections::BTreeSet<u64> = c
+        .points
+        .iter()
+        .filter(|p| p.oom)
+        .map(|p| p.measured_bytes as u64)
+        .collect();
+    if caps.is_empty() {
+        return String::new();
+    }
+    let caps: Vec<String> = caps.iter().map(|&b| units::both(b as f64)).collect();
+    format!(
+        "; out-of-memory crosses at {} {}",
+        if caps.len() == 1 {
+            "the cap"
+        } else {
+            "the caps"
+        },
+        caps.join(", ")
+    )
+}
+
 fn chart_ref(c: &ScatterChart, total: usize, what: &str) -> ChartRef {
     ChartRef {
         src: format!("charts/{}", c.file),
@@ -488,7 +479,7 @@ fn chart_ref(c: &ScatterChart, total: usize, what: &str) -> ChartRef {
             },
             crate::engine::WITHIN * 100.0
         ),
-        caption: c.title.clone(),
+        caption: format!("{}; axes in GB{}", c.title, caps_note(c)),
     }
 }
 
@@ -595,7 +586,11 @@ fn runs_row_html(ctx: &Ctx, r: &RowResult, with_family: bool, out: &mut String) 
             digits::push_gb(out, x);
             out.push_str("</td>");
         }
-        None => out.push_str("<td class=\"num\" data-sort=\"\">—</td>"),
+        None => {
+            out.push_str("<td class=\"num\" data-sort=\"\">");
+            out.push_str(fmt::MISSING);
+            out.push_str("</td>");
+        }
     };
     out.push_str("<tr><th scope=\"row\">");
     esc(out, &r.run_id);
@@ -798,20 +793,38 @@ pub fn from_calibration_paged<'a>(
     let top_charts = || {
         let mut charts = Vec::new();
         let mut scatter_refs = Vec::new();
-        if !cal.rows.is_empty() {
+        // One chart per precision profile (each measured on its own device) and method.
+        for (p, pf) in &cal.fits {
+            if pf.methods.is_empty() {
+                continue;
+            }
+            let devices = cal
+                .measured
+                .devices_by_profile
+                .get(p)
+                .cloned()
+                .unwrap_or_default();
+            let (profile_title, _) = headline::profile_title(&devices, p.as_str());
+            let mut group = ChartGroup {
+                heading: profile_title.clone(),
+                charts: Vec::new(),
+            };
             for m in SCATTER_METHODS {
                 let (c, total) = scatter(
                     &ctx,
                     m,
-                    format!("scatter-{}.svg", m.as_str()),
-                    format!("{}: {}", method_name(m), ctx.runs_label),
-                    cal.rows.iter(),
+                    format!("scatter-{}-{}.svg", m.as_str(), p.as_str()),
+                    format!("{}: {profile_title} runs", method_name(m)),
+                    cal.rows.iter().filter(|r| r.precision == *p),
                 );
                 if c.points.is_empty() {
                     continue;
                 }
-                scatter_refs.push(chart_ref(&c, total, method_name(m)));
+                group.charts.push(chart_ref(&c, total, method_name(m)));
                 charts.push(Chart::Scatter(c));
+            }
+            if !group.charts.is_empty() {
+                scatter_refs.push(group);
             }
         }
         (charts, scatter_refs)
@@ -975,7 +988,10 @@ pub fn from_calibration_paged<'a>(
                         })),
                     ));
                     facts.push(fact(
-                        &format!("Held-out-by-architecture within ±25%{suffix}"),
+                        &format!(
+                            "Held-out-by-architecture within {}{suffix}",
+                            fmt::within_band()
+                        ),
                         fmt::or_dash(m.within_25pct.map(|x| {
                             fmt::pct_interval(x, m.within_25pct_interval, m.error_rows, false)
                         })),
@@ -1137,7 +1153,7 @@ pub fn from_calibration_paged<'a>(
             excluded: ctx.block("excluded"),
             runs: ctx.block("runs"),
         },
-        headline: headline(&ctx),
+        headline: headline::headline(&ctx),
         scatter: scatter_refs,
         methods: methods_table(&ctx),
         methods_by_profile: methods_by_profile_table(&ctx),
@@ -1178,114 +1194,6 @@ pub fn from_calibration_paged<'a>(
             compact_download: split,
         },
     }
-}
-
-fn list_or_dash(v: &[String]) -> String {
-    if v.is_empty() {
-        "—".into()
-    } else {
-        v.join("; ")
-    }
-}
-
-fn headline(ctx: &Ctx) -> Headline {
-    let cal = ctx.cal;
-    let t = &cal.totals;
-    let facts = vec![
-        fact("Run rows read", fmt::count(t.inputs)),
-        fact("Fitted", fmt::count(t.fitted)),
-        fact("Held out by regime", fmt::count(t.held_out_regime)),
-        fact("After the fit", fmt::count(t.after_fit)),
-        fact("Not counted", fmt::count(t.excluded)),
-        fact(
-            "Architecture families",
-            fmt::count(ctx.families.len() as u64),
-        ),
-        fact("memcal version", cal.tool_version),
-        fact("Devices", list_or_dash(&cal.measured.devices)),
-        fact(
-            "Measured from",
-            cal.measured.first_run.clone().unwrap_or_else(|| "—".into()),
-        ),
-        fact(
-            "Measured until",
-            cal.measured.last_run.clone().unwrap_or_else(|| "—".into()),
-        ),
-        fact("Harness", list_or_dash(&cal.measured.harness_versions)),
-        fact("torch", list_or_dash(&cal.measured.torch_versions)),
-    ];
-    let regimes = ctx
-        .factors
-        .regimes
-        .iter()
-        .map(|(label, r)| RegimeLine {
-            label: label.clone(),
-            device: ctx.device(label).to_string(),
-            description: r.description.clone(),
-            rows: if ctx.cal.settings.training_regimes.contains(label) {
-                "a training regime (its rows are fitted)".to_string()
-            } else {
-                "held out (its rows are never fitted)".to_string()
-            },
-        })
-        .collect();
-    let cards = ctx
-        .factors
-        .cards
-        .iter()
-        .map(|c| {
-            format!(
-                "{}: {} bytes ({})",
-                c.name,
-                fmt::count(c.bytes),
-                units::gib(c.bytes as f64)
-            )
-        })
-        .collect();
-    let threshold = cal.settings.small_runs_threshold_bytes;
-    let methods = method_lines(&cal.methods, threshold, |_| true);
-    let with_rows: Vec<_> = cal
-        .fits
-        .iter()
-        .filter(|(_, pf)| !pf.methods.is_empty())
-        .collect();
-    let profiles = if with_rows.len() > 1 {
-        with_rows
-            .into_iter()
-            .map(|(p, pf)| ProfileLines {
-                profile: p.as_str().to_string(),
-                methods: method_lines(&pf.methods, threshold, Method::out_of_sample_plan),
-            })
-            .collect()
-    } else {
-        Vec::new()
-    };
-    Headline {
-        facts,
-        regimes,
-        cards,
-        methods,
-        profiles,
-        cpu_only: ctx.runs_label == "CPU runs",
-    }
-}
-
-/// A headline line for each method of `ms` that `keep` keeps, in method order.
-fn method_lines(
-    ms: &BTreeMap<Method, MethodMetrics>,
-    threshold: u64,
-    keep: impl Fn(Method) -> bool,
-) -> Vec<MethodLine> {
-    Method::ALL
-        .iter()
-        .filter(|m| keep(**m))
-        .filter_map(|m| {
-            Some(MethodLine {
-                method: method_name(*m).to_string(),
-                sentence: method_sentence(ms.get(m)?, threshold),
-            })
-        })
-        .collect()
 }
 
 fn methods_table(ctx: &Ctx) -> Table {
@@ -1376,7 +1284,7 @@ fn did_not_fit_table(ctx: &Ctx) -> Table {
         "No run has failed to fit a card yet.",
     );
     let verdict_cell = |v: Option<Verdict>| match v {
-        None => Cell::text("—"),
+        None => Cell::text(fmt::MISSING),
         Some(Verdict::Fits) => Cell::text(verdict_name(Verdict::Fits)).class("bad"),
         Some(Verdict::Borderline) => Cell::text(verdict_name(Verdict::Borderline)).class("warn"),
         Some(Verdict::DoesNotFit) => Cell::text(verdict_name(Verdict::DoesNotFit)).class("good"),
@@ -1420,7 +1328,7 @@ fn did_not_fit_table(ctx: &Ctx) -> Table {
             ];
             for m in Method::ALL {
                 row.push(match c.fits.get(&m) {
-                    None => Cell::text("—"),
+                    None => Cell::text(fmt::MISSING),
                     Some(true) => Cell::text("fits").class("bad"),
                     Some(false) => Cell::text("does not fit").class("good"),
                 });
@@ -1625,7 +1533,7 @@ fn how(ctx: &Ctx) -> HowView {
             "the factors in data/factors.json as fixed",
         ),
         ("not counted", t.excluded, "nothing (see Not counted)"),
-        ("all rows read", t.inputs, "—"),
+        ("all rows read", t.inputs, fmt::MISSING),
     ] {
         splits
             .rows
@@ -1723,7 +1631,11 @@ fn how(ctx: &Ctx) -> HowView {
                 count_cell(o.oom_runs),
                 o.solver_status.clone(),
             ),
-            None => (Cell::num("—", ""), Cell::num("—", ""), "—".to_string()),
+            None => (
+                Cell::num(fmt::MISSING, ""),
+                Cell::num(fmt::MISSING, ""),
+                fmt::MISSING.to_string(),
+            ),
         };
         refit_table.rows.push(vec![
             Cell::text(p),
@@ -1735,7 +1647,10 @@ fn how(ctx: &Ctx) -> HowView {
         ]);
     }
     HowView {
-        formula: "estimate = Σ factorᵢ × featureᵢ over the six features; bound = max(floor, estimate × q95); the plan fits a card when estimate × (1 + headroom) ≤ card".into(),
+        formula: format!(
+            "estimate = Σ factorᵢ × featureᵢ over the {} features; bound = max(floor, estimate × q95); the plan fits a card when estimate × (1 + headroom) ≤ card",
+            fmt::number_word(crate::features::N_FEATURES)
+        ),
         factors,
         settings,
         fit,

@@ -22,6 +22,51 @@ pub fn pct(share: f64) -> String {
     format!("{:.1}%", share * 100.0)
 }
 
+/// The engine's band of "close" predictions as the page prints it: `±25%`, from
+/// [`WITHIN`](crate::engine::WITHIN).
+pub fn within_band() -> String {
+    format!("±{:.0}%", crate::engine::WITHIN * 100.0)
+}
+
+/// A small count in words (`six`), as prose says it; digits from twenty-one up.
+pub fn number_word(n: usize) -> String {
+    const WORDS: [&str; 21] = [
+        "zero",
+        "one",
+        "two",
+        "three",
+        "four",
+        "five",
+        "six",
+        "seven",
+        "eight",
+        "nine",
+        "ten",
+        "eleven",
+        "twelve",
+        "thirteen",
+        "fourteen",
+        "fifteen",
+        "sixteen",
+        "seventeen",
+        "eighteen",
+        "nineteen",
+        "twenty",
+    ];
+    WORDS
+        .get(n)
+        .map_or_else(|| count(n as u64), |w| w.to_string())
+}
+
+/// A list of values, or [`MISSING`] when it is empty.
+pub fn list(v: &[String], sep: &str) -> String {
+    if v.is_empty() {
+        MISSING.to_string()
+    } else {
+        v.join(sep)
+    }
+}
+
 /// A share as a sort key.
 pub fn pct_key(share: f64) -> String {
     format!("{:.6}", share)
@@ -105,8 +150,9 @@ pub fn slug(name: &str) -> String {
 pub fn pct_interval(share: f64, interval: Option<Interval>, n: u64, few: bool) -> String {
     match interval {
         Some(i) => format!(
-            "{} (95%: {}–{}{})",
+            "{} ({}: {}–{}{})",
             pct(share),
+            confidence(),
             pct_bare(i.low),
             pct(i.high),
             if few { "; few runs" } else { "" }
@@ -118,9 +164,21 @@ pub fn pct_interval(share: f64, interval: Option<Interval>, n: u64, few: bool) -
 /// A ratio with its 95% interval: `1.211 (95%: 1.17–1.31)`.
 pub fn ratio_interval(r: f64, interval: Option<Interval>, n: u64) -> String {
     match interval {
-        Some(i) => format!("{} (95%: {}–{})", ratio(r), ratio(i.low), ratio(i.high)),
+        Some(i) => format!(
+            "{} ({}: {}–{})",
+            ratio(r),
+            confidence(),
+            ratio(i.low),
+            ratio(i.high)
+        ),
         None => format!("{} ({}: no interval)", ratio(r), plural(n, "ratio")),
     }
+}
+
+/// The intervals' confidence, `95%`, from
+/// [`CONFIDENCE`](crate::engine::intervals::CONFIDENCE).
+fn confidence() -> String {
+    format!("{:.0}%", crate::engine::intervals::CONFIDENCE * 100.0)
 }
 
 /// A percentage without its sign: `8.2`.

@@ -1,9 +1,37 @@
 //! Prose: Markdown under `data/prose/`, rendered with pulldown-cmark. [`to_html`] is the one
 //! function that sets pulldown-cmark's options. Raw HTML in prose is escaped, not passed
 //! through, so prose cannot inject markup or script. Prose carries no numbers: every number
-//! on a page comes from the view model through a template.
+//! on a page comes from the view model through a template, or from one of the engine's
+//! constants through a [`PLACEHOLDERS`] entry ([`prose_to_html`]).
 
 use pulldown_cmark::{html, Event, Options, Parser};
+
+/// What prose may write instead of a number, and the engine's constant it stands for:
+/// `{within}` is the band of close predictions (`±25%`, [`WITHIN`](crate::engine::WITHIN)),
+/// `{features}` the number of the plan's features in words (`six`,
+/// [`N_FEATURES`](crate::features::N_FEATURES)).
+pub const PLACEHOLDERS: [&str; 2] = ["{within}", "{features}"];
+
+/// The value of a placeholder of [`PLACEHOLDERS`].
+pub fn placeholder(name: &str) -> Option<String> {
+    match name {
+        "{within}" => Some(super::format::within_band()),
+        "{features}" => Some(super::format::number_word(crate::features::N_FEATURES)),
+        _ => None,
+    }
+}
+
+/// A prose block to HTML, its placeholders replaced by the engine's constants.
+pub fn prose_to_html(markdown: &str) -> String {
+    let mut md = markdown.to_string();
+    for name in PLACEHOLDERS {
+        md = md.replace(
+            name,
+            &placeholder(name).expect("every placeholder has a value"),
+        );
+    }
+    to_html(&md)
+}
 
 /// Renders Markdown to HTML (tables, footnotes and strikethrough on; raw HTML shown as text).
 pub fn to_html(markdown: &str) -> String {
@@ -28,5 +56,11 @@ mod tests {
         assert!(h.contains("<em>there</em>"));
         assert!(h.contains("&lt;script&gt;"));
         assert!(!h.contains("<script>"));
+    }
+
+    #[test]
+    fn placeholders_are_the_engines_constants() {
+        let h = super::prose_to_html("within {within}, {features} features");
+        assert_eq!(h, "<p>within ±25%, six features</p>\n");
     }
 }

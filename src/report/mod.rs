@@ -83,7 +83,8 @@ pub fn load_prose<'a>(
     let mut p = ProseInput::default();
     for name in PROSE_BLOCKS {
         if let Some(md) = read_optional(&dir.join(format!("{name}.md")))? {
-            p.blocks.insert(name.to_string(), markdown::to_html(&md));
+            p.blocks
+                .insert(name.to_string(), markdown::prose_to_html(&md));
         }
     }
     for f in families {
@@ -91,7 +92,7 @@ pub fn load_prose<'a>(
             continue;
         }
         if let Some(md) = read_optional(&dir.join("misses").join(format!("{f}.md")))? {
-            p.misses.insert(f.clone(), markdown::to_html(&md));
+            p.misses.insert(f.clone(), markdown::prose_to_html(&md));
         }
     }
     Ok(p)

@@ -29,7 +29,7 @@ pub struct Cell {
     pub sort: String,
     /// Optional link target.
     pub href: Option<String>,
-    /// A CSS class name from a fixed set (`good`, `bad`, `warn`), if any.
+    /// A CSS class name from a fixed set (`good`, `bad`, `warn`, `verdict`), if any.
     pub class: Option<String>,
 }
 
@@ -89,11 +89,18 @@ pub struct Table {
 /// A chart as a page shows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ChartRef {
-    /// Path relative to the page, e.g. `charts/scatter-plan-shipped.svg`.
+    /// Path relative to the page, e.g. `charts/scatter-plan-as-shipped-fp32.svg`.
     pub src: String,
     /// Text alternative (what the chart shows, in words).
     pub alt: String,
     pub caption: String,
+}
+
+/// Charts under a heading.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ChartGroup {
+    pub heading: String,
+    pub charts: Vec<ChartRef>,
 }
 
 /// A label and a value.
@@ -112,43 +119,21 @@ pub struct PageMeta {
     pub nav: Vec<Link>,
 }
 
-/// One method's headline sentence, in parts the template joins.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct MethodLine {
-    pub method: String,
-    /// The engine's sentence of how close the method is.
-    pub sentence: String,
-}
-
-/// A regime as the headline lists it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct RegimeLine {
-    pub label: String,
-    /// `CPU` or `GPU`.
-    pub device: String,
-    pub description: String,
-    pub rows: String,
-}
-
 /// Section 1.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Headline {
     pub facts: Vec<Fact>,
-    pub regimes: Vec<RegimeLine>,
+    /// One table per precision profile (one device each): per method, the median |error|, the
+    /// missed did-not-fit checks and the share within the engine's band, over that profile's
+    /// rows alone; the verdict method's row is marked.
+    pub tables: Vec<Table>,
+    /// What the tables' columns count and which row is the verdict method.
+    pub note: String,
+    /// Each regime: its number-free description beside the facts its rows give.
+    pub regimes: Table,
     pub cards: Vec<String>,
-    pub methods: Vec<MethodLine>,
-    /// With more than one precision profile: the out-of-sample plan methods over each
-    /// profile's rows alone.
-    pub profiles: Vec<ProfileLines>,
     /// True when every measured row is from a CPU regime.
     pub cpu_only: bool,
-}
-
-/// One precision profile's headline lines.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct ProfileLines {
-    pub profile: String,
-    pub methods: Vec<MethodLine>,
 }
 
 /// Section 5.
@@ -217,7 +202,8 @@ pub struct IndexPage {
     pub empty_text: String,
     pub prose: Prose,
     pub headline: Headline,
-    pub scatter: Vec<ChartRef>,
+    /// The scatter charts, one group per precision profile (one device each).
+    pub scatter: Vec<ChartGroup>,
     pub methods: Table,
     /// The methods over each precision profile's rows alone.
     pub methods_by_profile: Table,
