@@ -29,6 +29,15 @@ impl Decider {
         }
     }
 
+    /// The engine's method whose card verdict `memcal plan` prints when this decider decides:
+    /// the simulator's, or the six-factor plan's with the factors as shipped.
+    pub fn verdict_method(self) -> Method {
+        match self {
+            Decider::SixFactorPlan => Method::PlanAsShipped,
+            Decider::Simulator => Method::Simulated,
+        }
+    }
+
     /// The engine's method whose metrics are this decider's held-out record.
     pub fn record_method(self) -> Method {
         match self {
@@ -267,10 +276,10 @@ fn fit_range(ds: &Dataset, cal: &Calibration, p: Precision) -> Option<FitRange> 
     Some(range)
 }
 
-/// The evidence of a loaded and calibrated data folder.
-pub fn evidence(ds: &Dataset, cal: &Calibration) -> Evidence {
-    let profiles = cal
-        .fits
+/// Each profile's two records (the six-factor plan's, then the simulator's) and the decider
+/// they choose: the simulator where its record is better and it has a q95.
+fn records(cal: &Calibration) -> BTreeMap<Precision, (Vec<MethodRecord>, Decider)> {
+    cal.fits
         .iter()
         .map(|(p, fits)| {
             let plan_ratios: Vec<f64> = fits.upper.ratios.iter().map(|(_, r)| *r).collect();
@@ -289,16 +298,36 @@ pub fn evidence(ds: &Dataset, cal: &Calibration) -> Evidence {
                 ),
             ];
             let sim_better = records[1].better_than(&records[0]) && records[1].q95.is_some();
+            let preferred = if sim_better {
+                Decider::Simulator
+            } else {
+                Decider::SixFactorPlan
+            };
+            (*p, (records, preferred))
+        })
+        .collect()
+}
+
+/// Per profile, the engine's method whose card verdict `memcal plan` prints for a job the
+/// preferred decider covers ([`Decider::verdict_method`]): what the page marks as the verdict.
+pub fn verdict_methods(cal: &Calibration) -> BTreeMap<Precision, Method> {
+    records(cal)
+        .into_iter()
+        .map(|(p, (_, d))| (p, d.verdict_method()))
+        .collect()
+}
+
+/// The evidence of a loaded and calibrated data folder.
+pub fn evidence(ds: &Dataset, cal: &Calibration) -> Evidence {
+    let profiles = records(cal)
+        .into_iter()
+        .map(|(p, (records, preferred))| {
             (
-                *p,
+                p,
                 ProfileEvidence {
-                    preferred: if sim_better {
-                        Decider::Simulator
-                    } else {
-                        Decider::SixFactorPlan
-                    },
+                    preferred,
                     records,
-                    range: fit_range(ds, cal, *p),
+                    range: fit_range(ds, cal, p),
                 },
             )
         })

@@ -11,11 +11,19 @@ fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// `calibration.json` for `data/`, as `memcal fit` writes it.
-fn calibration_json() -> Value {
+/// `calibration.json` for `data/`, as `memcal fit` writes it, and each profile's verdict
+/// method (`memcal plan`'s, from the held-out records).
+fn calibration_json() -> (Value, std::collections::BTreeMap<String, Method>) {
     let ds = load(&repo().join("data")).expect("data/ loads");
     let cal = calibrate(&ds);
-    serde_json::from_str(&write_calibration_json(&cal)).expect("calibration.json parses")
+    let verdicts = memcal::plan_evidence::verdict_methods(&cal)
+        .into_iter()
+        .map(|(p, m)| (p.as_str().to_string(), m))
+        .collect();
+    (
+        serde_json::from_str(&write_calibration_json(&cal)).expect("calibration.json parses"),
+        verdicts,
+    )
 }
 
 fn unescape(s: &str) -> String {
@@ -183,7 +191,7 @@ fn method_of(header: &str) -> (Method, bool) {
 
 #[test]
 fn every_figure_of_the_headline_tables_is_the_engines() {
-    let cal = calibration_json();
+    let (cal, verdicts) = calibration_json();
     let html = std::fs::read_to_string(repo().join("site/index.html")).unwrap();
     let headline = {
         let start = html.find("<section id=\"headline\"").expect("a headline");
@@ -238,7 +246,12 @@ fn every_figure_of_the_headline_tables_is_the_engines() {
         for row in &t.rows {
             assert_eq!(row.len(), 5, "{profile}: {row:?}");
             let (m, marked) = method_of(&row[0].1);
-            assert_eq!(marked, m == Method::VERDICT, "{profile}: {:?}", row[0].1);
+            assert_eq!(
+                marked,
+                Some(&m) == verdicts.get(profile),
+                "{profile}: {:?}",
+                row[0].1
+            );
             assert_eq!(row[0].0.contains("verdict"), marked, "{:?}", row[0].0);
             let mm = &methods[m.as_str()];
             assert!(mm.is_object(), "{profile}: {} has no metrics", m.as_str());
@@ -292,7 +305,7 @@ fn every_figure_of_the_headline_tables_is_the_engines() {
         }
         assert_eq!(
             shown.first(),
-            Some(&Method::VERDICT),
+            verdicts.get(profile),
             "{profile}: verdict first"
         );
         for m in Method::ALL {

@@ -132,10 +132,6 @@ impl Method {
         Method::Simulated,
     ];
 
-    /// The method whose card verdict `memcal plan` prints ("fits" iff estimate x (1 + headroom)
-    /// <= card): the plan with the factors exactly as shipped.
-    pub const VERDICT: Method = Method::PlanAsShipped;
-
     pub fn as_str(self) -> &'static str {
         match self {
             Method::Accelerate => "accelerate",

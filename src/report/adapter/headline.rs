@@ -8,10 +8,11 @@ use crate::report::format as fmt;
 use crate::report::view::{Cell, Headline, Table};
 use crate::units;
 
-/// The headline table's methods, in its order: the verdict method first, then the plan out of
-/// sample, the simulator and the baselines. (The in-sample refit is in the methods section.)
+/// The headline table's methods, in its order after the profile's verdict method (which comes
+/// first): the plan as shipped and out of sample, the simulator and the baselines. (The
+/// in-sample refit is in the methods section.)
 pub(crate) const HEADLINE_METHODS: [Method; 7] = [
-    Method::VERDICT,
+    Method::PlanAsShipped,
     Method::PlanHeldOutArchitecture,
     Method::PlanHeldOutRegime,
     Method::PlanAfterFit,
@@ -78,6 +79,7 @@ fn profile_table(
     profile: &str,
     title: &str,
     devices: &str,
+    verdict: Option<Method>,
     ms: &[(Method, &MethodMetrics)],
 ) -> Table {
     let band = fmt::within_band();
@@ -94,7 +96,7 @@ fn profile_table(
         "No method has predicted a row of this profile yet.",
     );
     for (m, mm) in ms {
-        let head = if *m == Method::VERDICT {
+        let head = if Some(*m) == verdict {
             Cell::text(format!("{}: the verdict method", method_name(*m))).class("verdict")
         } else {
             Cell::text(method_name(*m))
@@ -122,6 +124,7 @@ fn profile_table(
 
 /// One table per profile with rows, in profile order.
 fn headline_tables(ctx: &Ctx) -> Vec<Table> {
+    let verdicts = crate::plan_evidence::verdict_methods(ctx.cal);
     ctx.cal
         .fits
         .iter()
@@ -135,11 +138,14 @@ fn headline_tables(ctx: &Ctx) -> Vec<Table> {
                 .cloned()
                 .unwrap_or_default();
             let (title, names) = profile_title(&devices, p.as_str());
-            let ms: Vec<(Method, &MethodMetrics)> = HEADLINE_METHODS
-                .iter()
-                .filter_map(|m| Some((*m, pf.methods.get(m)?)))
+            // The verdict method (`memcal plan`'s, from the held-out records) first.
+            let verdict = verdicts.get(p).copied();
+            let ms: Vec<(Method, &MethodMetrics)> = verdict
+                .into_iter()
+                .chain(HEADLINE_METHODS.into_iter().filter(|m| Some(*m) != verdict))
+                .filter_map(|m| Some((m, pf.methods.get(&m)?)))
                 .collect();
-            profile_table(p.as_str(), &title, &names, &ms)
+            profile_table(p.as_str(), &title, &names, verdict, &ms)
         })
         .collect()
 }
