@@ -40,6 +40,7 @@ fail=0
 pages=(index.html)
 [ -f "$site/runs.html" ] && pages+=(runs.html)
 [ -f "$site/history.html" ] && pages+=(history.html)
+[ -f "$site/fit.html" ] && pages+=(fit.html)
 for p in "$site"/runs-*.html "$site"/family-*.html; do
     [ -f "$p" ] && pages+=("$(basename "$p")")
 done

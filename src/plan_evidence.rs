@@ -394,3 +394,91 @@ pub fn full_size_verdicts(
     }
     out
 }
+
+/// One job of the "Will it fit?" page: a graph at a batch under bf16 autocast, as `memcal plan`
+/// answers it against the real cards.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FitLine {
+    pub graph: String,
+    /// Where the graph comes from (the zoo's full-size template, or an imported config).
+    pub source: String,
+    pub parameters: u64,
+    pub batch: u64,
+    pub method: Decider,
+    pub estimate_bytes: f64,
+    pub bound_bytes: f64,
+    /// The smallest real product the deciding method says fits (bound and, on CUDA, the
+    /// simulated reserved peak within it).
+    pub smallest_fits: Option<String>,
+    /// The smallest real product whose verdict is at least borderline.
+    pub smallest_borderline: Option<String>,
+    /// When no real product fits: the largest one's name and by how many bytes the deciding
+    /// estimate exceeds it.
+    pub short: Option<(String, u64)>,
+    pub why: String,
+}
+
+/// The "Will it fit?" jobs: each graph of `graphs` (with its source) at each of `batches`,
+/// under bf16 autocast (the profile the GPU cards are planned in), as `memcal plan` answers.
+pub fn will_it_fit(
+    graphs: &[(&crate::graph::Graph, String)],
+    factors: &crate::factors::FactorsFile,
+    ev: &Evidence,
+    batches: &[u64],
+) -> Vec<FitLine> {
+    let cards = crate::plan::Cards {
+        seed: &[],
+        real: &ev.real_cards,
+    };
+    let precision = Precision::Bf16Autocast;
+    let mut out = Vec::new();
+    for (g, source) in graphs {
+        for &batch in batches {
+            let sim = crate::simulate::simulate_peak(g, batch, precision);
+            let plan = crate::plan::plan_with_simulation(
+                g,
+                batch,
+                precision,
+                factors,
+                cards,
+                &sim,
+                Some(ev),
+            );
+            let Ok(p) = plan else { continue };
+            if crate::plan::check_features(g, &p).is_err() {
+                continue;
+            }
+            let real = || p.cards.iter().filter(|v| v.product.is_some());
+            let first = |ok: &dyn Fn(crate::plan::Decided) -> bool| {
+                real()
+                    .filter(|v| ok(v.verdict))
+                    .min_by_key(|v| v.card.bytes)
+                    .map(|v| v.card.name.clone())
+            };
+            use crate::plan::Decided;
+            let smallest_fits = first(&|d| d == Decided::Fits);
+            let smallest_borderline = first(&|d| matches!(d, Decided::Fits | Decided::Borderline));
+            let short = match (&smallest_borderline, real().max_by_key(|v| v.card.bytes)) {
+                (None, Some(v)) => Some((
+                    v.card.name.clone(),
+                    (p.decision.estimate_bytes.ceil() as u64).saturating_sub(v.card.bytes),
+                )),
+                _ => None,
+            };
+            out.push(FitLine {
+                graph: g.name.clone(),
+                source: source.clone(),
+                parameters: p.parameters,
+                batch,
+                method: p.decision.method,
+                estimate_bytes: p.decision.estimate_bytes,
+                bound_bytes: p.decision.bound_bytes,
+                smallest_fits,
+                smallest_borderline,
+                short,
+                why: p.why,
+            });
+        }
+    }
+    out
+}

@@ -212,3 +212,34 @@ fn a_sequence_axis_is_planned_at_the_length_given() {
         "{err}"
     );
 }
+
+#[test]
+fn the_will_it_fit_page_plans_every_model_in_data() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let page = std::fs::read_to_string(root.join("site/fit.html")).unwrap();
+    let mut models = 0;
+    for e in std::fs::read_dir(root.join("data/models")).unwrap() {
+        let dir = e.unwrap().path();
+        let config = dir.join("config.json");
+        if !config.is_file() {
+            continue;
+        }
+        let name = dir.file_name().unwrap().to_str().unwrap().to_string();
+        let g = import(&config, &[]);
+        let params = memcal::cli_plan::group(g.parameters());
+        let rows = page
+            .matches(&format!("data/models/{name}/config.json"))
+            .count();
+        assert_eq!(
+            rows,
+            memcal::report::fit::BATCHES.len(),
+            "{name}: one row per batch"
+        );
+        assert!(
+            page.contains(&format!("data-sort=\"{}\">{params}</td>", g.parameters())),
+            "{name}'s {params} parameters are not on the page"
+        );
+        models += 1;
+    }
+    assert!(models >= 8, "{models} models in data/models");
+}

@@ -266,14 +266,14 @@ impl Ctx<'_> {
     }
 }
 
-fn col(label: &str, numeric: bool) -> Column {
+pub(crate) fn col(label: &str, numeric: bool) -> Column {
     Column {
         label: label.to_string(),
         numeric,
     }
 }
 
-fn table(id: &str, caption: &str, columns: Vec<Column>, empty: &str) -> Table {
+pub(crate) fn table(id: &str, caption: &str, columns: Vec<Column>, empty: &str) -> Table {
     Table {
         id: id.to_string(),
         caption: caption.to_string(),
@@ -690,6 +690,7 @@ fn nav(runs_pages: &[Link]) -> Vec<Link> {
         ("index.html#known-misses", "Known misses"),
         ("index.html#not-counted", "Not counted"),
         ("index.html#all-runs", "All runs"),
+        ("fit.html", "Will it fit?"),
         ("history.html", "Factor history"),
     ]
     .iter()
@@ -1185,6 +1186,7 @@ pub fn from_calibration_paged<'a>(
         runs: runs_pages,
         families: family_pages,
         history: history_page(&prose.history, nav_links.clone()),
+        fit: super::fit::page(&[], nav_links.clone()),
         charts,
         source: Source {
             ctx,

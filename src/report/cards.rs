@@ -4,8 +4,9 @@
 //! [`crate::plan_evidence::Evidence`]; its own view struct and template include
 //! (`templates/cards.html`), apart from the rest of the index.
 
+use super::adapter::{col, table};
 use super::format as fmt;
-use super::view::{Cell, Column, Table};
+use super::view::{Cell, Table};
 use crate::features::FEATURE_NAMES;
 use crate::plan_evidence::{Evidence, VerdictLine};
 use crate::units;
@@ -25,25 +26,6 @@ pub struct CardsView {
     pub ranges: Table,
     /// What memcal plan says of every full-size graph at batch 1, in one line each.
     pub verdicts: Table,
-}
-
-fn col(label: &str, numeric: bool) -> Column {
-    Column {
-        label: label.to_string(),
-        numeric,
-    }
-}
-
-fn table(id: &str, caption: &str, columns: Vec<Column>, empty: &str) -> Table {
-    Table {
-        id: id.to_string(),
-        caption: caption.to_string(),
-        columns,
-        rows: Vec::new(),
-        rows_html: None,
-        empty_text: empty.to_string(),
-        sortable: false,
-    }
 }
 
 fn bytes(b: u64) -> Cell {

@@ -9,6 +9,7 @@ pub mod cards;
 pub mod charts;
 mod digits;
 mod download;
+pub mod fit;
 pub mod format;
 pub mod markdown;
 pub mod render;
@@ -131,8 +132,18 @@ pub fn with_site_reporting<T>(
         Vec::new()
     };
     let lines = crate::plan_evidence::full_size_verdicts(&graphs, &ds.factors, &evidence, 1);
-    drop(graphs);
     site.index.cards = Some(cards::view(&evidence, &lines));
+    let models = import_models(data_dir)?;
+    let jobs: Vec<(&crate::graph::Graph, String)> = graphs
+        .iter()
+        .filter(|g| g.cut_from.is_none())
+        .map(|g| (g, "zoo (data/graphs/)".to_string()))
+        .chain(models.iter().map(|(g, from)| (g, from.clone())))
+        .collect();
+    let fit_lines = crate::plan_evidence::will_it_fit(&jobs, &ds.factors, &evidence, &fit::BATCHES);
+    site.fit = fit::page(&fit_lines, site.fit.meta.nav.clone());
+    drop(jobs);
+    drop(graphs);
     let out = f(&site);
     drop(site);
     // A million rows take a while to free (each row's names and lists): the data set and the
@@ -142,6 +153,44 @@ pub fn with_site_reporting<T>(
         drop(cal);
     });
     out
+}
+
+/// Every real model under `data_dir/models/<name>/config.json`, imported (sorted by name),
+/// with where it came from; none without the folder. A config that does not import is an
+/// input error naming it.
+fn import_models(data_dir: &Path) -> Result<Vec<(crate::graph::Graph, String)>> {
+    let dir = data_dir.join("models");
+    if !dir.is_dir() {
+        return Ok(Vec::new());
+    }
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .map_err(|source| Error::Io {
+            path: dir.clone(),
+            source,
+        })?
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().join("config.json").is_file())
+        .filter_map(|e| e.file_name().into_string().ok())
+        .collect();
+    names.sort();
+    let mut out = Vec::new();
+    for name in names {
+        let path = dir.join(&name).join("config.json");
+        let options = crate::import::Options {
+            name: name.clone(),
+            ..Default::default()
+        };
+        let imported = crate::import::hf(&path, &options)?;
+        let graph = crate::graph::Graph::check(&imported.graph, &path)?;
+        out.push((
+            graph,
+            format!(
+                "imported ({}, data/models/{name}/config.json, sequence {})",
+                imported.class, imported.seq
+            ),
+        ));
+    }
+    Ok(out)
 }
 
 /// What [`render_files`] returns besides the files: the index's view model and the count.

@@ -2,7 +2,7 @@
 //! and the view model itself as JSON with `--debug-json`. Output is a sorted map from relative
 //! path to bytes, so two builds of the same inputs are byte-identical.
 
-use super::view::{FamilyPage, HistoryPage, IndexPage, PageMeta, RunsPage, Site};
+use super::view::{FamilyPage, FitPage, HistoryPage, IndexPage, PageMeta, RunsPage, Site};
 use askama::Template;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -39,6 +39,14 @@ struct FamilyTemplate<'a> {
 struct HistoryTemplate<'a> {
     meta: &'a PageMeta,
     p: &'a HistoryPage,
+    sort_js: &'a str,
+}
+
+#[derive(Template)]
+#[template(path = "fit.html")]
+struct FitTemplate<'a> {
+    meta: &'a PageMeta,
+    p: &'a FitPage,
     sort_js: &'a str,
 }
 
@@ -103,6 +111,7 @@ enum Job {
     Runs(usize),
     Family(usize),
     History,
+    Fit,
     Chart(usize),
     ChartsJson,
     Css,
@@ -172,6 +181,16 @@ fn run(site: &Site, debug_json: bool, sink: &dyn Sink, job: Job) -> Result<(), S
             sink.put(&h.meta.file, page(t.render(), &h.meta.file)?)?;
             debug(&h.meta.file, &|| json(h))
         }
+        Job::Fit => {
+            let f = &site.fit;
+            let t = FitTemplate {
+                meta: &f.meta,
+                p: f,
+                sort_js: SORT_JS,
+            };
+            sink.put(&f.meta.file, page(t.render(), &f.meta.file)?)?;
+            debug(&f.meta.file, &|| json(f))
+        }
         Job::Chart(k) => {
             let c = &site.charts[k];
             sink.put(&format!("charts/{}", c.file()), c.render()?.into_bytes())
@@ -211,6 +230,8 @@ pub fn render_into(site: &Site, debug_json: bool, sink: &dyn Sink) -> Result<Vec
     }
     jobs.push(Job::History);
     with_debug(&mut paths, &site.history.meta.file);
+    jobs.push(Job::Fit);
+    with_debug(&mut paths, &site.fit.meta.file);
     for (k, c) in site.charts.iter().enumerate() {
         jobs.push(Job::Chart(k));
         paths.push(format!("charts/{}", c.file()));

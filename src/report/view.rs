@@ -243,6 +243,15 @@ pub struct HistoryPage {
     pub table: Table,
 }
 
+/// The "Will it fit?" page: every full-size graph and imported real model at a few batches,
+/// as `memcal plan` answers it against the real cards.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FitPage {
+    pub meta: PageMeta,
+    pub intro: String,
+    pub table: Table,
+}
+
 /// One architecture family's page.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct FamilyPage {
@@ -273,6 +282,7 @@ pub struct Site<'a> {
     pub runs: Vec<RunsPage>,
     pub families: Vec<FamilyPage>,
     pub history: HistoryPage,
+    pub fit: FitPage,
     pub charts: Vec<Chart>,
     /// What the runs tables and the downloads are made from.
     #[serde(skip)]
