@@ -77,7 +77,19 @@ pub struct Options {
     /// The graph's name (and family `hf-<model_type>` unless `family` is given).
     pub name: String,
     pub family: Option<String>,
+    /// Write the sequence length as the axis `"T"` (planned with `memcal plan --seq N`)
+    /// instead of a number.
+    pub seq_axis: bool,
 }
+
+/// The inputs whose second axis is the sequence (the names the zoo's builders give them).
+const SEQUENCE_INPUTS: [&str; 5] = [
+    "tokens",
+    "labels",
+    "input_ids",
+    "token_type_ids",
+    "decoder_input_ids",
+];
 
 /// An imported graph, with what it assumed.
 #[derive(Debug, Clone)]
@@ -214,6 +226,10 @@ pub fn hf(path: &Path, options: &Options) -> Result<Imported> {
     };
     let built = (kind.build)(&config, options)?;
     let mut graph = built.graph;
+    if options.seq_axis {
+        symbolic_sequence(&mut graph, model_type, built.seq, options)
+            .map_err(|m| Error::Invalid(format!("{}: --seq-axis: {m}", path.display())))?;
+    }
     graph.name = options.name.clone();
     graph.family = options
         .family
@@ -235,6 +251,27 @@ pub fn hf(path: &Path, options: &Options) -> Result<Imported> {
         seq_source: built.seq_source,
         approximations: built.approximations,
     })
+}
+
+/// Writes the sequence axis of the graph's token inputs as `"T"`.
+fn symbolic_sequence(
+    graph: &mut GraphFile,
+    model_type: &str,
+    seq: u64,
+    options: &Options,
+) -> std::result::Result<(), String> {
+    if model_type == "vit" {
+        return Err("a ViT's tokens follow from its image size; it has no sequence axis".into());
+    }
+    if options.decoder_seq.is_some_and(|d| d != seq) {
+        return Err("the decoder's length differs from the encoder's; one axis \"T\" cannot be both (leave out --decoder-seq)".into());
+    }
+    for input in &mut graph.inputs {
+        if SEQUENCE_INPUTS.contains(&input.name.as_str()) && input.shape.len() == 2 {
+            input.shape[1] = crate::graph::FileDim::Symbol("T".into());
+        }
+    }
+    Ok(())
 }
 
 /// The sequence length: `--seq`, else the type's default (`field`'s value capped at `cap`).

@@ -50,6 +50,11 @@ enum ImportSource {
         /// Overwrite --out if it exists.
         #[arg(long)]
         force: bool,
+        /// Write the sequence length as the axis "T" instead of a number: the graph is then
+        /// planned at any length with `memcal plan --seq N` (the learned positions of gpt2,
+        /// bert and roberta still cap it).
+        #[arg(long)]
+        seq_axis: bool,
     },
 }
 
@@ -522,6 +527,7 @@ fn import(source: ImportSource) -> anyhow::Result<ExitCode> {
         family,
         out,
         force,
+        seq_axis,
     } = source;
     let default_name = {
         let stem = config
@@ -542,6 +548,7 @@ fn import(source: ImportSource) -> anyhow::Result<ExitCode> {
         decoder_seq,
         name: name.unwrap_or(default_name),
         family,
+        seq_axis,
     };
     if seq == Some(0) || decoder_seq == Some(0) {
         return Err(
@@ -552,15 +559,20 @@ fn import(source: ImportSource) -> anyhow::Result<ExitCode> {
     let path = out
         .clone()
         .unwrap_or_else(|| PathBuf::from(format!("{}.json", options.name)));
-    let graph = Graph::check(&imported.graph, &path)?;
+    let graph = Graph::check_owned_at(imported.graph.clone(), &path, Some(imported.seq))?;
     let bytes = memcal::zoo::to_bytes(&imported.graph);
     let mut note = format!(
-        "imported {} ({}): {} parameters, sequence length {} ({})\n",
+        "imported {} ({}): {} parameters, sequence length {} ({}){}\n",
         config.display(),
         imported.class,
         memcal::cli_plan::group(graph.parameters()),
         imported.seq,
-        imported.seq_source
+        imported.seq_source,
+        if seq_axis {
+            "; written as the axis \"T\": plan it with --seq N"
+        } else {
+            ""
+        }
     );
     for a in &imported.approximations {
         note.push_str(&format!("  approximation: {a}\n"));

@@ -16,6 +16,7 @@ fn import(config: &Path, extra: &[&str]) -> Graph {
         decoder_seq: None,
         name: "imported".into(),
         family: None,
+        seq_axis: false,
     };
     let imported = memcal::import::hf(config, &options).expect("the config imports");
     Graph::check(&imported.graph, config).expect("the imported graph checks")
@@ -242,4 +243,48 @@ fn the_will_it_fit_page_plans_every_model_in_data() {
         models += 1;
     }
     assert!(models >= 8, "{models} models in data/models");
+}
+
+#[test]
+fn an_imported_sequence_axis_is_planned_at_any_length() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = fixture("Llama-2-7b-hf");
+    let (axis, fixed) = (dir.path().join("axis.json"), dir.path().join("fixed.json"));
+    for (out, extra) in [(&axis, "--seq-axis"), (&fixed, "--seq=512")] {
+        let o = memcal(&[
+            "import",
+            "hf",
+            config.to_str().unwrap(),
+            extra,
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    let text = std::fs::read_to_string(&axis).unwrap();
+    assert!(text.contains("\"T\""), "the axis is written");
+    let plan = |path: &Path, extra: &[&str]| {
+        let mut args = vec!["plan", path.to_str().unwrap(), "--batch", "1", "--json"];
+        args.extend_from_slice(extra);
+        let o = memcal(&args);
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        v["features"].clone()
+    };
+    assert_eq!(plan(&axis, &["--seq", "512"]), plan(&fixed, &[]));
+    // A ViT has no sequence axis to write.
+    let vit = fixture("vit-base-patch16-224");
+    let o = memcal(&["import", "hf", vit.to_str().unwrap(), "--seq-axis"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("no sequence axis"));
 }
