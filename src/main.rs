@@ -559,8 +559,8 @@ fn import(source: ImportSource) -> anyhow::Result<ExitCode> {
     let path = out
         .clone()
         .unwrap_or_else(|| PathBuf::from(format!("{}.json", options.name)));
-    let graph = Graph::check_owned_at(imported.graph.clone(), &path, Some(imported.seq))?;
     let bytes = memcal::zoo::to_bytes(&imported.graph);
+    let graph = Graph::check_owned_at(imported.graph, &path, Some(imported.seq))?;
     let mut note = format!(
         "imported {} ({}): {} parameters, sequence length {} ({}){}\n",
         config.display(),

@@ -368,20 +368,9 @@ pub fn full_size_verdicts(
     let mut out = Vec::new();
     for g in graphs.iter().filter(|g| g.cut_from.is_none()) {
         for precision in factors.profiles.keys().filter_map(|p| p.parse().ok()) {
-            let sim = crate::simulate::simulate_peak(g, batch, precision);
-            let plan = crate::plan::plan_with_simulation(
-                g,
-                batch,
-                precision,
-                factors,
-                cards,
-                &sim,
-                Some(ev),
-            );
-            let Ok(p) = plan else { continue };
-            if crate::plan::check_features(g, &p).is_err() {
+            let Some(p) = plan_job(g, batch, precision, factors, cards, ev) else {
                 continue;
-            }
+            };
             out.push(VerdictLine {
                 graph: g.name.clone(),
                 parameters: p.parameters,
@@ -393,6 +382,23 @@ pub fn full_size_verdicts(
         }
     }
     out
+}
+
+/// `g` at `batch` under `precision` as `memcal plan` answers it (simulated, planned, its
+/// features checked); None where `plan` refuses the job.
+fn plan_job(
+    g: &crate::graph::Graph,
+    batch: u64,
+    precision: Precision,
+    factors: &crate::factors::FactorsFile,
+    cards: crate::plan::Cards,
+    ev: &Evidence,
+) -> Option<crate::plan::Plan> {
+    let sim = crate::simulate::simulate_peak(g, batch, precision);
+    let p = crate::plan::plan_with_simulation(g, batch, precision, factors, cards, &sim, Some(ev))
+        .ok()?;
+    crate::plan::check_features(g, &p).ok()?;
+    Some(p)
 }
 
 /// One job of the "Will it fit?" page: a graph at a batch under bf16 autocast, as `memcal plan`
@@ -412,9 +418,9 @@ pub struct FitLine {
     pub smallest_fits: Option<String>,
     /// The smallest real product whose verdict is at least borderline.
     pub smallest_borderline: Option<String>,
-    /// When no real product fits: the largest one's name and by how many bytes the deciding
-    /// estimate exceeds it.
-    pub short: Option<(String, u64)>,
+    /// When every real product is "does not fit": `memcal plan`'s shortfall (the largest card,
+    /// the bytes the deciding estimate needs with the headroom, and by how much it is short).
+    pub shortfall: Option<crate::plan::Shortfall>,
     pub why: String,
 }
 
@@ -434,37 +440,19 @@ pub fn will_it_fit(
     let mut out = Vec::new();
     for (g, source) in graphs {
         for &batch in batches {
-            let sim = crate::simulate::simulate_peak(g, batch, precision);
-            let plan = crate::plan::plan_with_simulation(
-                g,
-                batch,
-                precision,
-                factors,
-                cards,
-                &sim,
-                Some(ev),
-            );
-            let Ok(p) = plan else { continue };
-            if crate::plan::check_features(g, &p).is_err() {
+            let Some(p) = plan_job(g, batch, precision, factors, cards, ev) else {
                 continue;
-            }
-            let real = || p.cards.iter().filter(|v| v.product.is_some());
+            };
             let first = |ok: &dyn Fn(crate::plan::Decided) -> bool| {
-                real()
-                    .filter(|v| ok(v.verdict))
+                p.cards
+                    .iter()
+                    .filter(|v| v.product.is_some() && ok(v.verdict))
                     .min_by_key(|v| v.card.bytes)
                     .map(|v| v.card.name.clone())
             };
             use crate::plan::Decided;
             let smallest_fits = first(&|d| d == Decided::Fits);
             let smallest_borderline = first(&|d| matches!(d, Decided::Fits | Decided::Borderline));
-            let short = match (&smallest_borderline, real().max_by_key(|v| v.card.bytes)) {
-                (None, Some(v)) => Some((
-                    v.card.name.clone(),
-                    (p.decision.estimate_bytes.ceil() as u64).saturating_sub(v.card.bytes),
-                )),
-                _ => None,
-            };
             out.push(FitLine {
                 graph: g.name.clone(),
                 source: source.clone(),
@@ -475,7 +463,7 @@ pub fn will_it_fit(
                 bound_bytes: p.decision.bound_bytes,
                 smallest_fits,
                 smallest_borderline,
-                short,
+                shortfall: p.shortfall,
                 why: p.why,
             });
         }

@@ -43,13 +43,16 @@ pub fn page(lines: &[FitLine], nav: Vec<Link>) -> FitPage {
             .class("warn"),
             (None, None) => Cell::text(fmt::MISSING).class("bad"),
         };
-        let needs = match &l.short {
-            Some((card, by)) => Cell::text(format!(
-                "more than one card: the estimate exceeds the {card} by {}; a strategy that splits or shrinks the job is needed (memcal models none yet)",
-                fmt::bytes(*by as f64)
+        let needs = match (&l.shortfall, &l.smallest_borderline) {
+            (Some(s), _) => Cell::text(format!(
+                "more than one card: it needs {} with the headroom, {} more than the {}; a strategy that splits or shrinks the job is needed (memcal models none yet)",
+                fmt::bytes(s.needed_bytes as f64),
+                fmt::bytes(s.short_by_bytes as f64),
+                s.largest_card.name
             ))
             .class("bad"),
-            None => Cell::text("one card, as measured"),
+            (None, Some(_)) => Cell::text("one card, as measured"),
+            (None, None) => Cell::text(format!("no verdict: {}", l.why)).class("warn"),
         };
         t.rows.push(vec![
             Cell::text(l.graph.clone()),
@@ -70,7 +73,7 @@ pub fn page(lines: &[FitLine], nav: Vec<Link>) -> FitPage {
             nav,
         },
         intro: format!(
-            "Every full-size graph of the zoo (data/graphs/) and every real model whose Hugging Face configuration is in data/models/ (imported as memcal import hf does, at its default sequence length), planned at batches {} in bf16 autocast against the real cards (the usable bytes of the Planning section), exactly as memcal plan answers: the method whose held-out record decides, its estimate and bound, and the smallest card whose verdict is \"fits\". Where no card holds the job, the last column says by how much the largest falls short. memcal measures plain single-device training only: no strategy (checkpointing, LoRA, sharding) is modelled yet, so none is offered.",
+            "Every full-size graph of the zoo (data/graphs/) and every real model whose Hugging Face configuration is in data/models/ (imported as memcal import hf does, at its default sequence length), planned at batches {} in bf16 autocast against the real cards (the usable bytes of the Planning section), exactly as memcal plan answers: the method whose held-out record decides, its estimate and bound, and the smallest card whose verdict is \"fits\". Where no card holds the job, the last column gives memcal plan's shortfall: the bytes the job needs with the headroom, and by how much the largest card falls short. memcal measures plain single-device training only: no strategy (checkpointing, LoRA, sharding) is modelled yet, so none is offered.",
             fmt::list(&BATCHES.iter().map(|b| b.to_string()).collect::<Vec<_>>(), ", ")
         ),
         table: t,

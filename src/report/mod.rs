@@ -181,7 +181,7 @@ fn import_models(data_dir: &Path) -> Result<Vec<(crate::graph::Graph, String)>> 
             ..Default::default()
         };
         let imported = crate::import::hf(&path, &options)?;
-        let graph = crate::graph::Graph::check(&imported.graph, &path)?;
+        let graph = crate::graph::Graph::check_owned(imported.graph, &path)?;
         out.push((
             graph,
             format!(
