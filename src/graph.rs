@@ -592,6 +592,14 @@ impl Graph {
             .fold(0u64, u64::saturating_add)
     }
 
+    /// The implementation blocks the graph's nodes use (`Op::block`), sorted and distinct.
+    pub fn blocks(&self) -> Vec<&'static str> {
+        let mut b: Vec<&'static str> = self.nodes.iter().filter_map(|n| n.op.block()).collect();
+        b.sort_unstable();
+        b.dedup();
+        b
+    }
+
     /// False when no input has a batch axis: the graph loads, but is flagged "no batch axis".
     pub fn has_batch_axis(&self) -> bool {
         self.inputs.iter().any(|i| i.shape.has_batch())

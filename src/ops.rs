@@ -644,6 +644,49 @@ impl Op {
         }
     }
 
+    /// The implementation block this op is, if it is one: an op whose harness builder and
+    /// simulator rule carry a family's architecture (attention, mixture of experts, recurrent
+    /// and convolution layers). Two families whose graphs share a block share its
+    /// implementation, so the engine holds them out together ("held out by implementation").
+    /// Every op answers here, with no fallback: a new op does not compile until it says.
+    pub fn block(&self) -> Option<&'static str> {
+        match self {
+            Op::MultiheadAttention { .. }
+            | Op::GqaAttention { .. }
+            | Op::MlaAttention { .. }
+            | Op::Moe { .. }
+            | Op::Lstm(_)
+            | Op::Gru(_)
+            | Op::Conv1d(_)
+            | Op::Conv2d(_)
+            | Op::ConvTranspose2d(_) => Some(self.name()),
+            Op::Linear { .. }
+            | Op::Embedding { .. }
+            | Op::BatchNorm { .. }
+            | Op::LayerNorm { .. }
+            | Op::RmsNorm { .. }
+            | Op::GroupNorm { .. }
+            | Op::Activation(_)
+            | Op::Dropout { .. }
+            | Op::Add
+            | Op::Mul
+            | Op::Concat { .. }
+            | Op::Upsample { .. }
+            | Op::MaxPool(_)
+            | Op::AvgPool(_)
+            | Op::AdaptiveAvgPool { .. }
+            | Op::Flatten { .. }
+            | Op::Reshape { .. }
+            | Op::Permute { .. }
+            | Op::SelectToken { .. }
+            | Op::Softmax { .. }
+            | Op::CrossEntropy
+            | Op::Mse
+            | Op::LearnedPosition { .. }
+            | Op::PrependToken { .. } => None,
+        }
+    }
+
     /// Views create no new tensor.
     pub fn is_view(&self) -> bool {
         matches!(

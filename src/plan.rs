@@ -538,14 +538,14 @@ fn decide(c: &Candidates) -> Decision {
                 (Some(p), Some(s)) if pe.preferred == Decider::Simulator => (
                     Decider::Simulator,
                     format!(
-                        "the simulator's held-out record on {} is better ({}) than the six-factor plan's held out by architecture ({})",
+                        "the simulator's held-out record on {} is better ({}) than the six-factor plan's held out by implementation ({})",
                         c.precision, record_text(s), record_text(p)
                     ),
                 ),
                 (Some(p), Some(s)) => (
                     Decider::SixFactorPlan,
                     format!(
-                        "the six-factor plan's record held out by architecture on {} ({}) is at least as good as the simulator's ({})",
+                        "the six-factor plan's record held out by implementation on {} ({}) is at least as good as the simulator's ({})",
                         c.precision, record_text(p), record_text(s)
                     ),
                 ),

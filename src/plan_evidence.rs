@@ -15,7 +15,8 @@ use std::collections::BTreeMap;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Decider {
-    /// The six-factor plan (its record: refitted without each row's family).
+    /// The six-factor plan (its record: refitted without every family that shares an
+    /// implementation block with the row's, the strictest of its held-out splits).
     SixFactorPlan,
     /// The training-step simulator (no fitted factor; its record: every row it predicts).
     Simulator,
@@ -41,7 +42,7 @@ impl Decider {
     /// The engine's method whose metrics are this decider's held-out record.
     pub fn record_method(self) -> Method {
         match self {
-            Decider::SixFactorPlan => Method::PlanHeldOutArchitecture,
+            Decider::SixFactorPlan => Method::PlanHeldOutImplementation,
             Decider::Simulator => Method::Simulated,
         }
     }
@@ -282,13 +283,14 @@ fn records(cal: &Calibration) -> BTreeMap<Precision, (Vec<MethodRecord>, Decider
     cal.fits
         .iter()
         .map(|(p, fits)| {
-            let plan_ratios: Vec<f64> = fits.upper.ratios.iter().map(|(_, r)| *r).collect();
+            let record = Decider::SixFactorPlan.record_method();
+            let plan_ratios = ratios(cal, *p, record, &[Bucket::Fitted]);
             let all = [Bucket::Fitted, Bucket::HeldOutRegime, Bucket::AfterFit];
             let sim_ratios = ratios(cal, *p, Method::Simulated, &all);
             let records = vec![
                 MethodRecord::of(
                     Decider::SixFactorPlan,
-                    fits.methods.get(&Method::PlanHeldOutArchitecture),
+                    fits.methods.get(&record),
                     &plan_ratios,
                 ),
                 MethodRecord::of(
@@ -467,6 +469,128 @@ pub fn will_it_fit(
                 why: p.why,
             });
         }
+    }
+    out
+}
+
+/// How `memcal plan`'s verdict on a measured row compares with what the run did at the
+/// capacity it ran under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RowOutcome {
+    /// "fits" on a run that completed, or "does not fit" on one that ran out of memory.
+    Right,
+    /// "fits" on a run that ran out of memory: the miss a planner must not make.
+    MissedOom,
+    /// "does not fit" on a run that completed.
+    FalseAlarm,
+    /// "borderline" (the estimate fits, the bound with the headroom does not): on a completed
+    /// run a cautious answer, on an out-of-memory run a warned one.
+    BorderlineCompleted,
+    BorderlineOom,
+}
+
+impl RowOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RowOutcome::Right => "right",
+            RowOutcome::MissedOom => "missed: it ran out of memory",
+            RowOutcome::FalseAlarm => "a false alarm: it completed",
+            RowOutcome::BorderlineCompleted => "cautious: it completed",
+            RowOutcome::BorderlineOom => "warned: it ran out of memory",
+        }
+    }
+}
+
+/// `memcal plan`'s verdict on one shipped row: the job (graph, batch, precision) against the
+/// capacity the run ran under, by the method that decides on its profile, with that method's
+/// own q95 bound. (`plan` also widens the bound outside the fitted range; the rows are the
+/// fitted range and its neighbours, so the row verdict does not.)
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct RowVerdict {
+    pub method: Decider,
+    pub estimate_bytes: f64,
+    pub bound_bytes: f64,
+    pub capacity_bytes: u64,
+    pub verdict: crate::plan::Verdict,
+    pub outcome: RowOutcome,
+}
+
+/// The verdict on every usable row of `cal` (in `cal.rows` order; absent where the deciding
+/// method has no prediction, or for a run that neither completed nor ran out of memory).
+pub fn row_verdicts(cal: &Calibration, ev: &Evidence) -> Vec<Option<RowVerdict>> {
+    use crate::plan::{bound, bound_verdict, Verdict};
+    let s = &cal.settings;
+    cal.rows
+        .iter()
+        .map(|r| {
+            let pe = ev.profiles.get(&r.precision)?;
+            let covered = |d: Decider| r.predictions.get(&d.verdict_method()).copied();
+            let (method, estimate) = match (pe.preferred, covered(Decider::Simulator)) {
+                (Decider::Simulator, Some(e)) => (Decider::Simulator, e),
+                _ => (Decider::SixFactorPlan, covered(Decider::SixFactorPlan)?),
+            };
+            let q95 = pe
+                .record(method)
+                .and_then(|m| m.q95)
+                .or_else(|| cal.fits.get(&r.precision).map(|f| f.upper.q95_used))?;
+            let b = bound(estimate, q95, s.bound_floor_bytes);
+            let verdict = bound_verdict(estimate, b, s.headroom, r.capacity_bytes);
+            let completed = match r.status {
+                RunStatus::Completed => true,
+                RunStatus::Oom => false,
+                _ => return None,
+            };
+            let outcome = match (verdict, completed) {
+                (Verdict::Fits, true) | (Verdict::DoesNotFit, false) => RowOutcome::Right,
+                (Verdict::Fits, false) => RowOutcome::MissedOom,
+                (Verdict::DoesNotFit, true) => RowOutcome::FalseAlarm,
+                (Verdict::Borderline, true) => RowOutcome::BorderlineCompleted,
+                (Verdict::Borderline, false) => RowOutcome::BorderlineOom,
+            };
+            Some(RowVerdict {
+                method,
+                estimate_bytes: estimate,
+                bound_bytes: b,
+                capacity_bytes: r.capacity_bytes,
+                verdict,
+                outcome,
+            })
+        })
+        .collect()
+}
+
+/// How `memcal plan`'s verdicts on one profile's rows compare with the runs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct OutcomeCounts {
+    pub rows: u64,
+    pub right: u64,
+    pub missed_oom: u64,
+    pub false_alarm: u64,
+    pub borderline_completed: u64,
+    pub borderline_oom: u64,
+    /// Rows without a verdict (no prediction by either method, or a run that failed otherwise).
+    pub no_verdict: u64,
+}
+
+/// Per precision profile, the outcomes of `verdicts` (aligned with `cal.rows`).
+pub fn outcome_counts(
+    cal: &Calibration,
+    verdicts: &[Option<RowVerdict>],
+) -> BTreeMap<Precision, OutcomeCounts> {
+    let mut out: BTreeMap<Precision, OutcomeCounts> = BTreeMap::new();
+    for (r, v) in cal.rows.iter().zip(verdicts) {
+        let c = out.entry(r.precision).or_default();
+        c.rows += 1;
+        let slot = match v.map(|v| v.outcome) {
+            Some(RowOutcome::Right) => &mut c.right,
+            Some(RowOutcome::MissedOom) => &mut c.missed_oom,
+            Some(RowOutcome::FalseAlarm) => &mut c.false_alarm,
+            Some(RowOutcome::BorderlineCompleted) => &mut c.borderline_completed,
+            Some(RowOutcome::BorderlineOom) => &mut c.borderline_oom,
+            None => &mut c.no_verdict,
+        };
+        *slot += 1;
     }
     out
 }

@@ -287,3 +287,122 @@ fn max_batch_by_the_verdict_is_the_last_batch_that_fits() {
     }
     assert!(some > 0);
 }
+
+/// Every shipped row gets plan's verdict at the capacity it ran under, from the method that
+/// decides on its profile, and its outcome is what the run did: a missed out-of-memory run is
+/// exactly a "fits" on a run that ran out of memory.
+#[test]
+fn every_shipped_row_has_a_verdict_and_its_outcome_is_what_the_run_did() {
+    use memcal::plan::Verdict;
+    use memcal::plan_evidence::{outcome_counts, row_verdicts, RowOutcome};
+    use memcal::run::RunStatus;
+    let ds = load(&repo().join("data")).unwrap();
+    let cal = calibrate(&ds);
+    let ev = evidence(&ds, &cal);
+    let verdicts = row_verdicts(&cal, &ev);
+    assert_eq!(verdicts.len(), cal.rows.len());
+    for (r, v) in cal.rows.iter().zip(&verdicts) {
+        let v = v.unwrap_or_else(|| panic!("{}: no verdict", r.run_id));
+        let preferred = ev.profiles[&r.precision].preferred;
+        assert_eq!(
+            v.method, preferred,
+            "{}: decided by the profile's method",
+            r.run_id
+        );
+        let estimate = r
+            .predictions
+            .get(&v.method.verdict_method())
+            .copied()
+            .unwrap();
+        assert_eq!(v.estimate_bytes, estimate, "{}", r.run_id);
+        assert!(v.bound_bytes >= v.estimate_bytes, "{}", r.run_id);
+        assert_eq!(v.capacity_bytes, r.capacity_bytes);
+        let oom = r.status == RunStatus::Oom;
+        let expected = match (v.verdict, oom) {
+            (Verdict::Fits, false) | (Verdict::DoesNotFit, true) => RowOutcome::Right,
+            (Verdict::Fits, true) => RowOutcome::MissedOom,
+            (Verdict::DoesNotFit, false) => RowOutcome::FalseAlarm,
+            (Verdict::Borderline, false) => RowOutcome::BorderlineCompleted,
+            (Verdict::Borderline, true) => RowOutcome::BorderlineOom,
+        };
+        assert_eq!(v.outcome, expected, "{}", r.run_id);
+        // The verdict's own rule, restated: over the capacity does not fit.
+        if v.estimate_bytes > r.capacity_bytes as f64 {
+            assert_eq!(v.verdict, Verdict::DoesNotFit, "{}", r.run_id);
+        }
+    }
+    let counts = outcome_counts(&cal, &verdicts);
+    let total: u64 = counts.values().map(|c| c.rows).sum();
+    assert_eq!(total, cal.rows.len() as u64);
+    for c in counts.values() {
+        assert_eq!(
+            c.rows,
+            c.right
+                + c.missed_oom
+                + c.false_alarm
+                + c.borderline_completed
+                + c.borderline_oom
+                + c.no_verdict
+        );
+    }
+}
+
+/// Families that share an implementation block are held out together; a family of its own is
+/// predicted by its leave-family-out refit, so the two held-out methods agree on it.
+#[test]
+fn families_sharing_an_implementation_block_are_held_out_together() {
+    use memcal::engine::Method;
+    let ds = load(&repo().join("data")).unwrap();
+    let cal = calibrate(&ds);
+    let groups = &cal.implementation_groups;
+    let group_of = |f: &str| {
+        groups
+            .iter()
+            .find(|g| g.families.iter().any(|x| x == f))
+            .unwrap_or_else(|| panic!("{f} in no group"))
+    };
+    // The zoo's transformers share one attention builder (and vit's patch embedding is a conv).
+    let bert = group_of("bert");
+    for f in ["gpt", "t5", "vit", "resnet"] {
+        assert!(bert.families.iter().any(|x| x == f), "{f} with bert");
+    }
+    assert!(bert
+        .shared_blocks
+        .iter()
+        .any(|b| b == "multihead_attention"));
+    assert!(group_of("llama").families.iter().any(|x| x == "mixtral"));
+    assert!(!group_of("llama").families.iter().any(|x| x == "bert"));
+    // Every family is in exactly one group.
+    let mut all: Vec<&String> = groups.iter().flat_map(|g| &g.families).collect();
+    all.sort();
+    let n = all.len();
+    all.dedup();
+    assert_eq!(all.len(), n);
+    assert_eq!(n, cal.families.len());
+    // Each group's block shared by two of its families really is in both families' graphs.
+    for g in groups {
+        for b in &g.shared_blocks {
+            let users = g
+                .families
+                .iter()
+                .filter(|f| {
+                    ds.graphs
+                        .values()
+                        .any(|i| &i.family == *f && i.blocks.contains(&b.as_str()))
+                })
+                .count();
+            assert!(users >= 2, "{b} joins {}", g.name);
+        }
+    }
+    for r in &cal.rows {
+        let (Some(a), Some(i)) = (
+            r.predictions.get(&Method::PlanHeldOutArchitecture),
+            r.predictions.get(&Method::PlanHeldOutImplementation),
+        ) else {
+            continue;
+        };
+        if group_of(&r.family).families.len() == 1 {
+            assert_eq!(a, i, "{}: a group of one is its family's refit", r.run_id);
+        }
+    }
+}

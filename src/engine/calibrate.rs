@@ -107,6 +107,10 @@ pub enum Method {
     PlanRefitInSample,
     /// Each fitted row predicted by factors refitted without its family.
     PlanHeldOutArchitecture,
+    /// Each fitted row predicted by factors refitted without every family that shares an
+    /// implementation block with its own (see [`ImplementationGroup`]): stricter than by
+    /// architecture, since families built by one builder are not independent.
+    PlanHeldOutImplementation,
     /// Non-training-regime rows predicted by the shipped (training-regime) factors.
     PlanHeldOutRegime,
     /// After-the-fit rows predicted by the factors as fixed in `data/factors.json`.
@@ -118,7 +122,7 @@ pub enum Method {
 }
 
 /// Number of methods.
-pub const N_METHODS: usize = 8;
+pub const N_METHODS: usize = 9;
 
 impl Method {
     pub const ALL: [Method; N_METHODS] = [
@@ -127,6 +131,7 @@ impl Method {
         Method::PlanAsShipped,
         Method::PlanRefitInSample,
         Method::PlanHeldOutArchitecture,
+        Method::PlanHeldOutImplementation,
         Method::PlanHeldOutRegime,
         Method::PlanAfterFit,
         Method::Simulated,
@@ -139,6 +144,7 @@ impl Method {
             Method::PlanAsShipped => "plan-as-shipped",
             Method::PlanRefitInSample => "plan-refit-in-sample",
             Method::PlanHeldOutArchitecture => "plan-held-out-architecture",
+            Method::PlanHeldOutImplementation => "plan-held-out-implementation",
             Method::PlanHeldOutRegime => "plan-held-out-regime",
             Method::PlanAfterFit => "plan-after-fit",
             Method::Simulated => "simulated",
@@ -153,6 +159,7 @@ impl Method {
             Method::PlanAsShipped => "plan, as shipped (data/factors.json)",
             Method::PlanRefitInSample => "plan, refit on today's rows (in-sample)",
             Method::PlanHeldOutArchitecture => "plan, held out by architecture",
+            Method::PlanHeldOutImplementation => "plan, held out by implementation",
             Method::PlanHeldOutRegime => "plan, held out by regime",
             Method::PlanAfterFit => "plan, after the fit",
             Method::Simulated => "simulated training step (no fitted factor)",
@@ -166,6 +173,7 @@ impl Method {
             Method::PlanAsShipped
                 | Method::PlanRefitInSample
                 | Method::PlanHeldOutArchitecture
+                | Method::PlanHeldOutImplementation
                 | Method::PlanHeldOutRegime
                 | Method::PlanAfterFit
         )
@@ -180,7 +188,10 @@ impl Method {
     pub fn out_of_sample_plan(self) -> bool {
         matches!(
             self,
-            Method::PlanHeldOutArchitecture | Method::PlanHeldOutRegime | Method::PlanAfterFit
+            Method::PlanHeldOutArchitecture
+                | Method::PlanHeldOutImplementation
+                | Method::PlanHeldOutRegime
+                | Method::PlanAfterFit
         )
     }
 }
@@ -414,6 +425,8 @@ pub struct RowResult {
     /// For out-of-memory runs: the capacity they ran out at.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub oom_capacity_bytes: Option<u64>,
+    /// The capacity the run ran under (the emulated capacity if any, else the device's).
+    pub capacity_bytes: u64,
     /// Weight in the fit (fitted completed rows): 1, or `small_runs.weight` below the threshold.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub weight: Option<f64>,
@@ -725,10 +738,94 @@ pub struct ProfileFits {
     pub shipped: FitReport,
     /// Per family: refitted without that family (absent when no other family has completed runs).
     pub held_out_architecture: BTreeMap<String, FitReport>,
+    /// Per implementation group of more than one family (its [`ImplementationGroup::name`]):
+    /// refitted without every family of the group. A group of one family uses that family's
+    /// `held_out_architecture` fit.
+    pub held_out_implementation: BTreeMap<String, FitReport>,
     /// The profile's upper bound, from its own fitted rows.
     pub upper: Upper,
     /// Each method's metrics over this profile's rows alone.
     pub methods: BTreeMap<Method, MethodMetrics>,
+}
+
+/// Families held out together by "held out by implementation": the connected families of the
+/// graph that links two families when their graphs use a common implementation block
+/// (`Op::block`: an attention, mixture-of-experts, recurrent or convolution op). Computed from
+/// the graphs under `data/graphs/`; a family without a graph there is a group of its own.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ImplementationGroup {
+    /// The families joined by `+`, in name order.
+    pub name: String,
+    /// In name order.
+    pub families: Vec<String>,
+    /// The blocks that join them (each used by at least two of the group's families), in name
+    /// order; empty for a group of one.
+    pub shared_blocks: Vec<String>,
+}
+
+/// The implementation groups of `families` (sorted names), and each family's group index;
+/// groups are numbered in the order of their first family.
+pub fn implementation_groups(
+    families: &[&str],
+    graphs: &BTreeMap<String, super::GraphInfo>,
+) -> (Vec<ImplementationGroup>, Vec<usize>) {
+    let index: BTreeMap<&str, usize> = families.iter().enumerate().map(|(k, f)| (*f, k)).collect();
+    // Per block, the families using it.
+    let mut users: BTreeMap<&'static str, BTreeSet<usize>> = BTreeMap::new();
+    for g in graphs.values() {
+        if let Some(&k) = index.get(g.family.as_str()) {
+            for b in &g.blocks {
+                users.entry(b).or_default().insert(k);
+            }
+        }
+    }
+    // Union-find over family indices.
+    let mut parent: Vec<usize> = (0..families.len()).collect();
+    fn root(parent: &mut [usize], mut k: usize) -> usize {
+        while parent[k] != k {
+            parent[k] = parent[parent[k]];
+            k = parent[k];
+        }
+        k
+    }
+    for fams in users.values() {
+        let mut it = fams.iter();
+        if let Some(&first) = it.next() {
+            for &k in it {
+                let (a, b) = (root(&mut parent, first), root(&mut parent, k));
+                parent[a.max(b)] = a.min(b);
+            }
+        }
+    }
+    let mut group_of = vec![0usize; families.len()];
+    let mut number: BTreeMap<usize, usize> = BTreeMap::new();
+    let mut groups: Vec<ImplementationGroup> = Vec::new();
+    for k in 0..families.len() {
+        let r = root(&mut parent, k);
+        let next = number.len();
+        let g = *number.entry(r).or_insert(next);
+        if g == groups.len() {
+            groups.push(ImplementationGroup {
+                name: String::new(),
+                families: Vec::new(),
+                shared_blocks: Vec::new(),
+            });
+        }
+        groups[g].families.push(families[k].to_string());
+        group_of[k] = g;
+    }
+    for (b, fams) in &users {
+        let mut gs = fams.iter().map(|&k| group_of[k]);
+        if let Some(g) = gs.next() {
+            if fams.len() > 1 {
+                groups[g].shared_blocks.push(b.to_string());
+            }
+        }
+    }
+    for g in &mut groups {
+        g.name = g.families.join("+");
+    }
+    (groups, group_of)
 }
 
 /// How the bound's quantiles are read off the sorted ratios.
@@ -831,6 +928,9 @@ pub struct Calibration {
     /// Sorted by file.
     pub exclusions: Vec<Exclusion>,
     pub fits: BTreeMap<Precision, ProfileFits>,
+    /// The families "held out by implementation" holds out together, in order of their first
+    /// family.
+    pub implementation_groups: Vec<ImplementationGroup>,
     pub methods: BTreeMap<Method, MethodMetrics>,
     pub bound: BoundMetrics,
     pub families: BTreeMap<String, FamilyReport>,
@@ -1340,9 +1440,12 @@ fn calibrate_rows(ds: &Dataset) -> Calibration {
     }
     drop(first_seen);
 
+    let (groups, group_of) = implementation_groups(&fam_names, &ds.graphs);
     let mut fits: BTreeMap<Precision, ProfileFits> = BTreeMap::new();
     // Per profile, per family index: the held-out-by-architecture factors.
     let mut held_factors: BTreeMap<Precision, Vec<Option<[f64; N_FEATURES]>>> = BTreeMap::new();
+    // Per profile, per family index: the held-out-by-implementation factors (its group's).
+    let mut group_factors: BTreeMap<Precision, Vec<Option<[f64; N_FEATURES]>>> = BTreeMap::new();
     for p in Precision::ALL {
         let Some(file_factors) = f.factors(p).copied() else {
             continue;
@@ -1401,13 +1504,50 @@ fn calibrate_rows(ds: &Dataset) -> Calibration {
                 },
             );
         }
+        // Each group of several families refitted without all of them; a group of one is its
+        // family's fit above.
+        let mut held_impl = BTreeMap::new();
+        let mut gf = vec![None; fam_names.len()];
+        for (g, group) in groups.iter().enumerate() {
+            let members: Vec<usize> = (0..fam_names.len()).filter(|&k| group_of[k] == g).collect();
+            let factors = if members.len() == 1 {
+                hf[members[0]]
+            } else {
+                let mut n = Normal::default();
+                let mut ooms = Vec::new();
+                for (k, (nb, ob)) in &present {
+                    if group_of[*k] != g {
+                        n.add(nb);
+                        ooms.extend_from_slice(ob);
+                    }
+                }
+                (n.n > 0).then(|| {
+                    let out = fit(&n, &ooms, f.oom_penalty, &[0.0; N_FEATURES]);
+                    let factors = out.factors;
+                    held_impl.insert(
+                        group.name.clone(),
+                        FitReport {
+                            factors,
+                            source: "fit",
+                            outcome: Some(out),
+                        },
+                    );
+                    factors
+                })
+            };
+            for &k in &members {
+                gf[k] = factors;
+            }
+        }
         held_factors.insert(p, hf);
+        group_factors.insert(p, gf);
         fits.insert(
             p,
             ProfileFits {
                 file_factors,
                 shipped,
                 held_out_architecture: held,
+                held_out_implementation: held_impl,
                 // Set once the held-out predictions and the checks exist (below).
                 upper: Upper::default(),
                 methods: BTreeMap::new(),
@@ -1443,6 +1583,12 @@ fn calibrate_rows(ds: &Dataset) -> Calibration {
                     .map(|a| plan::estimate_floored(&a, &r.features, r.floor_bytes));
                 if let Some(e) = oos {
                     m.set(Method::PlanHeldOutArchitecture, e);
+                }
+                if let Some(a) = group_factors[&r.precision][fam] {
+                    m.set(
+                        Method::PlanHeldOutImplementation,
+                        plan::estimate_floored(&a, &r.features, r.floor_bytes),
+                    );
                 }
             }
             Bucket::HeldOutRegime => {
@@ -1706,6 +1852,7 @@ fn calibrate_rows(ds: &Dataset) -> Calibration {
                 bucket: p.bucket,
                 measured_bytes: measured,
                 oom_capacity_bytes: (r.status == RunStatus::Oom).then_some(r.capacity_bytes),
+                capacity_bytes: r.capacity_bytes,
                 weight: (p.bucket == Bucket::Fitted)
                     .then_some(())
                     .and(measured)
@@ -1896,6 +2043,7 @@ fn calibrate_rows(ds: &Dataset) -> Calibration {
         excluded_by_reason,
         exclusions,
         fits,
+        implementation_groups: groups,
         methods,
         bound,
         families,

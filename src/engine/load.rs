@@ -809,6 +809,7 @@ pub fn load_reporting(data_dir: &Path) -> Result<(Dataset, Vec<super::scan::Skip
             has_batch_axis: g.has_batch_axis(),
             textbook_not_applicable: baselines::textbook(&g, 1).err(),
             floor_bytes: crate::plan::phase_floor(&g).bytes,
+            blocks: g.blocks(),
         };
         graphs.insert(g.name.clone(), (g, info));
     }

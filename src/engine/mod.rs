@@ -20,9 +20,9 @@ pub mod time;
 pub use calibrate::{
     abs_rel_error, calibrate, nearest_rank, row_abs_rel_error, truth, BoundCounts, BoundMetrics,
     Bucket, Calibration, Check, CheckRef, Checks, Exclusion, ExclusionReason, FamilyReport,
-    FitReport, KnownMiss, LeaveFamilyOut, Method, MethodMetrics, Name, PerMethod, Predictions,
-    ProfileFits, RegimeFacts, RegimeRows, RowResult, Settings, Totals, Truth, Upper, VerdictCounts,
-    NEAREST_RANK_RULE, WITHIN,
+    FitReport, ImplementationGroup, KnownMiss, LeaveFamilyOut, Method, MethodMetrics, Name,
+    PerMethod, Predictions, ProfileFits, RegimeFacts, RegimeRows, RowResult, Settings, Totals,
+    Truth, Upper, VerdictCounts, NEAREST_RANK_RULE, WITHIN,
 };
 pub use load::{load, load_reporting, parse_row, rows_sha256, RowsHasher};
 pub use output::{refit_factors_file, summary_table, write_calibration_json};
@@ -234,6 +234,8 @@ pub struct GraphInfo {
     pub textbook_not_applicable: Option<String>,
     /// The bytes provably alive at the optimizer phase (`plan::phase_floor`).
     pub floor_bytes: u64,
+    /// The implementation blocks its nodes use (`Op::block`), sorted and distinct.
+    pub blocks: Vec<&'static str>,
 }
 
 /// Everything [`calibrate`] works on.

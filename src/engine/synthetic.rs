@@ -179,6 +179,7 @@ pub fn dataset(
                 has_batch_axis: true,
                 textbook_not_applicable: Some("synthetic".into()),
                 floor_bytes: 0,
+                blocks: Vec::new(),
             },
         );
     }

@@ -16,6 +16,7 @@ use crate::engine::{
 use crate::factors::FactorsFile;
 use crate::features::FEATURE_NAMES;
 use crate::plan::Verdict;
+use crate::plan_evidence::RowVerdict;
 use crate::review::AuditedEntry;
 use crate::run::RunStatus;
 use crate::units;
@@ -502,10 +503,35 @@ fn runs_columns(with_family: bool) -> Vec<Column> {
         c.push(col(method_name(m), true));
     }
     c.push(col("Bound at q95", true));
+    c.push(col(VERDICT_COLUMN, false));
     c
 }
 
-fn runs_row(ctx: &Ctx, r: &RowResult, with_family: bool) -> Vec<Cell> {
+/// The runs tables' last column: `memcal plan`'s verdict on the row, in one line.
+const VERDICT_COLUMN: &str = "memcal plan's verdict at the capacity it ran under";
+
+/// `simulator: 2.53 GB, bound 2.94 GB, against 2.15 GB: does not fit (right)`, into `out`;
+/// the missing dash without a verdict.
+fn push_verdict(out: &mut String, v: Option<&RowVerdict>) {
+    let Some(v) = v else {
+        out.push_str(fmt::MISSING);
+        return;
+    };
+    out.push_str(v.method.label());
+    out.push_str(": ");
+    digits::push_gb(out, v.estimate_bytes);
+    out.push_str(", bound ");
+    digits::push_gb(out, v.bound_bytes);
+    out.push_str(", against ");
+    digits::push_gb(out, v.capacity_bytes as f64);
+    out.push_str(": ");
+    out.push_str(v.verdict.as_str());
+    out.push_str(" (");
+    out.push_str(v.outcome.as_str());
+    out.push(')');
+}
+
+fn runs_row(ctx: &Ctx, r: &RowResult, v: Option<&RowVerdict>, with_family: bool) -> Vec<Cell> {
     let mut cells = vec![Cell::text(&r.run_id), Cell::text(&r.graph)];
     if with_family {
         cells.push(Cell::text(&r.family).link(ctx.family_href(&r.family)));
@@ -523,6 +549,9 @@ fn runs_row(ctx: &Ctx, r: &RowResult, with_family: bool) -> Vec<Cell> {
         cells.push(bytes_cell(r.predictions.get(&m).copied()));
     }
     cells.push(bytes_cell(r.bound_q95_bytes));
+    let mut line = String::new();
+    push_verdict(&mut line, v);
+    cells.push(Cell::text(line));
     cells
 }
 
@@ -541,6 +570,9 @@ pub struct Source<'a> {
     runs_rows: Vec<Vec<u32>>,
     runs_with_family: bool,
     family_rows: Vec<Vec<u32>>,
+    /// `memcal plan`'s verdict on each row of `cal.rows` (empty until
+    /// [`Site::set_row_verdicts`]: every verdict cell then shows the missing dash).
+    row_verdicts: Vec<Option<RowVerdict>>,
     /// The JSON download without indentation (when the runs table is split: the same
     /// content in about 60% of the bytes).
     compact_download: bool,
@@ -551,13 +583,16 @@ impl Source<'_> {
     /// `rows_html`, the same rows rendered straight into HTML (see [`runs_rows_html`]).
     fn fill(&self, t: &mut Table, rows: &[u32], with_family: bool, cells: bool) {
         let cal = self.ctx.cal;
-        let rows = rows.iter().map(|&i| &cal.rows[i as usize]);
+        let verdict = |i: u32| self.row_verdicts.get(i as usize).and_then(|v| v.as_ref());
+        let rows = rows.iter().map(|&i| (&cal.rows[i as usize], verdict(i)));
         if cells {
-            t.rows = rows.map(|r| runs_row(&self.ctx, r, with_family)).collect();
+            t.rows = rows
+                .map(|(r, v)| runs_row(&self.ctx, r, v, with_family))
+                .collect();
         } else if rows.len() > 0 {
-            let mut html = String::with_capacity(rows.len() * 1200);
-            for r in rows {
-                runs_row_html(&self.ctx, r, with_family, &mut html);
+            let mut html = String::with_capacity(rows.len() * 1300);
+            for (r, v) in rows {
+                runs_row_html(&self.ctx, r, v, with_family, &mut html);
             }
             t.rows_html = Some(html);
         }
@@ -567,7 +602,13 @@ impl Source<'_> {
 /// One row of a runs table as the table macro (`templates/macros.html`) renders
 /// [`runs_row`]'s cells, byte for byte, written into `out` without a string per cell. A test
 /// renders the fixture both ways and compares.
-fn runs_row_html(ctx: &Ctx, r: &RowResult, with_family: bool, out: &mut String) {
+fn runs_row_html(
+    ctx: &Ctx,
+    r: &RowResult,
+    v: Option<&RowVerdict>,
+    with_family: bool,
+    out: &mut String,
+) {
     use askama::filters::{Escaper, Html};
     let esc = |out: &mut String, s: &str| {
         let _ = Html.write_escaped_str(&mut *out, s);
@@ -623,6 +664,10 @@ fn runs_row_html(ctx: &Ctx, r: &RowResult, with_family: bool, out: &mut String) 
         bytes(out, r.predictions.get(&m).copied());
     }
     bytes(out, r.bound_q95_bytes);
+    // The verdict needs no escaping (method labels, GB figures and fixed words).
+    out.push_str("<td>");
+    push_verdict(out, v);
+    out.push_str("</td>");
     out.push_str("</tr>\n");
 }
 
@@ -1193,8 +1238,17 @@ pub fn from_calibration_paged<'a>(
             runs_rows,
             runs_with_family: !split,
             family_rows,
+            row_verdicts: Vec::new(),
             compact_download: split,
         },
+    }
+}
+
+impl Site<'_> {
+    /// Gives the runs tables `memcal plan`'s verdict on each row (in `cal.rows` order, as
+    /// [`crate::plan_evidence::row_verdicts`] computes them).
+    pub fn set_row_verdicts(&mut self, verdicts: Vec<Option<RowVerdict>>) {
+        self.source.row_verdicts = verdicts;
     }
 }
 
@@ -1677,6 +1731,38 @@ fn out_of_sample(ctx: &Ctx) -> Vec<Table> {
                 .push(metrics_cells(Cell::text(f).link(ctx.family_href(f)), m));
         }
     }
+    let mut groups = table(
+        "implementation-groups",
+        "Implementation groups: families whose graphs share an implementation block (an attention, mixture-of-experts, recurrent or convolution op, built by one harness builder and simulated by one rule) are held out together",
+        vec![
+            col("Families held out together", false),
+            col("Blocks they share", false),
+        ],
+        "No family yet.",
+    );
+    for g in &cal.implementation_groups {
+        groups.rows.push(vec![
+            Cell::text(g.families.join(", ")),
+            Cell::text(if g.shared_blocks.is_empty() {
+                "none (a group of its own)".to_string()
+            } else {
+                g.shared_blocks.join(", ")
+            }),
+        ]);
+    }
+    let mut by_impl = table(
+        "oos-implementation",
+        "By implementation: each family predicted by factors refitted without its whole implementation group",
+        metrics_columns("Family"),
+        "No family has held-out predictions yet.",
+    );
+    for (f, rep) in &cal.families {
+        if let Some(m) = rep.methods.get(&Method::PlanHeldOutImplementation) {
+            by_impl
+                .rows
+                .push(metrics_cells(Cell::text(f).link(ctx.family_href(f)), m));
+        }
+    }
     let mut by_regime = table(
         "oos-regime",
         "By regime: rows of regimes outside the training regimes, predicted by the shipped factors",
@@ -1705,7 +1791,7 @@ fn out_of_sample(ctx: &Ctx) -> Vec<Table> {
             ));
         }
     }
-    vec![arch, by_regime, after]
+    vec![arch, groups, by_impl, by_regime, after]
 }
 
 fn misses(ctx: &Ctx) -> Vec<MissGroup> {

@@ -7,10 +7,12 @@
 use super::adapter::{col, table};
 use super::format as fmt;
 use super::view::{Cell, Table};
+use crate::features::Precision;
 use crate::features::FEATURE_NAMES;
-use crate::plan_evidence::{Evidence, VerdictLine};
+use crate::plan_evidence::{Evidence, OutcomeCounts, VerdictLine};
 use crate::units;
 use serde::Serialize;
+use std::collections::BTreeMap;
 
 /// The section's view model.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -26,6 +28,8 @@ pub struct CardsView {
     pub ranges: Table,
     /// What memcal plan says of every full-size graph at batch 1, in one line each.
     pub verdicts: Table,
+    /// memcal plan's verdicts on the shipped rows against what the runs did, per profile.
+    pub row_outcomes: Table,
 }
 
 fn bytes(b: u64) -> Cell {
@@ -185,8 +189,45 @@ fn verdicts_table(lines: &[VerdictLine]) -> Table {
     t
 }
 
-/// The section from the plan's evidence and the full-size graphs' verdicts.
-pub fn view(ev: &Evidence, lines: &[VerdictLine]) -> CardsView {
+fn outcomes_table(counts: &BTreeMap<Precision, OutcomeCounts>) -> Table {
+    let mut t = table(
+        "row-verdicts",
+        "memcal plan's verdict on every shipped row, at the capacity the run ran under, against what the run did (each row's verdict is the last column of the runs tables)",
+        vec![
+            col("Precision profile", false),
+            col("Rows", true),
+            col("Right", true),
+            col("Missed: \"fits\", ran out of memory", true),
+            col("False alarm: \"does not fit\", completed", true),
+            col("Borderline, completed", true),
+            col("Borderline, ran out of memory", true),
+            col("No verdict", true),
+        ],
+        "No row yet.",
+    );
+    for (p, c) in counts {
+        let n = |v: u64| Cell::num(fmt::count(v), v.to_string());
+        t.rows.push(vec![
+            Cell::text(p.as_str()),
+            n(c.rows),
+            n(c.right),
+            n(c.missed_oom),
+            n(c.false_alarm),
+            n(c.borderline_completed),
+            n(c.borderline_oom),
+            n(c.no_verdict),
+        ]);
+    }
+    t
+}
+
+/// The section from the plan's evidence, the full-size graphs' verdicts and the outcomes of
+/// the verdicts on the shipped rows.
+pub fn view(
+    ev: &Evidence,
+    lines: &[VerdictLine],
+    outcomes: &BTreeMap<Precision, OutcomeCounts>,
+) -> CardsView {
     let context = ev.real_cards.first().map_or(0, |c| c.context_bytes);
     let usable = match &ev.allocator_overhead {
         Some(o) => format!(
@@ -206,10 +247,11 @@ pub fn view(ev: &Evidence, lines: &[VerdictLine]) -> CardsView {
     CardsView {
         usable,
         cards: cards_table(ev),
-        decides: "memcal plan's verdict comes from the method with the better record on the job's precision profile: fewer missed out-of-memory checks (as a share of the did-not-fit checks), then a smaller median |error|. The six-factor plan's record is its refit without each row's family (held out by architecture); the simulator has no fitted factor, its rules were checked on single-op fixtures (a few constants calibrated on them) and its record is every row it predicts; its CUDA cross-entropy rule was revised after the first GPU comparison, so those families' GPU figures are not held out (docs/simulator.md). The simulator decides only where it has rules for every op of the graph. Each method's bound is its estimate times its own q95 of measured over predicted on those rows, never below the phase floor or the bound floor.".to_string(),
+        decides: "memcal plan's verdict comes from the method with the better record on the job's precision profile: fewer missed out-of-memory checks (as a share of the did-not-fit checks), then a smaller median |error|. The six-factor plan's record is its refit without every family that shares an implementation block with the row's (held out by implementation, the strictest of its splits); the simulator has no fitted factor, its rules were checked on single-op fixtures (a few constants calibrated on them) and its record is every row it predicts; its CUDA cross-entropy rule was revised after the first GPU comparison, so those families' GPU figures are not held out (docs/simulator.md). The simulator decides only where it has rules for every op of the graph. Each method's bound is its estimate times its own q95 of measured over predicted on those rows, never below the phase floor or the bound floor.".to_string(),
         methods: methods_table(ev),
         range: "memcal plan compares a job with the range of its profile's fitted rows: parameters, predicted peak and each feature's share of the six features' sum, and says what lies outside and by how much (times beyond the range, or percentage points for a share). Outside the range the bound is the larger of both methods' bounds; where only the six-factor plan covers the job, its verdict is refused.".to_string(),
         ranges: ranges_table(ev),
         verdicts: verdicts_table(lines),
+        row_outcomes: outcomes_table(outcomes),
     }
 }

@@ -99,6 +99,7 @@ struct Row<'a> {
     measured_bytes: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     oom_capacity_bytes: Option<u64>,
+    capacity_bytes: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     weight: Option<f64>,
     features: &'a [u64; crate::features::N_FEATURES],
@@ -125,6 +126,7 @@ fn row(r: &RowResult, list: u32) -> Row<'_> {
         bucket,
         measured_bytes,
         oom_capacity_bytes,
+        capacity_bytes,
         weight,
         features,
         predictions,
@@ -144,6 +146,7 @@ fn row(r: &RowResult, list: u32) -> Row<'_> {
         bucket: *bucket,
         measured_bytes: *measured_bytes,
         oom_capacity_bytes: *oom_capacity_bytes,
+        capacity_bytes: *capacity_bytes,
         weight: *weight,
         features,
         predictions,
@@ -210,6 +213,8 @@ fn compact_row(out: &mut Vec<u8>, r: &Row) -> std::io::Result<()> {
         out.extend_from_slice(b",\"oom_capacity_bytes\":");
         unsigned(out, c);
     }
+    out.extend_from_slice(b",\"capacity_bytes\":");
+    unsigned(out, r.capacity_bytes);
     if let Some(w) = r.weight {
         out.extend_from_slice(b",\"weight\":");
         float(out, w);

@@ -125,6 +125,9 @@ pub fn with_site_reporting<T>(
     prose.history = crate::review::audit_history(data_dir, &cal)?;
     let mut site = from_calibration(&cal, &ds.factors, &prose);
     let evidence = crate::plan_evidence::evidence(&ds, &cal);
+    let verdicts = crate::plan_evidence::row_verdicts(&cal, &evidence);
+    let outcomes = crate::plan_evidence::outcome_counts(&cal, &verdicts);
+    site.set_row_verdicts(verdicts);
     let graphs_dir = data_dir.join("graphs");
     let graphs = if graphs_dir.is_dir() {
         crate::graph::load_dir(&graphs_dir)?
@@ -132,7 +135,7 @@ pub fn with_site_reporting<T>(
         Vec::new()
     };
     let lines = crate::plan_evidence::full_size_verdicts(&graphs, &ds.factors, &evidence, 1);
-    site.index.cards = Some(cards::view(&evidence, &lines));
+    site.index.cards = Some(cards::view(&evidence, &lines, &outcomes));
     let models = import_models(data_dir)?;
     let jobs: Vec<(&crate::graph::Graph, String)> = graphs
         .iter()

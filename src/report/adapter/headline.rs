@@ -11,9 +11,10 @@ use crate::units;
 /// The headline table's methods, in its order after the profile's verdict method (which comes
 /// first): the plan as shipped and out of sample, the simulator and the baselines. (The
 /// in-sample refit is in the methods section.)
-pub(crate) const HEADLINE_METHODS: [Method; 7] = [
+pub(crate) const HEADLINE_METHODS: [Method; 8] = [
     Method::PlanAsShipped,
     Method::PlanHeldOutArchitecture,
+    Method::PlanHeldOutImplementation,
     Method::PlanHeldOutRegime,
     Method::PlanAfterFit,
     Method::Simulated,
