@@ -137,7 +137,7 @@ enum Command {
         debug_json: bool,
     },
     /// Run the calibration engine on data/: load and account for every row, fit the factors,
-    /// refit held out by architecture and by regime, compute every metric. Prints a summary and
+    /// refit held out by architecture, by implementation and by regime, compute every metric. Prints a summary and
     /// writes calibration.json (every number the site shows, with the row ids behind it).
     Fit {
         /// The data folder (factors.json, graphs/, runs/).
