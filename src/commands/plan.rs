@@ -1,0 +1,194 @@
+//! `memcal plan`: a job's peak memory from its graph, the verdict per card and why.
+
+use memcal::cli_io::print;
+use memcal::factors::FactorsFile;
+use memcal::features::Precision;
+use memcal::graph::Graph;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// A graph file in the memcal-graph/1 format (e.g. data/graphs/gpt2-small.json).
+    graph: PathBuf,
+    /// Batch size.
+    #[arg(long)]
+    batch: u64,
+    /// Precision profile: bf16-autocast (CUDA default) or fp32 (CPU default).
+    #[arg(long, default_value = "bf16-autocast")]
+    precision: Precision,
+    /// The factors file.
+    #[arg(long, default_value = "data/factors.json")]
+    factors: PathBuf,
+    /// Check against this regime's cards instead of the planner's card list and the real
+    /// products.
+    #[arg(long)]
+    regime: Option<String>,
+    /// The data folder the verdict's evidence comes from: each method's held-out record
+    /// (which method decides, and its own q95 bound), the range of the rows each profile
+    /// was fitted on, and the allocator overhead of the GPU rows (the real cards' usable
+    /// bytes). Loaded and calibrated as `memcal fit` does. Default: `data` when it holds a
+    /// factors.json; without a data folder the six-factor plan decides with the factors
+    /// file's q95, and the real cards are not checked.
+    #[arg(long)]
+    data: Option<PathBuf>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Also print the simulated memory curve over the three training steps.
+    #[arg(long)]
+    timeline: bool,
+    /// Also print, per card, the largest batch that fits by the verdict (the deciding
+    /// method, planned at each batch), by the six-factor plan and by its bound (the
+    /// estimate floored at the phase floor; searched up to 2^24).
+    #[arg(long)]
+    max_batch: bool,
+    /// Sequence length for a graph whose inputs have the sequence axis "T".
+    #[arg(long)]
+    seq: Option<u64>,
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let Args {
+        graph,
+        batch,
+        precision,
+        factors,
+        regime,
+        data,
+        json,
+        timeline,
+        max_batch,
+        seq,
+    } = args;
+    if batch == 0 {
+        return Err(memcal::Error::Invalid("--batch must be at least 1".into()).into());
+    }
+    if seq == Some(0) {
+        return Err(memcal::Error::Invalid("--seq must be at least 1".into()).into());
+    }
+    let (g, f, evidence) = load(&graph, seq, &factors, data)?;
+    let cards = match &regime {
+        None => f.cards.clone(),
+        Some(r) => f
+            .regimes
+            .get(r)
+            .ok_or_else(|| {
+                memcal::Error::Invalid(format!(
+                    "--regime {r}: no such regime in {} (it has: {})",
+                    factors.display(),
+                    f.regimes.keys().cloned().collect::<Vec<_>>().join(", ")
+                ))
+            })?
+            .cards
+            .clone(),
+    };
+    let real: &[memcal::cards::RealCard] = match (&regime, &evidence) {
+        (None, Some(e)) => &e.real_cards,
+        _ => &[],
+    };
+    // The timeline's events only when asked for (a deep graph makes millions).
+    let simulation = if timeline {
+        memcal::simulate::simulate(&g, batch, precision)
+    } else {
+        memcal::simulate::simulate_peak(&g, batch, precision)
+    };
+    let cards = memcal::plan::Cards { seed: &cards, real };
+    let p = memcal::plan::plan_with_simulation(
+        &g,
+        batch,
+        precision,
+        &f,
+        cards,
+        &simulation,
+        evidence.as_ref(),
+    )
+    .map_err(|m| memcal::Error::Invalid(format!("{}: {m}", factors.display())))?;
+    memcal::plan::check_features(&g, &p).map_err(memcal::Error::Invalid)?;
+    let sim = if timeline {
+        Some(simulation.map_err(memcal::Error::Invalid)?)
+    } else {
+        None
+    };
+    let largest = if max_batch {
+        Some(
+            memcal::plan::max_batch(&g, precision, &f, &cards.all())
+                .map_err(memcal::Error::Invalid)?
+                .into_iter()
+                .zip(memcal::plan::max_batch_verdict(
+                    &g,
+                    precision,
+                    &f,
+                    cards,
+                    evidence.as_ref(),
+                ))
+                .map(|(m, v)| memcal::plan::MaxBatch {
+                    verdict: Some(v),
+                    ..m
+                })
+                .collect::<Vec<_>>(),
+        )
+    } else {
+        None
+    };
+    if json {
+        let mut value = match &sim {
+            None => serde_json::to_value(&p)?,
+            Some(s) => serde_json::json!({ "plan": p, "simulation": s }),
+        };
+        if let Some(m) = &largest {
+            value["max_batch"] = serde_json::to_value(m)?;
+        }
+        print(&format!("{}\n", serde_json::to_string_pretty(&value)?))?;
+    } else {
+        let mut text = memcal::cli_plan::render(&p);
+        if let Some(m) = &largest {
+            text.push_str(&format!("\n{}", memcal::cli_plan::render_max_batch(m)));
+        }
+        if let Some(s) = &sim {
+            text.push_str(&format!("\n{}", memcal::simulate::render_timeline(s)));
+        }
+        print(&text)?;
+    }
+    // The process ends next: freeing a large graph name by name (a million strings)
+    // takes longer than the exit returning its memory at once.
+    std::mem::forget(g);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The graph (at `seq`), the factors and, on a second thread while the graph loads (for a
+/// large graph each takes about as long as the other), the evidence of the data folder:
+/// `data`, else `data/` when it holds a factors.json, else none.
+fn load(
+    graph: &Path,
+    seq: Option<u64>,
+    factors: &Path,
+    data: Option<PathBuf>,
+) -> anyhow::Result<(Graph, FactorsFile, Option<memcal::plan_evidence::Evidence>)> {
+    let data = data.or_else(|| {
+        let d = PathBuf::from("data");
+        d.join("factors.json").is_file().then_some(d)
+    });
+    std::thread::scope(|s| -> anyhow::Result<_> {
+        let evidence = s.spawn(|| -> memcal::Result<_> {
+            match &data {
+                Some(d) => {
+                    let ds = memcal::engine::load(d)?;
+                    Ok(Some(memcal::plan_evidence::evidence(
+                        &ds,
+                        &memcal::engine::calibrate(&ds),
+                    )))
+                }
+                None => Ok(None),
+            }
+        });
+        let g = Graph::load_at(graph, seq);
+        let f = FactorsFile::load(factors);
+        let evidence = evidence.join().map_err(|_| {
+            anyhow::anyhow!(
+                "calibrating the data folder failed (a bug in memcal: please report it)"
+            )
+        })?;
+        Ok((g?, f?, evidence?))
+    })
+}
