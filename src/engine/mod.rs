@@ -14,6 +14,7 @@ mod load;
 mod output;
 pub mod reserved;
 mod scan;
+#[cfg(any(test, feature = "synthetic"))]
 pub mod synthetic;
 pub mod time;
 
