@@ -202,7 +202,7 @@ impl FactorsFile {
                 check_upper(path, &format!("profiles.{name}.upper"), u)?;
             }
             if let Some(t) = &p.fixed_at {
-                crate::engine::time::parse_rfc3339(t)
+                crate::time::parse_rfc3339(t)
                     .map_err(|m| Error::field(path, &format!("profiles.{name}.fixed_at"), m))?;
             }
         }

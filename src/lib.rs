@@ -16,6 +16,7 @@ pub mod factors;
 pub mod features;
 pub mod graph;
 pub mod import;
+pub mod intern;
 mod name_hash;
 pub mod ops;
 pub mod outputs;
@@ -26,6 +27,7 @@ pub mod review;
 pub mod run;
 pub mod shape;
 pub mod simulate;
+pub mod time;
 pub mod units;
 pub mod zoo;
 

@@ -1,7 +1,7 @@
 //! A fast hash for the maps keyed by a graph's value names (a million-node graph looks names
 //! up several million times; SipHash was a large part of loading and simulating it).
 //!
-//! The engine's Fx-style [`crate::engine::FastHash`] (each 8-byte word folded in with a rotate,
+//! The engine's Fx-style [`crate::intern::FastHash`] (each 8-byte word folded in with a rotate,
 //! xor and multiply), whose `finish` is then mixed with the 64-bit finaliser of MurmurHash3 so
 //! that the low bits, which pick the bucket, depend on every input bit (names such as `r1234` differ only in their high bytes, and an
 //! unmixed multiply leaves those out of the low bits: every name in one bucket). Not
@@ -15,12 +15,12 @@ pub struct NameHash;
 impl std::hash::BuildHasher for NameHash {
     type Hasher = NameHasher;
     fn build_hasher(&self) -> NameHasher {
-        NameHasher(crate::engine::FastHash.build_hasher())
+        NameHasher(crate::intern::FastHash.build_hasher())
     }
 }
 
-/// The engine's [`crate::engine::FastHasher`] with a finaliser on `finish` (see the module).
-pub struct NameHasher(crate::engine::FastHasher);
+/// The engine's [`crate::intern::FastHasher`] with a finaliser on `finish` (see the module).
+pub struct NameHasher(crate::intern::FastHasher);
 
 impl std::hash::Hasher for NameHasher {
     fn write(&mut self, bytes: &[u8]) {

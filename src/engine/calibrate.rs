@@ -3,12 +3,13 @@
 
 use super::fit::{fit, FitOutcome, Normal};
 use super::intervals::{self, Interval};
-use super::time::parse_rfc3339;
 use super::{Dataset, Row};
 use crate::factors::FactorsFile;
 use crate::features::{Precision, FEATURE_NAMES, N_FEATURES};
+use crate::intern::Name;
 use crate::plan::{self, Verdict};
 use crate::run::RunStatus;
+use crate::time::parse_rfc3339;
 use serde::Serialize;
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -193,74 +194,6 @@ impl Method {
                 | Method::PlanHeldOutRegime
                 | Method::PlanAfterFit
         )
-    }
-}
-
-/// A shared, cheaply cloned string (run ids, graph, family and regime names), serialised as a
-/// plain JSON string. One pointer wide (8 bytes, where an `Arc<str>` is 16): a million rows
-/// hold several each.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Name(pub Arc<String>);
-
-impl From<&str> for Name {
-    fn from(s: &str) -> Self {
-        Name(Arc::new(s.to_string()))
-    }
-}
-
-impl From<String> for Name {
-    fn from(mut s: String) -> Self {
-        s.shrink_to_fit();
-        Name(Arc::new(s))
-    }
-}
-
-impl std::borrow::Borrow<str> for Name {
-    fn borrow(&self) -> &str {
-        self.0.as_str()
-    }
-}
-
-impl Name {
-    pub fn as_str(&self) -> &str {
-        self.0.as_str()
-    }
-}
-
-impl From<&Name> for String {
-    fn from(n: &Name) -> String {
-        n.0.to_string()
-    }
-}
-
-impl std::ops::Deref for Name {
-    type Target = str;
-    fn deref(&self) -> &str {
-        self.0.as_str()
-    }
-}
-
-impl PartialEq<str> for Name {
-    fn eq(&self, other: &str) -> bool {
-        self.0.as_str() == other
-    }
-}
-
-impl PartialEq<&str> for Name {
-    fn eq(&self, other: &&str) -> bool {
-        self.0.as_str() == *other
-    }
-}
-
-impl std::fmt::Display for Name {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl Serialize for Name {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&self.0)
     }
 }
 

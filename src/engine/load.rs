@@ -1,7 +1,6 @@
 //! `load`: reads `data/factors.json`, `data/graphs/*.json` and every row under `data/runs/`,
 //! validates each row (errors name the file and the field) and joins it to its graph.
 
-use super::time::parse_rfc3339;
 use super::{Dataset, GraphInfo, Row};
 use crate::baselines;
 use crate::error::{Error, Result};
@@ -9,6 +8,7 @@ use crate::factors::FactorsFile;
 use crate::features::{self, Features, Precision};
 use crate::graph::{self, Graph};
 use crate::run::{RunRow, RunStatus, RUN_FORMAT};
+use crate::time::parse_rfc3339;
 use serde::Deserialize as _;
 use sha2::Digest as _;
 use std::borrow::Cow;

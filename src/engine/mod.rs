@@ -16,14 +16,14 @@ pub mod reserved;
 mod scan;
 #[cfg(any(test, feature = "synthetic"))]
 pub mod synthetic;
-pub mod time;
 
+pub use crate::intern::{FastHash, FastHasher, Interner, Name};
 pub use calibrate::{
     abs_rel_error, calibrate, nearest_rank, row_abs_rel_error, truth, BoundCounts, BoundMetrics,
     Bucket, Calibration, Check, CheckRef, Checks, Exclusion, ExclusionReason, FamilyReport,
-    FitReport, ImplementationGroup, KnownMiss, LeaveFamilyOut, Method, MethodMetrics, Name,
-    PerMethod, Predictions, ProfileFits, RegimeFacts, RegimeRows, RowResult, Settings, Totals,
-    Truth, Upper, VerdictCounts, NEAREST_RANK_RULE, WITHIN,
+    FitReport, ImplementationGroup, KnownMiss, LeaveFamilyOut, Method, MethodMetrics, PerMethod,
+    Predictions, ProfileFits, RegimeFacts, RegimeRows, RowResult, Settings, Totals, Truth, Upper,
+    VerdictCounts, NEAREST_RANK_RULE, WITHIN,
 };
 pub use load::{load, load_reporting, parse_row, rows_sha256, RowsHasher};
 pub use output::{refit_factors_file, summary_table, write_calibration_json};
@@ -142,85 +142,6 @@ impl std::fmt::Debug for Digest {
 impl Serialize for Digest {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.collect_str(self)
-    }
-}
-
-/// Shares equal names: one allocation per distinct string.
-#[derive(Debug, Default)]
-pub struct Interner {
-    set: std::collections::HashSet<Name, FastHash>,
-    /// The last name [`Interner::mostly_distinct`] handed out.
-    last: Option<Name>,
-}
-
-/// A fast, not DoS-resistant hash for the interner (an Fx-style multiply-rotate over 8-byte
-/// words): the loader looks up eight names per row, and the names are the data folder's own.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct FastHash;
-
-impl std::hash::BuildHasher for FastHash {
-    type Hasher = FastHasher;
-    fn build_hasher(&self) -> FastHasher {
-        FastHasher(0)
-    }
-}
-
-/// The hasher of [`FastHash`].
-pub struct FastHasher(u64);
-
-impl FastHasher {
-    fn add(&mut self, word: u64) {
-        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x517c_c1b7_2722_0a95);
-    }
-}
-
-impl std::hash::Hasher for FastHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        let mut chunks = bytes.chunks_exact(8);
-        for c in &mut chunks {
-            self.add(u64::from_le_bytes(c.try_into().expect("8 bytes")));
-        }
-        let rest = chunks.remainder();
-        if !rest.is_empty() {
-            let mut b = [0u8; 8];
-            b[..rest.len()].copy_from_slice(rest);
-            self.add(u64::from_le_bytes(b) ^ ((rest.len() as u64) << 59));
-        }
-    }
-    fn write_u8(&mut self, i: u8) {
-        self.add(u64::from(i));
-    }
-    fn write_usize(&mut self, i: usize) {
-        self.add(i as u64);
-    }
-    fn finish(&self) -> u64 {
-        self.0
-    }
-}
-
-impl Interner {
-    pub fn name(&mut self, s: &str) -> Name {
-        if let Some(n) = self.set.get(s) {
-            return n.clone();
-        }
-        let n = Name::from(s);
-        self.set.insert(n.clone());
-        n
-    }
-
-    /// A name for a string that is mostly new (a run's timestamp): shared with the previous
-    /// one asked for this way when they are equal (rows read in order that started in the same
-    /// second), and not kept in the set (a million distinct timestamps would only make every
-    /// lookup slower).
-    pub fn mostly_distinct(&mut self, s: &str) -> Name {
-        match &self.last {
-            Some(n) if n.as_str() == s => n.clone(),
-            _ => {
-                let n = Name::from(s);
-                self.last = Some(n.clone());
-                n
-            }
-        }
     }
 }
 
