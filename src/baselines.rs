@@ -159,7 +159,33 @@ pub fn textbook(graph: &Graph, batch: u64) -> Result<Textbook, NotApplicable> {
                     n.op.name()
                 ))
             }
-            _ => {}
+            // What a GPT/BERT-style stack is made of besides its attention (the formula's
+            // 34·d per token covers them); listed, not a fallback: a new op must say.
+            Op::Linear { .. }
+            | Op::Embedding { .. }
+            | Op::Conv2d(_)
+            | Op::BatchNorm { .. }
+            | Op::LayerNorm { .. }
+            | Op::RmsNorm { .. }
+            | Op::GroupNorm { .. }
+            | Op::Activation(_)
+            | Op::Dropout { .. }
+            | Op::Add
+            | Op::Mul
+            | Op::Concat { .. }
+            | Op::Upsample { .. }
+            | Op::MaxPool(_)
+            | Op::AvgPool(_)
+            | Op::AdaptiveAvgPool { .. }
+            | Op::Flatten { .. }
+            | Op::Reshape { .. }
+            | Op::Permute { .. }
+            | Op::SelectToken { .. }
+            | Op::Softmax { .. }
+            | Op::CrossEntropy
+            | Op::Mse
+            | Op::LearnedPosition { .. }
+            | Op::PrependToken { .. } => {}
         }
     }
     if mixed {

@@ -239,7 +239,35 @@ fn contribution(graph: &Graph, k: usize, batch: u64) -> NodeContribution {
             let steps = tokens(r.input_size);
             c.gate_elements = prod(&[steps, gates, r.hidden_size, r.directions(), r.num_layers]);
         }
-        _ => {}
+        // The op's saved and intermediate tensors are its output alone (the layer-output
+        // feature); listed, not a fallback: a new op must say.
+        Op::Linear { .. }
+        | Op::Embedding { .. }
+        | Op::Conv1d(_)
+        | Op::Conv2d(_)
+        | Op::ConvTranspose2d(_)
+        | Op::BatchNorm { .. }
+        | Op::LayerNorm { .. }
+        | Op::RmsNorm { .. }
+        | Op::GroupNorm { .. }
+        | Op::Activation(_)
+        | Op::Dropout { .. }
+        | Op::Add
+        | Op::Mul
+        | Op::Concat { .. }
+        | Op::Upsample { .. }
+        | Op::MaxPool(_)
+        | Op::AvgPool(_)
+        | Op::AdaptiveAvgPool { .. }
+        | Op::Flatten { .. }
+        | Op::Reshape { .. }
+        | Op::Permute { .. }
+        | Op::SelectToken { .. }
+        | Op::Softmax { .. }
+        | Op::CrossEntropy
+        | Op::Mse
+        | Op::LearnedPosition { .. }
+        | Op::PrependToken { .. } => {}
     }
     let internal = c
         .intermediate_tensors

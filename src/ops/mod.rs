@@ -1,0 +1,333 @@
+//! The op table: every op of `memcal-graph/1`, its typed attributes, its shape rule, its trainable
+//! parameter tensors and the buffers torch registers for it. See `docs/graph-format.md`.
+//!
+//! One file per concern: `parse` (the table of names and attribute parsers), `attributes`
+//! (the typed attribute reader), `parameters` (parameter tensors and buffers), `shape` (the
+//! shape rule); this file holds the types and what every op says of itself. Every `match` on
+//! an op lists every op: a new one does not compile until each fact is given.
+
+mod attributes;
+mod parameters;
+mod parse;
+mod shape;
+
+pub use attributes::MAX_REPEATS;
+pub use parse::op_names;
+
+use serde::Serialize;
+
+/// Elementwise activation functions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Activation {
+    Relu,
+    Gelu,
+    Silu,
+    Tanh,
+}
+
+/// Convolution attributes (1-d and 2-d; square kernels).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Conv {
+    pub in_channels: u64,
+    pub out_channels: u64,
+    pub kernel_size: u64,
+    pub stride: u64,
+    pub padding: u64,
+    pub groups: u64,
+    pub bias: bool,
+}
+
+/// Transposed 2-d convolution attributes.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ConvTranspose {
+    pub in_channels: u64,
+    pub out_channels: u64,
+    pub kernel_size: u64,
+    pub stride: u64,
+    pub padding: u64,
+    pub output_padding: u64,
+    pub bias: bool,
+}
+
+/// Pooling attributes (1-d or 2-d by input rank).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Pool {
+    pub kernel_size: u64,
+    pub stride: u64,
+    pub padding: u64,
+}
+
+/// Recurrent layer attributes (batch first, both biases).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Rnn {
+    pub input_size: u64,
+    pub hidden_size: u64,
+    pub num_layers: u64,
+    pub bidirectional: bool,
+}
+
+impl Rnn {
+    pub fn directions(&self) -> u64 {
+        if self.bidirectional {
+            2
+        } else {
+            1
+        }
+    }
+}
+
+/// One entry of a `reshape` target.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub enum ReshapeDim {
+    Batch,
+    Fixed(u64),
+    Infer,
+}
+
+/// A typed op with its attributes.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Op {
+    Linear {
+        in_features: u64,
+        out_features: u64,
+        bias: bool,
+        tie: Option<String>,
+    },
+    Embedding {
+        num_embeddings: u64,
+        embedding_dim: u64,
+        /// Another embedding whose table this one reads (T5's shared table used by encoder and
+        /// decoder); a tied embedding owns no parameters.
+        tie: Option<String>,
+    },
+    Conv1d(Conv),
+    Conv2d(Conv),
+    ConvTranspose2d(ConvTranspose),
+    BatchNorm {
+        num_features: u64,
+    },
+    LayerNorm {
+        normalized_shape: u64,
+        bias: bool,
+    },
+    RmsNorm {
+        dim: u64,
+    },
+    GroupNorm {
+        num_groups: u64,
+        num_channels: u64,
+    },
+    Activation(Activation),
+    Dropout {
+        p: f64,
+    },
+    Add,
+    Mul,
+    Concat {
+        dim: i64,
+    },
+    Upsample {
+        scale_factor: u64,
+    },
+    MaxPool(Pool),
+    AvgPool(Pool),
+    AdaptiveAvgPool {
+        output_size: u64,
+    },
+    Flatten {
+        start_dim: i64,
+        end_dim: i64,
+    },
+    Reshape {
+        shape: Vec<ReshapeDim>,
+    },
+    Permute {
+        dims: Vec<i64>,
+    },
+    SelectToken {
+        index: i64,
+    },
+    Softmax {
+        dim: i64,
+    },
+    CrossEntropy,
+    Mse,
+    MultiheadAttention {
+        embed_dim: u64,
+        num_heads: u64,
+        causal: bool,
+        bias: bool,
+        relative_attention_buckets: u64,
+    },
+    GqaAttention {
+        embed_dim: u64,
+        num_heads: u64,
+        num_kv_heads: u64,
+        head_dim: u64,
+        causal: bool,
+        bias: bool,
+    },
+    MlaAttention {
+        embed_dim: u64,
+        num_heads: u64,
+        q_lora_rank: u64,
+        kv_lora_rank: u64,
+        qk_nope_head_dim: u64,
+        qk_rope_head_dim: u64,
+        v_head_dim: u64,
+        causal: bool,
+    },
+    Moe {
+        dim: u64,
+        hidden: u64,
+        num_experts: u64,
+        top_k: u64,
+    },
+    Lstm(Rnn),
+    Gru(Rnn),
+    LearnedPosition {
+        num_positions: u64,
+        dim: u64,
+    },
+    PrependToken {
+        dim: u64,
+    },
+}
+
+impl Op {
+    /// The op's name in the file format.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Op::Linear { .. } => "linear",
+            Op::Embedding { .. } => "embedding",
+            Op::Conv1d(_) => "conv1d",
+            Op::Conv2d(_) => "conv2d",
+            Op::ConvTranspose2d(_) => "conv_transpose2d",
+            Op::BatchNorm { .. } => "batch_norm",
+            Op::LayerNorm { .. } => "layer_norm",
+            Op::RmsNorm { .. } => "rms_norm",
+            Op::GroupNorm { .. } => "group_norm",
+            Op::Activation(Activation::Relu) => "relu",
+            Op::Activation(Activation::Gelu) => "gelu",
+            Op::Activation(Activation::Silu) => "silu",
+            Op::Activation(Activation::Tanh) => "tanh",
+            Op::Dropout { .. } => "dropout",
+            Op::Add => "add",
+            Op::Mul => "mul",
+            Op::Concat { .. } => "concat",
+            Op::Upsample { .. } => "upsample",
+            Op::MaxPool(_) => "max_pool",
+            Op::AvgPool(_) => "avg_pool",
+            Op::AdaptiveAvgPool { .. } => "adaptive_avg_pool",
+            Op::Flatten { .. } => "flatten",
+            Op::Reshape { .. } => "reshape",
+            Op::Permute { .. } => "permute",
+            Op::SelectToken { .. } => "select_token",
+            Op::Softmax { .. } => "softmax",
+            Op::CrossEntropy => "cross_entropy",
+            Op::Mse => "mse",
+            Op::MultiheadAttention { .. } => "multihead_attention",
+            Op::GqaAttention { .. } => "gqa_attention",
+            Op::MlaAttention { .. } => "mla_attention",
+            Op::Moe { .. } => "moe",
+            Op::Lstm(_) => "lstm",
+            Op::Gru(_) => "gru",
+            Op::LearnedPosition { .. } => "learned_position",
+            Op::PrependToken { .. } => "prepend_token",
+        }
+    }
+
+    /// The implementation block this op is, if it is one: an op whose harness builder and
+    /// simulator rule carry a family's architecture (attention, mixture of experts, recurrent
+    /// and convolution layers). Two families whose graphs share a block share its
+    /// implementation, so the engine holds them out together ("held out by implementation").
+    /// Every op answers here, with no fallback: a new op does not compile until it says.
+    pub fn block(&self) -> Option<&'static str> {
+        match self {
+            Op::MultiheadAttention { .. }
+            | Op::GqaAttention { .. }
+            | Op::MlaAttention { .. }
+            | Op::Moe { .. }
+            | Op::Lstm(_)
+            | Op::Gru(_)
+            | Op::Conv1d(_)
+            | Op::Conv2d(_)
+            | Op::ConvTranspose2d(_) => Some(self.name()),
+            Op::Linear { .. }
+            | Op::Embedding { .. }
+            | Op::BatchNorm { .. }
+            | Op::LayerNorm { .. }
+            | Op::RmsNorm { .. }
+            | Op::GroupNorm { .. }
+            | Op::Activation(_)
+            | Op::Dropout { .. }
+            | Op::Add
+            | Op::Mul
+            | Op::Concat { .. }
+            | Op::Upsample { .. }
+            | Op::MaxPool(_)
+            | Op::AvgPool(_)
+            | Op::AdaptiveAvgPool { .. }
+            | Op::Flatten { .. }
+            | Op::Reshape { .. }
+            | Op::Permute { .. }
+            | Op::SelectToken { .. }
+            | Op::Softmax { .. }
+            | Op::CrossEntropy
+            | Op::Mse
+            | Op::LearnedPosition { .. }
+            | Op::PrependToken { .. } => None,
+        }
+    }
+
+    /// Views create no new tensor.
+    pub fn is_view(&self) -> bool {
+        matches!(
+            self,
+            Op::Flatten { .. } | Op::Reshape { .. } | Op::Permute { .. } | Op::SelectToken { .. }
+        )
+    }
+
+    /// Losses produce the scalar that training minimises.
+    pub fn is_loss(&self) -> bool {
+        matches!(self, Op::CrossEntropy | Op::Mse)
+    }
+
+    /// How many inputs the op takes: (min, max).
+    pub fn arity(&self) -> (usize, usize) {
+        match self {
+            Op::Add | Op::Mul | Op::CrossEntropy | Op::Mse => (2, 2),
+            Op::Concat { .. } => (2, usize::MAX),
+            Op::MultiheadAttention { .. } => (1, 2),
+            Op::Linear { .. }
+            | Op::Embedding { .. }
+            | Op::Conv1d(_)
+            | Op::Conv2d(_)
+            | Op::ConvTranspose2d(_)
+            | Op::BatchNorm { .. }
+            | Op::LayerNorm { .. }
+            | Op::RmsNorm { .. }
+            | Op::GroupNorm { .. }
+            | Op::Activation(_)
+            | Op::Dropout { .. }
+            | Op::Upsample { .. }
+            | Op::MaxPool(_)
+            | Op::AvgPool(_)
+            | Op::AdaptiveAvgPool { .. }
+            | Op::Flatten { .. }
+            | Op::Reshape { .. }
+            | Op::Permute { .. }
+            | Op::SelectToken { .. }
+            | Op::Softmax { .. }
+            | Op::GqaAttention { .. }
+            | Op::MlaAttention { .. }
+            | Op::Moe { .. }
+            | Op::Lstm(_)
+            | Op::Gru(_)
+            | Op::LearnedPosition { .. }
+            | Op::PrependToken { .. } => (1, 1),
+        }
+    }
+}

@@ -1,0 +1,282 @@
+//! The table of ops: each name in the file format with its attribute parser.
+
+use super::attributes::{at_most, conv, pool, positive, rnn, Attrs, MAX_REPEATS};
+use super::*;
+use serde_json::{Map, Value};
+
+/// Every op name the format knows, in the table's order (for error messages).
+pub fn op_names() -> Vec<&'static str> {
+    OPS.iter().map(|(n, _)| *n).collect()
+}
+
+/// Every op of the format: its name in the file and how its attributes parse (the error names
+/// the attribute). [`Op::parse`] reads this table; `Op::name` gives the same names back, a test
+/// checks that every entry round-trips, and the unknown-op message lists these names.
+type Parser = fn(&mut Attrs) -> Result<Op, String>;
+
+static OPS: &[(&str, Parser)] = &[
+    ("linear", |a| {
+        Ok(Op::Linear {
+            in_features: a.size("in_features")?,
+            out_features: a.size("out_features")?,
+            bias: a.flag_or("bias", true)?,
+            tie: match a.get("tie") {
+                None | Some(Value::Null) => None,
+                Some(Value::String(s)) => Some(s.clone()),
+                Some(v) => {
+                    return Err(format!(
+                        "attribute `tie` must name an embedding node, found {v}"
+                    ))
+                }
+            },
+        })
+    }),
+    ("embedding", |a| {
+        Ok(Op::Embedding {
+            num_embeddings: a.size("num_embeddings")?,
+            embedding_dim: a.size("embedding_dim")?,
+            tie: match a.get("tie") {
+                None | Some(Value::Null) => None,
+                Some(Value::String(s)) => Some(s.clone()),
+                Some(v) => {
+                    return Err(format!(
+                        "attribute `tie` must name an embedding node, found {v}"
+                    ))
+                }
+            },
+        })
+    }),
+    ("conv1d", |a| Ok(Op::Conv1d(conv(a)?))),
+    ("conv2d", |a| Ok(Op::Conv2d(conv(a)?))),
+    ("conv_transpose2d", |a| {
+        Ok(Op::ConvTranspose2d(ConvTranspose {
+            in_channels: a.size("in_channels")?,
+            out_channels: a.size("out_channels")?,
+            kernel_size: a.size("kernel_size")?,
+            stride: a.size_or("stride", 1)?,
+            padding: a.count_or("padding", 0)?,
+            output_padding: a.count_or("output_padding", 0)?,
+            bias: a.flag_or("bias", true)?,
+        }))
+    }),
+    ("batch_norm", |a| {
+        Ok(Op::BatchNorm {
+            num_features: a.size("num_features")?,
+        })
+    }),
+    ("layer_norm", |a| {
+        Ok(Op::LayerNorm {
+            normalized_shape: a.size("normalized_shape")?,
+            bias: a.flag_or("bias", true)?,
+        })
+    }),
+    ("rms_norm", |a| {
+        Ok(Op::RmsNorm {
+            dim: a.size("dim")?,
+        })
+    }),
+    ("group_norm", |a| {
+        Ok({
+            let num_groups = a.size("num_groups")?;
+            let num_channels = a.size("num_channels")?;
+            if !num_channels.is_multiple_of(num_groups) {
+                return Err(format!(
+                    "num_groups = {num_groups} must divide num_channels = {num_channels}"
+                ));
+            }
+            Op::GroupNorm {
+                num_groups,
+                num_channels,
+            }
+        })
+    }),
+    ("relu", |_| Ok(Op::Activation(Activation::Relu))),
+    ("gelu", |_| Ok(Op::Activation(Activation::Gelu))),
+    ("silu", |_| Ok(Op::Activation(Activation::Silu))),
+    ("tanh", |_| Ok(Op::Activation(Activation::Tanh))),
+    ("dropout", |a| {
+        Ok({
+            let p = match a.get("p") {
+                None => return Err("missing attribute `p` (a probability)".into()),
+                Some(v) => v
+                    .as_f64()
+                    .filter(|p| (0.0..1.0).contains(p))
+                    .ok_or_else(|| {
+                        format!("attribute `p` must be a number in [0, 1), found {v}")
+                    })?,
+            };
+            Op::Dropout { p }
+        })
+    }),
+    ("add", |_| Ok(Op::Add)),
+    ("mul", |_| Ok(Op::Mul)),
+    ("concat", |a| Ok(Op::Concat { dim: a.int("dim")? })),
+    ("upsample", |a| {
+        Ok(Op::Upsample {
+            scale_factor: a.size("scale_factor")?,
+        })
+    }),
+    ("max_pool", |a| Ok(Op::MaxPool(pool(a)?))),
+    ("avg_pool", |a| Ok(Op::AvgPool(pool(a)?))),
+    ("adaptive_avg_pool", |a| {
+        Ok(Op::AdaptiveAvgPool {
+            output_size: a.size("output_size")?,
+        })
+    }),
+    ("flatten", |a| {
+        Ok(Op::Flatten {
+            start_dim: a.int_or("start_dim", 1)?,
+            end_dim: a.int_or("end_dim", -1)?,
+        })
+    }),
+    ("reshape", |a| {
+        Ok({
+            let entries = match a.get("shape") {
+                Some(Value::Array(v)) => v,
+                Some(v) => return Err(format!("attribute `shape` must be a list, found {v}")),
+                None => return Err("missing attribute `shape` (a list)".into()),
+            };
+            let mut shape = Vec::with_capacity(entries.len());
+            for e in entries {
+                shape.push(match e {
+                    Value::String(s) if s == "B" => ReshapeDim::Batch,
+                    v if v.as_i64() == Some(-1) => ReshapeDim::Infer,
+                    v => ReshapeDim::Fixed(positive("shape", v).map_err(|_| {
+                        format!(
+                            "`shape` entries must be \"B\", -1 or a positive integer, found {v}"
+                        )
+                    })?),
+                });
+            }
+            if shape.iter().filter(|d| **d == ReshapeDim::Infer).count() > 1 {
+                return Err("attribute `shape` may hold at most one -1".into());
+            }
+            Op::Reshape { shape }
+        })
+    }),
+    ("permute", |a| {
+        Ok({
+            let dims = match a.get("dims") {
+                Some(Value::Array(v)) => v
+                    .iter()
+                    .map(|d| {
+                        d.as_i64()
+                            .ok_or_else(|| format!("`dims` entries must be integers, found {d}"))
+                    })
+                    .collect::<Result<Vec<_>, _>>()?,
+                Some(v) => return Err(format!("attribute `dims` must be a list, found {v}")),
+                None => return Err("missing attribute `dims` (a list)".into()),
+            };
+            Op::Permute { dims }
+        })
+    }),
+    ("select_token", |a| {
+        Ok(Op::SelectToken {
+            index: a.int("index")?,
+        })
+    }),
+    ("softmax", |a| Ok(Op::Softmax { dim: a.int("dim")? })),
+    ("cross_entropy", |_| Ok(Op::CrossEntropy)),
+    ("mse", |_| Ok(Op::Mse)),
+    ("multihead_attention", |a| {
+        Ok({
+            let embed_dim = a.size("embed_dim")?;
+            let num_heads = a.size("num_heads")?;
+            if !embed_dim.is_multiple_of(num_heads) {
+                return Err(format!(
+                    "num_heads = {num_heads} must divide embed_dim = {embed_dim}"
+                ));
+            }
+            Op::MultiheadAttention {
+                embed_dim,
+                num_heads,
+                causal: a.flag_or("causal", false)?,
+                bias: a.flag_or("bias", true)?,
+                relative_attention_buckets: a.count_or("relative_attention_buckets", 0)?,
+            }
+        })
+    }),
+    ("gqa_attention", |a| {
+        Ok({
+            let embed_dim = a.size("embed_dim")?;
+            let num_heads = a.size("num_heads")?;
+            let num_kv_heads = a.size("num_kv_heads")?;
+            if !num_heads.is_multiple_of(num_kv_heads) {
+                return Err(format!(
+                    "num_kv_heads = {num_kv_heads} must divide num_heads = {num_heads}"
+                ));
+            }
+            if a.map.get("head_dim").is_none() && !embed_dim.is_multiple_of(num_heads) {
+                return Err(format!(
+                    "num_heads = {num_heads} must divide embed_dim = {embed_dim} (or give head_dim)"
+                ));
+            }
+            Op::GqaAttention {
+                embed_dim,
+                num_heads,
+                num_kv_heads,
+                head_dim: a.size_or("head_dim", embed_dim / num_heads)?,
+                causal: a.flag_or("causal", true)?,
+                bias: a.flag_or("bias", false)?,
+            }
+        })
+    }),
+    ("mla_attention", |a| {
+        Ok(Op::MlaAttention {
+            embed_dim: a.size("embed_dim")?,
+            num_heads: a.size("num_heads")?,
+            q_lora_rank: a.count_or("q_lora_rank", 0)?,
+            kv_lora_rank: a.size("kv_lora_rank")?,
+            qk_nope_head_dim: a.size("qk_nope_head_dim")?,
+            qk_rope_head_dim: a.size("qk_rope_head_dim")?,
+            v_head_dim: a.size("v_head_dim")?,
+            causal: a.flag_or("causal", true)?,
+        })
+    }),
+    ("moe", |a| {
+        Ok({
+            let num_experts = at_most("num_experts", a.size("num_experts")?, MAX_REPEATS)?;
+            let top_k = a.size("top_k")?;
+            if top_k > num_experts {
+                return Err(format!(
+                    "top_k = {top_k} exceeds num_experts = {num_experts}"
+                ));
+            }
+            Op::Moe {
+                dim: a.size("dim")?,
+                hidden: a.size("hidden")?,
+                num_experts,
+                top_k,
+            }
+        })
+    }),
+    ("lstm", |a| Ok(Op::Lstm(rnn(a)?))),
+    ("gru", |a| Ok(Op::Gru(rnn(a)?))),
+    ("learned_position", |a| {
+        Ok(Op::LearnedPosition {
+            num_positions: a.size("num_positions")?,
+            dim: a.size("dim")?,
+        })
+    }),
+    ("prepend_token", |a| {
+        Ok(Op::PrependToken {
+            dim: a.size("dim")?,
+        })
+    }),
+];
+
+impl Op {
+    /// Parses an op from its name and attribute map. The error text names the attribute.
+    pub fn parse(name: &str, attributes: &Map<String, Value>) -> Result<Op, String> {
+        let mut a = Attrs::new(attributes);
+        let Some((_, parse)) = OPS.iter().find(|(n, _)| *n == name) else {
+            return Err(format!(
+                "unknown op `{name}` (known ops: {})",
+                op_names().join(", ")
+            ));
+        };
+        let op = parse(&mut a)?;
+        a.finish()?;
+        Ok(op)
+    }
+}

@@ -1,0 +1,302 @@
+//! The shape rule of every op.
+
+use super::*;
+use crate::shape::{Dim, Shape};
+
+impl Op {
+    /// Infers the output shape from the input shapes. The error says what was expected and
+    /// what was found.
+    pub fn infer(&self, inputs: &[&Shape]) -> Result<Shape, String> {
+        let x = inputs[0];
+        let fixed = |d: Dim, what: &str| {
+            d.as_fixed()
+                .ok_or_else(|| format!("{what} must be a fixed size, found {d} in {x}"))
+        };
+        let expect_last = |want: u64, what: &str| -> Result<(), String> {
+            match x.last() {
+                Some(d) if d == Dim::fixed(want) => Ok(()),
+                Some(d) => Err(format!(
+                    "expected last dimension {want} ({what}), found {d} in input shape {x}"
+                )),
+                None => Err(format!(
+                    "expected a tensor ending in {want}, found a scalar"
+                )),
+            }
+        };
+        let expect_rank = |ranks: &[usize]| -> Result<(), String> {
+            if ranks.contains(&x.rank()) {
+                Ok(())
+            } else {
+                Err(format!(
+                    "expected an input of rank {}, found shape {x}",
+                    ranks
+                        .iter()
+                        .map(|r| r.to_string())
+                        .collect::<Vec<_>>()
+                        .join(" or ")
+                ))
+            }
+        };
+        let expect_channels = |want: u64| -> Result<(), String> {
+            if x.rank() >= 2 && x.0[1] == Dim::fixed(want) {
+                Ok(())
+            } else {
+                Err(format!(
+                    "expected {want} channels at dimension 1, found shape {x}"
+                ))
+            }
+        };
+        let axis = |dim: i64, rank: usize| -> Result<usize, String> {
+            let r = rank as i64;
+            let a = if dim < 0 { dim + r } else { dim };
+            if (0..r).contains(&a) {
+                Ok(a as usize)
+            } else {
+                Err(format!("dimension {dim} is out of range for shape {x}"))
+            }
+        };
+        let spatial = |len: Dim, k: u64, s: u64, p: u64| -> Result<Dim, String> {
+            let len = fixed(len, "a spatial dimension")?;
+            let padded = len.saturating_add(p.saturating_mul(2));
+            if padded < k {
+                return Err(format!(
+                    "kernel {k} is larger than the padded input {padded} in shape {x}"
+                ));
+            }
+            Ok(Dim::fixed((padded - k) / s + 1))
+        };
+        let mut out = x.clone();
+        match self {
+            Op::Linear {
+                in_features,
+                out_features,
+                ..
+            } => {
+                expect_last(*in_features, "in_features")?;
+                *out.0.last_mut().unwrap() = Dim::fixed(*out_features);
+            }
+            Op::Embedding { embedding_dim, .. } => out.0.push(Dim::fixed(*embedding_dim)),
+            Op::Conv1d(c) => {
+                expect_rank(&[3])?;
+                expect_channels(c.in_channels)?;
+                out.0[1] = Dim::fixed(c.out_channels);
+                out.0[2] = spatial(x.0[2], c.kernel_size, c.stride, c.padding)?;
+            }
+            Op::Conv2d(c) => {
+                expect_rank(&[4])?;
+                expect_channels(c.in_channels)?;
+                out.0[1] = Dim::fixed(c.out_channels);
+                for i in 2..4 {
+                    out.0[i] = spatial(x.0[i], c.kernel_size, c.stride, c.padding)?;
+                }
+            }
+            Op::ConvTranspose2d(c) => {
+                expect_rank(&[4])?;
+                expect_channels(c.in_channels)?;
+                out.0[1] = Dim::fixed(c.out_channels);
+                for i in 2..4 {
+                    let len = fixed(x.0[i], "a spatial dimension")?;
+                    let full = (len - 1)
+                        .saturating_mul(c.stride)
+                        .saturating_add(c.kernel_size)
+                        .saturating_add(c.output_padding);
+                    if full <= c.padding.saturating_mul(2) {
+                        return Err(format!(
+                            "padding {} leaves no output for shape {x}",
+                            c.padding
+                        ));
+                    }
+                    out.0[i] = Dim::fixed(full - c.padding.saturating_mul(2));
+                }
+            }
+            Op::BatchNorm { num_features: c } => {
+                expect_rank(&[2, 3, 4])?;
+                expect_channels(*c)?;
+            }
+            Op::GroupNorm {
+                num_channels: c, ..
+            } => {
+                expect_rank(&[3, 4])?;
+                expect_channels(*c)?;
+            }
+            Op::LayerNorm {
+                normalized_shape: d,
+                ..
+            } => expect_last(*d, "normalized_shape")?,
+            Op::RmsNorm { dim } => expect_last(*dim, "dim")?,
+            Op::Activation(_) | Op::Dropout { .. } => {}
+            Op::Softmax { dim } => {
+                axis(*dim, x.rank())?;
+            }
+            Op::Add | Op::Mul => {
+                if inputs[1] != x {
+                    return Err(format!(
+                        "both inputs must have the same shape: expected {x}, found {}",
+                        inputs[1]
+                    ));
+                }
+            }
+            Op::Concat { dim } => {
+                let a = axis(*dim, x.rank())?;
+                for other in &inputs[1..] {
+                    let same_rest = other.rank() == x.rank()
+                        && (0..x.rank()).all(|i| i == a || other.0[i] == x.0[i]);
+                    if !same_rest {
+                        return Err(format!(
+                            "inputs must agree on every dimension but {a}: expected {x}, found {other}"
+                        ));
+                    }
+                    out.0[a] = out.0[a].plus(other.0[a]).ok_or_else(|| {
+                        format!(
+                            "cannot concatenate {} and {} along dimension {a}",
+                            out.0[a], other.0[a]
+                        )
+                    })?;
+                }
+            }
+            Op::Upsample { scale_factor } => {
+                expect_rank(&[4])?;
+                for i in 2..4 {
+                    out.0[i] = x.0[i].times(Dim::fixed(*scale_factor));
+                }
+            }
+            Op::MaxPool(p) | Op::AvgPool(p) => {
+                expect_rank(&[3, 4])?;
+                for i in 2..x.rank() {
+                    out.0[i] = spatial(x.0[i], p.kernel_size, p.stride, p.padding)?;
+                }
+            }
+            Op::AdaptiveAvgPool { output_size } => {
+                expect_rank(&[3, 4])?;
+                for i in 2..x.rank() {
+                    out.0[i] = Dim::fixed(*output_size);
+                }
+            }
+            Op::Flatten { start_dim, end_dim } => {
+                let s = axis(*start_dim, x.rank())?;
+                let e = axis(*end_dim, x.rank())?;
+                if s > e {
+                    return Err(format!(
+                        "start_dim {start_dim} comes after end_dim {end_dim} for shape {x}"
+                    ));
+                }
+                let merged = x.0[s..=e].iter().fold(Dim::fixed(1), |a, d| a.times(*d));
+                out.0.splice(s..=e, [merged]);
+            }
+            Op::Reshape { shape } => {
+                let total = x.numel();
+                let mut known = Dim::fixed(1);
+                for d in shape {
+                    match d {
+                        ReshapeDim::Batch => known = known.times(Dim::batch()),
+                        ReshapeDim::Fixed(n) => known = known.times(Dim::fixed(*n)),
+                        ReshapeDim::Infer => {}
+                    }
+                }
+                let inferred = if shape.contains(&ReshapeDim::Infer) {
+                    total.divided_by(known)
+                } else {
+                    (known == total).then_some(Dim::fixed(1))
+                };
+                let inferred = inferred.ok_or_else(|| {
+                    format!("cannot reshape {x} ({total} elements) into {shape:?}")
+                })?;
+                out = Shape(
+                    shape
+                        .iter()
+                        .map(|d| match d {
+                            ReshapeDim::Batch => Dim::batch(),
+                            ReshapeDim::Fixed(n) => Dim::fixed(*n),
+                            ReshapeDim::Infer => inferred,
+                        })
+                        .collect(),
+                );
+            }
+            Op::Permute { dims } => {
+                if dims.len() != x.rank() {
+                    return Err(format!(
+                        "expected {} permutation entries for shape {x}, found {}",
+                        x.rank(),
+                        dims.len()
+                    ));
+                }
+                let mut seen = vec![false; x.rank()];
+                let mut v = Vec::with_capacity(dims.len());
+                for d in dims {
+                    let a = axis(*d, x.rank())?;
+                    if std::mem::replace(&mut seen[a], true) {
+                        return Err(format!("dimension {d} appears twice in `dims`"));
+                    }
+                    v.push(x.0[a]);
+                }
+                out = Shape(v);
+            }
+            Op::SelectToken { index } => {
+                expect_rank(&[3])?;
+                let t = fixed(x.0[1], "the token dimension")? as i64;
+                if *index >= t || *index < -t {
+                    return Err(format!("token index {index} is out of range for shape {x}"));
+                }
+                out.0.remove(1);
+            }
+            Op::CrossEntropy => {
+                let labels = inputs[1];
+                let mut want = x.clone();
+                want.0.pop();
+                if x.rank() < 2 || *labels != want {
+                    return Err(format!(
+                        "labels must have the logits' shape without the class axis: logits {x}, expected labels {want}, found {labels}"
+                    ));
+                }
+                out = Shape::default();
+            }
+            Op::Mse => {
+                if inputs[1] != x {
+                    return Err(format!(
+                        "target must match the prediction: expected {x}, found {}",
+                        inputs[1]
+                    ));
+                }
+                out = Shape::default();
+            }
+            Op::MultiheadAttention { embed_dim: d, .. } => {
+                expect_rank(&[3])?;
+                expect_last(*d, "embed_dim")?;
+                if let Some(kv) = inputs.get(1) {
+                    if kv.rank() != 3 || kv.0[0] != x.0[0] || kv.0[2] != Dim::fixed(*d) {
+                        return Err(format!("memory must be [{}, Tk, {d}], found {kv}", x.0[0]));
+                    }
+                }
+            }
+            Op::GqaAttention { embed_dim: d, .. }
+            | Op::MlaAttention { embed_dim: d, .. }
+            | Op::Moe { dim: d, .. } => {
+                expect_rank(&[3])?;
+                expect_last(*d, "model width")?;
+            }
+            Op::Lstm(r) | Op::Gru(r) => {
+                expect_rank(&[3])?;
+                expect_last(r.input_size, "input_size")?;
+                out.0[2] = Dim::fixed(r.hidden_size.saturating_mul(r.directions()));
+            }
+            Op::LearnedPosition { num_positions, dim } => {
+                expect_rank(&[3])?;
+                expect_last(*dim, "dim")?;
+                let t = fixed(x.0[1], "the sequence dimension")?;
+                if t > *num_positions {
+                    return Err(format!(
+                        "sequence {t} exceeds num_positions {num_positions}"
+                    ));
+                }
+            }
+            Op::PrependToken { dim } => {
+                expect_rank(&[3])?;
+                expect_last(*dim, "dim")?;
+                out.0[1] = x.0[1].plus(Dim::fixed(1)).ok_or_else(|| {
+                    format!("the token dimension must be a fixed size, found {x}")
+                })?;
+            }
+        }
+        Ok(out)
+    }
+}

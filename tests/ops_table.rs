@@ -1,0 +1,75 @@
+//! The op table: every op the format knows parses from its name and gives the same name back,
+//! and every op has an example here (a new op without one fails), so the names written in the
+//! table and in `Op::name` cannot drift apart.
+
+use memcal::ops::{op_names, Op};
+use serde_json::{Map, Value};
+
+/// One valid attribute set per op (from the zoo's graphs, `reshape` written here).
+const EXAMPLES: &[(&str, &str)] = &[
+        ("adaptive_avg_pool", "{\"output_size\": 1}"),
+        ("add", "{}"),
+        ("avg_pool", "{\"kernel_size\": 2}"),
+        ("batch_norm", "{\"num_features\": 64}"),
+        ("concat", "{\"dim\": 1}"),
+        ("conv1d", "{\"bias\": false, \"in_channels\": 12, \"kernel_size\": 7, \"out_channels\": 64, \"padding\": 3}"),
+        ("conv2d", "{\"bias\": false, \"in_channels\": 3, \"kernel_size\": 3, \"out_channels\": 32, \"padding\": 1, \"stride\": 2}"),
+        ("conv_transpose2d", "{\"in_channels\": 1024, \"kernel_size\": 2, \"out_channels\": 512, \"stride\": 2}"),
+        ("cross_entropy", "{}"),
+        ("dropout", "{\"p\": 0.65}"),
+        ("embedding", "{\"embedding_dim\": 768, \"num_embeddings\": 28996}"),
+        ("flatten", "{\"start_dim\": 1}"),
+        ("gelu", "{}"),
+        ("gqa_attention", "{\"embed_dim\": 4096, \"num_heads\": 32, \"num_kv_heads\": 32}"),
+        ("group_norm", "{\"num_channels\": 512, \"num_groups\": 512}"),
+        ("gru", "{\"bidirectional\": true, \"hidden_size\": 512, \"input_size\": 300, \"num_layers\": 2}"),
+        ("layer_norm", "{\"normalized_shape\": 768}"),
+        ("learned_position", "{\"dim\": 768, \"num_positions\": 512}"),
+        ("linear", "{\"in_features\": 768, \"out_features\": 3072}"),
+        ("lstm", "{\"hidden_size\": 512, \"input_size\": 256, \"num_layers\": 2}"),
+        ("max_pool", "{\"kernel_size\": 2}"),
+        ("mla_attention", "{\"embed_dim\": 2048, \"kv_lora_rank\": 512, \"num_heads\": 16, \"q_lora_rank\": 0, \"qk_nope_head_dim\": 128, \"qk_rope_head_dim\": 64, \"v_head_dim\": 128}"),
+        ("moe", "{\"dim\": 4096, \"hidden\": 14336, \"num_experts\": 8, \"top_k\": 2}"),
+        ("mse", "{}"),
+        ("mul", "{}"),
+        ("multihead_attention", "{\"bias\": true, \"causal\": false, \"embed_dim\": 768, \"num_heads\": 12}"),
+        ("permute", "{\"dims\": [0, 2, 1]}"),
+        ("prepend_token", "{\"dim\": 768}"),
+        ("relu", "{}"),
+        ("reshape", "{\"shape\": [\"B\", -1]}"),
+        ("rms_norm", "{\"dim\": 4096}"),
+        ("select_token", "{\"index\": 0}"),
+        ("silu", "{}"),
+        ("softmax", "{\"dim\": -1}"),
+        ("tanh", "{}"),
+        ("upsample", "{\"scale_factor\": 2}"),
+];
+
+#[test]
+fn every_op_in_the_table_round_trips_its_name() {
+    let mut names: Vec<&str> = op_names();
+    names.sort_unstable();
+    let mut examples: Vec<&str> = EXAMPLES.iter().map(|(n, _)| *n).collect();
+    examples.sort_unstable();
+    assert_eq!(
+        names, examples,
+        "every op of the table has an example here, and no other"
+    );
+    for (name, attributes) in EXAMPLES {
+        let map: Map<String, Value> = serde_json::from_str(attributes).unwrap();
+        let op = Op::parse(name, &map).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(op.name(), *name);
+    }
+}
+
+#[test]
+fn an_unknown_op_lists_every_known_one() {
+    let e = Op::parse("convolution", &Map::new()).unwrap_err();
+    assert!(
+        e.starts_with("unknown op `convolution` (known ops: linear, embedding,"),
+        "{e}"
+    );
+    for n in op_names() {
+        assert!(e.contains(n), "{n} in {e}");
+    }
+}
