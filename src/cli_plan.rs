@@ -1,6 +1,7 @@
 //! Text rendering of a [`Plan`] for `memcal plan` (formatting only: every number is in the plan).
 
 use crate::features::FEATURE_NAMES;
+use crate::format::count;
 use crate::plan::Plan;
 use crate::units::{both, gb};
 use std::fmt::Write;
@@ -11,7 +12,7 @@ pub fn render(p: &Plan) -> String {
     let _ = writeln!(s, "graph       {} (family {})", p.graph, p.family);
     let _ = writeln!(s, "batch       {}", p.batch);
     let _ = writeln!(s, "precision   {}", p.precision);
-    let _ = writeln!(s, "parameters  {}", group(p.parameters));
+    let _ = writeln!(s, "parameters  {}", count(p.parameters));
     if !p.has_batch_axis {
         let _ = writeln!(
             s,
@@ -28,7 +29,7 @@ pub fn render(p: &Plan) -> String {
             s,
             "{:<18} {:>22} {:>8.3} {:>28}",
             name,
-            group(v),
+            count(v),
             p.factors[i],
             both(p.factors[i] * v as f64)
         );
@@ -235,7 +236,7 @@ fn render_decision(s: &mut String, p: &Plan) {
             "\n{:<16} {:<28} {:>6} {:>10} {:>8} {:>12} {:>7}",
             "method", "record (held out)", "rows", "median|e|", "max|e|", "missed OOM", "q95"
         );
-        let pct = |v: Option<f64>| v.map_or("n/a".to_string(), |x| format!("{:.1}%", x * 100.0));
+        let pct = crate::format::opt_pct;
         for r in &d.records {
             let _ = writeln!(
                 s,
@@ -246,7 +247,7 @@ fn render_decision(s: &mut String, p: &Plan) {
                 pct(r.median_abs_rel_error),
                 pct(r.max_abs_rel_error),
                 format!("{}/{}", r.missed_oom, r.did_not_fit_checks),
-                r.q95.map_or("n/a".to_string(), |q| format!("{q:.3}"))
+                crate::format::opt_ratio(r.q95)
             );
         }
     }
@@ -256,8 +257,8 @@ fn render_decision(s: &mut String, p: &Plan) {
             s,
             "\nfitted range {} rows: parameters {} to {}, measured peak {} to {}",
             f.rows,
-            group(f.parameters_min),
-            group(f.parameters_max),
+            count(f.parameters_min),
+            count(f.parameters_max),
             gb(f.peak_min as f64),
             gb(f.peak_max as f64)
         );
@@ -276,9 +277,9 @@ fn render_decision(s: &mut String, p: &Plan) {
                 (gb(o.value), gb(o.low), gb(o.high), format!("{:.1}x", o.by))
             } else {
                 (
-                    group(o.value as u64),
-                    group(o.low as u64),
-                    group(o.high as u64),
+                    count(o.value as u64),
+                    count(o.low as u64),
+                    count(o.high as u64),
                     format!("{:.1}x", o.by),
                 )
             };
@@ -295,19 +296,6 @@ fn render_decision(s: &mut String, p: &Plan) {
     let _ = writeln!(s, "\nin one line {}", p.why);
 }
 
-/// 124439808 -> "124,439,808".
-pub fn group(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
-
 /// The `--max-batch` table: per card, the largest batch by the verdict, the six-factor plan
 /// and its bound.
 pub fn render_max_batch(rows: &[crate::plan::MaxBatch]) -> String {
@@ -315,19 +303,19 @@ pub fn render_max_batch(rows: &[crate::plan::MaxBatch]) -> String {
     let _ = writeln!(
         s,
         "largest batch that fits (searched up to {})\n{:<18} {:>12} {:>16} {:>16}",
-        group(crate::plan::MAX_BATCH_SEARCHED),
+        count(crate::plan::MAX_BATCH_SEARCHED),
         "card",
         "verdict",
         "six-factor plan",
         "six-factor bound"
     );
-    let cell = |b: Option<u64>| b.map_or("none".to_string(), group);
+    let cell = |b: Option<u64>| b.map_or("none".to_string(), count);
     for r in rows {
         let _ = writeln!(
             s,
             "{:<18} {:>12} {:>16} {:>16}",
             r.card.name,
-            r.verdict.map_or("n/a".to_string(), cell),
+            r.verdict.map_or(crate::format::MISSING.to_string(), cell),
             cell(r.plan),
             cell(r.bound)
         );

@@ -14,6 +14,7 @@ pub mod engine;
 pub mod error;
 pub mod factors;
 pub mod features;
+pub mod format;
 pub mod graph;
 pub mod import;
 pub mod intern;

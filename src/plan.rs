@@ -495,7 +495,7 @@ fn record_text(r: &MethodRecord) -> String {
         r.missed_oom,
         r.did_not_fit_checks,
         r.median_abs_rel_error
-            .map_or("n/a".to_string(), |m| format!("{:.1}%", m * 100.0)),
+            .map_or(crate::format::MISSING.to_string(), crate::format::pct),
         r.error_rows
     )
 }

@@ -227,7 +227,7 @@ fn the_will_it_fit_page_plans_every_model_in_data() {
         }
         let name = dir.file_name().unwrap().to_str().unwrap().to_string();
         let g = import(&config, &[]);
-        let params = memcal::cli_plan::group(g.parameters());
+        let params = memcal::format::count(g.parameters());
         let rows = page
             .matches(&format!("data/models/{name}/config.json"))
             .count();

@@ -725,5 +725,5 @@ fn the_shipped_site_spells_missing_one_way_and_sizes_once() {
         }
     }
     assert!(pages > 3, "{pages} pages");
-    assert_eq!(memcal::report::format::MISSING, "—");
+    assert_eq!(memcal::format::MISSING, "—");
 }

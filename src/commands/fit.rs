@@ -55,7 +55,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         eprintln!(
             "rewrote {} (fixed_at {}) and appended to {}; commit both before measuring after-the-fit rows",
             path.display(),
-            f.provenance.as_ref().map_or("-", |p| p.fixed_at.as_str()),
+            f.provenance.as_ref().map_or(memcal::format::MISSING, |p| p.fixed_at.as_str()),
             history_path.display()
         );
     }

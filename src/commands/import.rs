@@ -98,7 +98,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         "imported {} ({}): {} parameters, sequence length {} ({}){}\n",
         config.display(),
         imported.class,
-        memcal::cli_plan::group(graph.parameters()),
+        memcal::format::count(graph.parameters()),
         imported.seq,
         imported.seq_source,
         if seq_axis {

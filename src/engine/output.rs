@@ -15,12 +15,10 @@ pub fn write_calibration_json(cal: &Calibration) -> String {
     s
 }
 
-fn pct(v: Option<f64>) -> String {
-    v.map_or_else(|| "n/a".into(), |x| format!("{:.1}%", x * 100.0))
-}
+use crate::format::{opt_pct as pct, opt_ratio, MISSING};
 
 fn gb(v: u64) -> String {
-    format!("{:.2} GB", v as f64 / 1e9)
+    crate::units::gb(v as f64)
 }
 
 fn method_line(name: &str, m: &MethodMetrics) -> String {
@@ -111,8 +109,8 @@ pub fn summary_table(cal: &Calibration) -> String {
             s,
             "  {p:<14} {} runs: q90 {}  q95 {}{}",
             u.ratios.len(),
-            u.q90.map_or("n/a".into(), |v| format!("{v:.3}")),
-            u.q95.map_or("n/a".into(), |v| format!("{v:.3}")),
+            opt_ratio(u.q90),
+            opt_ratio(u.q95),
             if u.unpredicted.is_empty() {
                 String::new()
             } else {
@@ -143,7 +141,7 @@ pub fn summary_table(cal: &Calibration) -> String {
                 let _ = writeln!(s, "{}", method_line(method.as_str(), m));
             }
             None => {
-                let _ = writeln!(s, "{:<28} {:>7}", method.as_str(), "n/a");
+                let _ = writeln!(s, "{:<28} {:>7}", method.as_str(), MISSING);
             }
         }
     }

@@ -6,7 +6,6 @@ use super::charts::ratio::RatioChart;
 use super::charts::scatter::{ScatterChart, ScatterPoint};
 use super::charts::Chart;
 use super::digits;
-use super::format as fmt;
 use super::view::*;
 use crate::engine::intervals::Interval;
 use crate::engine::{
@@ -15,6 +14,7 @@ use crate::engine::{
 };
 use crate::factors::FactorsFile;
 use crate::features::FEATURE_NAMES;
+use crate::format as fmt;
 use crate::plan::Verdict;
 use crate::plan_evidence::RowVerdict;
 use crate::review::AuditedEntry;

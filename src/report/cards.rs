@@ -5,10 +5,10 @@
 //! (`templates/cards.html`), apart from the rest of the index.
 
 use super::adapter::{col, table};
-use super::format as fmt;
 use super::view::{Cell, Table};
 use crate::features::Precision;
 use crate::features::FEATURE_NAMES;
+use crate::format as fmt;
 use crate::plan_evidence::{Evidence, OutcomeCounts, VerdictLine};
 use crate::units;
 use serde::Serialize;

@@ -5,8 +5,8 @@
 //! Formatting only: every figure is [`crate::plan_evidence::will_it_fit`]'s.
 
 use super::adapter::{col, table};
-use super::format as fmt;
 use super::view::{Cell, FitPage, Link, PageMeta};
+use crate::format as fmt;
 use crate::plan_evidence::FitLine;
 
 /// The batches each job is planned at.

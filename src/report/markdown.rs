@@ -15,8 +15,8 @@ pub const PLACEHOLDERS: [&str; 2] = ["{within}", "{features}"];
 /// The value of a placeholder of [`PLACEHOLDERS`].
 pub fn placeholder(name: &str) -> Option<String> {
     match name {
-        "{within}" => Some(super::format::within_band()),
-        "{features}" => Some(super::format::number_word(crate::features::N_FEATURES)),
+        "{within}" => Some(crate::format::within_band()),
+        "{features}" => Some(crate::format::number_word(crate::features::N_FEATURES)),
         _ => None,
     }
 }

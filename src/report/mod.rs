@@ -10,7 +10,6 @@ pub mod charts;
 mod digits;
 mod download;
 pub mod fit;
-pub mod format;
 pub mod markdown;
 pub mod render;
 pub mod view;

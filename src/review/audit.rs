@@ -470,9 +470,7 @@ pub fn audit(data_dir: &Path) -> Result<AuditReport> {
     })
 }
 
-fn pct(v: Option<f64>) -> String {
-    v.map_or("missing".to_string(), |x| format!("{:.1}%", x * 100.0))
-}
+use crate::format::opt_pct as pct;
 
 /// The audit as text.
 pub fn audit_text(a: &AuditReport) -> String {

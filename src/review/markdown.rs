@@ -45,9 +45,7 @@ fn cell(s: &str) -> String {
     s.replace('|', "\\|").replace('\n', " ")
 }
 
-fn pct(v: Option<f64>) -> String {
-    v.map_or("missing".to_string(), |x| format!("{:.1}%", x * 100.0))
-}
+use crate::format::opt_pct as pct;
 
 /// `base → head (±change)` for a share shown in percent.
 fn pct_change(before: Option<f64>, after: Option<f64>) -> String {

@@ -4,7 +4,7 @@
 
 use super::{col, count_cell, fact, interval_cell, method_name, table, Ctx};
 use crate::engine::{Method, MethodMetrics, RegimeFacts, RegimeRows};
-use crate::report::format as fmt;
+use crate::format as fmt;
 use crate::report::view::{Cell, Headline, Table};
 use crate::units;
 

@@ -1,11 +1,22 @@
-//! Formatting helpers of the view model: numbers in, strings out. Nothing here computes a
-//! metric; each function prints one value the engine computed.
+//! Number formatting for everything memcal prints (the site, `memcal fit`, `plan`, `diff` and
+//! `audit`): numbers in, strings out, and one spelling of a missing value. Nothing here
+//! computes a metric; each function prints one value the engine computed.
 
 use crate::engine::intervals::Interval;
 use crate::units;
 
-/// How the site prints a value that is not there.
+/// How memcal prints a value that is not there (the site, the terminal and Markdown alike).
 pub const MISSING: &str = "—";
+
+/// [`pct`], or [`MISSING`].
+pub fn opt_pct(share: Option<f64>) -> String {
+    share.map_or_else(|| MISSING.to_string(), pct)
+}
+
+/// [`ratio`], or [`MISSING`].
+pub fn opt_ratio(r: Option<f64>) -> String {
+    r.map_or_else(|| MISSING.to_string(), ratio)
+}
 
 /// `12.35 GB` (GB = 10^9 bytes).
 pub fn bytes(b: f64) -> String {
