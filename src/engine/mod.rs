@@ -7,26 +7,33 @@
 //! [`load`] does the I/O and the validation; [`calibrate`] is pure; [`write_calibration_json`],
 //! [`summary_table`] and [`refit_factors_file`] present the result.
 
+mod bucket;
 mod calibrate;
 pub mod fit;
+mod groups;
 pub mod intervals;
 mod load;
+mod metrics;
 mod output;
 pub mod reserved;
+mod results;
 mod scan;
+mod split;
 #[cfg(any(test, feature = "synthetic"))]
 pub mod synthetic;
 
 pub use crate::intern::{FastHash, FastHasher, Interner, Name};
-pub use calibrate::{
-    abs_rel_error, calibrate, nearest_rank, row_abs_rel_error, truth, BoundCounts, BoundMetrics,
-    Bucket, Calibration, Check, CheckRef, Checks, Exclusion, ExclusionReason, FamilyReport,
-    FitReport, ImplementationGroup, KnownMiss, LeaveFamilyOut, Method, MethodMetrics, PerMethod,
-    Predictions, ProfileFits, RegimeFacts, RegimeRows, RowResult, Settings, Totals, Truth, Upper,
-    VerdictCounts, NEAREST_RANK_RULE, WITHIN,
-};
+pub use calibrate::calibrate;
+pub use groups::{implementation_groups, ImplementationGroup};
 pub use load::{load, load_reporting, parse_row, rows_sha256, RowsHasher};
+pub use metrics::{abs_rel_error, nearest_rank, row_abs_rel_error};
 pub use output::{refit_factors_file, summary_table, write_calibration_json};
+pub use results::{
+    truth, BoundCounts, BoundMetrics, Bucket, Calibration, Check, CheckRef, Checks, Exclusion,
+    ExclusionReason, FamilyReport, FitReport, KnownMiss, LeaveFamilyOut, Method, MethodMetrics,
+    PerMethod, Predictions, ProfileFits, RegimeFacts, RegimeRows, RowResult, Settings, Totals,
+    Truth, Upper, VerdictCounts, NEAREST_RANK_RULE, WITHIN,
+};
 pub use scan::{scan_runs, RunFiles, Skipped};
 
 use crate::factors::FactorsFile;

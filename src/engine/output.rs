@@ -1,7 +1,7 @@
 //! Presenting a calibration: its JSON, the table `memcal fit` prints, and the refitted factors
 //! file.
 
-use super::calibrate::{Calibration, Method, MethodMetrics};
+use super::results::{Calibration, Method, MethodMetrics};
 use super::Dataset;
 use crate::factors::{FactorsFile, Profile, Provenance, Upper};
 use crate::features::FEATURE_NAMES;
