@@ -18,19 +18,14 @@ use super::bucket::{classify, cmp_path};
 use super::groups::implementation_groups;
 use super::metrics::*;
 use super::results::*;
-use super::split::sort_on_two_threads;
+use super::split::{join, sort_on_two_threads};
 
 /// Runs the whole calibration on a dataset. Pure and deterministic.
 pub fn calibrate(ds: &Dataset) -> Calibration {
     // The facts of the measurement read every row and nothing else: on a thread of their own.
-    std::thread::scope(|sc| {
-        let measured = sc.spawn(|| Measured::of(&ds.rows));
-        let mut c = calibrate_rows(ds);
-        c.measured = measured
-            .join()
-            .expect("the thread of the facts does not panic");
-        c
-    })
+    let (mut c, measured) = join(|| calibrate_rows(ds), || Measured::of(&ds.rows));
+    c.measured = measured;
+    c
 }
 
 /// [`calibrate`] but for `measured`.
@@ -194,11 +189,10 @@ fn calibrate_rows(ds: &Dataset) -> Calibration {
         }
         order[j] as usize
     });
-    let (a, b) = std::thread::scope(|sc| {
-        let hb = sc.spawn(|| half(second, prev_second, false));
-        let a = half(first, None, true);
-        (a, hb.join().expect("the row thread does not panic"))
-    });
+    let (a, b) = join(
+        || half(first, None, true),
+        || half(second, prev_second, false),
+    );
     drop(order);
     let Half {
         mut usable,
@@ -715,11 +709,7 @@ fn calibrate_rows(ds: &Dataset) -> Calibration {
     slots.resize_with(usable.len(), || None);
     let (out_a, out_b) = slots.split_at_mut(first.len());
     let rp = &run_part;
-    let (pa, pb) = std::thread::scope(|sc| {
-        let hb = sc.spawn(move || rp(second, out_b));
-        let pa = rp(first, out_a);
-        (pa, hb.join().expect("the check thread does not panic"))
-    });
+    let (pa, pb) = join(|| rp(first, out_a), move || rp(second, out_b));
     // In place: an Option<RowResult> is a RowResult's size (its names are never null).
     let rows_out: Vec<RowResult> = slots
         .into_iter()

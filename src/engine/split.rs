@@ -36,3 +36,17 @@ where
     out.extend_from_slice(&b[y..]);
     *v = out;
 }
+
+/// Runs `b` on a second thread while `a` runs on this one, and returns both results: the
+/// engine's row passes split their rows in two halves this way (the two results are then
+/// merged in order, so the outcome does not depend on the split).
+pub(super) fn join<A, B>(a: impl FnOnce() -> A, b: impl FnOnce() -> B + Send) -> (A, B)
+where
+    B: Send,
+{
+    std::thread::scope(|sc| {
+        let hb = sc.spawn(b);
+        let ra = a();
+        (ra, hb.join().expect("an engine thread does not panic"))
+    })
+}
