@@ -1,11 +1,10 @@
 //! `calibrate`: buckets, fits, held-out refits, the upper bound, card checks and metrics. Pure:
 //! no I/O, and the same rows in any order give the same result to the last bit.
 
-use super::fit::{fit, Normal};
 use super::intervals::{self};
 use super::{Dataset, Row};
 use crate::factors::FactorsFile;
-use crate::features::{Precision, FEATURE_NAMES, N_FEATURES};
+use crate::features::{Precision, FEATURE_NAMES};
 use crate::intern::Name;
 use crate::plan::{self, Verdict};
 use crate::run::RunStatus;
@@ -15,8 +14,10 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use super::bucket::{classify, cmp_path};
+use super::fits::{fit_profiles, Blocks, Fitted};
 use super::groups::implementation_groups;
 use super::metrics::*;
+use super::predict::Predictor;
 use super::results::*;
 use super::split::{join, sort_on_two_threads};
 
@@ -84,8 +85,6 @@ fn calibrate_rows(ds: &Dataset) -> Calibration {
     // hashes and adds its fitted rows as it goes; the second keeps its fitted rows' lines of
     // the SHA-256, hashed after the first's, and its fitted rows are added to the blocks after
     // the first's: the same order, so the same bytes and the same floats as one pass.
-    type Block = (Normal, Vec<[f64; N_FEATURES]>);
-    type Blocks = Vec<Option<Block>>;
     // A fitted row's part of its profile's and family's block.
     let add_fitted = |blocks: &mut BTreeMap<Precision, Blocks>, row: &Row, fam: usize| {
         let list = blocks.entry(row.precision).or_default();
@@ -272,168 +271,16 @@ fn calibrate_rows(ds: &Dataset) -> Calibration {
     drop(first_seen);
 
     let (groups, group_of) = implementation_groups(&fam_names, &ds.graphs);
-    let mut fits: BTreeMap<Precision, ProfileFits> = BTreeMap::new();
-    // Per profile, per family index: the held-out-by-architecture factors.
-    let mut held_factors: BTreeMap<Precision, Vec<Option<[f64; N_FEATURES]>>> = BTreeMap::new();
-    // Per profile, per family index: the held-out-by-implementation factors (its group's).
-    let mut group_factors: BTreeMap<Precision, Vec<Option<[f64; N_FEATURES]>>> = BTreeMap::new();
-    for p in Precision::ALL {
-        let Some(file_factors) = f.factors(p).copied() else {
-            continue;
-        };
-        let fam = blocks.get(&p);
-        let present: Vec<(usize, &Block)> = fam
-            .map(|v| {
-                v.iter()
-                    .enumerate()
-                    .filter_map(|(k, b)| b.as_ref().map(|b| (k, b)))
-                    .collect()
-            })
-            .unwrap_or_default();
-        let shipped = if present.is_empty() {
-            FitReport {
-                factors: file_factors,
-                source: "kept",
-                outcome: None,
-            }
-        } else {
-            let mut n = Normal::default();
-            let mut ooms = Vec::new();
-            for (_, (nb, ob)) in &present {
-                n.add(nb);
-                ooms.extend_from_slice(ob);
-            }
-            let out = fit(&n, &ooms, f.oom_penalty, &file_factors);
-            FitReport {
-                factors: out.factors,
-                source: "fit",
-                outcome: Some(out),
-            }
-        };
-        let mut held = BTreeMap::new();
-        let mut hf = vec![None; fam_names.len()];
-        for &(left, _) in &present {
-            let mut n = Normal::default();
-            let mut ooms = Vec::new();
-            for (k, (nb, ob)) in &present {
-                if *k != left {
-                    n.add(nb);
-                    ooms.extend_from_slice(ob);
-                }
-            }
-            if n.n == 0 {
-                continue;
-            }
-            let out = fit(&n, &ooms, f.oom_penalty, &[0.0; N_FEATURES]);
-            hf[left] = Some(out.factors);
-            held.insert(
-                fam_names[left].to_string(),
-                FitReport {
-                    factors: out.factors,
-                    source: "fit",
-                    outcome: Some(out),
-                },
-            );
-        }
-        // Each group of several families refitted without all of them; a group of one is its
-        // family's fit above.
-        let mut held_impl = BTreeMap::new();
-        let mut gf = vec![None; fam_names.len()];
-        for (g, group) in groups.iter().enumerate() {
-            let members: Vec<usize> = (0..fam_names.len()).filter(|&k| group_of[k] == g).collect();
-            let factors = if members.len() == 1 {
-                hf[members[0]]
-            } else {
-                let mut n = Normal::default();
-                let mut ooms = Vec::new();
-                for (k, (nb, ob)) in &present {
-                    if group_of[*k] != g {
-                        n.add(nb);
-                        ooms.extend_from_slice(ob);
-                    }
-                }
-                (n.n > 0).then(|| {
-                    let out = fit(&n, &ooms, f.oom_penalty, &[0.0; N_FEATURES]);
-                    let factors = out.factors;
-                    held_impl.insert(
-                        group.name.clone(),
-                        FitReport {
-                            factors,
-                            source: "fit",
-                            outcome: Some(out),
-                        },
-                    );
-                    factors
-                })
-            };
-            for &k in &members {
-                gf[k] = factors;
-            }
-        }
-        held_factors.insert(p, hf);
-        group_factors.insert(p, gf);
-        fits.insert(
-            p,
-            ProfileFits {
-                file_factors,
-                shipped,
-                held_out_architecture: held,
-                held_out_implementation: held_impl,
-                // Set once the held-out predictions and the checks exist (below).
-                upper: Upper::default(),
-                methods: BTreeMap::new(),
-            },
-        );
-    }
-
-    // Predictions, per usable row in run-id order: computed where they are used (here for the
-    // bound's ratios, again in the checks) rather than kept for every row.
-    let predict = |i: usize, bucket: Bucket, fam: usize| -> (PerMethod<f64>, Option<f64>) {
-        let r = &ds.rows[i];
-        let pf = &fits[&r.precision];
-        let mut m = PerMethod::default();
-        m.set(Method::Accelerate, r.accelerate_bytes as f64);
-        if let Some(t) = r.textbook_bytes {
-            m.set(Method::Textbook, t as f64);
-        }
-        if let Some(t) = r.simulated_bytes {
-            m.set(Method::Simulated, t as f64);
-        }
-        m.set(
-            Method::PlanAsShipped,
-            plan::estimate_floored(&pf.file_factors, &r.features, r.floor_bytes),
-        );
-        let oos;
-        match bucket {
-            Bucket::Fitted => {
-                m.set(
-                    Method::PlanRefitInSample,
-                    plan::estimate_floored(&pf.shipped.factors, &r.features, r.floor_bytes),
-                );
-                oos = held_factors[&r.precision][fam]
-                    .map(|a| plan::estimate_floored(&a, &r.features, r.floor_bytes));
-                if let Some(e) = oos {
-                    m.set(Method::PlanHeldOutArchitecture, e);
-                }
-                if let Some(a) = group_factors[&r.precision][fam] {
-                    m.set(
-                        Method::PlanHeldOutImplementation,
-                        plan::estimate_floored(&a, &r.features, r.floor_bytes),
-                    );
-                }
-            }
-            Bucket::HeldOutRegime => {
-                let e = plan::estimate_floored(&pf.shipped.factors, &r.features, r.floor_bytes);
-                m.set(Method::PlanHeldOutRegime, e);
-                oos = Some(e);
-            }
-            Bucket::AfterFit => {
-                let e = plan::estimate_floored(&pf.file_factors, &r.features, r.floor_bytes);
-                m.set(Method::PlanAfterFit, e);
-                oos = Some(e);
-            }
-        }
-        (m, oos)
+    let Fitted {
+        mut fits,
+        held: held_factors,
+        group: group_factors,
+    } = fit_profiles(f, &blocks, &fam_names, &groups, &group_of);
+    let predictor = Predictor {
+        rows: &ds.rows,
+        fits: &fits,
+        held: &held_factors,
+        group: &group_factors,
     };
 
     // The upper bound of each profile: measured / held-out-by-architecture over its fitted
@@ -448,7 +295,7 @@ fn calibrate_rows(ds: &Dataset) -> Calibration {
         let Some(m) = r.measured_bytes.filter(|m| *m >= threshold) else {
             continue;
         };
-        match predict(i, bucket, fam).1 {
+        match predictor.predict(i, bucket, fam).1 {
             Some(e) if e > 0.0 => {
                 ratios
                     .entry(r.precision)
@@ -543,7 +390,7 @@ fn calibrate_rows(ds: &Dataset) -> Calibration {
         for (&(i, bucket, fam), slot) in part.iter().zip(out.iter_mut()) {
             let r = &ds.rows[i];
             let id = &r.run_id;
-            let (preds, oos) = predict(i, bucket, fam);
+            let (preds, oos) = predictor.predict(i, bucket, fam);
             let p = Pred {
                 fam,
                 bucket,

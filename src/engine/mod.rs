@@ -10,11 +10,13 @@
 mod bucket;
 mod calibrate;
 pub mod fit;
+mod fits;
 mod groups;
 pub mod intervals;
 mod load;
 mod metrics;
 mod output;
+mod predict;
 pub mod reserved;
 mod results;
 mod scan;
