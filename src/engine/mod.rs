@@ -7,6 +7,7 @@
 //! [`load`] does the I/O and the validation; [`calibrate`] is pure; [`write_calibration_json`],
 //! [`summary_table`] and [`refit_factors_file`] present the result.
 
+mod bound;
 mod bucket;
 mod calibrate;
 pub mod fit;
