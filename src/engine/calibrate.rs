@@ -5,15 +5,15 @@ use super::intervals::{self};
 use super::{Dataset, Row};
 use crate::factors::FactorsFile;
 use crate::features::{Precision, FEATURE_NAMES};
-use crate::plan::{self, Verdict};
 use crate::run::RunStatus;
 use crate::time::parse_rfc3339;
 use std::cmp::Ordering;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use super::bound::{bounds, Bounds};
 use super::bucket::{classify, cmp_path};
+use super::checks::{Checker, Part};
 use super::fits::{fit_profiles, Blocks, Fitted};
 use super::groups::implementation_groups;
 use super::metrics::*;
@@ -67,13 +67,7 @@ fn calibrate_rows(ds: &Dataset) -> Calibration {
         .collect();
     let has_factors = Precision::ALL.map(|p| f.factors(p).is_some());
     let h = f.headroom;
-    let weight_of = |m: u64| {
-        if m < threshold {
-            f.small_runs.weight
-        } else {
-            1.0
-        }
-    };
+    let weight_of = |m: u64| fit_weight(f, m);
 
     // One pass over the rows in run-id order (each row read once, while it is in the cache),
     // in two halves on two threads: bucket or exclusion; for a usable row its family
@@ -292,212 +286,22 @@ fn calibrate_rows(ds: &Dataset) -> Calibration {
         &fam_names,
     );
 
-    /// One row's predictions, in the checks.
-    struct Pred {
-        fam: usize,
-        bucket: Bucket,
-        preds: PerMethod<f64>,
-        /// The row's out-of-sample plan estimate (for the bound).
-        oos: Option<f64>,
-    }
-
-    // Checks and metrics, over two halves of the rows on two threads, merged in order (the
-    // result does not depend on the split).
-    struct Part<'a> {
-        overall: Vec<Acc>,
-        /// Per family and precision profile: index `family * NP + precision as usize`.
-        fam_accs: Vec<Vec<Acc>>,
-        /// Per precision profile (by `Precision as usize`); its errors are the families' put
-        /// together at the end.
-        prof_accs: Vec<Vec<Acc>>,
-        fam_graphs: Vec<BTreeSet<&'a str>>,
-        fam_rows: Vec<u64>,
-        bound: BoundMetrics,
-    }
-    // Each half writes its rows' results into its half of one vector of slots (no second copy
-    // of the results while they are merged).
-    let run_part = |part: &[(usize, Bucket, usize)], out: &mut [Option<RowResult>]| {
-        let nm = Method::ALL.len();
-        let new_accs = || (0..nm).map(|_| Acc::default()).collect::<Vec<Acc>>();
-        let mut overall = new_accs();
-        let mut fam_accs: Vec<Vec<Acc>> = (0..fam_names.len() * NP).map(|_| new_accs()).collect();
-        let mut prof_accs: Vec<Vec<Acc>> = Precision::ALL.iter().map(|_| new_accs()).collect();
-        let mut fam_graphs: Vec<BTreeSet<&str>> = vec![BTreeSet::new(); fam_names.len()];
-        let mut fam_rows = vec![0u64; fam_names.len()];
-        let mut last_graph: Vec<&str> = vec![""; fam_names.len()];
-        let mut bound = BoundMetrics::default();
-        let mut lists = CheckLists::default();
-        let mut checks: Vec<Check> = Vec::new();
-        for (&(i, bucket, fam), slot) in part.iter().zip(out.iter_mut()) {
-            let r = &ds.rows[i];
-            let id = &r.run_id;
-            let (preds, oos) = predictor.predict(i, bucket, fam);
-            let p = Pred {
-                fam,
-                bucket,
-                preds,
-                oos,
-            };
-            if last_graph[p.fam] != r.graph.as_str() {
-                fam_graphs[p.fam].insert(r.graph.as_str());
-                last_graph[p.fam] = r.graph.as_str();
-            }
-            fam_rows[p.fam] += 1;
-            let measured = match r.status {
-                RunStatus::Completed => r.measured_bytes,
-                _ => None,
-            };
-            for (method, pred) in p.preds.iter() {
-                let mi = method as usize;
-                let err = abs_rel_error(pred, measured, threshold);
-                // The errors go to the family only; the overall list is the families' put
-                // together once (one copy of a million errors fewer while the checks run).
-                overall[mi].rows += 1;
-                prof_accs[r.precision as usize][mi].rows += 1;
-                let acc = &mut fam_accs[p.fam * NP + r.precision as usize][mi];
-                acc.rows += 1;
-                if let Some(e) = err {
-                    acc.errors.push(e);
-                }
-            }
-            let (q90m, q95m) = match p.bucket {
-                Bucket::AfterFit => {
-                    let u = f.upper_for(r.precision);
-                    (u.q90, u.q95)
-                }
-                // A fitted row's bound comes from the other families' ratios alone.
-                Bucket::Fitted => lfo[&r.precision][p.fam].unwrap_or_else(|| {
-                    let u = f.upper_for(r.precision);
-                    (u.q90, u.q95)
-                }),
-                Bucket::HeldOutRegime => {
-                    let u = &uppers[&r.precision];
-                    (u.q90_used, u.q95_used)
-                }
-            };
-            let b90 = p.oos.map(|e| plan::bound(e, q90m, f.bound_floor_bytes));
-            let b95 = p.oos.map(|e| plan::bound(e, q95m, f.bound_floor_bytes));
-            let cards = &f.regimes[r.regime.as_str()].cards;
-            checks.clear();
-            for card in cards {
-                let t = truth(r.status, measured, r.capacity_bytes, card.bytes);
-                let edge = t == Truth::Fits
-                    && measured.is_some_and(|m| m as f64 >= card.bytes as f64 * (1.0 - h));
-                let mut fits_by = PerMethod::default();
-                for (method, pred) in p.preds.iter() {
-                    let says_fits = match method {
-                        Method::Accelerate | Method::Textbook => pred <= card.bytes as f64,
-                        _ => plan::plan_fits(pred, h, card.bytes),
-                    };
-                    fits_by.set(method, says_fits);
-                    if t == Truth::Unknown {
-                        continue;
-                    }
-                    let cref = || CheckRef {
-                        run_id: id.clone(),
-                        card_bytes: card.bytes,
-                    };
-                    let mi = method as usize;
-                    for acc in [
-                        &mut overall[mi],
-                        &mut fam_accs[p.fam * NP + r.precision as usize][mi],
-                        &mut prof_accs[r.precision as usize][mi],
-                    ] {
-                        let m = &mut acc.m;
-                        match t {
-                            Truth::DoesNotFit => {
-                                m.did_not_fit_checks += 1;
-                                if says_fits {
-                                    m.missed_oom.push(cref());
-                                } else {
-                                    m.correct_checks += 1;
-                                }
-                            }
-                            _ => {
-                                m.fit_checks += 1;
-                                if says_fits {
-                                    m.correct_checks += 1;
-                                } else if edge {
-                                    m.false_alarm_edge.push(cref());
-                                } else {
-                                    m.false_alarm_over.push(cref());
-                                }
-                            }
-                        }
-                    }
-                }
-                let v90 = p
-                    .oos
-                    .zip(b90)
-                    .map(|(e, b)| plan::bound_verdict(e, b, h, card.bytes));
-                let v95 = p
-                    .oos
-                    .zip(b95)
-                    .map(|(e, b)| plan::bound_verdict(e, b, h, card.bytes));
-                for (v, counts) in [(v90, &mut bound.q90), (v95, &mut bound.q95)] {
-                    let Some(v) = v else { continue };
-                    match t {
-                        Truth::DoesNotFit => {
-                            counts.on_did_not_fit.add(v);
-                            if v == Verdict::Fits {
-                                counts.missed_oom.push(CheckRef {
-                                    run_id: id.clone(),
-                                    card_bytes: card.bytes,
-                                });
-                            }
-                        }
-                        Truth::Fits => counts.on_fit.add(v),
-                        Truth::Unknown => {}
-                    }
-                }
-                checks.push(Check {
-                    card_bytes: card.bytes,
-                    truth: t,
-                    edge,
-                    fits: fits_by,
-                    bound_q90: v90,
-                    bound_q95: v95,
-                });
-            }
-            *slot = Some(RowResult {
-                run_id: id.clone(),
-                file: r.file.clone(),
-                graph: r.graph.clone(),
-                family: r.family.clone(),
-                regime: r.regime.clone(),
-                precision: r.precision,
-                batch: r.batch,
-                status: r.status,
-                bucket: p.bucket,
-                measured_bytes: measured,
-                oom_capacity_bytes: (r.status == RunStatus::Oom).then_some(r.capacity_bytes),
-                capacity_bytes: r.capacity_bytes,
-                weight: (p.bucket == Bucket::Fitted)
-                    .then_some(())
-                    .and(measured)
-                    .map(weight_of),
-                features: r.features.as_array(),
-                predictions: Predictions::from(&p.preds),
-                bound_q90_bytes: b90,
-                bound_q95_bytes: b95,
-                checks: lists.share(&checks),
-            });
-        }
-        Part {
-            overall,
-            fam_accs,
-            prof_accs,
-            fam_graphs,
-            fam_rows,
-            bound,
-        }
+    let checker = Checker {
+        ds,
+        predictor: &predictor,
+        uppers: &uppers,
+        lfo: &lfo,
+        families: fam_names.len(),
     };
+    // Checks and metrics over two halves of the rows on two threads, merged in order (the
+    // result does not depend on the split); each half writes its rows' results into its half
+    // of one vector of slots.
     let (first, second) = usable.split_at(usable.len() / 2);
     let mut slots: Vec<Option<RowResult>> = Vec::with_capacity(usable.len());
     slots.resize_with(usable.len(), || None);
     let (out_a, out_b) = slots.split_at_mut(first.len());
-    let rp = &run_part;
-    let (pa, pb) = join(|| rp(first, out_a), move || rp(second, out_b));
+    let c = &checker;
+    let (pa, pb) = join(|| c.run(first, out_a), move || c.run(second, out_b));
     // In place: an Option<RowResult> is a RowResult's size (its names are never null).
     let rows_out: Vec<RowResult> = slots
         .into_iter()

@@ -105,3 +105,13 @@ impl Acc {
         m
     }
 }
+
+/// A fitted completed run's weight in the fit: 1, or `small_runs.weight` below the small-run
+/// threshold.
+pub(super) fn fit_weight(f: &crate::factors::FactorsFile, measured: u64) -> f64 {
+    if measured < f.small_runs.threshold_bytes {
+        f.small_runs.weight
+    } else {
+        1.0
+    }
+}

@@ -10,6 +10,7 @@
 mod bound;
 mod bucket;
 mod calibrate;
+mod checks;
 pub mod fit;
 mod fits;
 mod groups;
