@@ -2,24 +2,20 @@
 //! no I/O, and the same rows in any order give the same result to the last bit.
 
 use super::intervals::{self};
-use super::{Dataset, Row};
+use super::Dataset;
 use crate::factors::FactorsFile;
 use crate::features::{Precision, FEATURE_NAMES};
-use crate::run::RunStatus;
-use crate::time::parse_rfc3339;
-use std::cmp::Ordering;
-use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
+use std::collections::BTreeMap;
 
 use super::bound::{bounds, Bounds};
-use super::bucket::{classify, cmp_path};
+use super::bucket::{bucket_rows, Bucketed};
 use super::checks::{Checker, Part};
-use super::fits::{fit_profiles, Blocks, Fitted};
+use super::fits::{fit_profiles, Fitted};
 use super::groups::implementation_groups;
 use super::metrics::*;
 use super::predict::Predictor;
 use super::results::*;
-use super::split::{join, sort_on_two_threads};
+use super::split::join;
 
 /// Runs the whole calibration on a dataset. Pure and deterministic.
 pub fn calibrate(ds: &Dataset) -> Calibration {
@@ -33,236 +29,15 @@ pub fn calibrate(ds: &Dataset) -> Calibration {
 fn calibrate_rows(ds: &Dataset) -> Calibration {
     let f = &ds.factors;
     let threshold = f.small_runs.threshold_bytes;
-    // When each profile's factors were fixed (its after-the-fit rows must be later).
-    let fixed_at = Precision::ALL.map(|p| f.fixed_at_for(p).and_then(|t| parse_rfc3339(t).ok()));
-    // Order by (run id, path): duplicates become neighbours, the first by path first.
-    let mut keys: Vec<(&str, u32)> = ds
-        .rows
-        .iter()
-        .enumerate()
-        .map(|(i, r)| (r.run_id.as_str(), i as u32))
-        .collect();
-    let by_id_then_path = |a: &(&str, u32), b: &(&str, u32)| {
-        a.0.cmp(b.0)
-            .then_with(|| cmp_path(&ds.rows[a.1 as usize].file, &ds.rows[b.1 as usize].file))
-    };
-    if keys
-        .windows(2)
-        .any(|w| by_id_then_path(&w[0], &w[1]) == Ordering::Greater)
-    {
-        sort_on_two_threads(&mut keys, by_id_then_path);
-    }
-    let order: Vec<u32> = keys.iter().map(|k| k.1).collect();
-    drop(keys);
-    let regimes: Vec<(&str, bool, &str)> = f
-        .regimes
-        .iter()
-        .map(|(k, r)| {
-            (
-                k.as_str(),
-                f.training_regimes.contains(k),
-                r.device.as_str(),
-            )
-        })
-        .collect();
-    let has_factors = Precision::ALL.map(|p| f.factors(p).is_some());
-    let h = f.headroom;
-    let weight_of = |m: u64| fit_weight(f, m);
-
-    // One pass over the rows in run-id order (each row read once, while it is in the cache),
-    // in two halves on two threads: bucket or exclusion; for a usable row its family
-    // (numbered as first seen; by the name's shared allocation first, then by the name); for a
-    // fitted row its line of the fitted rows' SHA-256 (usable rows are in run-id order and
-    // their run ids distinct: duplicates are excluded, so this is rows_sha256's order) and its
-    // part of the fit, per profile and family: normal equations of the completed runs,
-    // constraint vectors of the out-of-memory runs, both in run-id order. The first half
-    // hashes and adds its fitted rows as it goes; the second keeps its fitted rows' lines of
-    // the SHA-256, hashed after the first's, and its fitted rows are added to the blocks after
-    // the first's: the same order, so the same bytes and the same floats as one pass.
-    // A fitted row's part of its profile's and family's block.
-    let add_fitted = |blocks: &mut BTreeMap<Precision, Blocks>, row: &Row, fam: usize| {
-        let list = blocks.entry(row.precision).or_default();
-        if list.len() <= fam {
-            list.resize(fam + 1, None);
-        }
-        let e = list[fam].get_or_insert_with(Default::default);
-        match (row.status, row.measured_bytes) {
-            (RunStatus::Completed, Some(m)) => {
-                e.0.add_run(&row.features.as_f64(), m as f64, weight_of(m))
-            }
-            (RunStatus::Oom, _) => {
-                let c = row.capacity_bytes as f64;
-                e.1.push(row.features.as_f64().map(|v| (1.0 + h) * v / c));
-            }
-            _ => {}
-        }
-    };
-    /// What a half of the rows gives.
-    #[derive(Default)]
-    struct Half<'a> {
-        /// (row, bucket, family as an index into `families`).
-        usable: Vec<(usize, Bucket, usize)>,
-        exclusions: Vec<Exclusion>,
-        /// Family names in the order first seen.
-        families: Vec<&'a str>,
-        /// The second half's fitted rows' lines of the SHA-256, hashed after the first's.
-        lines: Vec<u8>,
-        /// The first half's fitted rows, hashed and added as it goes.
-        hash: super::load::RowsHasher,
-        blocks: BTreeMap<Precision, Blocks>,
-    }
-    // `prev`: the row before the half that is not a duplicate (the first of its run id).
-    let half = |part: &[u32], mut prev: Option<usize>, direct: bool| -> Half {
-        let mut out = Half {
-            // The first half's usable rows take the second's after them.
-            usable: Vec::with_capacity(if direct { order.len() } else { part.len() }),
-            ..Half::default()
-        };
-        let mut fam_by_alloc: HashMap<usize, usize, super::FastHash> = HashMap::default();
-        let mut fam_by_name: HashMap<&str, usize> = HashMap::new();
-        for i in part.iter().map(|&i| i as usize) {
-            let row = &ds.rows[i];
-            let dup = prev.filter(|&p| ds.rows[p].run_id == row.run_id);
-            let result = match dup {
-                Some(p) => Err((
-                    ExclusionReason::DuplicateRunId,
-                    format!("run id also in {}, which comes first", ds.rows[p].file),
-                )),
-                None => {
-                    prev = Some(i);
-                    classify(ds, row, &fixed_at, &regimes, &has_factors)
-                }
-            };
-            let b = match result {
-                Ok(b) => b,
-                Err((reason, detail)) => {
-                    out.exclusions.push(Exclusion {
-                        run_id: row.run_id.to_string(),
-                        file: row.file.to_string(),
-                        reason,
-                        detail,
-                    });
-                    continue;
-                }
-            };
-            let alloc = Arc::as_ptr(&row.family.0) as usize;
-            let fam = match fam_by_alloc.get(&alloc) {
-                Some(&k) => k,
-                None => {
-                    let n = out.families.len();
-                    let k = *fam_by_name.entry(row.family.as_str()).or_insert(n);
-                    if k == n {
-                        out.families.push(row.family.as_str());
-                    }
-                    fam_by_alloc.insert(alloc, k);
-                    k
-                }
-            };
-            out.usable.push((i, b, fam));
-            if b == Bucket::Fitted {
-                if direct {
-                    out.hash.add(&row.run_id, &row.file_sha256);
-                    add_fitted(&mut out.blocks, row, fam);
-                } else {
-                    super::load::RowsHasher::line_into(
-                        &mut out.lines,
-                        &row.run_id,
-                        &row.file_sha256,
-                    );
-                }
-            }
-        }
-        out
-    };
-    let mid = order.len() / 2;
-    let (first, second) = order.split_at(mid);
-    let prev_second = mid.checked_sub(1).map(|mut j| {
-        while j > 0 && ds.rows[order[j - 1] as usize].run_id == ds.rows[order[j] as usize].run_id {
-            j -= 1;
-        }
-        order[j] as usize
-    });
-    let (a, b) = join(
-        || half(first, None, true),
-        || half(second, prev_second, false),
-    );
-    drop(order);
-    let Half {
-        mut usable,
-        mut exclusions,
-        families: mut first_seen,
-        hash: mut fitted_hash,
-        mut blocks,
-        ..
-    } = a;
-    // The second half's families as the first's numbers (new ones after them).
-    let second_fam: Vec<usize> = b
-        .families
-        .iter()
-        .map(|n| match first_seen.iter().position(|x| x == n) {
-            Some(k) => k,
-            None => {
-                first_seen.push(n);
-                first_seen.len() - 1
-            }
-        })
-        .collect();
-    fitted_hash.add_lines(&b.lines);
-    drop(b.lines);
-    for &(i, bk, fam) in &b.usable {
-        let fam = second_fam[fam];
-        if bk == Bucket::Fitted {
-            add_fitted(&mut blocks, &ds.rows[i], fam);
-        }
-        usable.push((i, bk, fam));
-    }
-    exclusions.extend(b.exclusions);
-    drop(b.usable);
-    let fitted_rows_sha256 = fitted_hash.finish();
-    exclusions.sort_by(|a, b| cmp_path(&a.file, &b.file));
-    let mut excluded_by_reason = BTreeMap::new();
-    for e in &exclusions {
-        *excluded_by_reason.entry(e.reason).or_insert(0u64) += 1;
-    }
-    let count = |b: Bucket| usable.iter().filter(|(_, x, _)| *x == b).count() as u64;
-    let totals = {
-        let (fitted, regime, after) = (
-            count(Bucket::Fitted),
-            count(Bucket::HeldOutRegime),
-            count(Bucket::AfterFit),
-        );
-        let excluded = exclusions.len() as u64;
-        let inputs = ds.rows.len() as u64;
-        Totals {
-            inputs,
-            fitted,
-            held_out_regime: regime,
-            after_fit: after,
-            excluded,
-            balanced: inputs == fitted + regime + after + excluded,
-        }
-    };
-
-    // Families by index in name order.
-    let mut fam_names = first_seen.clone();
-    fam_names.sort_unstable();
-    let mut rank = vec![0usize; fam_names.len()];
-    for (k, n) in first_seen.iter().enumerate() {
-        rank[k] = fam_names
-            .binary_search(n)
-            .expect("every family seen is in the sorted list");
-    }
-    for u in &mut usable {
-        u.2 = rank[u.2];
-    }
-    for list in blocks.values_mut() {
-        let mut by_rank: Blocks = vec![None; fam_names.len()];
-        for (k, b) in list.drain(..).enumerate() {
-            by_rank[rank[k]] = b;
-        }
-        *list = by_rank;
-    }
-    drop(first_seen);
+    let Bucketed {
+        usable,
+        exclusions,
+        excluded_by_reason,
+        totals,
+        fam_names,
+        blocks,
+        fitted_rows_sha256,
+    } = bucket_rows(ds);
 
     let (groups, group_of) = implementation_groups(&fam_names, &ds.graphs);
     let Fitted {
