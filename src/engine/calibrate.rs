@@ -5,7 +5,6 @@ use super::intervals::{self};
 use super::Dataset;
 use crate::factors::FactorsFile;
 use crate::features::{Precision, FEATURE_NAMES};
-use std::collections::BTreeMap;
 
 use super::bound::{bounds, Bounds};
 use super::bucket::{bucket_rows, Bucketed};
@@ -13,6 +12,7 @@ use super::checks::{Checker, Part};
 use super::fits::{fit_profiles, Fitted};
 use super::groups::implementation_groups;
 use super::metrics::*;
+use super::misses::family_reports;
 use super::predict::Predictor;
 use super::results::*;
 use super::split::join;
@@ -76,7 +76,8 @@ fn calibrate_rows(ds: &Dataset) -> Calibration {
     slots.resize_with(usable.len(), || None);
     let (out_a, out_b) = slots.split_at_mut(first.len());
     let c = &checker;
-    let (pa, pb) = join(|| c.run(first, out_a), move || c.run(second, out_b));
+    let (mut part, second_part) = join(|| c.run(first, out_a), move || c.run(second, out_b));
+    part.merge(second_part);
     // In place: an Option<RowResult> is a RowResult's size (its names are never null).
     let rows_out: Vec<RowResult> = slots
         .into_iter()
@@ -84,50 +85,13 @@ fn calibrate_rows(ds: &Dataset) -> Calibration {
         .collect();
     let Part {
         mut overall,
-        mut fam_accs,
+        fam_accs,
         mut prof_accs,
-        mut fam_graphs,
-        mut fam_rows,
-        mut bound,
-    } = pa;
-    for (a, b) in overall.iter_mut().zip(pb.overall) {
-        a.merge(b);
-    }
-    for (fa, fb) in fam_accs.iter_mut().zip(pb.fam_accs) {
-        for (a, b) in fa.iter_mut().zip(fb) {
-            a.merge(b);
-        }
-    }
-    for (pa, pb) in prof_accs.iter_mut().zip(pb.prof_accs) {
-        for (a, b) in pa.iter_mut().zip(pb) {
-            a.merge(b);
-        }
-    }
-    for (ga, gb) in fam_graphs.iter_mut().zip(pb.fam_graphs) {
-        ga.extend(gb);
-    }
-    for (ra, rb) in fam_rows.iter_mut().zip(pb.fam_rows) {
-        *ra += rb;
-    }
-    for (ba, bb) in [
-        (&mut bound.q90, pb.bound.q90),
-        (&mut bound.q95, pb.bound.q95),
-    ] {
-        ba.on_did_not_fit.merge(&bb.on_did_not_fit);
-        ba.on_fit.merge(&bb.on_fit);
-        ba.missed_oom.extend(bb.missed_oom);
-    }
-    bound.q90.missed_oom.sort();
-    bound.q95.missed_oom.sort();
+        fam_graphs,
+        fam_rows,
+        bound,
+    } = part;
 
-    let finish = |accs: Vec<Acc>| -> BTreeMap<Method, MethodMetrics> {
-        Method::ALL
-            .iter()
-            .zip(accs)
-            .filter(|(_, a)| a.rows > 0)
-            .map(|(m, a)| (*m, a.finish()))
-            .collect()
-    };
     for (mi, acc) in overall.iter_mut().enumerate() {
         let n = fam_accs.iter().map(|f| f[mi].errors.len()).sum();
         acc.errors.reserve_exact(n);
@@ -135,7 +99,7 @@ fn calibrate_rows(ds: &Dataset) -> Calibration {
             acc.errors.extend_from_slice(&f[mi].errors);
         }
     }
-    let methods = finish(overall);
+    let methods = finish_all(overall);
     for (pi, accs) in prof_accs.iter_mut().enumerate() {
         for (mi, acc) in accs.iter_mut().enumerate() {
             for f in fam_accs.iter().skip(pi).step_by(NP) {
@@ -143,77 +107,7 @@ fn calibrate_rows(ds: &Dataset) -> Calibration {
             }
         }
     }
-    let mut families = BTreeMap::new();
-    let mut known_misses = Vec::new();
-    let mut cells = fam_accs.into_iter();
-    for k in 0..fam_names.len() {
-        let name = fam_names[k].to_string();
-        // The family's cells, one per profile: each finished alone, then all merged.
-        let mut by_profile = BTreeMap::new();
-        let mut accs: Option<Vec<Acc>> = None;
-        for p in Precision::ALL {
-            let cell = cells.next().expect("a cell per family and profile");
-            if cell.iter().any(|a| a.rows > 0) {
-                by_profile.insert(p, finish(cell.clone()));
-            }
-            match &mut accs {
-                None => accs = Some(cell),
-                Some(all) => {
-                    for (a, b) in all.iter_mut().zip(cell) {
-                        a.merge(b);
-                    }
-                }
-            }
-        }
-        let ms = finish(accs.expect("at least one profile"));
-        for (&precision, pms) in &by_profile {
-            for (&method, m) in pms {
-                if method == Method::PlanHeldOutArchitecture {
-                    if let Some(e) = m.median_abs_rel_error.filter(|e| *e > WITHIN) {
-                        known_misses.push(KnownMiss {
-                            family: name.clone(),
-                            precision,
-                            method,
-                            text: format!(
-                                "{}: held-out median |error| {:.1}% over {} runs (beyond {:.0}%)",
-                                precision.as_str(),
-                                e * 100.0,
-                                m.error_rows,
-                                WITHIN * 100.0
-                            ),
-                            median_abs_rel_error: Some(e),
-                            missed_oom: Vec::new(),
-                        });
-                    }
-                }
-                if method.out_of_sample_plan() && !m.missed_oom.is_empty() {
-                    known_misses.push(KnownMiss {
-                        family: name.clone(),
-                        precision,
-                        method,
-                        text: format!(
-                            "{}: {} of {} did-not-fit checks called \"fits\" by {}",
-                            precision.as_str(),
-                            m.missed_oom.len(),
-                            m.did_not_fit_checks,
-                            method.as_str()
-                        ),
-                        median_abs_rel_error: m.median_abs_rel_error,
-                        missed_oom: m.missed_oom.clone(),
-                    });
-                }
-            }
-        }
-        families.insert(
-            name,
-            FamilyReport {
-                graphs: fam_graphs[k].iter().map(|g| g.to_string()).collect(),
-                rows: fam_rows[k],
-                methods: ms,
-                by_profile,
-            },
-        );
-    }
+    let (families, known_misses) = family_reports(&fam_names, fam_accs, &fam_graphs, &fam_rows);
 
     let factors_file_rows_match = f
         .provenance
@@ -227,7 +121,7 @@ fn calibrate_rows(ds: &Dataset) -> Calibration {
     }
     for (p, accs) in Precision::ALL.into_iter().zip(prof_accs) {
         if let Some(pf) = fits.get_mut(&p) {
-            pf.methods = finish(accs);
+            pf.methods = finish_all(accs);
         }
     }
     Calibration {

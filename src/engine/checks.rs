@@ -232,3 +232,38 @@ impl<'a> Checker<'a> {
         }
     }
 }
+
+impl<'a> Part<'a> {
+    /// `other`, the part of the rows after this one's, added in order.
+    pub fn merge(&mut self, other: Part<'a>) {
+        for (a, b) in self.overall.iter_mut().zip(other.overall) {
+            a.merge(b);
+        }
+        for (fa, fb) in self.fam_accs.iter_mut().zip(other.fam_accs) {
+            for (a, b) in fa.iter_mut().zip(fb) {
+                a.merge(b);
+            }
+        }
+        for (pa, pb) in self.prof_accs.iter_mut().zip(other.prof_accs) {
+            for (a, b) in pa.iter_mut().zip(pb) {
+                a.merge(b);
+            }
+        }
+        for (ga, gb) in self.fam_graphs.iter_mut().zip(other.fam_graphs) {
+            ga.extend(gb);
+        }
+        for (ra, rb) in self.fam_rows.iter_mut().zip(other.fam_rows) {
+            *ra += rb;
+        }
+        for (ba, bb) in [
+            (&mut self.bound.q90, other.bound.q90),
+            (&mut self.bound.q95, other.bound.q95),
+        ] {
+            ba.on_did_not_fit.merge(&bb.on_did_not_fit);
+            ba.on_fit.merge(&bb.on_fit);
+            ba.missed_oom.extend(bb.missed_oom);
+        }
+        self.bound.q90.missed_oom.sort();
+        self.bound.q95.missed_oom.sort();
+    }
+}

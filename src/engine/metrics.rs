@@ -115,3 +115,13 @@ pub(super) fn fit_weight(f: &crate::factors::FactorsFile, measured: u64) -> f64 
         1.0
     }
 }
+
+/// Each method's tallies finished into its metrics (methods that predicted no row left out).
+pub(super) fn finish_all(accs: Vec<Acc>) -> std::collections::BTreeMap<Method, MethodMetrics> {
+    Method::ALL
+        .iter()
+        .zip(accs)
+        .filter(|(_, a)| a.rows > 0)
+        .map(|(m, a)| (*m, a.finish()))
+        .collect()
+}

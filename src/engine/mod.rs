@@ -18,6 +18,7 @@ mod groups;
 pub mod intervals;
 mod load;
 mod metrics;
+mod misses;
 mod output;
 mod predict;
 pub mod reserved;

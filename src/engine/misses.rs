@@ -1,0 +1,90 @@
+//! Per family: its metrics over all its rows and over each profile's alone, its graphs and row
+//! count, and the known misses the engine finds (a held-out median beyond the ±25% band, or a
+//! did-not-fit check an out-of-sample plan method called "fits").
+
+use super::metrics::{finish_all, Acc};
+use super::results::*;
+use crate::features::Precision;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// The families' reports (by name) and the known misses, from each family's per-profile
+/// tallies (`fam_accs[family * NP + profile]`), graphs and row counts.
+pub(super) fn family_reports(
+    fam_names: &[&str],
+    fam_accs: Vec<Vec<Acc>>,
+    fam_graphs: &[BTreeSet<&str>],
+    fam_rows: &[u64],
+) -> (BTreeMap<String, FamilyReport>, Vec<KnownMiss>) {
+    let mut families = BTreeMap::new();
+    let mut known_misses = Vec::new();
+    let mut cells = fam_accs.into_iter();
+    for k in 0..fam_names.len() {
+        let name = fam_names[k].to_string();
+        // The family's cells, one per profile: each finished alone, then all merged.
+        let mut by_profile = BTreeMap::new();
+        let mut accs: Option<Vec<Acc>> = None;
+        for p in Precision::ALL {
+            let cell = cells.next().expect("a cell per family and profile");
+            if cell.iter().any(|a| a.rows > 0) {
+                by_profile.insert(p, finish_all(cell.clone()));
+            }
+            match &mut accs {
+                None => accs = Some(cell),
+                Some(all) => {
+                    for (a, b) in all.iter_mut().zip(cell) {
+                        a.merge(b);
+                    }
+                }
+            }
+        }
+        let ms = finish_all(accs.expect("at least one profile"));
+        for (&precision, pms) in &by_profile {
+            for (&method, m) in pms {
+                if method == Method::PlanHeldOutArchitecture {
+                    if let Some(e) = m.median_abs_rel_error.filter(|e| *e > WITHIN) {
+                        known_misses.push(KnownMiss {
+                            family: name.clone(),
+                            precision,
+                            method,
+                            text: format!(
+                                "{}: held-out median |error| {:.1}% over {} runs (beyond {:.0}%)",
+                                precision.as_str(),
+                                e * 100.0,
+                                m.error_rows,
+                                WITHIN * 100.0
+                            ),
+                            median_abs_rel_error: Some(e),
+                            missed_oom: Vec::new(),
+                        });
+                    }
+                }
+                if method.out_of_sample_plan() && !m.missed_oom.is_empty() {
+                    known_misses.push(KnownMiss {
+                        family: name.clone(),
+                        precision,
+                        method,
+                        text: format!(
+                            "{}: {} of {} did-not-fit checks called \"fits\" by {}",
+                            precision.as_str(),
+                            m.missed_oom.len(),
+                            m.did_not_fit_checks,
+                            method.as_str()
+                        ),
+                        median_abs_rel_error: m.median_abs_rel_error,
+                        missed_oom: m.missed_oom.clone(),
+                    });
+                }
+            }
+        }
+        families.insert(
+            name,
+            FamilyReport {
+                graphs: fam_graphs[k].iter().map(|g| g.to_string()).collect(),
+                rows: fam_rows[k],
+                methods: ms,
+                by_profile,
+            },
+        );
+    }
+    (families, known_misses)
+}
