@@ -6,6 +6,14 @@
 //!
 //! [`load`] does the I/O and the validation; [`calibrate`] is pure; [`write_calibration_json`],
 //! [`summary_table`] and [`refit_factors_file`] present the result.
+//!
+//! `calibrate` runs these stages, one file each, each returning a typed result:
+//! `bucket` (every row in its bucket or excluded, the fit blocks), `groups` (the implementation
+//! groups), `fits` (the shipped fit and the held-out refits), `predict` (every method's
+//! prediction of a row, defined once), `bound` (the upper-bound quantiles), `checks` (card
+//! checks and tallies, on two threads through `split`), `metrics` (errors, quantiles, tallies
+//! finished into metrics) and `misses` (per-family reports and known misses). The types they
+//! return are in `results`.
 
 mod bound;
 mod bucket;
