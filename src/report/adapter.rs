@@ -571,7 +571,7 @@ pub struct Source<'a> {
     runs_with_family: bool,
     family_rows: Vec<Vec<u32>>,
     /// `memcal plan`'s verdict on each row of `cal.rows` (empty until
-    /// [`Site::set_row_verdicts`]: every verdict cell then shows the missing dash).
+    /// [`Built::set_row_verdicts`]: every verdict cell then shows the missing dash).
     row_verdicts: Vec<Option<RowVerdict>>,
     /// The JSON download without indentation (when the runs table is split: the same
     /// content in about 60% of the bytes).
@@ -671,7 +671,7 @@ fn runs_row_html(
     out.push_str("</tr>\n");
 }
 
-impl Site<'_> {
+impl Built<'_> {
     /// Runs page `k` with its table filled: a cell per value with `cells` (what
     /// `--debug-json` shows), else the rows already rendered (`Table::rows_html`).
     pub fn runs_page(&self, k: usize, cells: bool) -> RunsPage {
@@ -681,7 +681,7 @@ impl Site<'_> {
         p
     }
 
-    /// Family page `k` with its runs table (if it has one) filled, as [`Site::runs_page`].
+    /// Family page `k` with its runs table (if it has one) filled, as [`Built::runs_page`].
     pub fn family_page(&self, k: usize, cells: bool) -> FamilyPage {
         let mut p = self.families[k].clone();
         if let Some(t) = p.runs.as_mut() {
@@ -756,7 +756,7 @@ pub fn from_calibration<'a>(
     cal: &'a Calibration,
     factors: &'a FactorsFile,
     prose: &'a ProseInput,
-) -> Site<'a> {
+) -> Built<'a> {
     from_calibration_paged(cal, factors, prose, RUNS_PER_PAGE_LIMIT)
 }
 
@@ -767,7 +767,7 @@ pub fn from_calibration_paged<'a>(
     factors: &'a FactorsFile,
     prose: &'a ProseInput,
     runs_per_page: usize,
-) -> Site<'a> {
+) -> Built<'a> {
     let runs_per_page = runs_per_page.max(1);
     // Families: the engine's list, sorted (BTreeMap), plus any family a row names.
     let mut names: std::collections::BTreeSet<&str> =
@@ -1225,14 +1225,16 @@ pub fn from_calibration_paged<'a>(
         },
         cards: None,
     };
-    Site {
-        counted_rows: cal.rows.len(),
-        index,
-        runs: runs_pages,
-        families: family_pages,
-        history: history_page(&prose.history, nav_links.clone()),
-        fit: super::fit::page(&[], nav_links.clone()),
-        charts,
+    Built {
+        site: Site {
+            counted_rows: cal.rows.len(),
+            index,
+            runs: runs_pages,
+            families: family_pages,
+            history: history_page(&prose.history, nav_links.clone()),
+            fit: super::fit::page(&[], nav_links.clone()),
+            charts,
+        },
         source: Source {
             ctx,
             runs_rows,
@@ -1244,7 +1246,29 @@ pub fn from_calibration_paged<'a>(
     }
 }
 
-impl Site<'_> {
+/// The site's view model (plain data) and the rows its runs tables and downloads stream from
+/// ([`Built::runs_page`], [`Built::family_page`], [`Built::write_download_json`],
+/// [`Built::write_download_csv`]). Reads as the site it holds.
+#[derive(Debug, Clone)]
+pub struct Built<'a> {
+    pub site: Site,
+    source: Source<'a>,
+}
+
+impl std::ops::Deref for Built<'_> {
+    type Target = Site;
+    fn deref(&self) -> &Site {
+        &self.site
+    }
+}
+
+impl std::ops::DerefMut for Built<'_> {
+    fn deref_mut(&mut self) -> &mut Site {
+        &mut self.site
+    }
+}
+
+impl Built<'_> {
     /// Gives the runs tables `memcal plan`'s verdict on each row (in `cal.rows` order, as
     /// [`crate::plan_evidence::row_verdicts`] computes them).
     pub fn set_row_verdicts(&mut self, verdicts: Vec<Option<RowVerdict>>) {
@@ -1873,7 +1897,7 @@ fn excluded_table(ctx: &Ctx) -> Table {
     t
 }
 
-/// `memory-calibration.json` (see [`Site::write_download_json`] and [`super::download`]),
+/// `memory-calibration.json` (see [`Built::write_download_json`] and [`super::download`]),
 /// serialised as it goes.
 fn download_json(
     cal: &Calibration,
@@ -1892,7 +1916,7 @@ fn download_json(
     w.flush()
 }
 
-/// `memory-calibration.csv` (see [`Site::write_download_csv`]).
+/// `memory-calibration.csv` (see [`Built::write_download_csv`]).
 fn download_csv(ctx: &Ctx, w: &mut dyn std::io::Write) -> std::io::Result<()> {
     use std::io::Write;
     let mut w = std::io::BufWriter::with_capacity(1 << 16, w);

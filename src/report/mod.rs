@@ -18,7 +18,7 @@ use crate::error::{Error, Result};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-pub use adapter::{from_calibration, ProseInput};
+pub use adapter::{from_calibration, Built, ProseInput};
 pub use view::Site;
 
 /// What a build wrote.
@@ -99,7 +99,7 @@ pub fn load_prose<'a>(
 }
 
 /// Runs the engine on `data_dir`, builds the view model and hands it to `f`.
-pub fn with_site<T>(data_dir: &Path, f: impl FnOnce(&Site) -> Result<T>) -> Result<T> {
+pub fn with_site<T>(data_dir: &Path, f: impl FnOnce(&Built) -> Result<T>) -> Result<T> {
     with_site_reporting(data_dir, &mut Vec::new(), f)
 }
 
@@ -107,7 +107,7 @@ pub fn with_site<T>(data_dir: &Path, f: impl FnOnce(&Site) -> Result<T>) -> Resu
 pub fn with_site_reporting<T>(
     data_dir: &Path,
     skipped: &mut Vec<crate::engine::Skipped>,
-    f: impl FnOnce(&Site) -> Result<T>,
+    f: impl FnOnce(&Built) -> Result<T>,
 ) -> Result<T> {
     let (ds, skips) = crate::engine::load_reporting(data_dir)?;
     *skipped = skips;
@@ -263,7 +263,7 @@ impl render::Sink for SiteWriter<'_> {
 /// output contract of [`crate::outputs`]: into a temporary sibling folder with a manifest,
 /// renamed in; of an earlier build's files only those its manifest lists are removed, and a
 /// non-empty folder without a manifest is refused.
-pub fn write_site(site: &Site, out_dir: &Path, debug_json: bool) -> Result<BuildSummary> {
+pub fn write_site(site: &Built, out_dir: &Path, debug_json: bool) -> Result<BuildSummary> {
     write_into(
         site,
         crate::outputs::SiteTarget::prepare(out_dir, None)?,
@@ -272,7 +272,7 @@ pub fn write_site(site: &Site, out_dir: &Path, debug_json: bool) -> Result<Build
 }
 
 fn write_into(
-    site: &Site,
+    site: &Built,
     target: crate::outputs::SiteTarget,
     debug_json: bool,
 ) -> Result<BuildSummary> {

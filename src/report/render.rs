@@ -2,7 +2,8 @@
 //! and the view model itself as JSON with `--debug-json`. Output is a sorted map from relative
 //! path to bytes, so two builds of the same inputs are byte-identical.
 
-use super::view::{FamilyPage, FitPage, HistoryPage, IndexPage, PageMeta, RunsPage, Site};
+use super::adapter::Built;
+use super::view::{FamilyPage, FitPage, HistoryPage, IndexPage, PageMeta, RunsPage};
 use askama::Template;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -96,7 +97,7 @@ impl Sink for std::sync::Mutex<BTreeMap<String, Vec<u8>>> {
 }
 
 /// Every file of the site, by path relative to the site folder, in memory.
-pub fn render(site: &Site, debug_json: bool) -> Result<BTreeMap<String, Vec<u8>>, String> {
+pub fn render(site: &Built, debug_json: bool) -> Result<BTreeMap<String, Vec<u8>>, String> {
     let files = std::sync::Mutex::new(BTreeMap::new());
     render_into(site, debug_json, &files)?;
     files.into_inner().map_err(|e| e.to_string())
@@ -127,7 +128,7 @@ fn page(r: askama::Result<String>, file: &str) -> Result<Vec<u8>, String> {
 }
 
 /// Makes one file (and its view model's JSON with `debug_json`) and hands it to `sink`.
-fn run(site: &Site, debug_json: bool, sink: &dyn Sink, job: Job) -> Result<(), String> {
+fn run(site: &Built, debug_json: bool, sink: &dyn Sink, job: Job) -> Result<(), String> {
     // The view model as JSON, made only with `debug_json`.
     let debug = |file: &str, v: &dyn Fn() -> Result<String, String>| -> Result<(), String> {
         if debug_json {
@@ -205,7 +206,7 @@ fn run(site: &Site, debug_json: bool, sink: &dyn Sink, job: Job) -> Result<(), S
 /// into the sink, on as many threads as the machine has cores (two at most: the downloads
 /// start first, the pages share the rest). What each file holds does not depend on the order.
 /// Returns every path, sorted; two outputs wanting one path is an error.
-pub fn render_into(site: &Site, debug_json: bool, sink: &dyn Sink) -> Result<Vec<String>, String> {
+pub fn render_into(site: &Built, debug_json: bool, sink: &dyn Sink) -> Result<Vec<String>, String> {
     let mut jobs = vec![Job::DownloadJson, Job::DownloadCsv, Job::Index];
     let mut paths = vec![
         "memory-calibration.json".to_string(),

@@ -267,15 +267,14 @@ pub struct FamilyPage {
     pub runs_pages: Vec<Link>,
 }
 
-/// The whole site: every page's view model, the charts to draw and the downloads to write.
+/// The whole site: every page's view model and the charts to draw. Plain data.
 ///
-/// The runs tables (on the runs pages and the family pages) are filled one page at a time
-/// ([`Site::runs_page`], [`Site::family_page`]) and the downloads are serialised straight into
-/// their files ([`Site::write_download_json`], [`Site::write_download_csv`]), so a build's
-/// memory does not grow with the text of every row. In `runs` and `families` the tables have
-/// their columns but no rows.
+/// The runs tables (on the runs pages and the family pages) are filled one page at a time and
+/// the downloads are serialised straight into their files, from the rows
+/// ([`crate::report::adapter::Built`] holds both), so a build's memory does not grow with the
+/// text of every row. In `runs` and `families` the tables have their columns but no rows.
 #[derive(Debug, Clone, Serialize)]
-pub struct Site<'a> {
+pub struct Site {
     /// Counted rows.
     pub counted_rows: usize,
     pub index: IndexPage,
@@ -284,7 +283,4 @@ pub struct Site<'a> {
     pub history: HistoryPage,
     pub fit: FitPage,
     pub charts: Vec<Chart>,
-    /// What the runs tables and the downloads are made from.
-    #[serde(skip)]
-    pub source: super::adapter::Source<'a>,
 }
