@@ -22,7 +22,9 @@ use crate::run::RunStatus;
 use crate::units;
 use std::collections::BTreeMap;
 
+mod family;
 mod headline;
+mod layout;
 
 /// More rows than this and the runs table is split into one page per family, and each family
 /// into pages of at most this many rows.
@@ -891,54 +893,16 @@ pub fn from_calibration_paged<'a>(
         let mut runs_pages: Vec<RunsPage> = Vec::new();
         let mut runs_rows: Vec<Vec<u32>> = Vec::new();
         let split = cal.rows.len() > runs_per_page;
-        // Per family: the links to its runs pages.
-        let family_page_links: Vec<Vec<Link>> = if split {
-            ctx.families
-                .iter()
-                .enumerate()
-                .map(|(k, f)| {
-                    let stem = ctx.family_files[f].trim_start_matches("family-");
-                    let n = fam_rows[k].len();
-                    let pages = n.div_ceil(runs_per_page).max(1);
-                    (0..pages)
-                        .map(|p| Link {
-                            href: if p == 0 {
-                                format!("runs-{stem}")
-                            } else {
-                                format!("runs-{}.p{}.html", stem.trim_end_matches(".html"), p + 1)
-                            },
-                            text: if pages == 1 {
-                                format!("Runs of {f}")
-                            } else {
-                                format!(
-                                    "page {} of {pages}: runs {} to {}",
-                                    p + 1,
-                                    fmt::count((p * runs_per_page + 1) as u64),
-                                    fmt::count(((p + 1) * runs_per_page).min(n) as u64)
-                                )
-                            },
-                        })
-                        .collect()
-                })
-                .collect()
-        } else {
-            Vec::new()
-        };
-        let page_links: Vec<Link> = if split {
-            ctx.families
-                .iter()
-                .zip(&family_page_links)
-                .map(|(f, pages)| Link {
-                    href: pages[0].href.clone(),
-                    text: format!("Runs of {f}"),
-                })
-                .collect()
-        } else {
-            vec![Link {
-                href: "runs.html".into(),
-                text: "Runs table".into(),
-            }]
-        };
+        let counts: Vec<usize> = fam_rows.iter().map(|r| r.len()).collect();
+        let files: Vec<&str> = ctx
+            .families
+            .iter()
+            .map(|f| ctx.family_files[f].as_str())
+            .collect();
+        let layout::Links {
+            family_pages: family_page_links,
+            runs: page_links,
+        } = layout::links(&ctx.families, &files, &counts, split, runs_per_page);
         let nav_links = nav(&page_links);
         if split {
             for (k, f) in ctx.families.iter().enumerate() {
@@ -1009,99 +973,19 @@ pub fn from_calibration_paged<'a>(
         let mut family_pages = Vec::new();
         let mut family_rows = Vec::new();
         for (k, f) in ctx.families.iter().enumerate() {
-            let n_rows = fam_rows[k].len();
-            let report = cal.families.get(f);
-            let mut facts = vec![fact("Runs counted", fmt::count(n_rows as u64))];
-            if let Some(r) = report {
-                facts.push(fact("Graphs", r.graphs.join(", ")));
-                // All of the family's rows, then each profile's alone when it has more than one.
-                let mut groups = vec![(String::new(), &r.methods)];
-                if r.by_profile.len() > 1 {
-                    groups.extend(
-                        r.by_profile
-                            .iter()
-                            .map(|(p, ms)| (format!(", {}", p.as_str()), ms)),
-                    );
-                }
-                for (suffix, ms) in groups {
-                    let Some(m) = ms.get(&Method::PlanHeldOutArchitecture) else {
-                        continue;
-                    };
-                    facts.push(fact(
-                        &format!("Held-out-by-architecture median |error|{suffix}"),
-                        fmt::or_dash(m.median_abs_rel_error.map(|x| {
-                            fmt::pct_interval(x, m.median_interval, m.error_rows, m.few_runs)
-                        })),
-                    ));
-                    facts.push(fact(
-                        &format!(
-                            "Held-out-by-architecture within {}{suffix}",
-                            fmt::within_band()
-                        ),
-                        fmt::or_dash(m.within_25pct.map(|x| {
-                            fmt::pct_interval(x, m.within_25pct_interval, m.error_rows, false)
-                        })),
-                    ));
-                    facts.push(fact(
-                        &format!("Held-out did-not-fit checks called fits{suffix}"),
-                        format!(
-                            "{} of {}",
-                            fmt::count(m.missed_oom.len() as u64),
-                            fmt::count(m.did_not_fit_checks)
-                        ),
-                    ));
-                }
-            }
-            let file = ctx.family_files[f].clone();
-            let chart_file = format!("{}.svg", file.trim_end_matches(".html"));
-            let (c, total) = scatter(
-                &ctx,
-                Method::PlanHeldOutArchitecture,
-                chart_file,
-                format!(
-                    "{f}: {}, {}",
-                    method_name(Method::PlanHeldOutArchitecture),
-                    ctx.runs_label
-                ),
-                rows_of(k),
-            );
-            let chart = if c.points.is_empty() {
-                None
+            let links = if split {
+                &family_page_links[k][..]
             } else {
-                let r = chart_ref(&c, total, method_name(Method::PlanHeldOutArchitecture));
-                fam_charts.push(Chart::Scatter(c));
-                Some(r)
+                &[]
             };
-            let (runs, runs_pages_of) = if split {
-                (None, family_page_links[k].clone())
-            } else {
-                (
-                    Some(runs_table(
-                        "runs",
-                        &format!("Every counted run of {f}"),
-                        false,
-                    )),
-                    Vec::new(),
-                )
-            };
+            let (page, chart) = family::page(&ctx, f, rows_of(k), links, &nav_links);
+            fam_charts.extend(chart);
             family_rows.push(if split {
                 Vec::new()
             } else {
                 fam_rows[k].clone()
             });
-            family_pages.push(FamilyPage {
-                meta: PageMeta {
-                    file,
-                    title: format!("Family {f} — {TITLE}"),
-                    nav: nav_links.clone(),
-                },
-                family: f.clone(),
-                facts,
-                chart,
-                note_html: prose.misses.get(f).cloned(),
-                runs,
-                runs_pages: runs_pages_of,
-            });
+            family_pages.push(page);
         }
 
         (

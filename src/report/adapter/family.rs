@@ -1,0 +1,106 @@
+//! A family page: its facts (runs, graphs, held-out error per profile), its chart, its note
+//! and its runs table or the links to its runs pages.
+
+use super::*;
+
+/// Family `f`'s page from its `rows` (run-id order), with `links` to its runs pages when the
+/// runs table is split (its own table otherwise), and its chart to draw.
+pub(super) fn page<'r>(
+    ctx: &Ctx,
+    f: &str,
+    rows: impl ExactSizeIterator<Item = &'r RowResult> + Clone,
+    links: &[Link],
+    nav_links: &[Link],
+) -> (FamilyPage, Option<Chart>) {
+    let n_rows = rows.len();
+    let report = ctx.cal.families.get(f);
+    let mut facts = vec![fact("Runs counted", fmt::count(n_rows as u64))];
+    if let Some(r) = report {
+        facts.push(fact("Graphs", r.graphs.join(", ")));
+        // All of the family's rows, then each profile's alone when it has more than one.
+        let mut groups = vec![(String::new(), &r.methods)];
+        if r.by_profile.len() > 1 {
+            groups.extend(
+                r.by_profile
+                    .iter()
+                    .map(|(p, ms)| (format!(", {}", p.as_str()), ms)),
+            );
+        }
+        for (suffix, ms) in groups {
+            let Some(m) = ms.get(&Method::PlanHeldOutArchitecture) else {
+                continue;
+            };
+            facts.push(fact(
+                &format!("Held-out-by-architecture median |error|{suffix}"),
+                fmt::or_dash(
+                    m.median_abs_rel_error
+                        .map(|x| fmt::pct_interval(x, m.median_interval, m.error_rows, m.few_runs)),
+                ),
+            ));
+            facts.push(fact(
+                &format!(
+                    "Held-out-by-architecture within {}{suffix}",
+                    fmt::within_band()
+                ),
+                fmt::or_dash(
+                    m.within_25pct.map(|x| {
+                        fmt::pct_interval(x, m.within_25pct_interval, m.error_rows, false)
+                    }),
+                ),
+            ));
+            facts.push(fact(
+                &format!("Held-out did-not-fit checks called fits{suffix}"),
+                format!(
+                    "{} of {}",
+                    fmt::count(m.missed_oom.len() as u64),
+                    fmt::count(m.did_not_fit_checks)
+                ),
+            ));
+        }
+    }
+    let file = ctx.family_files[f].clone();
+    let chart_file = format!("{}.svg", file.trim_end_matches(".html"));
+    let (c, total) = scatter(
+        ctx,
+        Method::PlanHeldOutArchitecture,
+        chart_file,
+        format!(
+            "{f}: {}, {}",
+            method_name(Method::PlanHeldOutArchitecture),
+            ctx.runs_label
+        ),
+        rows,
+    );
+    let (chart, drawn) = if c.points.is_empty() {
+        (None, None)
+    } else {
+        let r = chart_ref(&c, total, method_name(Method::PlanHeldOutArchitecture));
+        (Some(r), Some(Chart::Scatter(c)))
+    };
+    let (runs, runs_pages_of) = if !links.is_empty() {
+        (None, links.to_vec())
+    } else {
+        (
+            Some(runs_table(
+                "runs",
+                &format!("Every counted run of {f}"),
+                false,
+            )),
+            Vec::new(),
+        )
+    };
+    let page = FamilyPage {
+        meta: PageMeta {
+            file,
+            title: format!("Family {f} — {TITLE}"),
+            nav: nav_links.to_vec(),
+        },
+        family: f.to_string(),
+        facts,
+        chart,
+        note_html: ctx.prose.misses.get(f).cloned(),
+        runs,
+        runs_pages: runs_pages_of,
+    };
+    (page, drawn)
+}
