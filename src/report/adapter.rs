@@ -9,8 +9,7 @@ use super::digits;
 use super::view::*;
 use crate::engine::intervals::Interval;
 use crate::engine::{
-    Bucket, Calibration, CheckRef, ExclusionReason, Method, MethodMetrics, RowResult, Truth,
-    NEAREST_RANK_RULE,
+    Calibration, CheckRef, Method, MethodMetrics, RowResult, Truth, NEAREST_RANK_RULE,
 };
 use crate::factors::FactorsFile;
 use crate::features::FEATURE_NAMES;
@@ -27,6 +26,7 @@ mod headline;
 mod layout;
 mod runs;
 
+use super::names::*;
 use runs::{runs_table, Source};
 
 /// More rows than this and the runs table is split into one page per family, and each family
@@ -153,56 +153,6 @@ const SCATTER_METHODS: [Method; 5] = [
     Method::PlanAsShipped,
     Method::Simulated,
 ];
-
-/// The human name of a method.
-pub fn method_name(m: Method) -> &'static str {
-    m.label()
-}
-
-fn bucket_name(b: Bucket) -> &'static str {
-    match b {
-        Bucket::Fitted => "fitted",
-        Bucket::HeldOutRegime => "held out by regime",
-        Bucket::AfterFit => "after the fit",
-    }
-}
-
-fn reason_name(r: ExclusionReason) -> &'static str {
-    match r {
-        ExclusionReason::DuplicateRunId => "duplicate run id",
-        ExclusionReason::StatusError => "failed for a reason other than memory",
-        ExclusionReason::GraphChanged => "graph changed since the run",
-        ExclusionReason::GraphMismatch => "built model differs from the graph",
-        ExclusionReason::NoBatchAxis => "graph has no batch axis",
-        ExclusionReason::UnknownRegime => "regime not in the factors file",
-        ExclusionReason::DeviceRegimeMismatch => "device differs from its regime's device",
-        ExclusionReason::NoFactorsForPrecision => "no factors for the precision",
-        ExclusionReason::AfterFitUnfixed => "after-fit row, factors never fixed",
-        ExclusionReason::AfterFitNotLater => "after-fit row measured before the fit",
-    }
-}
-
-fn status_name(s: RunStatus) -> &'static str {
-    match s {
-        RunStatus::Completed => "completed",
-        RunStatus::Oom => "out of memory",
-        RunStatus::Error => "error",
-    }
-}
-
-fn verdict_name(v: Verdict) -> &'static str {
-    v.as_str()
-}
-
-/// `CPU` or `GPU` for a regime, from `data/factors.json`; a CPU regime is never labelled a GPU
-/// result.
-fn device_label(factors: &FactorsFile, regime: &str) -> &'static str {
-    match factors.regimes.get(regime).map(|r| r.device.as_str()) {
-        Some("cpu") => "CPU",
-        Some("cuda") => "GPU",
-        _ => "unknown device",
-    }
-}
 
 /// Everything the adapter looks up besides the calibration.
 #[derive(Debug, Clone)]
@@ -496,12 +446,13 @@ impl Built<'_> {
     /// newline. Pretty JSON; compact (no indentation) when the runs
     /// table is split (more than [`RUNS_PER_PAGE_LIMIT`] rows).
     pub fn write_download_json(&self, w: &mut dyn std::io::Write) -> std::io::Result<()> {
-        download_json(self.source.ctx.cal, self.source.compact_download, w)
+        super::download::json::write(self.source.ctx.cal, self.source.compact_download, w)
     }
 
     /// `memory-calibration.csv`: one line per counted row, written straight into `w`.
     pub fn write_download_csv(&self, w: &mut dyn std::io::Write) -> std::io::Result<()> {
-        download_csv(&self.source.ctx, w)
+        let factors = self.source.ctx.factors;
+        super::download::csv::write(self.source.ctx.cal, &|r| device_label(factors, r), w)
     }
 }
 
@@ -1576,119 +1527,4 @@ fn excluded_table(ctx: &Ctx) -> Table {
         ]);
     }
     t
-}
-
-/// `memory-calibration.json` (see [`Built::write_download_json`] and [`super::download`]),
-/// serialised as it goes.
-fn download_json(
-    cal: &Calibration,
-    compact: bool,
-    w: &mut dyn std::io::Write,
-) -> std::io::Result<()> {
-    use std::io::Write;
-    let d = super::download::Download::of(cal);
-    let mut w = std::io::BufWriter::with_capacity(1 << 16, w);
-    if compact {
-        super::download::write_compact(&d, &mut w)?;
-    } else {
-        serde_json::to_writer_pretty(&mut w, &d).map_err(std::io::Error::other)?;
-    }
-    w.write_all(b"\n")?;
-    w.flush()
-}
-
-/// `memory-calibration.csv` (see [`Built::write_download_csv`]).
-fn download_csv(ctx: &Ctx, w: &mut dyn std::io::Write) -> std::io::Result<()> {
-    use std::io::Write;
-    let mut w = std::io::BufWriter::with_capacity(1 << 16, w);
-    let cal = ctx.cal;
-    let mut head: Vec<String> = [
-        "run_id",
-        "graph",
-        "family",
-        "regime",
-        "device",
-        "precision",
-        "batch",
-        "status",
-        "bucket",
-        "measured_bytes",
-        "oom_capacity_bytes",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    head.extend(
-        cal.settings
-            .feature_names
-            .iter()
-            .map(|f| format!("feature_{f}_bytes")),
-    );
-    head.extend(
-        Method::ALL
-            .iter()
-            .map(|m| format!("predicted_{}_bytes", m.as_str())),
-    );
-    head.push("bound_q90_bytes".into());
-    head.push("bound_q95_bytes".into());
-    writeln!(w, "{}", head.join(","))?;
-    let csv = |line: &mut String, s: &str| {
-        if s.contains([',', '"', '\n', '\r']) {
-            line.push_str(&fmt::csv_field(s));
-        } else {
-            line.push_str(s);
-        }
-    };
-    // Each line is put together in one buffer (numbers through `digits`: std's text, without
-    // the formatting machinery) and written at once.
-    let mut line = String::with_capacity(512);
-    for r in &cal.rows {
-        line.clear();
-        for (k, s) in [&r.run_id, &r.graph, &r.family, &r.regime]
-            .into_iter()
-            .enumerate()
-        {
-            if k > 0 {
-                line.push(',');
-            }
-            csv(&mut line, s);
-        }
-        for s in [ctx.device(&r.regime), r.precision.as_str()] {
-            line.push(',');
-            line.push_str(s);
-        }
-        line.push(',');
-        digits::push_u64(&mut line, r.batch);
-        for s in [status_name(r.status), bucket_name(r.bucket)] {
-            line.push(',');
-            line.push_str(s);
-        }
-        line.push(',');
-        if let Some(b) = r.measured_bytes {
-            digits::push_u64(&mut line, b);
-        }
-        line.push(',');
-        if let Some(b) = r.oom_capacity_bytes {
-            digits::push_u64(&mut line, b);
-        }
-        for b in &r.features {
-            line.push(',');
-            digits::push_u64(&mut line, *b);
-        }
-        for m in &Method::ALL {
-            line.push(',');
-            if let Some(p) = r.predictions.get(m) {
-                digits::push_f64(&mut line, *p);
-            }
-        }
-        for b in [r.bound_q90_bytes, r.bound_q95_bytes] {
-            line.push(',');
-            if let Some(b) = b {
-                digits::push_f64(&mut line, b);
-            }
-        }
-        line.push('\n');
-        w.write_all(line.as_bytes())?;
-    }
-    w.flush()
 }

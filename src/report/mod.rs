@@ -11,6 +11,7 @@ mod digits;
 mod download;
 pub mod fit;
 pub mod markdown;
+mod names;
 pub mod render;
 pub mod view;
 

@@ -282,6 +282,21 @@ pub(crate) fn write_compact(d: &Download, w: &mut impl Write) -> std::io::Result
     w.write_all(b"}")
 }
 
+/// `memory-calibration.json` (see [`Built::write_download_json`] and [`super::download`]),
+/// serialised as it goes.
+pub fn write(cal: &Calibration, compact: bool, w: &mut dyn std::io::Write) -> std::io::Result<()> {
+    use std::io::Write;
+    let d = Download::of(cal);
+    let mut w = std::io::BufWriter::with_capacity(1 << 16, w);
+    if compact {
+        write_compact(&d, &mut w)?;
+    } else {
+        serde_json::to_writer_pretty(&mut w, &d).map_err(std::io::Error::other)?;
+    }
+    w.write_all(b"\n")?;
+    w.flush()
+}
+
 #[cfg(test)]
 mod tests {
     use crate::engine::{calibrate, synthetic};
