@@ -1,0 +1,81 @@
+//! The out-of-sample section: held out by architecture, the implementation groups and held out by
+//! implementation, by regime, and after the fit.
+
+use super::*;
+
+pub(super) fn out_of_sample(ctx: &Ctx) -> Vec<Table> {
+    let cal = ctx.cal;
+    let mut arch = table(
+        "oos-architecture",
+        "By architecture: each family predicted by factors refitted without it",
+        metrics_columns("Family"),
+        "No family has held-out predictions yet.",
+    );
+    for (f, rep) in &cal.families {
+        if let Some(m) = rep.methods.get(&Method::PlanHeldOutArchitecture) {
+            arch.rows
+                .push(metrics_cells(Cell::text(f).link(ctx.family_href(f)), m));
+        }
+    }
+    let mut groups = table(
+        "implementation-groups",
+        "Implementation groups: families whose graphs share an implementation block (an attention, mixture-of-experts, recurrent or convolution op, built by one harness builder and simulated by one rule) are held out together",
+        vec![
+            col("Families held out together", false),
+            col("Blocks they share", false),
+        ],
+        "No family yet.",
+    );
+    for g in &cal.implementation_groups {
+        groups.rows.push(vec![
+            Cell::text(g.families.join(", ")),
+            Cell::text(if g.shared_blocks.is_empty() {
+                "none (a group of its own)".to_string()
+            } else {
+                g.shared_blocks.join(", ")
+            }),
+        ]);
+    }
+    let mut by_impl = table(
+        "oos-implementation",
+        "By implementation: each family predicted by factors refitted without its whole implementation group",
+        metrics_columns("Family"),
+        "No family has held-out predictions yet.",
+    );
+    for (f, rep) in &cal.families {
+        if let Some(m) = rep.methods.get(&Method::PlanHeldOutImplementation) {
+            by_impl
+                .rows
+                .push(metrics_cells(Cell::text(f).link(ctx.family_href(f)), m));
+        }
+    }
+    let mut by_regime = table(
+        "oos-regime",
+        "By regime: rows of regimes outside the training regimes, predicted by the shipped factors",
+        metrics_columns("Method"),
+        "No held-out regime has rows yet.",
+    );
+    if let Some(m) = cal.methods.get(&Method::PlanHeldOutRegime) {
+        if m.rows > 0 {
+            by_regime.rows.push(metrics_cells(
+                Cell::text(method_name(Method::PlanHeldOutRegime)),
+                m,
+            ));
+        }
+    }
+    let mut after = table(
+        "oos-after-fit",
+        "After the fit: rows measured after the factors were fixed",
+        metrics_columns("Method"),
+        "No row has been measured after the fit yet.",
+    );
+    if let Some(m) = cal.methods.get(&Method::PlanAfterFit) {
+        if m.rows > 0 {
+            after.rows.push(metrics_cells(
+                Cell::text(method_name(Method::PlanAfterFit)),
+                m,
+            ));
+        }
+    }
+    vec![arch, groups, by_impl, by_regime, after]
+}
