@@ -566,8 +566,6 @@ pub fn from_calibration_paged<'a>(
     ) = std::thread::scope(|sc| {
         let top = sc.spawn(top_charts);
         // Runs pages: one, or per family in pages of at most `runs_per_page` rows.
-        let mut runs_pages: Vec<RunsPage> = Vec::new();
-        let mut runs_rows: Vec<Vec<u32>> = Vec::new();
         let split = cal.rows.len() > runs_per_page;
         let counts: Vec<usize> = fam_rows.iter().map(|r| r.len()).collect();
         let files: Vec<&str> = ctx
@@ -580,70 +578,14 @@ pub fn from_calibration_paged<'a>(
             runs: page_links,
         } = layout::links(&ctx.families, &files, &counts, split, runs_per_page);
         let nav_links = nav(&page_links);
-        if split {
-            for (k, f) in ctx.families.iter().enumerate() {
-                let n = fam_rows[k].len();
-                let pages = &family_page_links[k];
-                let many = pages.len() > 1;
-                for (p, link) in pages.iter().enumerate() {
-                    let (a, b) = ((p * runs_per_page).min(n), ((p + 1) * runs_per_page).min(n));
-                    let (title, intro) = if many {
-                        (
-                            format!("Runs of {f}, page {} of {}", p + 1, pages.len()),
-                            format!(
-                                "Runs {} to {} of the {} of family {f}, in run-id order; the runs table is split by family, and each family into pages of at most {}, because there are {} in all.",
-                                fmt::count(a as u64 + 1),
-                                fmt::count(b as u64),
-                                fmt::runs(n as u64),
-                                fmt::runs(runs_per_page as u64),
-                                fmt::runs(cal.rows.len() as u64)
-                            ),
-                        )
-                    } else {
-                        (
-                            format!("Runs of {f}"),
-                            format!(
-                                "{} of family {f}; the runs table is split by family because there are {} in all.",
-                                fmt::runs(n as u64),
-                                fmt::runs(cal.rows.len() as u64)
-                            ),
-                        )
-                    };
-                    runs_pages.push(RunsPage {
-                        meta: PageMeta {
-                            file: link.href.clone(),
-                            title: format!("{title} — {TITLE}"),
-                            nav: nav_links.clone(),
-                        },
-                        heading: title,
-                        intro,
-                        others: page_links.clone(),
-                        pages: if many { pages.clone() } else { Vec::new() },
-                        downloads: downloads(),
-                        table: runs_table("runs", &format!("Every counted run of {f}"), false),
-                    });
-                    runs_rows.push(fam_rows[k][a..b].to_vec());
-                }
-            }
-        } else {
-            runs_pages.push(RunsPage {
-                meta: PageMeta {
-                    file: "runs.html".into(),
-                    title: format!("All runs — {TITLE}"),
-                    nav: nav_links.clone(),
-                },
-                heading: "All runs".into(),
-                intro: format!(
-                    "{} counted; click a column heading to sort. Sizes are in GB (10⁹ bytes).",
-                    fmt::runs(cal.rows.len() as u64)
-                ),
-                others: Vec::new(),
-                pages: Vec::new(),
-                downloads: downloads(),
-                table: runs_table("runs", "Every counted run", true),
-            });
-            runs_rows.push((0..cal.rows.len() as u32).collect());
-        }
+        let (runs_pages, runs_rows) = runs::pages(
+            &ctx,
+            &fam_rows,
+            &family_page_links,
+            &page_links,
+            &nav_links,
+            runs_per_page,
+        );
 
         // Family pages.
         let mut family_pages = Vec::new();

@@ -216,3 +216,85 @@ impl Built<'_> {
         p
     }
 }
+
+/// The runs pages (their tables without rows) and each page's rows as indices into `cal.rows`:
+/// one page of every row, or, where `family_page_links` is not empty (the table is split), per
+/// family its pages of at most `runs_per_page` rows in run-id order (`fam_rows`: each family's
+/// rows).
+pub(super) fn pages(
+    ctx: &Ctx,
+    fam_rows: &[Vec<u32>],
+    family_page_links: &[Vec<Link>],
+    page_links: &[Link],
+    nav_links: &[Link],
+    runs_per_page: usize,
+) -> (Vec<RunsPage>, Vec<Vec<u32>>) {
+    let cal = ctx.cal;
+    let mut runs_pages: Vec<RunsPage> = Vec::new();
+    let mut runs_rows: Vec<Vec<u32>> = Vec::new();
+    if !family_page_links.is_empty() {
+        for (k, f) in ctx.families.iter().enumerate() {
+            let n = fam_rows[k].len();
+            let pages = &family_page_links[k];
+            let many = pages.len() > 1;
+            for (p, link) in pages.iter().enumerate() {
+                let (a, b) = ((p * runs_per_page).min(n), ((p + 1) * runs_per_page).min(n));
+                let (title, intro) = if many {
+                    (
+                        format!("Runs of {f}, page {} of {}", p + 1, pages.len()),
+                        format!(
+                            "Runs {} to {} of the {} of family {f}, in run-id order; the runs table is split by family, and each family into pages of at most {}, because there are {} in all.",
+                            fmt::count(a as u64 + 1),
+                            fmt::count(b as u64),
+                            fmt::runs(n as u64),
+                            fmt::runs(runs_per_page as u64),
+                            fmt::runs(cal.rows.len() as u64)
+                        ),
+                    )
+                } else {
+                    (
+                        format!("Runs of {f}"),
+                        format!(
+                            "{} of family {f}; the runs table is split by family because there are {} in all.",
+                            fmt::runs(n as u64),
+                            fmt::runs(cal.rows.len() as u64)
+                        ),
+                    )
+                };
+                runs_pages.push(RunsPage {
+                    meta: PageMeta {
+                        file: link.href.clone(),
+                        title: format!("{title} — {TITLE}"),
+                        nav: nav_links.to_vec(),
+                    },
+                    heading: title,
+                    intro,
+                    others: page_links.to_vec(),
+                    pages: if many { pages.clone() } else { Vec::new() },
+                    downloads: downloads(),
+                    table: runs_table("runs", &format!("Every counted run of {f}"), false),
+                });
+                runs_rows.push(fam_rows[k][a..b].to_vec());
+            }
+        }
+    } else {
+        runs_pages.push(RunsPage {
+            meta: PageMeta {
+                file: "runs.html".into(),
+                title: format!("All runs — {TITLE}"),
+                nav: nav_links.to_vec(),
+            },
+            heading: "All runs".into(),
+            intro: format!(
+                "{} counted; click a column heading to sort. Sizes are in GB (10⁹ bytes).",
+                fmt::runs(cal.rows.len() as u64)
+            ),
+            others: Vec::new(),
+            pages: Vec::new(),
+            downloads: downloads(),
+            table: runs_table("runs", "Every counted run", true),
+        });
+        runs_rows.push((0..cal.rows.len() as u32).collect());
+    }
+    (runs_pages, runs_rows)
+}
