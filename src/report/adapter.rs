@@ -32,6 +32,7 @@ mod methods;
 mod misses;
 mod out_of_sample;
 mod runs;
+mod scatters;
 mod upper;
 
 use super::names::*;
@@ -43,6 +44,7 @@ use methods::{methods_by_profile_table, methods_table, simulated_reserved_table}
 use misses::misses;
 use out_of_sample::out_of_sample;
 use runs::{runs_table, Source};
+use scatters::scatter_charts;
 use upper::{bound_counts_table, multipliers_table};
 
 /// More rows than this and the runs table is split into one page per family, and each family
@@ -514,45 +516,7 @@ pub fn from_calibration_paged<'a>(
 
     // Charts. The scatter charts over every row are made on a thread of their own while the
     // runs pages and the family pages are laid out (the family pages' charts come after them).
-    let top_charts = || {
-        let mut charts = Vec::new();
-        let mut scatter_refs = Vec::new();
-        // One chart per precision profile (each measured on its own device) and method.
-        for (p, pf) in &cal.fits {
-            if pf.methods.is_empty() {
-                continue;
-            }
-            let devices = cal
-                .measured
-                .devices_by_profile
-                .get(p)
-                .cloned()
-                .unwrap_or_default();
-            let (profile_title, _) = headline::profile_title(&devices, p.as_str());
-            let mut group = ChartGroup {
-                heading: profile_title.clone(),
-                charts: Vec::new(),
-            };
-            for m in SCATTER_METHODS {
-                let (c, total) = scatter(
-                    &ctx,
-                    m,
-                    format!("scatter-{}-{}.svg", m.as_str(), p.as_str()),
-                    format!("{}: {profile_title} runs", method_name(m)),
-                    cal.rows.iter().filter(|r| r.precision == *p),
-                );
-                if c.points.is_empty() {
-                    continue;
-                }
-                group.charts.push(chart_ref(&c, total, method_name(m)));
-                charts.push(Chart::Scatter(c));
-            }
-            if !group.charts.is_empty() {
-                scatter_refs.push(group);
-            }
-        }
-        (charts, scatter_refs)
-    };
+    let top_charts = || scatter_charts(&ctx);
     let mut fam_charts = Vec::new();
     let (
         (mut charts, scatter_refs),
@@ -621,64 +585,8 @@ pub fn from_calibration_paged<'a>(
     drop(fam_rows);
 
     // Section 5's charts: one per profile with ratios.
-    let mut upper_charts = Vec::new();
-    for (p, pf) in &cal.fits {
-        let u = &pf.upper;
-        if u.ratios.is_empty() {
-            continue;
-        }
-        let file = format!("upper-bound-ratios-{}.svg", p.as_str());
-        let c = RatioChart {
-            file: file.clone(),
-            title: format!(
-                "Measured / held-out prediction, fitted {} {}",
-                p.as_str(),
-                ctx.runs_label
-            ),
-            ratios: {
-                // Above the limit, evenly spaced in ratio order (the first and last included).
-                let n = u.ratios.len();
-                let drawn = n.min(CHART_POINTS_LIMIT);
-                (0..drawn)
-                    .map(|i| {
-                        let j = if drawn > 1 {
-                            i * (n - 1) / (drawn - 1)
-                        } else {
-                            0
-                        };
-                        u.ratios[j].1
-                    })
-                    .collect()
-            },
-            q90: u.q90_used,
-            q95: u.q95_used,
-            q90_label: format!("q90 = {}", fmt::ratio(u.q90_used)),
-            q95_label: format!("q95 = {}", fmt::ratio(u.q95_used)),
-        };
-        charts.push(Chart::Ratio(c));
-        upper_charts.push(ChartRef {
-            src: format!("charts/{file}"),
-            alt: format!(
-                "Each of {}{} of the {} profile as a dot at its ratio of measured peak to held-out prediction, in ratio order, with vertical lines at ratio 1, q90 = {} and q95 = {}.",
-                fmt::runs(u.ratios.len() as u64),
-                if u.ratios.len() > CHART_POINTS_LIMIT {
-                    format!(
-                        " ({} of them drawn, evenly spaced in ratio order)",
-                        fmt::count(CHART_POINTS_LIMIT as u64)
-                    )
-                } else {
-                    String::new()
-                },
-                p.as_str(),
-                fmt::ratio(u.q90_used),
-                fmt::ratio(u.q95_used)
-            ),
-            caption: format!(
-                "The distribution the {} upper-bound multipliers are read from.",
-                p.as_str()
-            ),
-        });
-    }
+    let (ratio_charts, upper_charts) = upper::ratio_charts(&ctx);
+    charts.extend(ratio_charts);
     charts.sort_by(|a, b| a.file().cmp(b.file()));
 
     let index = IndexPage {

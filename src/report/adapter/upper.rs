@@ -78,3 +78,69 @@ pub(super) fn bound_counts_table(ctx: &Ctx) -> Table {
     }
     t
 }
+
+/// Section 5's charts, one per profile with ratios (the distribution its multipliers are read
+/// from), and their references on the page.
+pub(super) fn ratio_charts(ctx: &Ctx) -> (Vec<Chart>, Vec<ChartRef>) {
+    let cal = ctx.cal;
+    let mut charts = Vec::new();
+    let mut upper_charts = Vec::new();
+    for (p, pf) in &cal.fits {
+        let u = &pf.upper;
+        if u.ratios.is_empty() {
+            continue;
+        }
+        let file = format!("upper-bound-ratios-{}.svg", p.as_str());
+        let c = RatioChart {
+            file: file.clone(),
+            title: format!(
+                "Measured / held-out prediction, fitted {} {}",
+                p.as_str(),
+                ctx.runs_label
+            ),
+            ratios: {
+                // Above the limit, evenly spaced in ratio order (the first and last included).
+                let n = u.ratios.len();
+                let drawn = n.min(CHART_POINTS_LIMIT);
+                (0..drawn)
+                    .map(|i| {
+                        let j = if drawn > 1 {
+                            i * (n - 1) / (drawn - 1)
+                        } else {
+                            0
+                        };
+                        u.ratios[j].1
+                    })
+                    .collect()
+            },
+            q90: u.q90_used,
+            q95: u.q95_used,
+            q90_label: format!("q90 = {}", fmt::ratio(u.q90_used)),
+            q95_label: format!("q95 = {}", fmt::ratio(u.q95_used)),
+        };
+        charts.push(Chart::Ratio(c));
+        upper_charts.push(ChartRef {
+            src: format!("charts/{file}"),
+            alt: format!(
+                "Each of {}{} of the {} profile as a dot at its ratio of measured peak to held-out prediction, in ratio order, with vertical lines at ratio 1, q90 = {} and q95 = {}.",
+                fmt::runs(u.ratios.len() as u64),
+                if u.ratios.len() > CHART_POINTS_LIMIT {
+                    format!(
+                        " ({} of them drawn, evenly spaced in ratio order)",
+                        fmt::count(CHART_POINTS_LIMIT as u64)
+                    )
+                } else {
+                    String::new()
+                },
+                p.as_str(),
+                fmt::ratio(u.q90_used),
+                fmt::ratio(u.q95_used)
+            ),
+            caption: format!(
+                "The distribution the {} upper-bound multipliers are read from.",
+                p.as_str()
+            ),
+        });
+    }
+    (charts, upper_charts)
+}
