@@ -8,6 +8,7 @@ use super::metrics::fit_weight;
 use super::results::*;
 use super::split::{join, sort_on_two_threads};
 use super::{Dataset, Row};
+use crate::factors::FactorsFile;
 use crate::features::Precision;
 use crate::run::RunStatus;
 use crate::time::parse_rfc3339;
@@ -132,25 +133,7 @@ pub(super) fn bucket_rows(ds: &Dataset) -> Bucketed<'_> {
     let f = &ds.factors;
     // When each profile's factors were fixed (its after-the-fit rows must be later).
     let fixed_at = Precision::ALL.map(|p| f.fixed_at_for(p).and_then(|t| parse_rfc3339(t).ok()));
-    // Order by (run id, path): duplicates become neighbours, the first by path first.
-    let mut keys: Vec<(&str, u32)> = ds
-        .rows
-        .iter()
-        .enumerate()
-        .map(|(i, r)| (r.run_id.as_str(), i as u32))
-        .collect();
-    let by_id_then_path = |a: &(&str, u32), b: &(&str, u32)| {
-        a.0.cmp(b.0)
-            .then_with(|| cmp_path(&ds.rows[a.1 as usize].file, &ds.rows[b.1 as usize].file))
-    };
-    if keys
-        .windows(2)
-        .any(|w| by_id_then_path(&w[0], &w[1]) == Ordering::Greater)
-    {
-        sort_on_two_threads(&mut keys, by_id_then_path);
-    }
-    let order: Vec<u32> = keys.iter().map(|k| k.1).collect();
-    drop(keys);
+    let order = run_id_order(ds);
     let regimes: Vec<(&str, bool, &str)> = f
         .regimes
         .iter()
@@ -163,8 +146,6 @@ pub(super) fn bucket_rows(ds: &Dataset) -> Bucketed<'_> {
         })
         .collect();
     let has_factors = Precision::ALL.map(|p| f.factors(p).is_some());
-    let h = f.headroom;
-    let weight_of = |m: u64| fit_weight(f, m);
 
     // One pass over the rows in run-id order (each row read once, while it is in the cache),
     // in two halves on two threads: bucket or exclusion; for a usable row its family
@@ -176,101 +157,14 @@ pub(super) fn bucket_rows(ds: &Dataset) -> Bucketed<'_> {
     // hashes and adds its fitted rows as it goes; the second keeps its fitted rows' lines of
     // the SHA-256, hashed after the first's, and its fitted rows are added to the blocks after
     // the first's: the same order, so the same bytes and the same floats as one pass.
-    // A fitted row's part of its profile's and family's block.
-    let add_fitted = |blocks: &mut BTreeMap<Precision, Blocks>, row: &Row, fam: usize| {
-        let list = blocks.entry(row.precision).or_default();
-        if list.len() <= fam {
-            list.resize(fam + 1, None);
-        }
-        let e = list[fam].get_or_insert_with(Default::default);
-        match (row.status, row.measured_bytes) {
-            (RunStatus::Completed, Some(m)) => {
-                e.0.add_run(&row.features.as_f64(), m as f64, weight_of(m))
-            }
-            (RunStatus::Oom, _) => {
-                let c = row.capacity_bytes as f64;
-                e.1.push(row.features.as_f64().map(|v| (1.0 + h) * v / c));
-            }
-            _ => {}
-        }
+    let pass = Pass {
+        ds,
+        fixed_at,
+        regimes: &regimes,
+        has_factors,
+        total: order.len(),
     };
-    /// What a half of the rows gives.
-    #[derive(Default)]
-    struct Half<'a> {
-        /// (row, bucket, family as an index into `families`).
-        usable: Vec<(usize, Bucket, usize)>,
-        exclusions: Vec<Exclusion>,
-        /// Family names in the order first seen.
-        families: Vec<&'a str>,
-        /// The second half's fitted rows' lines of the SHA-256, hashed after the first's.
-        lines: Vec<u8>,
-        /// The first half's fitted rows, hashed and added as it goes.
-        hash: super::load::RowsHasher,
-        blocks: BTreeMap<Precision, Blocks>,
-    }
-    // `prev`: the row before the half that is not a duplicate (the first of its run id).
-    let half = |part: &[u32], mut prev: Option<usize>, direct: bool| -> Half {
-        let mut out = Half {
-            // The first half's usable rows take the second's after them.
-            usable: Vec::with_capacity(if direct { order.len() } else { part.len() }),
-            ..Half::default()
-        };
-        let mut fam_by_alloc: HashMap<usize, usize, super::FastHash> = HashMap::default();
-        let mut fam_by_name: HashMap<&str, usize> = HashMap::new();
-        for i in part.iter().map(|&i| i as usize) {
-            let row = &ds.rows[i];
-            let dup = prev.filter(|&p| ds.rows[p].run_id == row.run_id);
-            let result = match dup {
-                Some(p) => Err((
-                    ExclusionReason::DuplicateRunId,
-                    format!("run id also in {}, which comes first", ds.rows[p].file),
-                )),
-                None => {
-                    prev = Some(i);
-                    classify(ds, row, &fixed_at, &regimes, &has_factors)
-                }
-            };
-            let b = match result {
-                Ok(b) => b,
-                Err((reason, detail)) => {
-                    out.exclusions.push(Exclusion {
-                        run_id: row.run_id.to_string(),
-                        file: row.file.to_string(),
-                        reason,
-                        detail,
-                    });
-                    continue;
-                }
-            };
-            let alloc = Arc::as_ptr(&row.family.0) as usize;
-            let fam = match fam_by_alloc.get(&alloc) {
-                Some(&k) => k,
-                None => {
-                    let n = out.families.len();
-                    let k = *fam_by_name.entry(row.family.as_str()).or_insert(n);
-                    if k == n {
-                        out.families.push(row.family.as_str());
-                    }
-                    fam_by_alloc.insert(alloc, k);
-                    k
-                }
-            };
-            out.usable.push((i, b, fam));
-            if b == Bucket::Fitted {
-                if direct {
-                    out.hash.add(&row.run_id, &row.file_sha256);
-                    add_fitted(&mut out.blocks, row, fam);
-                } else {
-                    super::load::RowsHasher::line_into(
-                        &mut out.lines,
-                        &row.run_id,
-                        &row.file_sha256,
-                    );
-                }
-            }
-        }
-        out
-    };
+    let half = |part: &[u32], prev: Option<usize>, direct: bool| pass.half(part, prev, direct);
     let mid = order.len() / 2;
     let (first, second) = order.split_at(mid);
     let prev_second = mid.checked_sub(1).map(|mut j| {
@@ -309,7 +203,7 @@ pub(super) fn bucket_rows(ds: &Dataset) -> Bucketed<'_> {
     for &(i, bk, fam) in &b.usable {
         let fam = second_fam[fam];
         if bk == Bucket::Fitted {
-            add_fitted(&mut blocks, &ds.rows[i], fam);
+            add_fitted(f, &mut blocks, &ds.rows[i], fam);
         }
         usable.push((i, bk, fam));
     }
@@ -321,24 +215,7 @@ pub(super) fn bucket_rows(ds: &Dataset) -> Bucketed<'_> {
     for e in &exclusions {
         *excluded_by_reason.entry(e.reason).or_insert(0u64) += 1;
     }
-    let count = |b: Bucket| usable.iter().filter(|(_, x, _)| *x == b).count() as u64;
-    let totals = {
-        let (fitted, regime, after) = (
-            count(Bucket::Fitted),
-            count(Bucket::HeldOutRegime),
-            count(Bucket::AfterFit),
-        );
-        let excluded = exclusions.len() as u64;
-        let inputs = ds.rows.len() as u64;
-        Totals {
-            inputs,
-            fitted,
-            held_out_regime: regime,
-            after_fit: after,
-            excluded,
-            balanced: inputs == fitted + regime + after + excluded,
-        }
-    };
+    let totals = totals(&usable, exclusions.len(), ds.rows.len());
 
     // Families by index in name order.
     let mut fam_names = first_seen.clone();
@@ -368,5 +245,161 @@ pub(super) fn bucket_rows(ds: &Dataset) -> Bucketed<'_> {
         fam_names,
         blocks,
         fitted_rows_sha256,
+    }
+}
+
+/// The rows in the order the engine reads them: by run id, then by path (duplicates become
+/// neighbours, the first by path first), as indices into `ds.rows`.
+fn run_id_order(ds: &Dataset) -> Vec<u32> {
+    let mut keys: Vec<(&str, u32)> = ds
+        .rows
+        .iter()
+        .enumerate()
+        .map(|(i, r)| (r.run_id.as_str(), i as u32))
+        .collect();
+    let by_id_then_path = |a: &(&str, u32), b: &(&str, u32)| {
+        a.0.cmp(b.0)
+            .then_with(|| cmp_path(&ds.rows[a.1 as usize].file, &ds.rows[b.1 as usize].file))
+    };
+    if keys
+        .windows(2)
+        .any(|w| by_id_then_path(&w[0], &w[1]) == Ordering::Greater)
+    {
+        sort_on_two_threads(&mut keys, by_id_then_path);
+    }
+    keys.iter().map(|k| k.1).collect()
+}
+
+/// The row totals: every input is fitted, held out by regime, after the fit or excluded.
+fn totals(usable: &[(usize, Bucket, usize)], excluded: usize, inputs: usize) -> Totals {
+    let count = |b: Bucket| usable.iter().filter(|(_, x, _)| *x == b).count() as u64;
+    let (fitted, regime, after) = (
+        count(Bucket::Fitted),
+        count(Bucket::HeldOutRegime),
+        count(Bucket::AfterFit),
+    );
+    let (excluded, inputs) = (excluded as u64, inputs as u64);
+    Totals {
+        inputs,
+        fitted,
+        held_out_regime: regime,
+        after_fit: after,
+        excluded,
+        balanced: inputs == fitted + regime + after + excluded,
+    }
+}
+
+/// A fitted row's part of its profile's and family's fit block: its normal equations (a
+/// completed run, weighted as `fit_weight` says) or its constraint vector (an out-of-memory run
+/// at its capacity, with the headroom).
+fn add_fitted(f: &FactorsFile, blocks: &mut BTreeMap<Precision, Blocks>, row: &Row, fam: usize) {
+    let list = blocks.entry(row.precision).or_default();
+    if list.len() <= fam {
+        list.resize(fam + 1, None);
+    }
+    let e = list[fam].get_or_insert_with(Default::default);
+    match (row.status, row.measured_bytes) {
+        (RunStatus::Completed, Some(m)) => {
+            e.0.add_run(&row.features.as_f64(), m as f64, fit_weight(f, m))
+        }
+        (RunStatus::Oom, _) => {
+            let c = row.capacity_bytes as f64;
+            e.1.push(row.features.as_f64().map(|v| (1.0 + f.headroom) * v / c));
+        }
+        _ => {}
+    }
+}
+
+/// What a half of the rows gives.
+#[derive(Default)]
+struct Half<'a> {
+    /// (row, bucket, family as an index into `families`).
+    usable: Vec<(usize, Bucket, usize)>,
+    exclusions: Vec<Exclusion>,
+    /// Family names in the order first seen.
+    families: Vec<&'a str>,
+    /// The second half's fitted rows' lines of the SHA-256, hashed after the first's.
+    lines: Vec<u8>,
+    /// The first half's fitted rows, hashed and added as it goes.
+    hash: super::load::RowsHasher,
+    blocks: BTreeMap<Precision, Blocks>,
+}
+
+/// What classifying a row needs besides the row (computed once per pass).
+struct Pass<'a, 'r> {
+    ds: &'a Dataset,
+    fixed_at: [Option<crate::time::Instant>; Precision::ALL.len()],
+    regimes: &'r [(&'a str, bool, &'a str)],
+    has_factors: [bool; Precision::ALL.len()],
+    /// Rows in the whole pass (the first half's usable rows take the second's after them).
+    total: usize,
+}
+
+impl<'a> Pass<'a, '_> {
+    /// One half of the rows in run-id order (`direct`: the first half, which hashes and adds
+    /// its fitted rows as it goes); `prev` is the row before the half that is not a duplicate
+    /// (the first of its run id).
+    fn half(&self, part: &[u32], mut prev: Option<usize>, direct: bool) -> Half<'a> {
+        let ds = self.ds;
+        let mut out = Half {
+            // The first half's usable rows take the second's after them.
+            usable: Vec::with_capacity(if direct { self.total } else { part.len() }),
+            ..Half::default()
+        };
+        let mut fam_by_alloc: HashMap<usize, usize, super::FastHash> = HashMap::default();
+        let mut fam_by_name: HashMap<&str, usize> = HashMap::new();
+        for i in part.iter().map(|&i| i as usize) {
+            let row = &ds.rows[i];
+            let dup = prev.filter(|&p| ds.rows[p].run_id == row.run_id);
+            let result = match dup {
+                Some(p) => Err((
+                    ExclusionReason::DuplicateRunId,
+                    format!("run id also in {}, which comes first", ds.rows[p].file),
+                )),
+                None => {
+                    prev = Some(i);
+                    classify(ds, row, &self.fixed_at, self.regimes, &self.has_factors)
+                }
+            };
+            let b = match result {
+                Ok(b) => b,
+                Err((reason, detail)) => {
+                    out.exclusions.push(Exclusion {
+                        run_id: row.run_id.to_string(),
+                        file: row.file.to_string(),
+                        reason,
+                        detail,
+                    });
+                    continue;
+                }
+            };
+            let alloc = Arc::as_ptr(&row.family.0) as usize;
+            let fam = match fam_by_alloc.get(&alloc) {
+                Some(&k) => k,
+                None => {
+                    let n = out.families.len();
+                    let k = *fam_by_name.entry(row.family.as_str()).or_insert(n);
+                    if k == n {
+                        out.families.push(row.family.as_str());
+                    }
+                    fam_by_alloc.insert(alloc, k);
+                    k
+                }
+            };
+            out.usable.push((i, b, fam));
+            if b == Bucket::Fitted {
+                if direct {
+                    out.hash.add(&row.run_id, &row.file_sha256);
+                    add_fitted(&ds.factors, &mut out.blocks, row, fam);
+                } else {
+                    super::load::RowsHasher::line_into(
+                        &mut out.lines,
+                        &row.run_id,
+                        &row.file_sha256,
+                    );
+                }
+            }
+        }
+        out
     }
 }
