@@ -3,7 +3,7 @@
 //! implementation), from the profile's per-family blocks of normal equations and out-of-memory
 //! constraints.
 
-use super::fit::{fit, Normal};
+use super::fit::{fit, FitOutcome, Normal};
 use super::groups::ImplementationGroup;
 use super::results::{FitReport, ProfileFits, Upper};
 use crate::factors::FactorsFile;
@@ -61,43 +61,16 @@ pub(super) fn fit_profiles(
                 outcome: None,
             }
         } else {
-            let mut n = Normal::default();
-            let mut ooms = Vec::new();
-            for (_, (nb, ob)) in &present {
-                n.add(nb);
-                ooms.extend_from_slice(ob);
-            }
-            let out = fit(&n, &ooms, f.oom_penalty, &file_factors);
-            FitReport {
-                factors: out.factors,
-                source: "fit",
-                outcome: Some(out),
-            }
+            let (n, ooms) = sum_blocks(&present, |_| true);
+            fitted(fit(&n, &ooms, f.oom_penalty, &file_factors))
         };
         let mut held = BTreeMap::new();
         let mut hf = vec![None; fam_names.len()];
         for &(left, _) in &present {
-            let mut n = Normal::default();
-            let mut ooms = Vec::new();
-            for (k, (nb, ob)) in &present {
-                if *k != left {
-                    n.add(nb);
-                    ooms.extend_from_slice(ob);
-                }
+            if let Some(r) = refit_without(&present, |k| k == left, f.oom_penalty) {
+                hf[left] = Some(r.factors);
+                held.insert(fam_names[left].to_string(), r);
             }
-            if n.n == 0 {
-                continue;
-            }
-            let out = fit(&n, &ooms, f.oom_penalty, &[0.0; N_FEATURES]);
-            hf[left] = Some(out.factors);
-            held.insert(
-                fam_names[left].to_string(),
-                FitReport {
-                    factors: out.factors,
-                    source: "fit",
-                    outcome: Some(out),
-                },
-            );
         }
         // Each group of several families refitted without all of them; a group of one is its
         // family's fit above.
@@ -108,25 +81,9 @@ pub(super) fn fit_profiles(
             let factors = if members.len() == 1 {
                 hf[members[0]]
             } else {
-                let mut n = Normal::default();
-                let mut ooms = Vec::new();
-                for (k, (nb, ob)) in &present {
-                    if group_of[*k] != g {
-                        n.add(nb);
-                        ooms.extend_from_slice(ob);
-                    }
-                }
-                (n.n > 0).then(|| {
-                    let out = fit(&n, &ooms, f.oom_penalty, &[0.0; N_FEATURES]);
-                    let factors = out.factors;
-                    held_impl.insert(
-                        group.name.clone(),
-                        FitReport {
-                            factors,
-                            source: "fit",
-                            outcome: Some(out),
-                        },
-                    );
+                refit_without(&present, |k| group_of[k] == g, f.oom_penalty).map(|r| {
+                    let factors = r.factors;
+                    held_impl.insert(group.name.clone(), r);
                     factors
                 })
             };
@@ -153,5 +110,41 @@ pub(super) fn fit_profiles(
         fits,
         held: held_factors,
         group: group_factors,
+    }
+}
+
+/// The normal equations and out-of-memory constraints of the blocks of `present` whose family
+/// `keep` selects, added in `present`'s order (so the same floats as one pass).
+fn sum_blocks(
+    present: &[(usize, &Block)],
+    keep: impl Fn(usize) -> bool,
+) -> (Normal, Vec<[f64; N_FEATURES]>) {
+    let mut n = Normal::default();
+    let mut ooms = Vec::new();
+    for (k, (nb, ob)) in present {
+        if keep(*k) {
+            n.add(nb);
+            ooms.extend_from_slice(ob);
+        }
+    }
+    (n, ooms)
+}
+
+/// A held-out refit: every block but those of the families `leave_out` selects, from zero;
+/// absent when no completed run is left to fit on.
+fn refit_without(
+    present: &[(usize, &Block)],
+    leave_out: impl Fn(usize) -> bool,
+    oom_penalty: f64,
+) -> Option<FitReport> {
+    let (n, ooms) = sum_blocks(present, |k| !leave_out(k));
+    (n.n > 0).then(|| fitted(fit(&n, &ooms, oom_penalty, &[0.0; N_FEATURES])))
+}
+
+fn fitted(out: FitOutcome) -> FitReport {
+    FitReport {
+        factors: out.factors,
+        source: "fit",
+        outcome: Some(out),
     }
 }
