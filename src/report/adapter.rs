@@ -178,18 +178,18 @@ fn fact(label: &str, value: impl Into<String>) -> Fact {
     }
 }
 
-fn opt_pct(v: Option<f64>) -> Cell {
+pub(crate) fn opt_pct(v: Option<f64>) -> Cell {
     match v {
         Some(x) => Cell::num(fmt::pct(x), fmt::pct_key(x)),
         None => Cell::num(fmt::MISSING, ""),
     }
 }
 
-fn count_cell(n: u64) -> Cell {
+pub(crate) fn count_cell(n: u64) -> Cell {
     Cell::num(fmt::count(n), n.to_string())
 }
 
-fn bytes_cell(b: Option<f64>) -> Cell {
+pub(crate) fn bytes_cell(b: Option<f64>) -> Cell {
     match b {
         Some(x) => Cell::num(fmt::bytes(x), fmt::bytes_key(x)),
         None => Cell::num(fmt::MISSING, ""),

@@ -4,7 +4,7 @@
 //! [`crate::plan_evidence::Evidence`]; its own view struct and template include
 //! (`templates/cards.html`), apart from the rest of the index.
 
-use super::adapter::{col, table};
+use super::adapter::{bytes_cell, col, count_cell, opt_pct, table};
 use super::view::{Cell, Table};
 use crate::features::Precision;
 use crate::features::FEATURE_NAMES;
@@ -33,13 +33,7 @@ pub struct CardsView {
 }
 
 fn bytes(b: u64) -> Cell {
-    Cell::num(fmt::bytes(b as f64), b.to_string())
-}
-
-fn opt_pct(v: Option<f64>) -> Cell {
-    v.map_or(Cell::num(fmt::MISSING, ""), |x| {
-        Cell::num(fmt::pct(x), fmt::pct_key(x))
-    })
+    bytes_cell(Some(b as f64))
 }
 
 fn cards_table(ev: &Evidence) -> Table {
@@ -206,7 +200,7 @@ fn outcomes_table(counts: &BTreeMap<Precision, OutcomeCounts>) -> Table {
         "No row yet.",
     );
     for (p, c) in counts {
-        let n = |v: u64| Cell::num(fmt::count(v), v.to_string());
+        let n = count_cell;
         t.rows.push(vec![
             Cell::text(p.as_str()),
             n(c.rows),

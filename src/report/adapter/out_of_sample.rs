@@ -5,18 +5,12 @@ use super::*;
 
 pub(super) fn out_of_sample(ctx: &Ctx) -> Vec<Table> {
     let cal = ctx.cal;
-    let mut arch = table(
+    let arch = per_family(
+        ctx,
         "oos-architecture",
         "By architecture: each family predicted by factors refitted without it",
-        metrics_columns("Family"),
-        "No family has held-out predictions yet.",
+        Method::PlanHeldOutArchitecture,
     );
-    for (f, rep) in &cal.families {
-        if let Some(m) = rep.methods.get(&Method::PlanHeldOutArchitecture) {
-            arch.rows
-                .push(metrics_cells(Cell::text(f).link(ctx.family_href(f)), m));
-        }
-    }
     let mut groups = table(
         "implementation-groups",
         "Implementation groups: families whose graphs share an implementation block (an attention, mixture-of-experts, recurrent or convolution op, built by one harness builder and simulated by one rule) are held out together",
@@ -36,19 +30,12 @@ pub(super) fn out_of_sample(ctx: &Ctx) -> Vec<Table> {
             }),
         ]);
     }
-    let mut by_impl = table(
+    let by_impl = per_family(
+        ctx,
         "oos-implementation",
         "By implementation: each family predicted by factors refitted without its whole implementation group",
-        metrics_columns("Family"),
-        "No family has held-out predictions yet.",
+        Method::PlanHeldOutImplementation,
     );
-    for (f, rep) in &cal.families {
-        if let Some(m) = rep.methods.get(&Method::PlanHeldOutImplementation) {
-            by_impl
-                .rows
-                .push(metrics_cells(Cell::text(f).link(ctx.family_href(f)), m));
-        }
-    }
     let mut by_regime = table(
         "oos-regime",
         "By regime: rows of regimes outside the training regimes, predicted by the shipped factors",
@@ -78,4 +65,21 @@ pub(super) fn out_of_sample(ctx: &Ctx) -> Vec<Table> {
         }
     }
     vec![arch, groups, by_impl, by_regime, after]
+}
+
+/// One row per family with `method`'s metrics over its rows.
+fn per_family(ctx: &Ctx, id: &str, caption: &str, method: Method) -> Table {
+    let mut t = table(
+        id,
+        caption,
+        metrics_columns("Family"),
+        "No family has held-out predictions yet.",
+    );
+    for (f, rep) in &ctx.cal.families {
+        if let Some(m) = rep.methods.get(&method) {
+            t.rows
+                .push(metrics_cells(Cell::text(f).link(ctx.family_href(f)), m));
+        }
+    }
+    t
 }
