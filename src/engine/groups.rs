@@ -52,29 +52,32 @@ pub fn implementation_groups(
             }
         }
     }
+    // A root is its component's smallest index (unions keep the smaller), so a family whose
+    // root is itself starts a group and every other joins its root's, numbered in first-family
+    // order.
     let mut group_of = vec![0usize; families.len()];
-    let mut number: BTreeMap<usize, usize> = BTreeMap::new();
     let mut groups: Vec<ImplementationGroup> = Vec::new();
-    for k in 0..families.len() {
+    for (k, family) in families.iter().enumerate() {
         let r = root(&mut parent, k);
-        let next = number.len();
-        let g = *number.entry(r).or_insert(next);
-        if g == groups.len() {
+        if r == k {
+            group_of[k] = groups.len();
             groups.push(ImplementationGroup {
                 name: String::new(),
                 families: Vec::new(),
                 shared_blocks: Vec::new(),
             });
+        } else {
+            group_of[k] = group_of[r];
         }
-        groups[g].families.push(families[k].to_string());
-        group_of[k] = g;
+        groups[group_of[k]].families.push(family.to_string());
     }
     for (b, fams) in &users {
-        let mut gs = fams.iter().map(|&k| group_of[k]);
-        if let Some(g) = gs.next() {
-            if fams.len() > 1 {
-                groups[g].shared_blocks.push(b.to_string());
+        // A block used by two or more families joins them: it is shared within their group.
+        match fams.first() {
+            Some(&first) if fams.len() > 1 => {
+                groups[group_of[first]].shared_blocks.push(b.to_string())
             }
+            _ => {}
         }
     }
     for g in &mut groups {
