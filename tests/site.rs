@@ -442,7 +442,7 @@ fn a_large_runs_table_is_split_by_family_and_paged() {
     let cal = memcal::engine::calibrate(&ds);
     let prose = memcal::report::ProseInput::default();
     // At most 5 rows a page: split by family, and the larger families into pages.
-    let site = memcal::report::adapter::from_calibration_paged(&cal, &ds.factors, &prose, 5);
+    let site = memcal::report::build::from_calibration_paged(&cal, &ds.factors, &prose, 5);
     let files: Vec<&str> = site.runs.iter().map(|r| r.meta.file.as_str()).collect();
     assert_eq!(
         files,
@@ -501,9 +501,9 @@ fn runs_rows_written_straight_match_the_template() {
     let ds = memcal::engine::load(&fixture()).unwrap();
     let cal = memcal::engine::calibrate(&ds);
     let prose = memcal::report::ProseInput::default();
-    for per_page in [memcal::report::adapter::RUNS_PER_PAGE_LIMIT, 5] {
+    for per_page in [memcal::report::build::RUNS_PER_PAGE_LIMIT, 5] {
         let site =
-            memcal::report::adapter::from_calibration_paged(&cal, &ds.factors, &prose, per_page);
+            memcal::report::build::from_calibration_paged(&cal, &ds.factors, &prose, per_page);
         let fast = memcal::report::render::render(&site, false).unwrap();
         let cells = memcal::report::render::render(&site, true).unwrap();
         let mut pages = 0;

@@ -2,7 +2,7 @@
 //! and the view model itself as JSON with `--debug-json`. Output is a sorted map from relative
 //! path to bytes, so two builds of the same inputs are byte-identical.
 
-use super::adapter::Built;
+use super::build::Built;
 use super::view::{FamilyPage, FitPage, HistoryPage, IndexPage, PageMeta, RunsPage};
 use askama::Template;
 use std::collections::{BTreeMap, BTreeSet};

@@ -1,6 +1,6 @@
 //! The view model: one serialisable struct per page whose fields are already formatted
 //! strings (criterion.rs's html module, mdBook's single render context). Templates only place
-//! these strings; [`from_calibration`](crate::report::adapter::from_calibration) fills them
+//! these strings; [`from_calibration`](crate::report::build::from_calibration) fills them
 //! from the engine's numbers. `--debug-json` writes each page's struct next to the page.
 
 use super::charts::Chart;
@@ -218,7 +218,7 @@ pub struct IndexPage {
     pub all_runs: AllRunsView,
     /// Planning a job: the real cards, which method decides, the fitted range (absent where the
     /// view model was built without the data set, e.g. from a calibration alone).
-    pub cards: Option<super::cards::CardsView>,
+    pub cards: Option<super::build::cards::CardsView>,
 }
 
 /// A page of the runs table (all runs, or one family's when the table is split).
@@ -271,7 +271,7 @@ pub struct FamilyPage {
 ///
 /// The runs tables (on the runs pages and the family pages) are filled one page at a time and
 /// the downloads are serialised straight into their files, from the rows
-/// ([`crate::report::adapter::Built`] holds both), so a build's memory does not grow with the
+/// ([`crate::report::build::Built`] holds both), so a build's memory does not grow with the
 /// text of every row. In `runs` and `families` the tables have their columns but no rows.
 #[derive(Debug, Clone, Serialize)]
 pub struct Site {

@@ -74,9 +74,37 @@ pub(super) fn links(
     Links { family_pages, runs }
 }
 
+/// Each family's page file, `family-<slug>.html`; a slug two families share gets `-2`, `-3`,
+/// ... in family order.
+pub(super) fn family_files(families: &[String]) -> std::collections::BTreeMap<String, String> {
+    let mut family_files = std::collections::BTreeMap::new();
+    let mut used = std::collections::BTreeSet::new();
+    for f in families {
+        let base = format!("family-{}", fmt::slug(f));
+        let mut name = format!("{base}.html");
+        let mut k = 2;
+        while used.contains(&name) {
+            name = format!("{base}-{k}.html");
+            k += 1;
+        }
+        used.insert(name.clone());
+        family_files.insert(f.clone(), name);
+    }
+    family_files
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn families_sharing_a_slug_get_numbered_files() {
+        let fams: Vec<String> = ["a b", "a-b", "c"].iter().map(|s| s.to_string()).collect();
+        let files = family_files(&fams);
+        assert_eq!(files["a b"], "family-a-b.html");
+        assert_eq!(files["a-b"], "family-a-b-2.html");
+        assert_eq!(files["c"], "family-c.html");
+    }
 
     #[test]
     fn one_runs_page_when_not_split() {

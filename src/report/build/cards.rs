@@ -4,12 +4,12 @@
 //! [`crate::plan_evidence::Evidence`]; its own view struct and template include
 //! (`templates/cards.html`), apart from the rest of the index.
 
-use super::adapter::{bytes_cell, col, count_cell, opt_pct, table};
-use super::view::{Cell, Table};
+use super::{bytes_cell, col, count_cell, opt_pct, table};
 use crate::features::Precision;
 use crate::features::FEATURE_NAMES;
 use crate::format as fmt;
 use crate::plan_evidence::{Evidence, OutcomeCounts, VerdictLine};
+use crate::report::view::{Cell, Table};
 use crate::units;
 use serde::Serialize;
 use std::collections::BTreeMap;

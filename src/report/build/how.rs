@@ -4,6 +4,23 @@
 use super::*;
 
 pub(super) fn how(ctx: &Ctx) -> HowView {
+    HowView {
+        formula: format!(
+            "estimate = Σ factorᵢ × featureᵢ over the {} features; bound = max(floor, estimate × q95); the plan fits a card when estimate × (1 + headroom) ≤ card",
+            fmt::number_word(crate::features::N_FEATURES)
+        ),
+        factors: factors_table(ctx),
+        settings: settings(ctx),
+        fit: fit_facts(ctx),
+        splits: splits_table(ctx),
+        refits: refits_table(ctx),
+        accelerate: accelerate_table(ctx),
+        injected: injected_table(ctx),
+    }
+}
+
+/// The factors per precision profile: today's fit and the file's (the file's alone before any fit).
+fn factors_table(ctx: &Ctx) -> Table {
     let cal = ctx.cal;
     let s = &cal.settings;
     let mut columns = vec![col("Feature", false)];
@@ -45,6 +62,13 @@ pub(super) fn how(ctx: &Ctx) -> HowView {
             factors.rows.push(row);
         }
     }
+    factors
+}
+
+/// The engine's settings.
+fn settings(ctx: &Ctx) -> Vec<Fact> {
+    let cal = ctx.cal;
+    let s = &cal.settings;
     let settings = vec![
         fact("Headroom", fmt::pct(s.headroom)),
         fact("Bound floor", units::both(s.bound_floor_bytes as f64)),
@@ -64,6 +88,12 @@ pub(super) fn how(ctx: &Ctx) -> HowView {
         ),
         fact("Quantile rule", NEAREST_RANK_RULE),
     ];
+    settings
+}
+
+/// What the fit was fitted on and how each profile's solve ended.
+fn fit_facts(ctx: &Ctx) -> Vec<Fact> {
+    let cal = ctx.cal;
     let mut fit = vec![
         fact("Rows fitted", fmt::count(cal.totals.fitted)),
         fact("SHA-256 of the fitted rows", cal.fitted_rows_sha256.clone()),
@@ -90,6 +120,13 @@ pub(super) fn how(ctx: &Ctx) -> HowView {
         };
         fit.push(fact(&format!("Fit of {p}"), v));
     }
+    fit
+}
+
+/// Where every row goes, with how it is predicted.
+fn splits_table(ctx: &Ctx) -> Table {
+    let cal = ctx.cal;
+    let t = &cal.totals;
     let mut splits = table(
         "splits",
         "Where every row goes",
@@ -100,7 +137,6 @@ pub(super) fn how(ctx: &Ctx) -> HowView {
         ],
         "",
     );
-    let t = &cal.totals;
     for (name, n, by) in [
         (
             "fitted",
@@ -124,12 +160,12 @@ pub(super) fn how(ctx: &Ctx) -> HowView {
             .rows
             .push(vec![Cell::text(name), count_cell(n), Cell::text(by)]);
     }
-    let mut refits = Vec::new();
-    for (p, pf) in &cal.fits {
-        for (fam, r) in &pf.held_out_architecture {
-            refits.push((p.as_str().to_string(), fam.clone(), r));
-        }
-    }
+    splits
+}
+
+/// accelerate's estimate per graph and precision, as it prints it.
+fn accelerate_table(ctx: &Ctx) -> Table {
+    let cal = ctx.cal;
     let mut accelerate = table(
         "accelerate",
         "accelerate's estimate-memory, reproduced per graph and precision (as it prints, 1024-based units)",
@@ -156,6 +192,14 @@ pub(super) fn how(ctx: &Ctx) -> HowView {
             Cell::num(units::both(b), fmt::bytes_key(b)),
         ]);
     }
+    accelerate
+}
+
+/// The numbers placed into the prose, with the engine field of each.
+fn injected_table(ctx: &Ctx) -> Table {
+    let cal = ctx.cal;
+    let s = &cal.settings;
+    let t = &cal.totals;
     let mut injected = table(
         "injected",
         "Numbers placed into this page's sentences, and the engine field each comes from",
@@ -196,6 +240,18 @@ pub(super) fn how(ctx: &Ctx) -> HowView {
             ]);
         }
     }
+    injected
+}
+
+/// The held-out-by-architecture refits, per profile and family.
+fn refits_table(ctx: &Ctx) -> Table {
+    let cal = ctx.cal;
+    let mut refits = Vec::new();
+    for (p, pf) in &cal.fits {
+        for (fam, r) in &pf.held_out_architecture {
+            refits.push((p.as_str().to_string(), fam.clone(), r));
+        }
+    }
     let mut refit_table = table(
         "refits",
         "The held-out-by-architecture refits: each family's factors fitted without it",
@@ -231,17 +287,5 @@ pub(super) fn how(ctx: &Ctx) -> HowView {
             Cell::text(st),
         ]);
     }
-    HowView {
-        formula: format!(
-            "estimate = Σ factorᵢ × featureᵢ over the {} features; bound = max(floor, estimate × q95); the plan fits a card when estimate × (1 + headroom) ≤ card",
-            fmt::number_word(crate::features::N_FEATURES)
-        ),
-        factors,
-        settings,
-        fit,
-        splits,
-        refits: refit_table,
-        accelerate,
-        injected,
-    }
+    refit_table
 }

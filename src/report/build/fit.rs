@@ -4,10 +4,10 @@
 //! smallest card that holds the job, and by how much the largest falls short where none does.
 //! Formatting only: every figure is [`crate::plan_evidence::will_it_fit`]'s.
 
-use super::adapter::{col, table};
-use super::view::{Cell, FitPage, Link, PageMeta};
+use super::{col, table};
 use crate::format as fmt;
 use crate::plan_evidence::FitLine;
+use crate::report::view::{Cell, FitPage, Link, PageMeta};
 
 /// The batches each job is planned at.
 pub const BATCHES: [u64; 3] = [1, 8, 32];
@@ -69,7 +69,7 @@ pub fn page(lines: &[FitLine], nav: Vec<Link>) -> FitPage {
     FitPage {
         meta: PageMeta {
             file: "fit.html".into(),
-            title: format!("Will it fit?: {}", super::adapter::TITLE),
+            title: format!("Will it fit?: {}", super::TITLE),
             nav,
         },
         intro: format!(

@@ -1,0 +1,108 @@
+//! The table and cell constructors every section uses: columns, tables, facts, and the cells
+//! of counts, shares, bytes and method metrics (formatted by [`crate::format`]).
+
+use super::*;
+
+pub(crate) fn col(label: &str, numeric: bool) -> Column {
+    Column {
+        label: label.to_string(),
+        numeric,
+    }
+}
+
+pub(crate) fn table(id: &str, caption: &str, columns: Vec<Column>, empty: &str) -> Table {
+    Table {
+        id: id.to_string(),
+        caption: caption.to_string(),
+        columns,
+        rows: Vec::new(),
+        rows_html: None,
+        empty_text: empty.to_string(),
+        sortable: false,
+    }
+}
+
+pub(super) fn fact(label: &str, value: impl Into<String>) -> Fact {
+    Fact {
+        label: label.to_string(),
+        value: value.into(),
+    }
+}
+
+pub(crate) fn opt_pct(v: Option<f64>) -> Cell {
+    match v {
+        Some(x) => Cell::num(fmt::pct(x), fmt::pct_key(x)),
+        None => Cell::num(fmt::MISSING, ""),
+    }
+}
+
+pub(crate) fn count_cell(n: u64) -> Cell {
+    Cell::num(fmt::count(n), n.to_string())
+}
+
+pub(crate) fn bytes_cell(b: Option<f64>) -> Cell {
+    match b {
+        Some(x) => Cell::num(fmt::bytes(x), fmt::bytes_key(x)),
+        None => Cell::num(fmt::MISSING, ""),
+    }
+}
+
+/// The columns of a method-metrics table after its first (row header) column.
+pub(super) fn metrics_columns(first: &str) -> Vec<Column> {
+    vec![
+        col(first, false),
+        col("Rows predicted", true),
+        col("Rows in the error", true),
+        col("Median |error|", true),
+        col("Max |error|", true),
+        col(&format!("Within {}", fmt::within_band()), true),
+        col("Did-not-fit checks", true),
+        col("Missed (called fits)", true),
+        col("Fit checks", true),
+        col("False alarms near the card", true),
+        col("False alarms, over-estimates", true),
+        col("Accuracy over all checks", true),
+    ]
+}
+
+pub(super) fn metrics_cells(head: Cell, m: &MethodMetrics) -> Vec<Cell> {
+    let missed = m.missed_oom.len() as u64;
+    vec![
+        head,
+        count_cell(m.rows),
+        count_cell(m.error_rows),
+        interval_cell(
+            m.median_abs_rel_error,
+            m.median_interval,
+            m.error_rows,
+            m.few_runs,
+        ),
+        opt_pct(m.max_abs_rel_error),
+        interval_cell(m.within_25pct, m.within_25pct_interval, m.error_rows, false),
+        count_cell(m.did_not_fit_checks),
+        if missed > 0 {
+            count_cell(missed).class("bad")
+        } else {
+            count_cell(missed)
+        },
+        count_cell(m.fit_checks),
+        count_cell(m.false_alarm_edge.len() as u64),
+        count_cell(m.false_alarm_over.len() as u64),
+        opt_pct(m.accuracy),
+    ]
+}
+
+/// A share with its interval, sorted by the share.
+pub(super) fn interval_cell(v: Option<f64>, i: Option<Interval>, n: u64, few: bool) -> Cell {
+    match v {
+        Some(x) => {
+            let c = Cell::num(fmt::pct_interval(x, i, n, few), fmt::pct_key(x));
+            if few {
+                c.class("warn")
+            } else {
+                c
+            }
+        }
+        None => opt_pct(None),
+    }
+}

@@ -1,0 +1,61 @@
+//! The index page: every section in page order, each from its own builder.
+
+use super::*;
+
+/// The index, its sections in page order; `scatter_refs` and `upper_charts` are the charts
+/// the build already made, `runs_pages` the runs pages it links.
+pub(super) fn page(
+    ctx: &Ctx,
+    nav: &[Link],
+    scatter_refs: Vec<ChartGroup>,
+    upper_charts: Vec<ChartRef>,
+    runs_pages: Vec<Link>,
+) -> IndexPage {
+    let cal = ctx.cal;
+    IndexPage {
+        meta: PageMeta {
+            file: "index.html".into(),
+            title: TITLE.into(),
+            nav: nav.to_vec(),
+        },
+        empty: cal.totals.inputs == 0,
+        empty_text: "No measured rows yet: the sections below fill in once run rows are added under data/runs/ and the site is rebuilt.".into(),
+        prose: Prose {
+            headline: ctx.block("headline"),
+            scatter: ctx.block("scatter"),
+            methods: ctx.block("methods"),
+            did_not_fit: ctx.block("did_not_fit"),
+            upper: ctx.block("upper"),
+            how: ctx.block("how"),
+            out_of_sample: ctx.block("out_of_sample"),
+            misses: ctx.block("misses"),
+            excluded: ctx.block("excluded"),
+            runs: ctx.block("runs"),
+        },
+        headline: headline::headline(ctx),
+        scatter: scatter_refs,
+        methods: methods_table(ctx),
+        methods_by_profile: methods_by_profile_table(ctx),
+        simulated_reserved: simulated_reserved_table(ctx),
+        did_not_fit: did_not_fit_table(ctx),
+        upper: UpperView {
+            charts: upper_charts,
+            multipliers: multipliers_table(ctx),
+            counts: bound_counts_table(ctx),
+        },
+        how: how(ctx),
+        out_of_sample: out_of_sample(ctx),
+        misses: misses(ctx),
+        excluded: excluded_table(ctx),
+        all_runs: AllRunsView {
+            summary: format!(
+                "{} counted, {} not counted. The runs table lists every counted run with every method's prediction.",
+                fmt::runs(cal.rows.len() as u64),
+                fmt::runs(cal.totals.excluded)
+            ),
+            pages: runs_pages,
+            downloads: downloads(),
+        },
+        cards: None,
+    }
+}
