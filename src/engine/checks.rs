@@ -48,29 +48,27 @@ pub(super) struct Checker<'a> {
 impl<'a> Checker<'a> {
     /// The rows of `part` (row index, bucket, family index) checked; each row's result is
     /// written into its slot of `out` (no second copy of the results while they are merged).
+    /// Per row: the predictions, the errors into the accumulators, the bound's multipliers,
+    /// every card of the row's regime checked, the row's result.
     pub fn run(&self, part: &[(usize, Bucket, usize)], out: &mut [Option<RowResult>]) -> Part<'a> {
         let ds = self.ds;
         let f = &ds.factors;
-        let threshold = f.small_runs.threshold_bytes;
-        let h = f.headroom;
-        let (predictor, uppers, lfo) = (self.predictor, self.uppers, self.lfo);
-        let weight_of = |m: u64| fit_weight(f, m);
-
         let nm = Method::ALL.len();
         let new_accs = || (0..nm).map(|_| Acc::default()).collect::<Vec<Acc>>();
-        let mut overall = new_accs();
-        let mut fam_accs: Vec<Vec<Acc>> = (0..self.families * NP).map(|_| new_accs()).collect();
-        let mut prof_accs: Vec<Vec<Acc>> = Precision::ALL.iter().map(|_| new_accs()).collect();
-        let mut fam_graphs: Vec<BTreeSet<&str>> = vec![BTreeSet::new(); self.families];
-        let mut fam_rows = vec![0u64; self.families];
+        let mut t = Part {
+            overall: new_accs(),
+            fam_accs: (0..self.families * NP).map(|_| new_accs()).collect(),
+            prof_accs: Precision::ALL.iter().map(|_| new_accs()).collect(),
+            fam_graphs: vec![BTreeSet::new(); self.families],
+            fam_rows: vec![0u64; self.families],
+            bound: BoundMetrics::default(),
+        };
         let mut last_graph: Vec<&str> = vec![""; self.families];
-        let mut bound = BoundMetrics::default();
         let mut lists = CheckLists::default();
         let mut checks: Vec<Check> = Vec::new();
         for (&(i, bucket, fam), slot) in part.iter().zip(out.iter_mut()) {
             let r = &ds.rows[i];
-            let id = &r.run_id;
-            let (preds, oos) = predictor.predict(i, bucket, fam);
+            let (preds, oos) = self.predictor.predict(i, bucket, fam);
             let p = Pred {
                 fam,
                 bucket,
@@ -78,128 +76,48 @@ impl<'a> Checker<'a> {
                 oos,
             };
             if last_graph[p.fam] != r.graph.as_str() {
-                fam_graphs[p.fam].insert(r.graph.as_str());
+                t.fam_graphs[p.fam].insert(r.graph.as_str());
                 last_graph[p.fam] = r.graph.as_str();
             }
-            fam_rows[p.fam] += 1;
+            t.fam_rows[p.fam] += 1;
             let measured = match r.status {
                 RunStatus::Completed => r.measured_bytes,
                 _ => None,
             };
-            for (method, pred) in p.preds.iter() {
-                let mi = method as usize;
-                let err = abs_rel_error(pred, measured, threshold);
-                // The errors go to the family only; the overall list is the families' put
-                // together once (one copy of a million errors fewer while the checks run).
-                overall[mi].rows += 1;
-                prof_accs[r.precision as usize][mi].rows += 1;
-                let acc = &mut fam_accs[p.fam * NP + r.precision as usize][mi];
-                acc.rows += 1;
-                if let Some(e) = err {
-                    acc.errors.push(e);
-                }
-            }
-            let (q90m, q95m) = match p.bucket {
-                Bucket::AfterFit => {
-                    let u = f.upper_for(r.precision);
-                    (u.q90, u.q95)
-                }
-                // A fitted row's bound comes from the other families' ratios alone.
-                Bucket::Fitted => lfo[&r.precision][p.fam].unwrap_or_else(|| {
-                    let u = f.upper_for(r.precision);
-                    (u.q90, u.q95)
-                }),
-                Bucket::HeldOutRegime => {
-                    let u = &uppers[&r.precision];
-                    (u.q90_used, u.q95_used)
-                }
-            };
+            t.add_errors(&p, r.precision, measured, f.small_runs.threshold_bytes);
+            let (q90m, q95m) = self.multipliers(r.precision, p.bucket, p.fam);
             let b90 = p.oos.map(|e| plan::bound(e, q90m, f.bound_floor_bytes));
             let b95 = p.oos.map(|e| plan::bound(e, q95m, f.bound_floor_bytes));
-            let cards = &f.regimes[r.regime.as_str()].cards;
             checks.clear();
-            for card in cards {
-                let t = truth(r.status, measured, r.capacity_bytes, card.bytes);
-                let edge = t == Truth::Fits
-                    && measured.is_some_and(|m| m as f64 >= card.bytes as f64 * (1.0 - h));
-                let mut fits_by = PerMethod::default();
-                for (method, pred) in p.preds.iter() {
-                    let says_fits = match method {
-                        Method::Accelerate | Method::Textbook => pred <= card.bytes as f64,
-                        _ => plan::plan_fits(pred, h, card.bytes),
-                    };
-                    fits_by.set(method, says_fits);
-                    if t == Truth::Unknown {
-                        continue;
-                    }
-                    let cref = || CheckRef {
-                        run_id: id.clone(),
-                        card_bytes: card.bytes,
-                    };
-                    let mi = method as usize;
-                    for acc in [
-                        &mut overall[mi],
-                        &mut fam_accs[p.fam * NP + r.precision as usize][mi],
-                        &mut prof_accs[r.precision as usize][mi],
-                    ] {
-                        let m = &mut acc.m;
-                        match t {
-                            Truth::DoesNotFit => {
-                                m.did_not_fit_checks += 1;
-                                if says_fits {
-                                    m.missed_oom.push(cref());
-                                } else {
-                                    m.correct_checks += 1;
-                                }
-                            }
-                            _ => {
-                                m.fit_checks += 1;
-                                if says_fits {
-                                    m.correct_checks += 1;
-                                } else if edge {
-                                    m.false_alarm_edge.push(cref());
-                                } else {
-                                    m.false_alarm_over.push(cref());
-                                }
-                            }
-                        }
-                    }
-                }
-                let v90 = p
-                    .oos
-                    .zip(b90)
-                    .map(|(e, b)| plan::bound_verdict(e, b, h, card.bytes));
-                let v95 = p
-                    .oos
-                    .zip(b95)
-                    .map(|(e, b)| plan::bound_verdict(e, b, h, card.bytes));
-                for (v, counts) in [(v90, &mut bound.q90), (v95, &mut bound.q95)] {
-                    let Some(v) = v else { continue };
-                    match t {
-                        Truth::DoesNotFit => {
-                            counts.on_did_not_fit.add(v);
-                            if v == Verdict::Fits {
-                                counts.missed_oom.push(CheckRef {
-                                    run_id: id.clone(),
-                                    card_bytes: card.bytes,
-                                });
-                            }
-                        }
-                        Truth::Fits => counts.on_fit.add(v),
-                        Truth::Unknown => {}
-                    }
-                }
+            for card in &f.regimes[r.regime.as_str()].cards {
+                let truth = truth(r.status, measured, r.capacity_bytes, card.bytes);
+                let cref = || CheckRef {
+                    run_id: r.run_id.clone(),
+                    card_bytes: card.bytes,
+                };
+                let edge = truth == Truth::Fits
+                    && measured.is_some_and(|m| m as f64 >= card.bytes as f64 * (1.0 - f.headroom));
+                let fits =
+                    t.check_methods(&p, r.precision, card.bytes, f.headroom, truth, edge, cref);
+                let verdict = |b: Option<f64>| {
+                    p.oos
+                        .zip(b)
+                        .map(|(e, b)| plan::bound_verdict(e, b, f.headroom, card.bytes))
+                };
+                let (v90, v95) = (verdict(b90), verdict(b95));
+                t.bound.q90.tally(v90, truth, cref);
+                t.bound.q95.tally(v95, truth, cref);
                 checks.push(Check {
                     card_bytes: card.bytes,
-                    truth: t,
+                    truth,
                     edge,
-                    fits: fits_by,
+                    fits,
                     bound_q90: v90,
                     bound_q95: v95,
                 });
             }
             *slot = Some(RowResult {
-                run_id: id.clone(),
+                run_id: r.run_id.clone(),
                 file: r.file.clone(),
                 graph: r.graph.clone(),
                 family: r.family.clone(),
@@ -214,7 +132,7 @@ impl<'a> Checker<'a> {
                 weight: (p.bucket == Bucket::Fitted)
                     .then_some(())
                     .and(measured)
-                    .map(weight_of),
+                    .map(|m| fit_weight(f, m)),
                 features: r.features.as_array(),
                 predictions: Predictions::from(&p.preds),
                 bound_q90_bytes: b90,
@@ -222,13 +140,128 @@ impl<'a> Checker<'a> {
                 checks: lists.share(&checks),
             });
         }
-        Part {
-            overall,
-            fam_accs,
-            prof_accs,
-            fam_graphs,
-            fam_rows,
-            bound,
+        t
+    }
+
+    /// The bound's q90 and q95 multipliers for a row: a fitted row's from the other families'
+    /// ratios alone, a held-out-by-regime row's from the shipped fit's, an after-fit row's from
+    /// the factors file as fixed.
+    fn multipliers(&self, precision: Precision, bucket: Bucket, fam: usize) -> (f64, f64) {
+        let file = || {
+            let u = self.ds.factors.upper_for(precision);
+            (u.q90, u.q95)
+        };
+        match bucket {
+            Bucket::AfterFit => file(),
+            Bucket::Fitted => self.lfo[&precision][fam].unwrap_or_else(file),
+            Bucket::HeldOutRegime => {
+                let u = &self.uppers[&precision];
+                (u.q90_used, u.q95_used)
+            }
+        }
+    }
+}
+
+impl Part<'_> {
+    /// Each method's error on the row, into its family's accumulator (the overall list is the
+    /// families' put together once: one copy of a million errors fewer while the checks run),
+    /// and the row counted overall and per profile.
+    fn add_errors(
+        &mut self,
+        p: &Pred,
+        precision: Precision,
+        measured: Option<u64>,
+        threshold: u64,
+    ) {
+        for (method, pred) in p.preds.iter() {
+            let mi = method as usize;
+            self.overall[mi].rows += 1;
+            self.prof_accs[precision as usize][mi].rows += 1;
+            let acc = &mut self.fam_accs[p.fam * NP + precision as usize][mi];
+            acc.rows += 1;
+            if let Some(e) = abs_rel_error(pred, measured, threshold) {
+                acc.errors.push(e);
+            }
+        }
+    }
+
+    /// Every method's answer on one card, tallied overall, per family and per profile when the
+    /// truth is known; returns who said it fits.
+    #[allow(clippy::too_many_arguments)]
+    fn check_methods(
+        &mut self,
+        p: &Pred,
+        precision: Precision,
+        card: u64,
+        headroom: f64,
+        truth: Truth,
+        edge: bool,
+        cref: impl Fn() -> CheckRef,
+    ) -> PerMethod<bool> {
+        let mut fits_by = PerMethod::default();
+        for (method, pred) in p.preds.iter() {
+            let says_fits = match method {
+                Method::Accelerate | Method::Textbook => pred <= card as f64,
+                _ => plan::plan_fits(pred, headroom, card),
+            };
+            fits_by.set(method, says_fits);
+            if truth == Truth::Unknown {
+                continue;
+            }
+            let mi = method as usize;
+            for acc in [
+                &mut self.overall[mi],
+                &mut self.fam_accs[p.fam * NP + precision as usize][mi],
+                &mut self.prof_accs[precision as usize][mi],
+            ] {
+                acc.m.tally(truth, says_fits, edge, &cref);
+            }
+        }
+        fits_by
+    }
+}
+
+impl MethodMetrics {
+    /// One card check of a method: a did-not-fit check it called "fits" is a missed
+    /// out-of-memory; a fit check it refused is a false alarm near the card (`edge`) or an
+    /// over-estimate.
+    fn tally(&mut self, truth: Truth, says_fits: bool, edge: bool, cref: &impl Fn() -> CheckRef) {
+        match truth {
+            Truth::DoesNotFit => {
+                self.did_not_fit_checks += 1;
+                if says_fits {
+                    self.missed_oom.push(cref());
+                } else {
+                    self.correct_checks += 1;
+                }
+            }
+            _ => {
+                self.fit_checks += 1;
+                if says_fits {
+                    self.correct_checks += 1;
+                } else if edge {
+                    self.false_alarm_edge.push(cref());
+                } else {
+                    self.false_alarm_over.push(cref());
+                }
+            }
+        }
+    }
+}
+
+impl BoundCounts {
+    /// One card check of the bound's verdict (none without an out-of-sample estimate).
+    fn tally(&mut self, v: Option<Verdict>, truth: Truth, cref: impl Fn() -> CheckRef) {
+        let Some(v) = v else { return };
+        match truth {
+            Truth::DoesNotFit => {
+                self.on_did_not_fit.add(v);
+                if v == Verdict::Fits {
+                    self.missed_oom.push(cref());
+                }
+            }
+            Truth::Fits => self.on_fit.add(v),
+            Truth::Unknown => {}
         }
     }
 }
