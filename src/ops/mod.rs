@@ -1,7 +1,8 @@
 //! The op table: every op of `memcal-graph/1`, its typed attributes, its shape rule, its trainable
 //! parameter tensors and the buffers torch registers for it. See `docs/graph-format.md`.
 //!
-//! One file per concern: `parse` (the table of names and attribute parsers), `attributes`
+//! One file per concern: `parse` (the table of kinds, names and attribute parsers: each name
+//! is written there once, [`Op::name`] and `Display` read it), `attributes`
 //! (the typed attribute reader), `parameters` (parameter tensors and buffers), `shape` (the
 //! shape rule); this file holds the types and what every op says of itself. Every `match` on
 //! an op lists every op: a new one does not compile until each fact is given.
@@ -83,6 +84,60 @@ pub enum ReshapeDim {
     Batch,
     Fixed(u64),
     Infer,
+}
+
+/// The kinds of op, in the op table's order (`parse.rs`): each activation function is a kind
+/// of its own. Each kind's name is written once, in that table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum OpKind {
+    Linear,
+    Embedding,
+    Conv1d,
+    Conv2d,
+    ConvTranspose2d,
+    BatchNorm,
+    LayerNorm,
+    RmsNorm,
+    GroupNorm,
+    Relu,
+    Gelu,
+    Silu,
+    Tanh,
+    Dropout,
+    Add,
+    Mul,
+    Concat,
+    Upsample,
+    MaxPool,
+    AvgPool,
+    AdaptiveAvgPool,
+    Flatten,
+    Reshape,
+    Permute,
+    SelectToken,
+    Softmax,
+    CrossEntropy,
+    Mse,
+    MultiheadAttention,
+    GqaAttention,
+    MlaAttention,
+    Moe,
+    Lstm,
+    Gru,
+    LearnedPosition,
+    PrependToken,
+}
+
+impl OpKind {
+    /// The last kind (the table's length less one).
+    pub const LAST: OpKind = OpKind::PrependToken;
+}
+
+impl std::fmt::Display for Op {
+    /// The op's name in the file format.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 /// A typed op with its attributes.
@@ -197,45 +252,50 @@ pub enum Op {
 }
 
 impl Op {
-    /// The op's name in the file format.
+    /// The op's name in the file format (from the op table).
     pub fn name(&self) -> &'static str {
+        parse::kind_name(self.kind())
+    }
+
+    /// The op's kind: its entry in the op table.
+    pub fn kind(&self) -> OpKind {
         match self {
-            Op::Linear { .. } => "linear",
-            Op::Embedding { .. } => "embedding",
-            Op::Conv1d(_) => "conv1d",
-            Op::Conv2d(_) => "conv2d",
-            Op::ConvTranspose2d(_) => "conv_transpose2d",
-            Op::BatchNorm { .. } => "batch_norm",
-            Op::LayerNorm { .. } => "layer_norm",
-            Op::RmsNorm { .. } => "rms_norm",
-            Op::GroupNorm { .. } => "group_norm",
-            Op::Activation(Activation::Relu) => "relu",
-            Op::Activation(Activation::Gelu) => "gelu",
-            Op::Activation(Activation::Silu) => "silu",
-            Op::Activation(Activation::Tanh) => "tanh",
-            Op::Dropout { .. } => "dropout",
-            Op::Add => "add",
-            Op::Mul => "mul",
-            Op::Concat { .. } => "concat",
-            Op::Upsample { .. } => "upsample",
-            Op::MaxPool(_) => "max_pool",
-            Op::AvgPool(_) => "avg_pool",
-            Op::AdaptiveAvgPool { .. } => "adaptive_avg_pool",
-            Op::Flatten { .. } => "flatten",
-            Op::Reshape { .. } => "reshape",
-            Op::Permute { .. } => "permute",
-            Op::SelectToken { .. } => "select_token",
-            Op::Softmax { .. } => "softmax",
-            Op::CrossEntropy => "cross_entropy",
-            Op::Mse => "mse",
-            Op::MultiheadAttention { .. } => "multihead_attention",
-            Op::GqaAttention { .. } => "gqa_attention",
-            Op::MlaAttention { .. } => "mla_attention",
-            Op::Moe { .. } => "moe",
-            Op::Lstm(_) => "lstm",
-            Op::Gru(_) => "gru",
-            Op::LearnedPosition { .. } => "learned_position",
-            Op::PrependToken { .. } => "prepend_token",
+            Op::Linear { .. } => OpKind::Linear,
+            Op::Embedding { .. } => OpKind::Embedding,
+            Op::Conv1d(_) => OpKind::Conv1d,
+            Op::Conv2d(_) => OpKind::Conv2d,
+            Op::ConvTranspose2d(_) => OpKind::ConvTranspose2d,
+            Op::BatchNorm { .. } => OpKind::BatchNorm,
+            Op::LayerNorm { .. } => OpKind::LayerNorm,
+            Op::RmsNorm { .. } => OpKind::RmsNorm,
+            Op::GroupNorm { .. } => OpKind::GroupNorm,
+            Op::Activation(Activation::Relu) => OpKind::Relu,
+            Op::Activation(Activation::Gelu) => OpKind::Gelu,
+            Op::Activation(Activation::Silu) => OpKind::Silu,
+            Op::Activation(Activation::Tanh) => OpKind::Tanh,
+            Op::Dropout { .. } => OpKind::Dropout,
+            Op::Add => OpKind::Add,
+            Op::Mul => OpKind::Mul,
+            Op::Concat { .. } => OpKind::Concat,
+            Op::Upsample { .. } => OpKind::Upsample,
+            Op::MaxPool(_) => OpKind::MaxPool,
+            Op::AvgPool(_) => OpKind::AvgPool,
+            Op::AdaptiveAvgPool { .. } => OpKind::AdaptiveAvgPool,
+            Op::Flatten { .. } => OpKind::Flatten,
+            Op::Reshape { .. } => OpKind::Reshape,
+            Op::Permute { .. } => OpKind::Permute,
+            Op::SelectToken { .. } => OpKind::SelectToken,
+            Op::Softmax { .. } => OpKind::Softmax,
+            Op::CrossEntropy => OpKind::CrossEntropy,
+            Op::Mse => OpKind::Mse,
+            Op::MultiheadAttention { .. } => OpKind::MultiheadAttention,
+            Op::GqaAttention { .. } => OpKind::GqaAttention,
+            Op::MlaAttention { .. } => OpKind::MlaAttention,
+            Op::Moe { .. } => OpKind::Moe,
+            Op::Lstm(_) => OpKind::Lstm,
+            Op::Gru(_) => OpKind::Gru,
+            Op::LearnedPosition { .. } => OpKind::LearnedPosition,
+            Op::PrependToken { .. } => OpKind::PrependToken,
         }
     }
 

@@ -6,16 +6,23 @@ use serde_json::{Map, Value};
 
 /// Every op name the format knows, in the table's order (for error messages).
 pub fn op_names() -> Vec<&'static str> {
-    OPS.iter().map(|(n, _)| *n).collect()
+    OPS.iter().map(|(_, n, _)| *n).collect()
 }
 
-/// Every op of the format: its name in the file and how its attributes parse (the error names
-/// the attribute). [`Op::parse`] reads this table; `Op::name` gives the same names back, a test
-/// checks that every entry round-trips, and the unknown-op message lists these names.
+/// The name of an op kind in the file format: its entry in the table (entry `k as usize` is
+/// kind `k`; a test checks it).
+pub(super) fn kind_name(k: OpKind) -> &'static str {
+    OPS[k as usize].1
+}
+
+/// Every op of the format, in [`OpKind`] order: its kind, its name in the file (written here
+/// only: [`Op::name`] and an op's `Display` read it from this table) and how its attributes
+/// parse (the error names the attribute). [`Op::parse`] reads this table, a test checks that
+/// every entry round-trips, and the unknown-op message lists these names.
 type Parser = fn(&mut Attrs) -> Result<Op, String>;
 
-static OPS: &[(&str, Parser)] = &[
-    ("linear", |a| {
+static OPS: &[(OpKind, &str, Parser)] = &[
+    (OpKind::Linear, "linear", |a| {
         Ok(Op::Linear {
             in_features: a.size("in_features")?,
             out_features: a.size("out_features")?,
@@ -31,7 +38,7 @@ static OPS: &[(&str, Parser)] = &[
             },
         })
     }),
-    ("embedding", |a| {
+    (OpKind::Embedding, "embedding", |a| {
         Ok(Op::Embedding {
             num_embeddings: a.size("num_embeddings")?,
             embedding_dim: a.size("embedding_dim")?,
@@ -46,9 +53,9 @@ static OPS: &[(&str, Parser)] = &[
             },
         })
     }),
-    ("conv1d", |a| Ok(Op::Conv1d(conv(a)?))),
-    ("conv2d", |a| Ok(Op::Conv2d(conv(a)?))),
-    ("conv_transpose2d", |a| {
+    (OpKind::Conv1d, "conv1d", |a| Ok(Op::Conv1d(conv(a)?))),
+    (OpKind::Conv2d, "conv2d", |a| Ok(Op::Conv2d(conv(a)?))),
+    (OpKind::ConvTranspose2d, "conv_transpose2d", |a| {
         Ok(Op::ConvTranspose2d(ConvTranspose {
             in_channels: a.size("in_channels")?,
             out_channels: a.size("out_channels")?,
@@ -59,23 +66,23 @@ static OPS: &[(&str, Parser)] = &[
             bias: a.flag_or("bias", true)?,
         }))
     }),
-    ("batch_norm", |a| {
+    (OpKind::BatchNorm, "batch_norm", |a| {
         Ok(Op::BatchNorm {
             num_features: a.size("num_features")?,
         })
     }),
-    ("layer_norm", |a| {
+    (OpKind::LayerNorm, "layer_norm", |a| {
         Ok(Op::LayerNorm {
             normalized_shape: a.size("normalized_shape")?,
             bias: a.flag_or("bias", true)?,
         })
     }),
-    ("rms_norm", |a| {
+    (OpKind::RmsNorm, "rms_norm", |a| {
         Ok(Op::RmsNorm {
             dim: a.size("dim")?,
         })
     }),
-    ("group_norm", |a| {
+    (OpKind::GroupNorm, "group_norm", |a| {
         Ok({
             let num_groups = a.size("num_groups")?;
             let num_channels = a.size("num_channels")?;
@@ -90,11 +97,19 @@ static OPS: &[(&str, Parser)] = &[
             }
         })
     }),
-    ("relu", |_| Ok(Op::Activation(Activation::Relu))),
-    ("gelu", |_| Ok(Op::Activation(Activation::Gelu))),
-    ("silu", |_| Ok(Op::Activation(Activation::Silu))),
-    ("tanh", |_| Ok(Op::Activation(Activation::Tanh))),
-    ("dropout", |a| {
+    (OpKind::Relu, "relu", |_| {
+        Ok(Op::Activation(Activation::Relu))
+    }),
+    (OpKind::Gelu, "gelu", |_| {
+        Ok(Op::Activation(Activation::Gelu))
+    }),
+    (OpKind::Silu, "silu", |_| {
+        Ok(Op::Activation(Activation::Silu))
+    }),
+    (OpKind::Tanh, "tanh", |_| {
+        Ok(Op::Activation(Activation::Tanh))
+    }),
+    (OpKind::Dropout, "dropout", |a| {
         Ok({
             let p = match a.get("p") {
                 None => return Err("missing attribute `p` (a probability)".into()),
@@ -108,28 +123,30 @@ static OPS: &[(&str, Parser)] = &[
             Op::Dropout { p }
         })
     }),
-    ("add", |_| Ok(Op::Add)),
-    ("mul", |_| Ok(Op::Mul)),
-    ("concat", |a| Ok(Op::Concat { dim: a.int("dim")? })),
-    ("upsample", |a| {
+    (OpKind::Add, "add", |_| Ok(Op::Add)),
+    (OpKind::Mul, "mul", |_| Ok(Op::Mul)),
+    (OpKind::Concat, "concat", |a| {
+        Ok(Op::Concat { dim: a.int("dim")? })
+    }),
+    (OpKind::Upsample, "upsample", |a| {
         Ok(Op::Upsample {
             scale_factor: a.size("scale_factor")?,
         })
     }),
-    ("max_pool", |a| Ok(Op::MaxPool(pool(a)?))),
-    ("avg_pool", |a| Ok(Op::AvgPool(pool(a)?))),
-    ("adaptive_avg_pool", |a| {
+    (OpKind::MaxPool, "max_pool", |a| Ok(Op::MaxPool(pool(a)?))),
+    (OpKind::AvgPool, "avg_pool", |a| Ok(Op::AvgPool(pool(a)?))),
+    (OpKind::AdaptiveAvgPool, "adaptive_avg_pool", |a| {
         Ok(Op::AdaptiveAvgPool {
             output_size: a.size("output_size")?,
         })
     }),
-    ("flatten", |a| {
+    (OpKind::Flatten, "flatten", |a| {
         Ok(Op::Flatten {
             start_dim: a.int_or("start_dim", 1)?,
             end_dim: a.int_or("end_dim", -1)?,
         })
     }),
-    ("reshape", |a| {
+    (OpKind::Reshape, "reshape", |a| {
         Ok({
             let entries = match a.get("shape") {
                 Some(Value::Array(v)) => v,
@@ -154,7 +171,7 @@ static OPS: &[(&str, Parser)] = &[
             Op::Reshape { shape }
         })
     }),
-    ("permute", |a| {
+    (OpKind::Permute, "permute", |a| {
         Ok({
             let dims = match a.get("dims") {
                 Some(Value::Array(v)) => v
@@ -170,15 +187,19 @@ static OPS: &[(&str, Parser)] = &[
             Op::Permute { dims }
         })
     }),
-    ("select_token", |a| {
+    (OpKind::SelectToken, "select_token", |a| {
         Ok(Op::SelectToken {
             index: a.int("index")?,
         })
     }),
-    ("softmax", |a| Ok(Op::Softmax { dim: a.int("dim")? })),
-    ("cross_entropy", |_| Ok(Op::CrossEntropy)),
-    ("mse", |_| Ok(Op::Mse)),
-    ("multihead_attention", |a| {
+    (OpKind::Softmax, "softmax", |a| {
+        Ok(Op::Softmax { dim: a.int("dim")? })
+    }),
+    (OpKind::CrossEntropy, "cross_entropy", |_| {
+        Ok(Op::CrossEntropy)
+    }),
+    (OpKind::Mse, "mse", |_| Ok(Op::Mse)),
+    (OpKind::MultiheadAttention, "multihead_attention", |a| {
         Ok({
             let embed_dim = a.size("embed_dim")?;
             let num_heads = a.size("num_heads")?;
@@ -196,7 +217,7 @@ static OPS: &[(&str, Parser)] = &[
             }
         })
     }),
-    ("gqa_attention", |a| {
+    (OpKind::GqaAttention, "gqa_attention", |a| {
         Ok({
             let embed_dim = a.size("embed_dim")?;
             let num_heads = a.size("num_heads")?;
@@ -221,7 +242,7 @@ static OPS: &[(&str, Parser)] = &[
             }
         })
     }),
-    ("mla_attention", |a| {
+    (OpKind::MlaAttention, "mla_attention", |a| {
         Ok(Op::MlaAttention {
             embed_dim: a.size("embed_dim")?,
             num_heads: a.size("num_heads")?,
@@ -233,7 +254,7 @@ static OPS: &[(&str, Parser)] = &[
             causal: a.flag_or("causal", true)?,
         })
     }),
-    ("moe", |a| {
+    (OpKind::Moe, "moe", |a| {
         Ok({
             let num_experts = at_most("num_experts", a.size("num_experts")?, MAX_REPEATS)?;
             let top_k = a.size("top_k")?;
@@ -250,15 +271,15 @@ static OPS: &[(&str, Parser)] = &[
             }
         })
     }),
-    ("lstm", |a| Ok(Op::Lstm(rnn(a)?))),
-    ("gru", |a| Ok(Op::Gru(rnn(a)?))),
-    ("learned_position", |a| {
+    (OpKind::Lstm, "lstm", |a| Ok(Op::Lstm(rnn(a)?))),
+    (OpKind::Gru, "gru", |a| Ok(Op::Gru(rnn(a)?))),
+    (OpKind::LearnedPosition, "learned_position", |a| {
         Ok(Op::LearnedPosition {
             num_positions: a.size("num_positions")?,
             dim: a.size("dim")?,
         })
     }),
-    ("prepend_token", |a| {
+    (OpKind::PrependToken, "prepend_token", |a| {
         Ok(Op::PrependToken {
             dim: a.size("dim")?,
         })
@@ -269,7 +290,7 @@ impl Op {
     /// Parses an op from its name and attribute map. The error text names the attribute.
     pub fn parse(name: &str, attributes: &Map<String, Value>) -> Result<Op, String> {
         let mut a = Attrs::new(attributes);
-        let Some((_, parse)) = OPS.iter().find(|(n, _)| *n == name) else {
+        let Some((_, _, parse)) = OPS.iter().find(|(_, n, _)| *n == name) else {
             return Err(format!(
                 "unknown op `{name}` (known ops: {})",
                 op_names().join(", ")
@@ -278,5 +299,18 @@ impl Op {
         let op = parse(&mut a)?;
         a.finish()?;
         Ok(op)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_is_in_kind_order() {
+        for (i, (k, n, _)) in OPS.iter().enumerate() {
+            assert_eq!(*k as usize, i, "entry {i} (`{n}`) is out of OpKind order");
+        }
+        assert_eq!(OPS.len(), OpKind::LAST as usize + 1);
     }
 }
