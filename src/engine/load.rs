@@ -831,37 +831,15 @@ pub fn load_reporting(data_dir: &Path) -> Result<(Dataset, Vec<super::scan::Skip
         .map_or(1, |n| n.get())
         .clamp(1, 4)
         .min(total.div_ceil(1_000).max(1));
-    let per = total.div_ceil(threads).max(1);
-    let mut chunks = Vec::with_capacity(threads);
-    let (mut from, mut sum) = (0, 0);
-    for (k, w) in weights.iter().enumerate() {
-        sum += w;
-        if sum >= per * (chunks.len() + 1) || k + 1 == paths.len() {
-            chunks.push((from..k + 1, sum));
-            from = k + 1;
-        }
-    }
     let graphs_ref = &graphs;
     let paths = &paths;
     let shared = &std::sync::Mutex::new(HashMap::default());
-    let runs: Vec<Result<Vec<Row>>> = std::thread::scope(|scope| {
-        let mut before = 0;
-        let handles: Vec<_> = chunks
-            .into_iter()
-            .enumerate()
-            .map(|(k, (range, upto))| {
-                // The first run's vector is made for every row (its unused part is never
-                // touched), so joining copies only the others.
-                let capacity = if k == 0 { total } else { upto - before };
-                before = upto;
-                scope
-                    .spawn(move || load_rows(data_dir, &paths[range], capacity, graphs_ref, shared))
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("a row-loading thread panicked"))
-            .collect()
+    let chunks = super::split::weighted_runs(&weights, threads);
+    // The first run's vector is made for every row (its unused part is never touched), so
+    // joining copies only the others.
+    let runs: Vec<Result<Vec<Row>>> = super::split::on_threads_in_order(chunks, |k, run| {
+        let capacity = if k == 0 { total } else { run.weight };
+        load_rows(data_dir, &paths[run.items], capacity, graphs_ref, shared)
     });
     let mut rows: Vec<Row> = Vec::new();
     for run in runs {
