@@ -518,48 +518,33 @@ struct Candidates<'a> {
 fn decide(c: &Candidates) -> Decision {
     let profile = c.evidence.and_then(|e| e.profiles.get(&c.precision));
     let record = |d: Decider| profile.and_then(|p| p.record(d));
-    let q95_of = |d: Decider| record(d).and_then(|r| r.q95);
+    let q95_of = |d: Decider| profile.and_then(|p| p.q95(d));
     let plan_q95 = q95_of(Decider::SixFactorPlan).unwrap_or(c.file_q95);
     let plan_bound = bound(c.plan_estimate, plan_q95, c.bound_floor);
     let sim = c.simulated.as_ref().ok().copied();
     let sim_q95 = q95_of(Decider::Simulator);
-    let (method, reason) = match (&c.simulated, profile) {
-        (_, None) => (
-            Decider::SixFactorPlan,
-            "no held-out record (no data folder, or no rows of this profile): the six-factor plan decides with the factors file's q95".to_string(),
-        ),
-        (Err(why), Some(_)) => (
-            Decider::SixFactorPlan,
-            format!("the simulator does not cover this job ({why})"),
-        ),
-        (Ok(_), Some(pe)) => {
-            let (p, s) = (record(Decider::SixFactorPlan), record(Decider::Simulator));
-            match (p, s) {
-                (Some(p), Some(s)) if pe.preferred == Decider::Simulator => (
-                    Decider::Simulator,
-                    format!(
-                        "the simulator's held-out record on {} is better ({}) than the six-factor plan's held out by implementation ({})",
-                        c.precision, record_text(s), record_text(p)
-                    ),
-                ),
-                (Some(p), Some(s)) => (
-                    Decider::SixFactorPlan,
-                    format!(
-                        "the six-factor plan's record held out by implementation on {} ({}) is at least as good as the simulator's ({})",
-                        c.precision, record_text(p), record_text(s)
-                    ),
-                ),
-                _ => (
-                    Decider::SixFactorPlan,
-                    "the simulator has no record on this profile".to_string(),
-                ),
-            }
-        }
+    // The rule is the evidence's (`ProfileEvidence::choose`); the six-factor plan's q95 falls
+    // back to the factors file this plan runs with.
+    let (method, estimate, q95) = match profile.map(|pe| pe.choose(c.plan_estimate, sim)) {
+        Some(ch) if ch.method == Decider::Simulator => (ch.method, ch.estimate, ch.q95),
+        _ => (Decider::SixFactorPlan, c.plan_estimate, plan_q95),
     };
-    let (estimate, q95, own_bound) = match (method, sim, sim_q95) {
-        (Decider::Simulator, Some(e), Some(q)) => (e, q, bound(e, q, c.bound_floor)),
-        _ => (c.plan_estimate, plan_q95, plan_bound),
+    let reason = match (&c.simulated, profile) {
+        (_, None) => "no held-out record (no data folder, or no rows of this profile): the six-factor plan decides with the factors file's q95".to_string(),
+        (Err(why), Some(_)) => format!("the simulator does not cover this job ({why})"),
+        (Ok(_), Some(_)) => match (record(Decider::SixFactorPlan), record(Decider::Simulator)) {
+            (Some(p), Some(s)) if method == Decider::Simulator => format!(
+                "the simulator's held-out record on {} is better ({}) than the six-factor plan's held out by implementation ({})",
+                c.precision, record_text(s), record_text(p)
+            ),
+            (Some(p), Some(s)) => format!(
+                "the six-factor plan's record held out by implementation on {} ({}) is at least as good as the simulator's ({})",
+                c.precision, record_text(p), record_text(s)
+            ),
+            _ => "the simulator has no record on this profile".to_string(),
+        },
     };
+    let own_bound = bound(estimate, q95, c.bound_floor);
     let range = profile.and_then(|p| p.range.as_ref()).map(|r| RangeCheck {
         outside: r.outside(c.parameters, estimate, &c.features),
         fitted: r.clone(),

@@ -213,11 +213,47 @@ pub struct ProfileEvidence {
     pub preferred: Decider,
     /// Absent: no completed fitted row.
     pub range: Option<FitRange>,
+    /// The factors file's q95 for the profile: the six-factor plan's bound where its held-out
+    /// record has none.
+    #[serde(skip)]
+    pub file_q95: f64,
+}
+
+/// Which method decides a job, with its estimate and the q95 of its bound.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Choice {
+    pub method: Decider,
+    pub estimate: f64,
+    pub q95: f64,
 }
 
 impl ProfileEvidence {
     pub fn record(&self, d: Decider) -> Option<&MethodRecord> {
         self.records.iter().find(|r| r.method == d)
+    }
+
+    /// The q95 of `d`'s held-out record.
+    pub fn q95(&self, d: Decider) -> Option<f64> {
+        self.record(d).and_then(|r| r.q95)
+    }
+
+    /// The one rule of which method decides a job on this profile (`memcal plan`, the runs
+    /// tables' verdicts and the page use it): the preferred method where it covers the job
+    /// (the simulator, when it has an estimate, `simulated`, and a q95), else the six-factor
+    /// plan with its held-out q95, else the factors file's.
+    pub fn choose(&self, plan_estimate: f64, simulated: Option<f64>) -> Choice {
+        match (self.preferred, simulated, self.q95(Decider::Simulator)) {
+            (Decider::Simulator, Some(e), Some(q)) => Choice {
+                method: Decider::Simulator,
+                estimate: e,
+                q95: q,
+            },
+            _ => Choice {
+                method: Decider::SixFactorPlan,
+                estimate: plan_estimate,
+                q95: self.q95(Decider::SixFactorPlan).unwrap_or(self.file_q95),
+            },
+        }
     }
 }
 
@@ -330,6 +366,7 @@ pub fn evidence(ds: &Dataset, cal: &Calibration) -> Evidence {
                     preferred,
                     records,
                     range: fit_range(ds, cal, p),
+                    file_q95: ds.factors.upper_for(p).q95,
                 },
             )
         })
@@ -526,14 +563,21 @@ pub fn row_verdicts(cal: &Calibration, ev: &Evidence) -> Vec<Option<RowVerdict>>
         .map(|r| {
             let pe = ev.profiles.get(&r.precision)?;
             let covered = |d: Decider| r.predictions.get(&d.verdict_method()).copied();
-            let (method, estimate) = match (pe.preferred, covered(Decider::Simulator)) {
-                (Decider::Simulator, Some(e)) => (Decider::Simulator, e),
-                _ => (Decider::SixFactorPlan, covered(Decider::SixFactorPlan)?),
+            let simulated = covered(Decider::Simulator);
+            let plan = covered(Decider::SixFactorPlan);
+            let Choice {
+                method,
+                estimate,
+                q95,
+            } = match (plan, simulated) {
+                (Some(p), _) => pe.choose(p, simulated),
+                // No six-factor estimate: only the simulator can decide.
+                (None, Some(_)) => match pe.choose(0.0, simulated) {
+                    c if c.method == Decider::Simulator => c,
+                    _ => return None,
+                },
+                (None, None) => return None,
             };
-            let q95 = pe
-                .record(method)
-                .and_then(|m| m.q95)
-                .or_else(|| cal.fits.get(&r.precision).map(|f| f.upper.q95_used))?;
             let b = bound(estimate, q95, s.bound_floor_bytes);
             let verdict = bound_verdict(estimate, b, s.headroom, r.capacity_bytes);
             let completed = match r.status {
