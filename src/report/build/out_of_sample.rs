@@ -36,34 +36,20 @@ pub(super) fn out_of_sample(ctx: &Ctx) -> Vec<Table> {
         "By implementation: each family predicted by factors refitted without its whole implementation group",
         Method::PlanHeldOutImplementation,
     );
-    let mut by_regime = table(
+    let by_regime = one_method(
+        ctx,
         "oos-regime",
         "By regime: rows of regimes outside the training regimes, predicted by the shipped factors",
-        metrics_columns("Method"),
         "No held-out regime has rows yet.",
+        Method::PlanHeldOutRegime,
     );
-    if let Some(m) = cal.methods.get(&Method::PlanHeldOutRegime) {
-        if m.rows > 0 {
-            by_regime.rows.push(metrics_cells(
-                Cell::text(method_name(Method::PlanHeldOutRegime)),
-                m,
-            ));
-        }
-    }
-    let mut after = table(
+    let after = one_method(
+        ctx,
         "oos-after-fit",
         "After the fit: rows measured after the factors were fixed",
-        metrics_columns("Method"),
         "No row has been measured after the fit yet.",
+        Method::PlanAfterFit,
     );
-    if let Some(m) = cal.methods.get(&Method::PlanAfterFit) {
-        if m.rows > 0 {
-            after.rows.push(metrics_cells(
-                Cell::text(method_name(Method::PlanAfterFit)),
-                m,
-            ));
-        }
-    }
     vec![arch, groups, by_impl, by_regime, after]
 }
 
@@ -80,6 +66,16 @@ fn per_family(ctx: &Ctx, id: &str, caption: &str, method: Method) -> Table {
             t.rows
                 .push(metrics_cells(Cell::text(f).link(ctx.family_href(f)), m));
         }
+    }
+    t
+}
+
+/// One row with `method`'s metrics over all its rows (none before it has a row).
+fn one_method(ctx: &Ctx, id: &str, caption: &str, empty: &str, method: Method) -> Table {
+    let mut t = table(id, caption, metrics_columns("Method"), empty);
+    if let Some(m) = ctx.cal.methods.get(&method).filter(|m| m.rows > 0) {
+        t.rows
+            .push(metrics_cells(Cell::text(method_name(method)), m));
     }
     t
 }
