@@ -172,6 +172,9 @@ pub fn textbook(graph: &Graph, batch: u64) -> Result<Textbook, NotApplicable> {
             | Op::Dropout { .. }
             | Op::Add
             | Op::Mul
+            | Op::Sub
+            | Op::Div
+            | Op::Unary(_)
             | Op::Concat { .. }
             | Op::Upsample { .. }
             | Op::MaxPool(_)

@@ -254,6 +254,9 @@ fn contribution(graph: &Graph, k: usize, batch: u64) -> NodeContribution {
         | Op::Dropout { .. }
         | Op::Add
         | Op::Mul
+        | Op::Sub
+        | Op::Div
+        | Op::Unary(_)
         | Op::Concat { .. }
         | Op::Upsample { .. }
         | Op::MaxPool(_)

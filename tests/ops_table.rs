@@ -16,6 +16,7 @@ const EXAMPLES: &[(&str, &str)] = &[
         ("conv2d", "{\"bias\": false, \"in_channels\": 3, \"kernel_size\": 3, \"out_channels\": 32, \"padding\": 1, \"stride\": 2}"),
         ("conv_transpose2d", "{\"in_channels\": 1024, \"kernel_size\": 2, \"out_channels\": 512, \"stride\": 2}"),
         ("cross_entropy", "{}"),
+        ("div", "{}"),
         ("dropout", "{\"p\": 0.65}"),
         ("embedding", "{\"embedding_dim\": 768, \"num_embeddings\": 28996}"),
         ("flatten", "{\"start_dim\": 1}"),
@@ -41,7 +42,9 @@ const EXAMPLES: &[(&str, &str)] = &[
         ("select_token", "{\"index\": 0}"),
         ("silu", "{}"),
         ("softmax", "{\"dim\": -1}"),
+        ("sub", "{}"),
         ("tanh", "{}"),
+        ("unary", "{\"fn\": \"pow\", \"exponent\": 3.0}"),
         ("upsample", "{\"scale_factor\": 2}"),
 ];
 
@@ -72,4 +75,48 @@ fn an_unknown_op_lists_every_known_one() {
     for n in op_names() {
         assert!(e.contains(n), "{n} in {e}");
     }
+}
+
+#[test]
+fn every_unary_function_parses_and_says_what_it_saves() {
+    use memcal::ops::{UnaryFn, UNARY_FNS};
+    for (name, _, scalar, _) in UNARY_FNS {
+        let mut map = Map::new();
+        map.insert("fn".into(), Value::from(*name));
+        if let Some(key) = scalar {
+            map.insert(key.to_string(), Value::from(2.0));
+        }
+        let op = Op::parse("unary", &map).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let Op::Unary(f) = op else {
+            panic!("{name} parses to {op:?}")
+        };
+        assert_eq!(f.name(), *name, "the table is in variant order");
+        assert_eq!(f.scalar(), scalar.map(|_| 2.0));
+    }
+    assert_eq!(UnaryFn::Tanh.saves(), memcal::ops::UnarySaves::Output);
+    assert_eq!(UnaryFn::Pow(3.0).saves(), memcal::ops::UnarySaves::Input);
+    let bad = |json: &str| {
+        let map: Map<String, Value> = serde_json::from_str(json).unwrap();
+        Op::parse("unary", &map).unwrap_err()
+    };
+    assert!(bad("{}").contains("missing attribute `fn`"));
+    assert!(bad("{\"fn\": \"cosh\"}").contains("unknown function `cosh`"));
+    assert!(bad("{\"fn\": \"pow\"}").contains("missing attribute `exponent`"));
+    assert!(bad("{\"fn\": \"exp\", \"scalar\": 1}").contains("unknown attribute"));
+}
+
+#[test]
+fn gelu_takes_the_tanh_approximation() {
+    let parse = |json: &str| Op::parse("gelu", &serde_json::from_str(json).unwrap());
+    assert_eq!(
+        parse("{\"approximate\": \"tanh\"}").unwrap(),
+        Op::Activation(memcal::ops::Activation::GeluTanh)
+    );
+    assert_eq!(
+        parse("{\"approximate\": \"none\"}").unwrap(),
+        Op::Activation(memcal::ops::Activation::Gelu)
+    );
+    assert!(parse("{\"approximate\": \"erf\"}")
+        .unwrap_err()
+        .contains("approximate"));
 }

@@ -14,7 +14,7 @@
 //!   locals; autograd keeps what backward needs.
 
 use memcal::graph::{DType, Graph};
-use memcal::ops::{Activation, Op, ReshapeDim};
+use memcal::ops::{Activation, Op, ReshapeDim, UnaryFn};
 use std::collections::HashMap;
 use tch::nn::{self, Init};
 use tch::{Device, Kind, Reduction, Tensor};
@@ -552,12 +552,16 @@ impl Model {
             (Op::Activation(act), _) => match act {
                 Activation::Relu => x.relu(),
                 Activation::Gelu => x.gelu("none"),
+                Activation::GeluTanh => x.gelu("tanh"),
                 Activation::Silu => x.silu(),
                 Activation::Tanh => x.tanh(),
             },
+            (Op::Unary(f), _) => unary(x, *f),
             (Op::Dropout { p }, _) => x.dropout(*p, true),
             (Op::Add, _) => x + a[1],
             (Op::Mul, _) => x * a[1],
+            (Op::Sub, _) => x - a[1],
+            (Op::Div, _) => x / a[1],
             (Op::Concat { dim }, _) => Tensor::cat(a, *dim),
             (Op::Upsample { scale_factor }, _) => {
                 let s = i(*scale_factor);
@@ -795,4 +799,26 @@ fn moe(x: &Tensor, router: &Lin, experts: &[(Lin, Lin, Lin)], top_k: i64) -> Ten
         let _ = out.index_add_(0, &rows, &y);
     }
     out.view(size.as_slice())
+}
+
+/// A generic elementwise function, one ATen op each (`x * c` and `x + c` with a number are
+/// `mul.Scalar` and `add.Scalar`).
+fn unary(x: &Tensor, f: UnaryFn) -> Tensor {
+    match f {
+        UnaryFn::Exp => x.exp(),
+        UnaryFn::Log => x.log(),
+        UnaryFn::Sqrt => x.sqrt(),
+        UnaryFn::Rsqrt => x.rsqrt(),
+        UnaryFn::Sigmoid => x.sigmoid(),
+        UnaryFn::Tanh => x.tanh(),
+        UnaryFn::Neg => x.neg(),
+        UnaryFn::Abs => x.abs(),
+        UnaryFn::Sin => x.sin(),
+        UnaryFn::Cos => x.cos(),
+        UnaryFn::Erf => x.erf(),
+        UnaryFn::Reciprocal => x.reciprocal(),
+        UnaryFn::Pow(e) => x.pow_tensor_scalar(e),
+        UnaryFn::MulScalar(c) => x * c,
+        UnaryFn::AddScalar(c) => x + c,
+    }
 }

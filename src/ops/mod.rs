@@ -22,9 +22,147 @@ use serde::Serialize;
 #[serde(rename_all = "lowercase")]
 pub enum Activation {
     Relu,
+    /// `gelu`, exact (`approximate="none"`, torch's default).
     Gelu,
+    /// `gelu` with `approximate="tanh"` (the fused kernel; `gelu_pytorch_tanh` in
+    /// transformers). GPT-2's `gelu_new` is the same function written out in Python: a chain
+    /// of `unary` ops, not this.
+    GeluTanh,
     Silu,
     Tanh,
+}
+
+/// A generic elementwise function of one tensor: what a model writes out in Python, op by op
+/// (GPT-2's `gelu_new` is `pow`, `mul_scalar`, `add`, `tanh`, `add_scalar`, `mul`). Each
+/// says what autograd saves for its backward (`tools/autograd/derivatives.yaml`, torch 2.11):
+/// [`UnaryFn::saves`].
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UnaryFn {
+    Exp,
+    Log,
+    Sqrt,
+    Rsqrt,
+    Sigmoid,
+    Tanh,
+    Neg,
+    Abs,
+    Sin,
+    Cos,
+    Erf,
+    Reciprocal,
+    /// `x ** exponent` with a Python number (`pow.Tensor_Scalar`).
+    Pow(f64),
+    /// `x * scalar` with a Python number (`mul.Scalar`).
+    MulScalar(f64),
+    /// `x + scalar` with a Python number (`add.Scalar`).
+    AddScalar(f64),
+}
+
+/// What autograd saves of a [`UnaryFn`] for its backward.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnarySaves {
+    /// Nothing (`neg`, `mul.Scalar`, `add.Scalar`: the gradient needs no tensor).
+    Nothing,
+    /// Its input (`self` in the formula: `log`, `abs`, `sin`, `cos`, `erf`, `pow`).
+    Input,
+    /// Its output (`result`: `exp`, `sqrt`, `rsqrt`, `sigmoid`, `tanh`, `reciprocal`).
+    Output,
+}
+
+/// Every function of the `unary` op: its name in the file (attribute `fn`) and what it saves
+/// (derivatives.yaml: `exp: grad * result`, `log: grad.div(self)`, `sqrt: grad / (2 * result)`,
+/// `rsqrt: -0.5 * grad * result.pow(3)`, `sigmoid: sigmoid_backward(grad, result)`,
+/// `tanh: tanh_backward(grad, result)`, `neg: grad.neg()`, `abs: grad * self.sgn()`,
+/// `sin: grad * self.cos()`, `cos: grad * -self.sin()`, `erf: 2/sqrt(pi) * exp(-self^2) * grad`,
+/// `reciprocal: -grad * (result * result)`, `pow.Tensor_Scalar: pow_backward(grad, self,
+/// exponent)`, `mul.Scalar: mul_tensor_backward(grad, other)` with a number `other`,
+/// `add.Scalar: grad`). The three with a number read it from the attribute named third. The
+/// entries are in [`UnaryFn`]'s variant order (a test checks it).
+pub const UNARY_FNS: &[UnaryEntry] = &[
+    ("exp", UnarySaves::Output, None, |_| UnaryFn::Exp),
+    ("log", UnarySaves::Input, None, |_| UnaryFn::Log),
+    ("sqrt", UnarySaves::Output, None, |_| UnaryFn::Sqrt),
+    ("rsqrt", UnarySaves::Output, None, |_| UnaryFn::Rsqrt),
+    ("sigmoid", UnarySaves::Output, None, |_| UnaryFn::Sigmoid),
+    ("tanh", UnarySaves::Output, None, |_| UnaryFn::Tanh),
+    ("neg", UnarySaves::Nothing, None, |_| UnaryFn::Neg),
+    ("abs", UnarySaves::Input, None, |_| UnaryFn::Abs),
+    ("sin", UnarySaves::Input, None, |_| UnaryFn::Sin),
+    ("cos", UnarySaves::Input, None, |_| UnaryFn::Cos),
+    ("erf", UnarySaves::Input, None, |_| UnaryFn::Erf),
+    ("reciprocal", UnarySaves::Output, None, |_| {
+        UnaryFn::Reciprocal
+    }),
+    ("pow", UnarySaves::Input, Some("exponent"), UnaryFn::Pow),
+    (
+        "mul_scalar",
+        UnarySaves::Nothing,
+        Some("scalar"),
+        UnaryFn::MulScalar,
+    ),
+    (
+        "add_scalar",
+        UnarySaves::Nothing,
+        Some("scalar"),
+        UnaryFn::AddScalar,
+    ),
+];
+
+/// One entry of [`UNARY_FNS`]: the name, what it saves, the attribute of its number (if it
+/// takes one) and how it is made from that number.
+pub type UnaryEntry = (
+    &'static str,
+    UnarySaves,
+    Option<&'static str>,
+    fn(f64) -> UnaryFn,
+);
+
+impl UnaryFn {
+    /// Its entry in [`UNARY_FNS`] (the entries are in variant order; a test checks it).
+    fn entry(self) -> &'static UnaryEntry {
+        let k = match self {
+            UnaryFn::Exp => 0,
+            UnaryFn::Log => 1,
+            UnaryFn::Sqrt => 2,
+            UnaryFn::Rsqrt => 3,
+            UnaryFn::Sigmoid => 4,
+            UnaryFn::Tanh => 5,
+            UnaryFn::Neg => 6,
+            UnaryFn::Abs => 7,
+            UnaryFn::Sin => 8,
+            UnaryFn::Cos => 9,
+            UnaryFn::Erf => 10,
+            UnaryFn::Reciprocal => 11,
+            UnaryFn::Pow(_) => 12,
+            UnaryFn::MulScalar(_) => 13,
+            UnaryFn::AddScalar(_) => 14,
+        };
+        &UNARY_FNS[k]
+    }
+
+    /// Its name in the file (the `fn` attribute).
+    pub fn name(self) -> &'static str {
+        self.entry().0
+    }
+
+    /// What autograd saves of it.
+    pub fn saves(self) -> UnarySaves {
+        self.entry().1
+    }
+
+    /// The number it carries, if any.
+    pub fn scalar(self) -> Option<f64> {
+        match self {
+            UnaryFn::Pow(v) | UnaryFn::MulScalar(v) | UnaryFn::AddScalar(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// The entry of the function named `name` (the `fn` attribute).
+    pub fn lookup(name: &str) -> Option<&'static UnaryEntry> {
+        UNARY_FNS.iter().find(|e| e.0 == name)
+    }
 }
 
 /// Convolution attributes (1-d and 2-d; square kernels).
@@ -106,6 +244,9 @@ pub enum OpKind {
     Dropout,
     Add,
     Mul,
+    Sub,
+    Div,
+    Unary,
     Concat,
     Upsample,
     MaxPool,
@@ -180,6 +321,12 @@ pub enum Op {
     },
     Add,
     Mul,
+    /// `a - b` of two tensors of one shape (`sub.Tensor`: saves nothing).
+    Sub,
+    /// `a / b` of two tensors of one shape (`div.Tensor`: saves both).
+    Div,
+    /// A generic elementwise function of one tensor.
+    Unary(UnaryFn),
     Concat {
         dim: i64,
     },
@@ -270,12 +417,15 @@ impl Op {
             Op::RmsNorm { .. } => OpKind::RmsNorm,
             Op::GroupNorm { .. } => OpKind::GroupNorm,
             Op::Activation(Activation::Relu) => OpKind::Relu,
-            Op::Activation(Activation::Gelu) => OpKind::Gelu,
+            Op::Activation(Activation::Gelu) | Op::Activation(Activation::GeluTanh) => OpKind::Gelu,
             Op::Activation(Activation::Silu) => OpKind::Silu,
             Op::Activation(Activation::Tanh) => OpKind::Tanh,
             Op::Dropout { .. } => OpKind::Dropout,
             Op::Add => OpKind::Add,
             Op::Mul => OpKind::Mul,
+            Op::Sub => OpKind::Sub,
+            Op::Div => OpKind::Div,
+            Op::Unary(_) => OpKind::Unary,
             Op::Concat { .. } => OpKind::Concat,
             Op::Upsample { .. } => OpKind::Upsample,
             Op::MaxPool(_) => OpKind::MaxPool,
@@ -325,6 +475,9 @@ impl Op {
             | Op::Dropout { .. }
             | Op::Add
             | Op::Mul
+            | Op::Sub
+            | Op::Div
+            | Op::Unary(_)
             | Op::Concat { .. }
             | Op::Upsample { .. }
             | Op::MaxPool(_)
@@ -358,7 +511,7 @@ impl Op {
     /// How many inputs the op takes: (min, max).
     pub fn arity(&self) -> (usize, usize) {
         match self {
-            Op::Add | Op::Mul | Op::CrossEntropy | Op::Mse => (2, 2),
+            Op::Add | Op::Mul | Op::Sub | Op::Div | Op::CrossEntropy | Op::Mse => (2, 2),
             Op::Concat { .. } => (2, usize::MAX),
             Op::MultiheadAttention { .. } => (1, 2),
             Op::Linear { .. }
@@ -372,6 +525,7 @@ impl Op {
             | Op::GroupNorm { .. }
             | Op::Activation(_)
             | Op::Dropout { .. }
+            | Op::Unary(_)
             | Op::Upsample { .. }
             | Op::MaxPool(_)
             | Op::AvgPool(_)

@@ -177,6 +177,9 @@ impl Op {
             | Op::Dropout { .. }
             | Op::Add
             | Op::Mul
+            | Op::Sub
+            | Op::Div
+            | Op::Unary(_)
             | Op::Concat { .. }
             | Op::Upsample { .. }
             | Op::MaxPool(_)
@@ -219,6 +222,9 @@ impl Op {
             | Op::Dropout { .. }
             | Op::Add
             | Op::Mul
+            | Op::Sub
+            | Op::Div
+            | Op::Unary(_)
             | Op::Concat { .. }
             | Op::Upsample { .. }
             | Op::MaxPool(_)

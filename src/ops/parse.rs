@@ -100,8 +100,13 @@ static OPS: &[(OpKind, &str, Parser)] = &[
     (OpKind::Relu, "relu", |_| {
         Ok(Op::Activation(Activation::Relu))
     }),
-    (OpKind::Gelu, "gelu", |_| {
-        Ok(Op::Activation(Activation::Gelu))
+    (OpKind::Gelu, "gelu", |a| match a.get("approximate") {
+        None => Ok(Op::Activation(Activation::Gelu)),
+        Some(Value::String(s)) if s == "none" => Ok(Op::Activation(Activation::Gelu)),
+        Some(Value::String(s)) if s == "tanh" => Ok(Op::Activation(Activation::GeluTanh)),
+        Some(v) => Err(format!(
+            "attribute `approximate` must be \"none\" or \"tanh\" (torch's gelu), found {v}"
+        )),
     }),
     (OpKind::Silu, "silu", |_| {
         Ok(Op::Activation(Activation::Silu))
@@ -125,6 +130,36 @@ static OPS: &[(OpKind, &str, Parser)] = &[
     }),
     (OpKind::Add, "add", |_| Ok(Op::Add)),
     (OpKind::Mul, "mul", |_| Ok(Op::Mul)),
+    (OpKind::Sub, "sub", |_| Ok(Op::Sub)),
+    (OpKind::Div, "div", |_| Ok(Op::Div)),
+    (OpKind::Unary, "unary", |a| {
+        let names = || UNARY_FNS.iter().map(|e| e.0).collect::<Vec<_>>().join(", ");
+        let entry = match a.get("fn") {
+            Some(Value::String(f)) => UnaryFn::lookup(f).ok_or_else(|| {
+                format!(
+                    "attribute `fn`: unknown function `{f}` (known: {})",
+                    names()
+                )
+            })?,
+            Some(v) => return Err(format!("attribute `fn` must be a function name, found {v}")),
+            None => return Err(format!("missing attribute `fn` (one of: {})", names())),
+        };
+        let scalar = match entry.2 {
+            None => 0.0,
+            Some(key) => match a.get(key) {
+                Some(v) => v.as_f64().filter(|x| x.is_finite()).ok_or_else(|| {
+                    format!("attribute `{key}` must be a finite number, found {v}")
+                })?,
+                None => {
+                    return Err(format!(
+                        "missing attribute `{key}` (a number) for `{}`",
+                        entry.0
+                    ))
+                }
+            },
+        };
+        Ok(Op::Unary((entry.3)(scalar)))
+    }),
     (OpKind::Concat, "concat", |a| {
         Ok(Op::Concat { dim: a.int("dim")? })
     }),

@@ -124,11 +124,11 @@ impl Op {
                 ..
             } => expect_last(*d, "normalized_shape")?,
             Op::RmsNorm { dim } => expect_last(*dim, "dim")?,
-            Op::Activation(_) | Op::Dropout { .. } => {}
+            Op::Activation(_) | Op::Dropout { .. } | Op::Unary(_) => {}
             Op::Softmax { dim } => {
                 axis(*dim, x.rank())?;
             }
-            Op::Add | Op::Mul => {
+            Op::Add | Op::Mul | Op::Sub | Op::Div => {
                 if inputs[1] != x {
                     return Err(format!(
                         "both inputs must have the same shape: expected {x}, found {}",

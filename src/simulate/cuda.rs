@@ -85,7 +85,9 @@ pub fn output_element(node: &Node, inputs: &[u64]) -> u64 {
         Op::LearnedPosition { .. } => F32,
         // zeros like the (fp32-promoted) input; experts' outputs are cast to it.
         Op::Moe { .. } => input(0),
-        Op::Add | Op::Mul | Op::Concat { .. } => promoted,
+        // autocast's fp32 list (AT_FORALL_FP32: exp, log, reciprocal, rsqrt, pow).
+        Op::Unary(f) if fp32_listed(*f) => F32,
+        Op::Add | Op::Mul | Op::Sub | Op::Div | Op::Concat { .. } => promoted,
         // Everything else keeps input 0's dtype (batch_norm, activations, pools, views, the
         // class token cast to the input's kind).
         _ => input(0),
@@ -186,6 +188,7 @@ pub fn rule(graph: &Graph, k: usize, batch: u64, values: &Values) -> OpRule {
         .keeps_layout()
         .note("CUDA native_dropout: saves a bool mask (1 byte per element)"),
         Op::Upsample { .. } | Op::Softmax { .. } | Op::CrossEntropy | Op::Mse => fp32_policy(&s),
+        Op::Unary(f) if fp32_listed(*f) && ex != F32 => unary_fp32(&s, *f, graph, k, batch, values),
         Op::MultiheadAttention { .. } => mha(&s, node),
         Op::GqaAttention { .. } => gqa(&s, node),
         Op::Lstm(_) | Op::Gru(_) | Op::Moe { .. } | Op::MlaAttention { .. } => {
@@ -206,7 +209,7 @@ pub fn rule(graph: &Graph, k: usize, batch: u64, values: &Values) -> OpRule {
             r.source = TorchSource;
             // A binary op's gradient for an input of a lower dtype than its output is cast to
             // that dtype by the engine (`validate_outputs`): a new buffer, not the output's.
-            if matches!(node.op, Op::Add | Op::Concat { .. }) {
+            if matches!(node.op, Op::Add | Op::Sub | Op::Concat { .. }) {
                 for (i, g) in r.grads.iter_mut().enumerate() {
                     if s.e_in(i) != s.e_out() {
                         *g = Grad::New;
@@ -577,4 +580,56 @@ pub fn runs_in_bf16(op: &Op) -> bool {
             | Op::Lstm(_)
             | Op::Gru(_)
     )
+}
+
+/// Whether autocast runs a generic elementwise function in float32 (`AT_FORALL_FP32` in
+/// `ATen/autocast_mode.h`: exp, log, reciprocal, rsqrt and pow are listed; the others run in
+/// their input's dtype).
+fn fp32_listed(f: crate::ops::UnaryFn) -> bool {
+    use crate::ops::UnaryFn as U;
+    match f {
+        U::Exp | U::Log | U::Reciprocal | U::Rsqrt | U::Pow(_) => true,
+        U::Sqrt
+        | U::Sigmoid
+        | U::Tanh
+        | U::Neg
+        | U::Abs
+        | U::Sin
+        | U::Cos
+        | U::Erf
+        | U::MulScalar(_)
+        | U::AddScalar(_) => false,
+    }
+}
+
+/// A generic elementwise function on autocast's fp32 list, of a bf16 input: the input is cast
+/// to a float32 copy, which the function saves where it saves its input (else the copy lives
+/// while it runs); the output and the backward's temporaries are float32, and the gradient
+/// comes back through the cast's `ToCopyBackward` (the cpu-fp32 rule's tensors at float32).
+fn unary_fp32(
+    s: &Sizes,
+    f: crate::ops::UnaryFn,
+    graph: &Graph,
+    k: usize,
+    batch: u64,
+    values: &Values,
+) -> OpRule {
+    let n = s.n_in(0);
+    let mut r = cpu_rule_at(graph, k, batch, values, F32);
+    let cast = n * F32;
+    match f.saves() {
+        crate::ops::UnarySaves::Input => {
+            r.saved = vec![Saved::Internal {
+                what: "float32 cast of the bf16 input (autocast fp32 list)",
+                bytes: cast,
+            }];
+        }
+        crate::ops::UnarySaves::Output | crate::ops::UnarySaves::Nothing => {
+            r.forward_transient = cast;
+        }
+    }
+    r.grads = vec![Grad::ViaCast(cast)];
+    r.source = Source::TorchSource;
+    r.note = "autocast fp32 list (exp, log, reciprocal, rsqrt, pow): the bf16 input is cast to float32, the function runs and saves in float32";
+    r
 }

@@ -549,6 +549,10 @@ pub(super) fn cpu_rule_at(graph: &Graph, k: usize, batch: u64, values: &Values, 
         Op::Activation(Activation::Gelu) | Op::Activation(Activation::Silu) => {
             OpRule::new(Output::New(y), vec![Input(0)], one, Measured).keeps_layout().note("saves its input")
         }
+        Op::Activation(Activation::GeluTanh) => OpRule::new(Output::New(y), vec![Input(0)], one, Measured)
+            .keeps_layout()
+            .note("gelu(approximate=\"tanh\"): one fused kernel each way, saves its input (derivatives.yaml `gelu_backward(grad, self, approximate)`)"),
+        Op::Unary(f) => unary(*f, x, y),
         Op::Dropout { p } if *p == 0.0 => OpRule::new(Output::View, vec![], vec![Grad::OfOutput], TorchSource)
             .keeps_layout()
             .note("p = 0 returns its input: no new tensor"),
@@ -566,6 +570,13 @@ pub(super) fn cpu_rule_at(graph: &Graph, k: usize, batch: u64, values: &Values, 
         Op::Mul => OpRule::new(Output::New(y), vec![InputFor(0, 1), InputFor(1, 0)], vec![Grad::New, Grad::New], Measured)
             .keeps_layout()
             .note("saves each factor for the other's gradient"),
+        Op::Sub => OpRule::new(Output::New(y), vec![], vec![Grad::OfOutput, Grad::New], Measured)
+            .keeps_layout()
+            .note("saves nothing (derivatives.yaml `sub.Tensor`: self `grad`, other `-grad`): the first input's gradient is the incoming one, the second's a new negated copy"),
+        Op::Div => OpRule::new(Output::New(y), vec![InputFor(0, 1), Input(1)], vec![Grad::New, Grad::New], Measured)
+            .keeps_layout()
+            .bwd(2 * x)
+            .note("saves both (derivatives.yaml `div.Tensor`: self `grad / other`, other `-grad * ((self / other) / other)`); backward holds two input-sized temporaries beside the gradients"),
         Op::Concat { .. } => OpRule::new(Output::New(y), vec![], vec![Grad::OfOutput; node.inputs.len()], Measured)
             .note("a new buffer; saves nothing; backward hands out slices (views) of its gradient"),
         Op::Upsample { .. } => OpRule::new(Output::New(y), vec![], one, Measured).note("nearest: saves nothing"),
@@ -902,4 +913,41 @@ fn is_identity(node: &Node) -> bool {
 /// match it, not derived; `docs/simulator.md`).
 pub fn adamw_transient(bytes: u64) -> u64 {
     2 * bytes + 12
+}
+
+/// The rule of a generic elementwise function (`unary`): what it saves is the op table's
+/// ([`crate::ops::UnaryFn::saves`], from derivatives.yaml), and its backward holds every
+/// intermediate tensor of its derivatives.yaml formula until the whole formula is done (they
+/// are C++ temporaries of one expression, freed at its end), besides the incoming gradient,
+/// the saved tensor and the gradient made: `exp: grad * result`, `log: grad / self`,
+/// `sigmoid`/`tanh`: one fused backward kernel, `neg: -grad`, `mul.Scalar: grad * c`: none;
+/// `sqrt: grad / (2 * result)`, `abs: grad * self.sgn()`, `sin: grad * self.cos()`: one;
+/// `cos: grad * -self.sin()`, `pow: grad * (e * self.pow(e - 1))`, `rsqrt: -0.5 * grad *
+/// result.pow(3)`, `reciprocal: -grad * (result * result)`: two; `erf: 2/sqrt(pi) *
+/// exp(-self.pow(2)) * grad`: four. `add.Scalar` hands the incoming gradient on. Checked on
+/// single-op fixtures of every function (`sim-unary-*`), exact in every phase.
+fn unary(f: crate::ops::UnaryFn, x: u64, y: u64) -> OpRule {
+    use crate::ops::{UnaryFn as U, UnarySaves};
+    let temporaries = match f {
+        U::Exp | U::Log | U::Sigmoid | U::Tanh | U::Neg | U::MulScalar(_) | U::AddScalar(_) => 0,
+        U::Sqrt | U::Abs | U::Sin => 1,
+        U::Cos | U::Pow(_) | U::Rsqrt | U::Reciprocal => 2,
+        U::Erf => 4,
+    };
+    let (saved, note) = match f.saves() {
+        UnarySaves::Nothing => (vec![], "generic elementwise: saves nothing"),
+        UnarySaves::Input => (
+            vec![Saved::Input(0)],
+            "generic elementwise: saves its input",
+        ),
+        UnarySaves::Output => (vec![Saved::Out], "generic elementwise: saves its output"),
+    };
+    let grad = match f {
+        U::AddScalar(_) => Grad::OfOutput,
+        _ => Grad::New,
+    };
+    OpRule::new(Output::New(y), saved, vec![grad], Source::Measured)
+        .keeps_layout()
+        .bwd(temporaries * x)
+        .note(note)
 }
