@@ -107,6 +107,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             ""
         }
     );
+    for d in &imported.drawn {
+        note.push_str(&format!("  drawn: {d}\n"));
+    }
     for a in &imported.approximations {
         note.push_str(&format!("  approximation: {a}\n"));
     }

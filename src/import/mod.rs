@@ -10,6 +10,8 @@ use crate::graph::GraphFile;
 use serde_json::{Map, Value};
 use std::path::Path;
 
+mod activation;
+
 /// One supported `model_type`: what transformers class it is, and how its graph is built.
 struct Kind {
     model_type: &'static str,
@@ -103,6 +105,8 @@ pub struct Imported {
     /// Where the graph differs from what transformers runs for this config (memory, not
     /// parameters).
     pub approximations: Vec<String>,
+    /// How the implementation choices the config makes are drawn (the activation).
+    pub drawn: Vec<String>,
 }
 
 struct Built {
@@ -110,6 +114,7 @@ struct Built {
     seq: u64,
     seq_source: String,
     approximations: Vec<String>,
+    drawn: Vec<String>,
 }
 
 /// A config file's fields, each read with an error that names the file and the field.
@@ -250,6 +255,7 @@ pub fn hf(path: &Path, options: &Options) -> Result<Imported> {
         seq: built.seq,
         seq_source: built.seq_source,
         approximations: built.approximations,
+        drawn: built.drawn,
     })
 }
 
@@ -311,15 +317,13 @@ fn within(c: &Config, field: &str, seq: u64, positions: u64) -> Result<()> {
 /// `multihead_attention` is the eager form.
 const SDPA_NOTE: &str = "attention is drawn eager (it saves the [B, heads, T, T] probabilities); transformers' default SDPA saves none, so the graph's attention holds more than the real one (give the model attn_implementation=\"eager\" to run what the graph says)";
 
-fn gelu_note(c: &Config, field: &str, fused: &str) -> Result<Vec<String>> {
-    let act = c.text_or(field, fused)?;
-    Ok(if act == fused {
-        Vec::new()
-    } else {
-        vec![format!(
-            "activation `{act}` ({field}) is drawn as the fused `gelu` op; transformers writes `{act}` out in Python ops, whose autograd keeps more tensors (more memory than the graph says)"
-        )]
-    })
+/// Draws the activation the config names in `field` (default `default`, transformers'
+/// default for the class) as transformers runs it ([`activation::apply`]), and says how.
+fn activation(c: &Config, graph: &mut GraphFile, field: &str, default: &str) -> Result<String> {
+    let act = c.text_or(field, default)?;
+    let said = activation::apply(graph, act)
+        .map_err(|e| Error::Invalid(format!("{}: field `{field}`: {e}", c.path.display())))?;
+    Ok(format!("activation ({field}): {said}"))
 }
 
 fn gpt2(c: &Config, o: &Options) -> Result<Built> {
@@ -328,9 +332,8 @@ fn gpt2(c: &Config, o: &Options) -> Result<Built> {
     let (seq, seq_source) = sequence(c, o, "n_positions", positions, positions)?;
     within(c, "n_positions", seq, positions)?;
     let ff = c.size_or("n_inner", 4 * d)?;
-    let mut approximations = gelu_note(c, "activation_function", "gelu")?;
-    approximations.push(SDPA_NOTE.into());
-    let graph = crate::zoo::sized::gpt2(
+    let approximations = vec![SDPA_NOTE.into()];
+    let mut graph = crate::zoo::sized::gpt2(
         c.size("vocab_size")?,
         positions,
         seq,
@@ -339,11 +342,19 @@ fn gpt2(c: &Config, o: &Options) -> Result<Built> {
         c.size("n_head")?,
         ff,
     );
+    // GPT2Config's default is `gelu_new`, written out in Python (NewGELUActivation).
+    let drawn = vec![activation(
+        c,
+        &mut graph,
+        "activation_function",
+        "gelu_new",
+    )?];
     Ok(Built {
         graph,
         seq,
         seq_source,
         approximations,
+        drawn,
     })
 }
 
@@ -400,6 +411,7 @@ fn llama(c: &Config, o: &Options) -> Result<Built> {
         seq,
         seq_source,
         approximations: vec!["rotary position tables and the causal mask are not drawn (a few [T, head_dim] and [T, T] tensors)".into()],
+        drawn: Vec::new(),
     })
 }
 
@@ -427,6 +439,7 @@ fn mixtral(c: &Config, o: &Options) -> Result<Built> {
             "rotary position tables and the causal mask are not drawn".into(),
             "expert routing is drawn as even (top-k of every token, per expert in turn); the real split of tokens over experts varies by batch".into(),
         ],
+        drawn: Vec::new(),
     })
 }
 
@@ -447,9 +460,8 @@ fn bert(c: &Config, o: &Options) -> Result<Built> {
         "absolute",
         "learned absolute positions",
     )?;
-    let mut approximations = gelu_note(c, "hidden_act", "gelu")?;
-    approximations.push(SDPA_NOTE.into());
-    let graph = crate::zoo::sized::bert(
+    let approximations = vec![SDPA_NOTE.into()];
+    let mut graph = crate::zoo::sized::bert(
         c.size("vocab_size")?,
         c.size_or("type_vocab_size", 2)?,
         positions,
@@ -459,11 +471,13 @@ fn bert(c: &Config, o: &Options) -> Result<Built> {
         c.size("num_attention_heads")?,
         c.size("intermediate_size")?,
     );
+    let drawn = vec![activation(c, &mut graph, "hidden_act", "gelu")?];
     Ok(Built {
         graph,
         seq,
         seq_source,
         approximations,
+        drawn,
     })
 }
 
@@ -512,6 +526,7 @@ fn t5(c: &Config, o: &Options) -> Result<Built> {
         seq,
         seq_source,
         approximations: Vec::new(),
+        drawn: Vec::new(),
     })
 }
 
@@ -547,7 +562,7 @@ fn vit(c: &Config, o: &Options) -> Result<Built> {
         _ => c.size_or("num_labels", 2)?,
     };
     let tokens = (image / patch) * (image / patch) + 1;
-    let graph = crate::zoo::sized::vit(
+    let mut graph = crate::zoo::sized::vit(
         image,
         patch,
         classes,
@@ -556,10 +571,12 @@ fn vit(c: &Config, o: &Options) -> Result<Built> {
         c.size("num_attention_heads")?,
         c.size("intermediate_size")?,
     );
+    let drawn = vec![activation(c, &mut graph, "hidden_act", "gelu")?];
     Ok(Built {
         graph,
         seq: tokens,
         seq_source: "image_size and patch_size (the patches and the class token)".into(),
-        approximations: [gelu_note(c, "hidden_act", "gelu")?, vec![SDPA_NOTE.into()]].concat(),
+        approximations: vec![SDPA_NOTE.into()],
+        drawn,
     })
 }
