@@ -164,6 +164,7 @@ fn contribution(graph: &Graph, k: usize, batch: u64) -> NodeContribution {
         Op::MultiheadAttention {
             embed_dim: d,
             num_heads,
+            sdpa,
             ..
         } => {
             let b = x.0[0].at(batch);
@@ -180,7 +181,12 @@ fn contribution(graph: &Graph, k: usize, batch: u64) -> NodeContribution {
                 prod(&[b, tk, *d]),
                 prod(&[b, tq, *d]),
             ];
-            c.score_elements = prod(&[b, *num_heads, tq, tk]);
+            // SDPA never materialises the [B,h,Tq,Tk] scores.
+            c.score_elements = if *sdpa {
+                0
+            } else {
+                prod(&[b, *num_heads, tq, tk])
+            };
         }
         Op::GqaAttention {
             embed_dim,

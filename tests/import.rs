@@ -17,6 +17,7 @@ fn import(config: &Path, extra: &[&str]) -> Graph {
         name: "imported".into(),
         family: None,
         seq_axis: false,
+        attn: Default::default(),
     };
     let imported = memcal::import::hf(config, &options).expect("the config imports");
     Graph::check(&imported.graph, config).expect("the imported graph checks")
@@ -287,4 +288,52 @@ fn an_imported_sequence_axis_is_planned_at_any_length() {
     let o = memcal(&["import", "hf", vit.to_str().unwrap(), "--seq-axis"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("no sequence axis"));
+}
+
+#[test]
+fn attention_is_drawn_as_transformers_runs_it() {
+    use memcal::ops::Op;
+    let sdpa = |g: &Graph| {
+        g.nodes
+            .iter()
+            .filter_map(|n| match &n.op {
+                Op::MultiheadAttention { sdpa, .. } => Some(*sdpa),
+                _ => None,
+            })
+            .collect::<Vec<bool>>()
+    };
+    // transformers' default: sdpa on every attention of gpt2, bert and vit.
+    for m in ["gpt2", "bert-base-cased", "vit-base-patch16-224"] {
+        let path = fixture(m);
+        if !path.exists() {
+            continue;
+        }
+        let g = import(&path, &[]);
+        let s = sdpa(&g);
+        assert!(!s.is_empty() && s.iter().all(|x| *x), "{m}: {s:?}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("gpt2-eager.json");
+    let config = fixture("gpt2");
+    let o = memcal(&[
+        "import",
+        "hf",
+        config.to_str().unwrap(),
+        "--seq",
+        "64",
+        "--attn",
+        "eager",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let note = String::from_utf8_lossy(&o.stderr);
+    assert!(note.contains("attention: eager"), "{note}");
+    let g = Graph::load(&out).unwrap();
+    assert!(sdpa(&g).iter().all(|x| !*x));
 }

@@ -120,3 +120,21 @@ fn gelu_takes_the_tanh_approximation() {
         .unwrap_err()
         .contains("approximate"));
 }
+
+#[test]
+fn attention_takes_a_backend() {
+    let parse = |json: &str| Op::parse("multihead_attention", &serde_json::from_str(json).unwrap());
+    let op = parse("{\"embed_dim\": 64, \"num_heads\": 4, \"backend\": \"sdpa\"}").unwrap();
+    assert!(matches!(op, Op::MultiheadAttention { sdpa: true, .. }));
+    assert_eq!(op.arity(), (1, 1), "sdpa is self-attention only");
+    assert!(
+        parse("{\"embed_dim\": 64, \"num_heads\": 4, \"backend\": \"flash\"}")
+            .unwrap_err()
+            .contains("backend")
+    );
+    assert!(parse(
+        "{\"embed_dim\": 64, \"num_heads\": 4, \"backend\": \"sdpa\", \"relative_attention_buckets\": 32}"
+    )
+    .unwrap_err()
+    .contains("relative_attention_buckets"));
+}

@@ -88,6 +88,8 @@ enum Module {
         rel: Option<Tensor>,
         heads: i64,
         causal: bool,
+        /// `backend: "sdpa"`: scaled_dot_product_attention instead of the eager form.
+        sdpa: bool,
     },
     Gqa {
         q: Lin,
@@ -267,7 +269,9 @@ impl Model {
                     causal,
                     bias,
                     relative_attention_buckets: nb,
+                    sdpa,
                 } => Module::Mha {
+                    sdpa: *sdpa,
                     q: Lin::new(&p, "q_proj", *d, *d, *bias),
                     k: Lin::new(&p, "k_proj", *d, *d, *bias),
                     v: Lin::new(&p, "v_proj", *d, *d, *bias),
@@ -625,10 +629,24 @@ impl Model {
                     rel,
                     heads,
                     causal,
+                    sdpa,
                 },
             ) => {
-                let kv_in = if a.len() > 1 { a[1] } else { x };
-                mha(x, kv_in, q, k, v, o, rel.as_ref(), *heads, *causal)
+                if *sdpa {
+                    // What transformers' sdpa attention and torch.nn.MultiheadAttention with
+                    // need_weights=False run: projections, heads, one sdpa call.
+                    let (b, t, d) = (x.size()[0], x.size()[1], x.size()[2]);
+                    let hd = d / heads;
+                    let split = |l: &Lin| l.fwd(x).view([b, t, *heads, hd]).transpose(1, 2);
+                    let (qh, kh, vh) = (split(q), split(k), split(v));
+                    let y = Tensor::scaled_dot_product_attention::<Tensor>(
+                        &qh, &kh, &vh, None, 0.0, *causal, None, false,
+                    );
+                    o.fwd(&y.transpose(1, 2).reshape([b, t, d]))
+                } else {
+                    let kv_in = if a.len() > 1 { a[1] } else { x };
+                    mha(x, kv_in, q, k, v, o, rel.as_ref(), *heads, *causal)
+                }
             }
             (
                 Op::GqaAttention { .. },

@@ -45,6 +45,12 @@ pub enum Source {
         /// bert and roberta still cap it).
         #[arg(long)]
         seq_axis: bool,
+        /// The attention implementation transformers runs (its `attn_implementation`) for
+        /// gpt2, bert, roberta and vit: sdpa (transformers' default; no [B, heads, T, T]
+        /// tensor) or eager (the probabilities materialised and saved). Llama-family
+        /// attention is always drawn as sdpa; t5 is always eager (its relative bias).
+        #[arg(long, value_parser = ["sdpa", "eager"], default_value = "sdpa")]
+        attn: String,
     },
 }
 
@@ -61,6 +67,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         out,
         force,
         seq_axis,
+        attn,
     } = source;
     let default_name = {
         let stem = config
@@ -82,6 +89,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         name: name.unwrap_or(default_name),
         family,
         seq_axis,
+        attn: if attn == "eager" {
+            memcal::import::Attn::Eager
+        } else {
+            memcal::import::Attn::Sdpa
+        },
     };
     if seq == Some(0) || decoder_seq == Some(0) {
         return Err(

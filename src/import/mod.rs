@@ -82,6 +82,46 @@ pub struct Options {
     /// Write the sequence length as the axis `"T"` (planned with `memcal plan --seq N`)
     /// instead of a number.
     pub seq_axis: bool,
+    /// The attention implementation transformers is asked for (`attn_implementation`);
+    /// default: sdpa, transformers' default for every class that supports it.
+    pub attn: Attn,
+}
+
+/// transformers' `attn_implementation`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Attn {
+    /// `torch.nn.functional.scaled_dot_product_attention` (no padding mask: torch's flash
+    /// kernel, which saves no `[B, heads, T, T]` tensor).
+    #[default]
+    Sdpa,
+    /// The eager form: softmax(QKᵀ/√d) materialised and saved.
+    Eager,
+}
+
+impl Attn {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Attn::Sdpa => "sdpa",
+            Attn::Eager => "eager",
+        }
+    }
+}
+
+/// Draws the self-attention of a gpt2, bert, roberta or vit graph as `attn` (every
+/// `multihead_attention` node takes `backend`), and says how.
+fn attention(graph: &mut GraphFile, attn: Attn) -> String {
+    for n in graph
+        .nodes
+        .iter_mut()
+        .filter(|n| n.op == "multihead_attention")
+    {
+        n.attributes
+            .insert("backend".into(), Value::from(attn.as_str()));
+    }
+    match attn {
+        Attn::Sdpa => "attention: sdpa (transformers' default attn_implementation; no padding mask, so torch's flash kernel: it saves q, k, v, the output and a [B, heads, T] logsumexp, no [B, heads, T, T] tensor)".into(),
+        Attn::Eager => "attention: eager (attn_implementation=\"eager\": the [B, heads, T, T] probabilities are saved)".into(),
+    }
 }
 
 /// The inputs whose second axis is the sequence (the names the zoo's builders give them).
@@ -313,10 +353,6 @@ fn within(c: &Config, field: &str, seq: u64, positions: u64) -> Result<()> {
     Ok(())
 }
 
-/// transformers runs these models' attention through SDPA by default; the graph's
-/// `multihead_attention` is the eager form.
-const SDPA_NOTE: &str = "attention is drawn eager (it saves the [B, heads, T, T] probabilities); transformers' default SDPA saves none, so the graph's attention holds more than the real one (give the model attn_implementation=\"eager\" to run what the graph says)";
-
 /// Draws the activation the config names in `field` (default `default`, transformers'
 /// default for the class) as transformers runs it ([`activation::apply`]), and says how.
 fn activation(c: &Config, graph: &mut GraphFile, field: &str, default: &str) -> Result<String> {
@@ -332,7 +368,7 @@ fn gpt2(c: &Config, o: &Options) -> Result<Built> {
     let (seq, seq_source) = sequence(c, o, "n_positions", positions, positions)?;
     within(c, "n_positions", seq, positions)?;
     let ff = c.size_or("n_inner", 4 * d)?;
-    let approximations = vec![SDPA_NOTE.into()];
+    let approximations = Vec::new();
     let mut graph = crate::zoo::sized::gpt2(
         c.size("vocab_size")?,
         positions,
@@ -343,12 +379,10 @@ fn gpt2(c: &Config, o: &Options) -> Result<Built> {
         ff,
     );
     // GPT2Config's default is `gelu_new`, written out in Python (NewGELUActivation).
-    let drawn = vec![activation(
-        c,
-        &mut graph,
-        "activation_function",
-        "gelu_new",
-    )?];
+    let drawn = vec![
+        activation(c, &mut graph, "activation_function", "gelu_new")?,
+        attention(&mut graph, o.attn),
+    ];
     Ok(Built {
         graph,
         seq,
@@ -460,7 +494,7 @@ fn bert(c: &Config, o: &Options) -> Result<Built> {
         "absolute",
         "learned absolute positions",
     )?;
-    let approximations = vec![SDPA_NOTE.into()];
+    let approximations = Vec::new();
     let mut graph = crate::zoo::sized::bert(
         c.size("vocab_size")?,
         c.size_or("type_vocab_size", 2)?,
@@ -471,7 +505,10 @@ fn bert(c: &Config, o: &Options) -> Result<Built> {
         c.size("num_attention_heads")?,
         c.size("intermediate_size")?,
     );
-    let drawn = vec![activation(c, &mut graph, "hidden_act", "gelu")?];
+    let drawn = vec![
+        activation(c, &mut graph, "hidden_act", "gelu")?,
+        attention(&mut graph, o.attn),
+    ];
     Ok(Built {
         graph,
         seq,
@@ -571,12 +608,15 @@ fn vit(c: &Config, o: &Options) -> Result<Built> {
         c.size("num_attention_heads")?,
         c.size("intermediate_size")?,
     );
-    let drawn = vec![activation(c, &mut graph, "hidden_act", "gelu")?];
+    let drawn = vec![
+        activation(c, &mut graph, "hidden_act", "gelu")?,
+        attention(&mut graph, o.attn),
+    ];
     Ok(Built {
         graph,
         seq: tokens,
         seq_source: "image_size and patch_size (the patches and the class token)".into(),
-        approximations: vec![SDPA_NOTE.into()],
+        approximations: Vec::new(),
         drawn,
     })
 }

@@ -362,6 +362,12 @@ pub enum Op {
         causal: bool,
         bias: bool,
         relative_attention_buckets: u64,
+        /// Attribute `backend`: `"eager"` (the default: softmax(QKᵀ/√d) materialised and
+        /// saved, torch.nn.MultiheadAttention with need_weights=True, transformers'
+        /// `attn_implementation="eager"`) or `"sdpa"` (`scaled_dot_product_attention`, what
+        /// transformers runs by default and torch.nn.MultiheadAttention with
+        /// need_weights=False: no `[B,h,T,T]` tensor; self-attention only).
+        sdpa: bool,
     },
     GqaAttention {
         embed_dim: u64,
@@ -513,6 +519,7 @@ impl Op {
         match self {
             Op::Add | Op::Mul | Op::Sub | Op::Div | Op::CrossEntropy | Op::Mse => (2, 2),
             Op::Concat { .. } => (2, usize::MAX),
+            Op::MultiheadAttention { sdpa: true, .. } => (1, 1),
             Op::MultiheadAttention { .. } => (1, 2),
             Op::Linear { .. }
             | Op::Embedding { .. }

@@ -243,12 +243,27 @@ static OPS: &[(OpKind, &str, Parser)] = &[
                     "num_heads = {num_heads} must divide embed_dim = {embed_dim}"
                 ));
             }
+            let relative_attention_buckets = a.count_or("relative_attention_buckets", 0)?;
+            let sdpa = match a.get("backend") {
+                None => false,
+                Some(Value::String(s)) if s == "eager" => false,
+                Some(Value::String(s)) if s == "sdpa" => true,
+                Some(v) => {
+                    return Err(format!(
+                        "attribute `backend` must be \"eager\" or \"sdpa\", found {v}"
+                    ))
+                }
+            };
+            if sdpa && relative_attention_buckets > 0 {
+                return Err("backend \"sdpa\" takes no relative_attention_buckets (a relative position bias is added to materialised scores: eager)".into());
+            }
             Op::MultiheadAttention {
                 embed_dim,
                 num_heads,
                 causal: a.flag_or("causal", false)?,
                 bias: a.flag_or("bias", true)?,
-                relative_attention_buckets: a.count_or("relative_attention_buckets", 0)?,
+                relative_attention_buckets,
+                sdpa,
             }
         })
     }),

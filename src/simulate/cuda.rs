@@ -189,6 +189,7 @@ pub fn rule(graph: &Graph, k: usize, batch: u64, values: &Values) -> OpRule {
         .note("CUDA native_dropout: saves a bool mask (1 byte per element)"),
         Op::Upsample { .. } | Op::Softmax { .. } | Op::CrossEntropy | Op::Mse => fp32_policy(&s),
         Op::Unary(f) if fp32_listed(*f) && ex != F32 => unary_fp32(&s, *f, graph, k, batch, values),
+        Op::MultiheadAttention { sdpa: true, .. } => gqa(&s, node),
         Op::MultiheadAttention { .. } => mha(&s, node),
         Op::GqaAttention { .. } => gqa(&s, node),
         Op::Lstm(_) | Op::Gru(_) | Op::Moe { .. } | Op::MlaAttention { .. } => {
@@ -340,6 +341,7 @@ fn mha(s: &Sizes, node: &Node) -> OpRule {
         causal,
         relative_attention_buckets: nb,
         bias,
+        ..
     } = &node.op
     else {
         unreachable!("mha rule for another op")
@@ -480,17 +482,35 @@ fn mha(s: &Sizes, node: &Node) -> OpRule {
 
 /// Grouped-query attention: projections, k and v repeated to all heads, flash sdpa.
 fn gqa(s: &Sizes, node: &Node) -> OpRule {
-    let Op::GqaAttention {
-        embed_dim,
-        num_heads: h,
-        num_kv_heads: kvh,
-        head_dim: hd,
-        bias,
-        ..
-    } = &node.op
-    else {
-        unreachable!("gqa rule for another op")
-    };
+    match &node.op {
+        Op::GqaAttention {
+            embed_dim,
+            num_heads,
+            num_kv_heads,
+            head_dim,
+            bias,
+            ..
+        } => flash(s, [*embed_dim, *num_heads, *num_kv_heads, *head_dim], *bias),
+        // backend "sdpa": self-attention, as many kv heads as heads.
+        Op::MultiheadAttention {
+            embed_dim,
+            num_heads,
+            bias,
+            sdpa: true,
+            ..
+        } => flash(
+            s,
+            [*embed_dim, *num_heads, *num_heads, embed_dim / num_heads],
+            *bias,
+        ),
+        _ => unreachable!("sdpa rule for another op"),
+    }
+}
+
+/// Attention through flash sdpa on CUDA: `[embed_dim, heads, kv_heads, head_dim]`.
+fn flash(s: &Sizes, [embed_dim, h, kvh, hd]: [u64; 4], bias: bool) -> OpRule {
+    let (embed_dim, h, kvh, hd) = (&embed_dim, &h, &kvh, &hd);
+    let bias = &bias;
     let (b, t) = (s.dim(0), s.dim(1));
     let ex = s.e_in(0);
     let i = |v: u64| v as i64;

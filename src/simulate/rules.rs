@@ -628,7 +628,14 @@ pub(super) fn cpu_rule_at(graph: &Graph, k: usize, batch: u64, values: &Values, 
         )
         .fwd(x + 12)
         .note("saves prediction and target; the loss keeps an input-sized buffer alive until it is dropped; forward holds one more input-sized temporary"),
-        Op::MultiheadAttention { embed_dim: d, num_heads, causal, relative_attention_buckets, bias } => {
+        Op::MultiheadAttention { embed_dim: d, num_heads, bias, sdpa: true, .. } => sdpa_attention(
+            &s,
+            y,
+            [*d, *num_heads, *num_heads, d / num_heads],
+            *bias,
+            "sdpa self-attention (backend \"sdpa\"): q, k, v projections, CPU flash sdpa: saves q, k, v, the output and B x H x T logsumexp, no B x H x T x T tensor; backward peaks in sdpa's backward with its per-thread scratch",
+        ),
+        Op::MultiheadAttention { embed_dim: d, num_heads, causal, relative_attention_buckets, bias, sdpa: false } => {
             let b = s.dim(0);
             let tq = s.dim(1);
             let tk = s.shape_in(1).map_or(tq, |m| m.0[1].at(batch));
@@ -668,33 +675,13 @@ pub(super) fn cpu_rule_at(graph: &Graph, k: usize, batch: u64, values: &Values, 
             r.backward_peak = Some(BackwardPeak { freed, held, params: o_proj });
             r
         }
-        Op::GqaAttention { embed_dim, num_heads, num_kv_heads, head_dim, bias, .. } => {
-            let t = s.rows(*embed_dim);
-            let q = t * num_heads * head_dim * e;
-            let kv = t * num_kv_heads * head_dim * e;
-            let repeated = num_heads > num_kv_heads;
-            let (ks, vs) = if repeated { (q, q) } else { (kv, kv) };
-            let lse = s.dim(0) * num_heads * s.dim(1) * 4;
-            let saved = vec![
-                Input(0),
-                Internal { what: "q projection", bytes: q },
-                Internal { what: "k (repeated to all heads)", bytes: ks },
-                Internal { what: "v (repeated to all heads)", bytes: vs },
-                Internal { what: "sdpa output (out_proj input)", bytes: q },
-                Internal { what: "logsumexp B x H x T float32", bytes: lse },
-            ];
-            let fwd = if repeated { 2 * kv } else { 0 };
-            // Backward: out_proj (+ the context's gradient), then flash sdpa backward (+ q, k, v
-            // gradients while the context's gradient is alive, less the incoming gradient).
-            let freed = q.max((2 * q + ks + vs).saturating_sub(y));
-            let held = q.max(2 * q + ks + vs);
-            let o_proj = if *bias { vec![6, 7] } else { vec![3] };
-            let mut r = OpRule::new(Output::New(y), saved, one, Measured)
-                .fwd(fwd)
-                .note("q, k, v projections, k/v repeated to all heads, CPU flash sdpa: saves q, k, v, the output and B x H x T logsumexp; backward peaks in sdpa's backward (~32 KB of per-thread scratch not counted)");
-            r.backward_peak = Some(BackwardPeak { freed, held, params: o_proj });
-            r
-        }
+        Op::GqaAttention { embed_dim, num_heads, num_kv_heads, head_dim, bias, .. } => sdpa_attention(
+            &s,
+            y,
+            [*embed_dim, *num_heads, *num_kv_heads, *head_dim],
+            *bias,
+            "q, k, v projections, k/v repeated to all heads, CPU flash sdpa: saves q, k, v, the output and B x H x T logsumexp; backward peaks in sdpa's backward with its per-thread scratch",
+        ),
         Op::MlaAttention {
             embed_dim,
             num_heads: h,
@@ -950,4 +937,83 @@ fn unary(f: crate::ops::UnaryFn, x: u64, y: u64) -> OpRule {
         .keeps_layout()
         .bwd(temporaries * x)
         .note(note)
+}
+
+/// The threads the harness runs CPU torch with (every CPU row records them: `device.cores`).
+pub const HARNESS_CPU_THREADS: u64 = 2;
+
+/// CPU flash sdpa's backward scratch (`cpu_flash_attention_backward`,
+/// `ATen/native/cpu/FlashAttentionKernel.cpp`): per thread, float32 `attn` and `grad_attn`
+/// blocks of q_split x kv_split and a `dsum` of q_split, where q_split is 256 from 768 query
+/// tokens, 64 from 192, else 32, and kv_split 512, each at most the sequence length.
+fn flash_backward_scratch(t: u64) -> u64 {
+    let q_split = match t {
+        768.. => 256,
+        192.. => 64,
+        _ => 32,
+    }
+    .min(t);
+    let kv_split = 512.min(t);
+    HARNESS_CPU_THREADS * (2 * q_split * kv_split + q_split) * 4
+}
+
+/// Attention through CPU flash sdpa (grouped-query attention, and multi-head self-attention
+/// with backend "sdpa"): `[embed_dim, heads, kv_heads, head_dim]`. The q, k and v projections,
+/// k and v repeated to every head when there are fewer kv heads, one sdpa call saving q, k, v,
+/// its output and a B x H x T float32 logsumexp; backward: out_proj (+ the context's gradient),
+/// then sdpa's backward (+ q, k, v gradients while the context's gradient is alive, less the
+/// incoming gradient). Checked on `sim-gqa` and `sim-mha-sdpa*`.
+fn sdpa_attention(
+    s: &Sizes,
+    y: u64,
+    [embed_dim, num_heads, num_kv_heads, head_dim]: [u64; 4],
+    bias: bool,
+    note: &'static str,
+) -> OpRule {
+    use Saved::*;
+    let e = s.e;
+    let t = s.rows(embed_dim);
+    let q = t * num_heads * head_dim * e;
+    let kv = t * num_kv_heads * head_dim * e;
+    let repeated = num_heads > num_kv_heads;
+    let (ks, vs) = if repeated { (q, q) } else { (kv, kv) };
+    let lse = s.dim(0) * num_heads * s.dim(1) * 4;
+    let saved = vec![
+        Input(0),
+        Internal {
+            what: "q projection",
+            bytes: q,
+        },
+        Internal {
+            what: "k (repeated to all heads)",
+            bytes: ks,
+        },
+        Internal {
+            what: "v (repeated to all heads)",
+            bytes: vs,
+        },
+        Internal {
+            what: "sdpa output (out_proj input)",
+            bytes: q,
+        },
+        Internal {
+            what: "logsumexp B x H x T float32",
+            bytes: lse,
+        },
+    ];
+    let fwd = if repeated { 2 * kv } else { 0 };
+    // sdpa's backward holds its per-thread scratch while q, k and v's gradients are made.
+    let scratch = flash_backward_scratch(s.dim(1));
+    let freed = q.max((2 * q + ks + vs).saturating_sub(y) + scratch);
+    let held = q.max(2 * q + ks + vs + scratch);
+    let o_proj = if bias { vec![6, 7] } else { vec![3] };
+    let mut r = OpRule::new(Output::New(y), saved, vec![Grad::New], Source::Measured)
+        .fwd(fwd)
+        .note(note);
+    r.backward_peak = Some(BackwardPeak {
+        freed,
+        held,
+        params: o_proj,
+    });
+    r
 }
