@@ -138,3 +138,23 @@ fn attention_takes_a_backend() {
     .unwrap_err()
     .contains("relative_attention_buckets"));
 }
+
+#[test]
+fn grouped_query_attention_may_leave_kv_unrepeated() {
+    let parse = |json: &str| Op::parse("gqa_attention", &serde_json::from_str(json).unwrap());
+    let base = "\"embed_dim\": 64, \"num_heads\": 4, \"num_kv_heads\": 2";
+    assert!(matches!(
+        parse(&format!("{{{base}}}")).unwrap(),
+        Op::GqaAttention {
+            repeat_kv: true,
+            ..
+        }
+    ));
+    assert!(matches!(
+        parse(&format!("{{{base}, \"repeat_kv\": false}}")).unwrap(),
+        Op::GqaAttention {
+            repeat_kv: false,
+            ..
+        }
+    ));
+}

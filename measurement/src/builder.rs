@@ -92,6 +92,8 @@ enum Module {
         sdpa: bool,
     },
     Gqa {
+        /// Repeat k and v to every head (else sdpa's `enable_gqa`).
+        repeat_kv: bool,
         q: Lin,
         k: Lin,
         v: Lin,
@@ -296,7 +298,9 @@ impl Model {
                     head_dim,
                     causal,
                     bias,
+                    repeat_kv,
                 } => Module::Gqa {
+                    repeat_kv: *repeat_kv,
                     q: Lin::new(&p, "q_proj", *d, num_heads * head_dim, *bias),
                     k: Lin::new(&p, "k_proj", *d, num_kv_heads * head_dim, *bias),
                     v: Lin::new(&p, "v_proj", *d, num_kv_heads * head_dim, *bias),
@@ -651,6 +655,7 @@ impl Model {
             (
                 Op::GqaAttention { .. },
                 Module::Gqa {
+                    repeat_kv,
                     q,
                     k,
                     v,
@@ -666,7 +671,7 @@ impl Model {
                 let rep = heads / kv_heads;
                 let kh = k.fwd(x).view([b, t, *kv_heads, *head_dim]).transpose(1, 2);
                 let vh = v.fwd(x).view([b, t, *kv_heads, *head_dim]).transpose(1, 2);
-                let (kh, vh) = if rep > 1 {
+                let (kh, vh) = if rep > 1 && *repeat_kv {
                     (
                         kh.repeat_interleave_self_int(rep, Some(1), None),
                         vh.repeat_interleave_self_int(rep, Some(1), None),
@@ -675,7 +680,14 @@ impl Model {
                     (kh, vh)
                 };
                 let y = Tensor::scaled_dot_product_attention::<Tensor>(
-                    &qh, &kh, &vh, None, 0.0, *causal, None, false,
+                    &qh,
+                    &kh,
+                    &vh,
+                    None,
+                    0.0,
+                    *causal,
+                    None,
+                    rep > 1 && !*repeat_kv,
                 );
                 o.fwd(&y.transpose(1, 2).reshape([b, t, heads * head_dim]))
             }

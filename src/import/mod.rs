@@ -107,6 +107,25 @@ impl Attn {
     }
 }
 
+/// Draws the grouped-query attention of a llama-family graph as transformers' attention
+/// `attn` runs it, and says how: sdpa without a padding mask passes `enable_gqa=True` on the
+/// unrepeated k and v (`use_gqa_in_sdpa`: torch >= 2.5, no attention mask); eager repeats k
+/// and v to every head (`repeat_kv`), and also materialises the scores, which the graph's
+/// `gqa_attention` does not draw (an approximation, returned second).
+fn gqa(graph: &mut GraphFile, attn: Attn) -> (String, Option<String>) {
+    let repeat = attn == Attn::Eager;
+    for n in graph.nodes.iter_mut().filter(|n| n.op == "gqa_attention") {
+        n.attributes.insert("repeat_kv".into(), Value::from(repeat));
+    }
+    match attn {
+        Attn::Sdpa => ("attention: sdpa without a padding mask (transformers' default): enable_gqa on the unrepeated k and v, torch's flash kernel".into(), None),
+        Attn::Eager => (
+            "attention: eager: k and v repeated to every head (repeat_kv)".into(),
+            Some("eager attention's [B, heads, T, T] probabilities are not drawn: the graph's gqa_attention runs sdpa on the repeated k and v".into()),
+        ),
+    }
+}
+
 /// Draws the self-attention of a gpt2, bert, roberta or vit graph as `attn` (every
 /// `multihead_attention` node takes `backend`), and says how.
 fn attention(graph: &mut GraphFile, attn: Attn) -> String {
@@ -431,7 +450,7 @@ fn llama(c: &Config, o: &Options) -> Result<Built> {
     let heads = c.size("num_attention_heads")?;
     decoder_checks(c, d, heads)?;
     let (seq, seq_source) = sequence(c, o, "max_position_embeddings", 4096, 2048)?;
-    let graph = crate::zoo::sized::llama(
+    let mut graph = crate::zoo::sized::llama(
         c.size("vocab_size")?,
         seq,
         d,
@@ -440,12 +459,13 @@ fn llama(c: &Config, o: &Options) -> Result<Built> {
         c.size_or("num_key_value_heads", heads)?,
         c.size("intermediate_size")?,
     );
+    let (drawn, eager) = gqa(&mut graph, o.attn);
     Ok(Built {
         graph,
         seq,
         seq_source,
-        approximations: vec!["rotary position tables and the causal mask are not drawn (a few [T, head_dim] and [T, T] tensors)".into()],
-        drawn: Vec::new(),
+        approximations: std::iter::once("rotary position tables and the causal mask are not drawn (a few [T, head_dim] and [T, T] tensors)".to_string()).chain(eager).collect(),
+        drawn: vec![drawn],
     })
 }
 
@@ -454,7 +474,7 @@ fn mixtral(c: &Config, o: &Options) -> Result<Built> {
     let heads = c.size("num_attention_heads")?;
     decoder_checks(c, d, heads)?;
     let (seq, seq_source) = sequence(c, o, "max_position_embeddings", 4096, 4096)?;
-    let graph = crate::zoo::sized::mixtral(
+    let mut graph = crate::zoo::sized::mixtral(
         c.size("vocab_size")?,
         seq,
         d,
@@ -465,15 +485,19 @@ fn mixtral(c: &Config, o: &Options) -> Result<Built> {
         c.size("intermediate_size")?,
         c.size_or("num_experts_per_tok", 2)?,
     );
+    let (drawn, eager) = gqa(&mut graph, o.attn);
     Ok(Built {
         graph,
         seq,
         seq_source,
-        approximations: vec![
-            "rotary position tables and the causal mask are not drawn".into(),
-            "expert routing is drawn as even (top-k of every token, per expert in turn); the real split of tokens over experts varies by batch".into(),
-        ],
-        drawn: Vec::new(),
+        approximations: [
+            "rotary position tables and the causal mask are not drawn".to_string(),
+            "expert routing is drawn as even (top-k of every token, per expert in turn); the real split of tokens over experts varies by batch".to_string(),
+        ]
+        .into_iter()
+        .chain(eager)
+        .collect(),
+        drawn: vec![drawn],
     })
 }
 

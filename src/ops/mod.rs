@@ -376,6 +376,11 @@ pub enum Op {
         head_dim: u64,
         causal: bool,
         bias: bool,
+        /// Attribute `repeat_kv` [true]: k and v are repeated to every head before sdpa
+        /// (transformers' `repeat_kv`, its path with a padding mask); false: sdpa is called
+        /// with `enable_gqa=True` on the unrepeated k and v (transformers' sdpa path without a
+        /// mask, torch >= 2.5).
+        repeat_kv: bool,
     },
     MlaAttention {
         embed_dim: u64,

@@ -289,6 +289,7 @@ static OPS: &[(OpKind, &str, Parser)] = &[
                 head_dim: a.size_or("head_dim", embed_dim / num_heads)?,
                 causal: a.flag_or("causal", true)?,
                 bias: a.flag_or("bias", false)?,
+                repeat_kv: a.flag_or("repeat_kv", true)?,
             }
         })
     }),

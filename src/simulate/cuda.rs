@@ -489,8 +489,14 @@ fn gqa(s: &Sizes, node: &Node) -> OpRule {
             num_kv_heads,
             head_dim,
             bias,
+            repeat_kv,
             ..
-        } => flash(s, [*embed_dim, *num_heads, *num_kv_heads, *head_dim], *bias),
+        } => flash(
+            s,
+            [*embed_dim, *num_heads, *num_kv_heads, *head_dim],
+            *bias,
+            *repeat_kv,
+        ),
         // backend "sdpa": self-attention, as many kv heads as heads.
         Op::MultiheadAttention {
             embed_dim,
@@ -502,13 +508,14 @@ fn gqa(s: &Sizes, node: &Node) -> OpRule {
             s,
             [*embed_dim, *num_heads, *num_heads, embed_dim / num_heads],
             *bias,
+            true,
         ),
         _ => unreachable!("sdpa rule for another op"),
     }
 }
 
 /// Attention through flash sdpa on CUDA: `[embed_dim, heads, kv_heads, head_dim]`.
-fn flash(s: &Sizes, [embed_dim, h, kvh, hd]: [u64; 4], bias: bool) -> OpRule {
+fn flash(s: &Sizes, [embed_dim, h, kvh, hd]: [u64; 4], bias: bool, repeat_kv: bool) -> OpRule {
     let (embed_dim, h, kvh, hd) = (&embed_dim, &h, &kvh, &hd);
     let bias = &bias;
     let (b, t) = (s.dim(0), s.dim(1));
@@ -517,7 +524,7 @@ fn flash(s: &Sizes, [embed_dim, h, kvh, hd]: [u64; 4], bias: bool) -> OpRule {
     let x = b * t * embed_dim * BF16;
     let q = b * t * h * hd * BF16;
     let kv = b * t * kvh * hd * BF16;
-    let repeated = h > kvh;
+    let repeated = h > kvh && repeat_kv;
     let (ks, vs) = if repeated { (q, q) } else { (kv, kv) };
     let casts = if ex == F32 { 3 * x } else { 0 };
     let lse = b * h * t * F32;

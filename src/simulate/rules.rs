@@ -633,6 +633,7 @@ pub(super) fn cpu_rule_at(graph: &Graph, k: usize, batch: u64, values: &Values, 
             y,
             [*d, *num_heads, *num_heads, d / num_heads],
             *bias,
+            true,
             "sdpa self-attention (backend \"sdpa\"): q, k, v projections, CPU flash sdpa: saves q, k, v, the output and B x H x T logsumexp, no B x H x T x T tensor; backward peaks in sdpa's backward with its per-thread scratch",
         ),
         Op::MultiheadAttention { embed_dim: d, num_heads, causal, relative_attention_buckets, bias, sdpa: false } => {
@@ -675,11 +676,12 @@ pub(super) fn cpu_rule_at(graph: &Graph, k: usize, batch: u64, values: &Values, 
             r.backward_peak = Some(BackwardPeak { freed, held, params: o_proj });
             r
         }
-        Op::GqaAttention { embed_dim, num_heads, num_kv_heads, head_dim, bias, .. } => sdpa_attention(
+        Op::GqaAttention { embed_dim, num_heads, num_kv_heads, head_dim, bias, repeat_kv, .. } => sdpa_attention(
             &s,
             y,
             [*embed_dim, *num_heads, *num_kv_heads, *head_dim],
             *bias,
+            *repeat_kv,
             "q, k, v projections, k/v repeated to all heads, CPU flash sdpa: saves q, k, v, the output and B x H x T logsumexp; backward peaks in sdpa's backward with its per-thread scratch",
         ),
         Op::MlaAttention {
@@ -968,6 +970,7 @@ fn sdpa_attention(
     y: u64,
     [embed_dim, num_heads, num_kv_heads, head_dim]: [u64; 4],
     bias: bool,
+    repeat_kv: bool,
     note: &'static str,
 ) -> OpRule {
     use Saved::*;
@@ -975,7 +978,8 @@ fn sdpa_attention(
     let t = s.rows(embed_dim);
     let q = t * num_heads * head_dim * e;
     let kv = t * num_kv_heads * head_dim * e;
-    let repeated = num_heads > num_kv_heads;
+    // Without `repeat_kv`, sdpa's `enable_gqa` reads the unrepeated k and v.
+    let repeated = num_heads > num_kv_heads && repeat_kv;
     let (ks, vs) = if repeated { (q, q) } else { (kv, kv) };
     let lse = s.dim(0) * num_heads * s.dim(1) * 4;
     let saved = vec![
