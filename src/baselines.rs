@@ -185,6 +185,7 @@ pub fn textbook(graph: &Graph, batch: u64) -> Result<Textbook, NotApplicable> {
             | Op::Permute { .. }
             | Op::SelectToken { .. }
             | Op::Softmax { .. }
+            | Op::Mean { .. }
             | Op::CrossEntropy
             | Op::Mse
             | Op::LearnedPosition { .. }

@@ -273,6 +273,7 @@ fn contribution(graph: &Graph, k: usize, batch: u64) -> NodeContribution {
         | Op::Permute { .. }
         | Op::SelectToken { .. }
         | Op::Softmax { .. }
+        | Op::Mean { .. }
         | Op::CrossEntropy
         | Op::Mse
         | Op::LearnedPosition { .. }

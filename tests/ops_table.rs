@@ -29,6 +29,7 @@ const EXAMPLES: &[(&str, &str)] = &[
         ("linear", "{\"in_features\": 768, \"out_features\": 3072}"),
         ("lstm", "{\"hidden_size\": 512, \"input_size\": 256, \"num_layers\": 2}"),
         ("max_pool", "{\"kernel_size\": 2}"),
+        ("mean", "{\"dim\": 1}"),
         ("mla_attention", "{\"embed_dim\": 2048, \"kv_lora_rank\": 512, \"num_heads\": 16, \"q_lora_rank\": 0, \"qk_nope_head_dim\": 128, \"qk_rope_head_dim\": 64, \"v_head_dim\": 128}"),
         ("moe", "{\"dim\": 4096, \"hidden\": 14336, \"num_experts\": 8, \"top_k\": 2}"),
         ("mse", "{}"),

@@ -616,6 +616,9 @@ impl Model {
             (Op::Permute { dims }, _) => x.permute(dims.as_slice()),
             (Op::SelectToken { index }, _) => x.select(1, *index),
             (Op::Softmax { dim }, _) => x.softmax(*dim, None::<Kind>),
+            (Op::Mean { dim, keepdim }, _) => {
+                x.mean_dim(Some([*dim].as_slice()), *keepdim, None::<Kind>)
+            }
             (Op::CrossEntropy, _) => {
                 let k = *x.size().last().expect("logits have a class axis");
                 let logits = x.reshape([-1, k]);

@@ -257,6 +257,7 @@ pub enum OpKind {
     Permute,
     SelectToken,
     Softmax,
+    Mean,
     CrossEntropy,
     Mse,
     MultiheadAttention,
@@ -354,6 +355,13 @@ pub enum Op {
     Softmax {
         dim: i64,
     },
+    /// The mean over one axis (`x.mean(dim, keepdim)`: mean pooling over tokens, a global
+    /// average written out). Saves nothing (derivatives.yaml `mean.dim: mean_backward(grad,
+    /// sizes, dim, numel / result.numel(), keepdim)` needs only sizes).
+    Mean {
+        dim: i64,
+        keepdim: bool,
+    },
     CrossEntropy,
     Mse,
     MultiheadAttention {
@@ -447,6 +455,7 @@ impl Op {
             Op::Permute { .. } => OpKind::Permute,
             Op::SelectToken { .. } => OpKind::SelectToken,
             Op::Softmax { .. } => OpKind::Softmax,
+            Op::Mean { .. } => OpKind::Mean,
             Op::CrossEntropy => OpKind::CrossEntropy,
             Op::Mse => OpKind::Mse,
             Op::MultiheadAttention { .. } => OpKind::MultiheadAttention,
@@ -499,6 +508,7 @@ impl Op {
             | Op::Permute { .. }
             | Op::SelectToken { .. }
             | Op::Softmax { .. }
+            | Op::Mean { .. }
             | Op::CrossEntropy
             | Op::Mse
             | Op::LearnedPosition { .. }
@@ -547,6 +557,7 @@ impl Op {
             | Op::Permute { .. }
             | Op::SelectToken { .. }
             | Op::Softmax { .. }
+            | Op::Mean { .. }
             | Op::GqaAttention { .. }
             | Op::MlaAttention { .. }
             | Op::Moe { .. }

@@ -190,6 +190,7 @@ impl Op {
             | Op::Permute { .. }
             | Op::SelectToken { .. }
             | Op::Softmax { .. }
+            | Op::Mean { .. }
             | Op::CrossEntropy
             | Op::Mse => {}
         }
@@ -235,6 +236,7 @@ impl Op {
             | Op::Permute { .. }
             | Op::SelectToken { .. }
             | Op::Softmax { .. }
+            | Op::Mean { .. }
             | Op::CrossEntropy
             | Op::Mse
             | Op::MultiheadAttention { .. }

@@ -230,6 +230,12 @@ static OPS: &[(OpKind, &str, Parser)] = &[
     (OpKind::Softmax, "softmax", |a| {
         Ok(Op::Softmax { dim: a.int("dim")? })
     }),
+    (OpKind::Mean, "mean", |a| {
+        Ok(Op::Mean {
+            dim: a.int("dim")?,
+            keepdim: a.flag_or("keepdim", false)?,
+        })
+    }),
     (OpKind::CrossEntropy, "cross_entropy", |_| {
         Ok(Op::CrossEntropy)
     }),

@@ -125,6 +125,14 @@ impl Op {
             } => expect_last(*d, "normalized_shape")?,
             Op::RmsNorm { dim } => expect_last(*dim, "dim")?,
             Op::Activation(_) | Op::Dropout { .. } | Op::Unary(_) => {}
+            Op::Mean { dim, keepdim } => {
+                let a = axis(*dim, x.rank())?;
+                if *keepdim {
+                    out.0[a] = Dim::fixed(1);
+                } else {
+                    out.0.remove(a);
+                }
+            }
             Op::Softmax { dim } => {
                 axis(*dim, x.rank())?;
             }

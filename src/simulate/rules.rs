@@ -605,6 +605,8 @@ pub(super) fn cpu_rule_at(graph: &Graph, k: usize, batch: u64, values: &Values, 
         }
         Op::SelectToken { .. } => OpRule::new(Output::View, vec![], one, Measured)
             .note("a strided view (keeps the whole input alive); backward scatters into a zero tensor of the input's size"),
+        Op::Mean { .. } => OpRule::new(Output::New(y), vec![], one, Measured)
+            .note("saves nothing (mean_backward needs only sizes); backward expands the gradient and divides it: one new input-sized buffer"),
         Op::Softmax { .. } => OpRule::new(Output::New(y), vec![Out], one, Measured)
             .contiguous_input()
             .note("saves its output"),
