@@ -508,6 +508,7 @@ pub fn write_data_folder_as(
             precision: Precision::Fp32.as_str().into(),
             regime: regime.into(),
             marker: after_fit.then(|| super::load::AFTER_FIT.to_string()),
+            strategy: None,
             device: device(cap),
             host: "synthetic".into(),
             timestamp: timestamp(5 * i as u64, after_fit),

@@ -442,3 +442,61 @@ pub fn check_combination(s: &Strategy) -> Result<(), String> {
     }
     Ok(())
 }
+
+/// A row's `strategy` field: a training strategy, or inference with a KV cache.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RowSpec {
+    Training(Strategy),
+    /// `inference:prompt=P,decode=N`: no gradients; a prefill of P tokens, then N decode steps
+    /// appending to a K/V cache per attention layer.
+    Inference {
+        prompt: u64,
+        decode: u64,
+    },
+}
+
+impl RowSpec {
+    /// The kinds a training spec has (empty for inference).
+    pub fn label(&self) -> String {
+        match self {
+            RowSpec::Training(s) => s.spec(),
+            RowSpec::Inference { prompt, decode } => {
+                format!("inference:prompt={prompt},decode={decode}")
+            }
+        }
+    }
+}
+
+/// Parses a row's `strategy` field (the spec grammar of [`parse`], or
+/// `inference:prompt=P,decode=N`).
+pub fn parse_row_spec(spec: &str) -> Result<RowSpec, String> {
+    let Some(args) = spec.strip_prefix("inference:") else {
+        if spec == "plain" {
+            return Err("`plain` is no strategy: leave the field out for plain training".into());
+        }
+        return parse(spec).map(RowSpec::Training);
+    };
+    let (mut prompt, mut decode) = (None, None);
+    for item in args.split(',') {
+        let (k, v) = item.split_once('=').ok_or_else(|| {
+            format!("`{spec}`: `{item}` is not NAME=VALUE (inference:prompt=P,decode=N)")
+        })?;
+        let v: u64 = v
+            .parse()
+            .map_err(|_| format!("`{spec}`: {k}={v} is not a whole number"))?;
+        match k {
+            "prompt" if prompt.is_none() && v >= 1 => prompt = Some(v),
+            "decode" if decode.is_none() => decode = Some(v),
+            _ => {
+                return Err(format!(
+                    "`{spec}`: `{item}`: expected prompt=P (at least 1) and decode=N, once each"
+                ))
+            }
+        }
+    }
+    match (prompt, decode) {
+        (Some(prompt), Some(decode)) => Ok(RowSpec::Inference { prompt, decode }),
+        _ => Err(format!("`{spec}`: needs prompt=P and decode=N")),
+    }
+}
