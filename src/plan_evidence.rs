@@ -227,8 +227,6 @@ pub struct Evidence {
     pub profiles: BTreeMap<Precision, ProfileEvidence>,
     pub allocator_overhead: Option<AllocatorOverhead>,
     pub real_cards: Vec<RealCard>,
-    /// Measured rows per strategy (the rows whose `strategy` field is set).
-    pub strategy_rows: crate::strategy::planner::RowCounts,
 }
 
 /// Sorted ratios measured / predicted by `method` over `p`'s completed rows >= `threshold`.
@@ -341,7 +339,6 @@ pub fn evidence(ds: &Dataset, cal: &Calibration) -> Evidence {
         profiles,
         real_cards: cards::real_cards(overhead.as_ref()),
         allocator_overhead: overhead,
-        strategy_rows: crate::strategy::planner::RowCounts::new(),
     }
 }
 

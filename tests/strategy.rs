@@ -314,3 +314,49 @@ fn plan_strategy_exits_2_on_a_bad_spec_and_prints_the_devices() {
     ]);
     assert_eq!(inf.status.code(), Some(2));
 }
+
+#[test]
+fn strategy_rows_are_compared_with_their_formulas_and_label_the_plan() {
+    let out = memcal(&["fit", "--strategies", "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = v["rows"].as_array().unwrap();
+    for r in rows {
+        assert!(r["run_id"].as_str().unwrap().starts_with("cpu-"), "{r}");
+        if r["status"] == "completed" {
+            assert!(r["predicted_bytes"].as_u64().unwrap() > 0, "{r}");
+        }
+    }
+    let strategies = v["strategies"].as_array().unwrap();
+    let checkpoint = strategies
+        .iter()
+        .find(|s| s["strategy"] == "checkpoint")
+        .unwrap();
+    assert!(checkpoint["all"]["rows"].as_u64().unwrap() >= 40);
+    assert!(checkpoint["all"]["families"].as_u64().unwrap() >= 4);
+    assert!(v["formulas_only"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|k| k == "zero3"));
+    let plan = memcal(&[
+        "plan",
+        "data/graphs/llama-r1.json",
+        "--batch",
+        "2",
+        "--precision",
+        "fp32",
+        "--strategy",
+        "checkpoint+zero3:world=4",
+    ]);
+    let text = String::from_utf8_lossy(&plan.stdout);
+    assert!(text.contains("measured on CPU: "), "{text}");
+    assert!(
+        text.contains("zero3:world=4      formula, not measured"),
+        "{text}"
+    );
+}

@@ -105,7 +105,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if context == Some(0) {
         return Err(memcal::Error::Invalid("--context must be at least 1".into()).into());
     }
-    let (g, f, evidence) = load(&graph, seq, &factors, data)?;
+    let (g, f, evidence, strategy_evidence) = load(&graph, seq, &factors, data)?;
     let cards = match &regime {
         None => f.cards.clone(),
         Some(r) => f
@@ -151,10 +151,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     if job.strategy.is_some() || job.recommend || job.context.is_some() {
         let all = cards.all();
-        let counts = evidence
-            .as_ref()
-            .map_or_else(Default::default, |e| e.strategy_rows.clone());
-        strategies(&g, &p, &f, &all, &counts, &job)?;
+        let backing = memcal::strategy::planner::Backing::of(strategy_evidence);
+        strategies(&g, &p, &f, &all, &backing, &job)?;
         std::mem::forget(g);
         return Ok(ExitCode::SUCCESS);
     }
@@ -223,7 +221,7 @@ fn strategies(
     p: &memcal::plan::Plan,
     f: &FactorsFile,
     cards: &[memcal::factors::Card],
-    counts: &memcal::strategy::planner::RowCounts,
+    backing: &memcal::strategy::planner::Backing,
     job: &StrategyJob,
 ) -> anyhow::Result<()> {
     use memcal::strategy::{planner, render};
@@ -267,7 +265,7 @@ fn strategies(
             }),
         )
     } else if job.recommend {
-        let recs = planner::recommend(&base, cards, counts, f.bound_floor_bytes);
+        let recs = planner::recommend(&base, cards, backing, f.bound_floor_bytes);
         (
             render::render_recommend(&base, &recs),
             serde_json::json!({"mode": "recommend", "base": base, "order_of_cost": planner::COST_ORDER, "recommendations": recs}),
@@ -275,7 +273,7 @@ fn strategies(
     } else {
         let s = job.strategy.as_ref().expect("a strategy was asked for");
         planner::check_job(s, &base).map_err(memcal::Error::Invalid)?;
-        let sp = planner::plan_strategy(&base, s, cards, counts, f.bound_floor_bytes);
+        let sp = planner::plan_strategy(&base, s, cards, backing, f.bound_floor_bytes);
         (
             render::render_strategy(&base, &sp),
             serde_json::json!({"mode": "strategy", "base": base, "plan": sp}),
@@ -297,7 +295,12 @@ fn load(
     seq: Option<u64>,
     factors: &Path,
     data: Option<PathBuf>,
-) -> anyhow::Result<(Graph, FactorsFile, Option<memcal::plan_evidence::Evidence>)> {
+) -> anyhow::Result<(
+    Graph,
+    FactorsFile,
+    Option<memcal::plan_evidence::Evidence>,
+    Option<memcal::strategy::evidence::Evidence>,
+)> {
     let data = data.or_else(|| {
         let d = PathBuf::from("data");
         d.join("factors.json").is_file().then_some(d)
@@ -307,12 +310,14 @@ fn load(
             match &data {
                 Some(d) => {
                     let ds = memcal::engine::load(d)?;
-                    Ok(Some(memcal::plan_evidence::evidence(
-                        &ds,
-                        &memcal::engine::calibrate(&ds),
-                    )))
+                    let plain =
+                        memcal::plan_evidence::evidence(&ds, &memcal::engine::calibrate(&ds));
+                    Ok((
+                        Some(plain),
+                        Some(memcal::strategy::evidence::evidence(&ds, d)),
+                    ))
                 }
-                None => Ok(None),
+                None => Ok((None, None)),
             }
         });
         let g = Graph::load_at(graph, seq);
@@ -322,6 +327,7 @@ fn load(
                 "calibrating the data folder failed (a bug in memcal: please report it)"
             )
         })?;
-        Ok((g?, f?, evidence?))
+        let (evidence, strategies) = evidence?;
+        Ok((g?, f?, evidence, strategies))
     })
 }

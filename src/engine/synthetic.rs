@@ -103,6 +103,7 @@ pub fn row(
         device_capacity_bytes: capacity,
         capped: false,
         after_fit: false,
+        strategy: None,
         timestamp: "2025-06-01T00:00:00Z".into(),
         graph_changed: false,
         graph_mismatch: false,

@@ -5,6 +5,7 @@
 //! ([`check_combination`]). Adding a strategy touches [`Kind`] and [`STRATEGIES`] alone (and
 //! its formula in [`memory`]).
 
+pub mod evidence;
 pub mod memory;
 pub mod planner;
 pub mod render;

@@ -3,7 +3,7 @@
 //! that fits ([`recommend`]).
 
 use super::memory::{self, GraphTerms, Terms};
-use super::{cost_key, def, parse, Backing, Kind, Strategy};
+use super::{cost_key, def, parse, Kind, Strategy};
 use crate::factors::Card;
 use crate::graph::Graph;
 use crate::plan::Plan;
@@ -21,11 +21,11 @@ pub type RowCounts = BTreeMap<Kind, usize>;
 pub fn evidence_label(kind: Kind, rows: &RowCounts) -> String {
     let n = rows.get(&kind).copied().unwrap_or(0);
     match (def(kind).backing, n) {
-        (Backing::MeasuredCpu, n) if n > 0 => format!("measured on CPU: {n} rows"),
-        (Backing::Emulated, n) if n > 0 => {
+        (super::Backing::MeasuredCpu, n) if n > 0 => format!("measured on CPU: {n} rows"),
+        (super::Backing::Emulated, n) if n > 0 => {
             format!("one rank's layout, emulated in one process: {n} rows")
         }
-        (Backing::Formula, _) => "formula, not measured".to_string(),
+        (super::Backing::Formula, _) => "formula, not measured".to_string(),
         _ => "formula, not measured (the harness has a protocol; no rows in the data folder)"
             .to_string(),
     }
@@ -36,10 +36,40 @@ pub fn evidence_label(kind: Kind, rows: &RowCounts) -> String {
 pub struct PartInfo {
     pub spec: String,
     pub evidence: String,
+    /// The formula's held-out record on the rows measured with this strategy alone.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub record: Option<super::evidence::Record>,
     pub effect: &'static str,
     pub formula: &'static str,
     pub cost: u8,
     pub cost_why: &'static str,
+}
+
+/// The evidence a plan draws on: the rows per kind and each strategy's held-out record.
+#[derive(Debug, Clone, Default)]
+pub struct Backing {
+    pub counts: RowCounts,
+    pub evidence: Option<super::evidence::Evidence>,
+}
+
+impl Backing {
+    pub fn of(e: Option<super::evidence::Evidence>) -> Backing {
+        Backing {
+            counts: e.as_ref().map(|e| e.counts()).unwrap_or_default(),
+            evidence: e,
+        }
+    }
+
+    /// The held-out record of one kind measured alone.
+    fn record(&self, kind: Kind) -> Option<&super::evidence::Record> {
+        let name = def(kind).name;
+        self.evidence
+            .as_ref()?
+            .strategies
+            .iter()
+            .find(|s| s.strategy == name)
+            .map(|s| &s.all)
+    }
 }
 
 /// A verdict on one card.
@@ -67,6 +97,8 @@ pub struct StrategyPlan {
     /// Per device.
     pub terms: Terms,
     pub estimate_bytes: u64,
+    /// The larger of the plain plan's q95 and the measured parts' own held-out q95.
+    pub q95: f64,
     /// max(bound floor, estimate x q95).
     pub bound_bytes: u64,
     pub cards: Vec<CardFit>,
@@ -98,7 +130,7 @@ fn assumptions(q95: f64) -> Vec<String> {
         "--batch is the batch a device runs (a data-parallel job runs it on every device); pipeline micro-batches split it".to_string(),
         "fp32 weights, gradients and AdamW states as the harness trains (bf16 autocast changes the activations only); 8-bit and 4-bit states where the strategy says".to_string(),
         "A (activations and transients) = the plain plan's estimate less 16 bytes a parameter; each strategy's formula transforms it".to_string(),
-        format!("bound = estimate x {q95:.2} (the plain plan's held-out q95; no strategy has its own bound yet), fits when bound x (1 + headroom) <= card"),
+        format!("bound = estimate x the larger of {q95:.2} (the plain plan's held-out q95) and each measured part's own held-out q95 (measured / formula on its CPU rows); fits when bound x (1 + headroom) <= card"),
         "blocks are read from node ids (`layers0`, `h3`, `encoder.layer1`); LoRA/QLoRA target every linear, attention and MoE projection matrix inside them".to_string(),
     ]
 }
@@ -149,7 +181,7 @@ pub fn plan_strategy(
     b: &Base,
     s: &Strategy,
     cards: &[Card],
-    rows: &RowCounts,
+    backing: &Backing,
     bound_floor: u64,
 ) -> StrategyPlan {
     let terms = memory::strategy_terms(
@@ -159,7 +191,13 @@ pub fn plan_strategy(
         b.precision.activation_bytes(),
     );
     let est = terms.total();
-    let bound = (est * b.q95).max(bound_floor as f64);
+    // The larger of the plain q95 and each measured part's own held-out q95.
+    let q95 = s
+        .parts
+        .iter()
+        .filter_map(|p| backing.record(p.kind).and_then(|r| r.q95))
+        .fold(b.q95, f64::max);
+    let bound = (est * q95).max(bound_floor as f64);
     let cards = cards
         .iter()
         .map(|c| CardFit {
@@ -176,7 +214,8 @@ pub fn plan_strategy(
                 let d = def(p.kind);
                 PartInfo {
                     spec: p.to_string(),
-                    evidence: evidence_label(p.kind, rows),
+                    evidence: evidence_label(p.kind, &backing.counts),
+                    record: backing.record(p.kind).cloned(),
                     effect: d.effect,
                     formula: d.formula,
                     cost: d.cost,
@@ -185,6 +224,7 @@ pub fn plan_strategy(
             })
             .collect(),
         devices: s.devices(),
+        q95,
         estimate_bytes: est.ceil() as u64,
         bound_bytes: bound.ceil() as u64,
         cards,
@@ -288,13 +328,13 @@ pub struct Recommendation {
 pub fn recommend(
     b: &Base,
     cards: &[Card],
-    rows: &RowCounts,
+    backing: &Backing,
     bound_floor: u64,
 ) -> Vec<Recommendation> {
     let plans: Vec<StrategyPlan> = candidates()
         .iter()
         .filter(|s| check_job(s, b).is_ok())
-        .map(|s| plan_strategy(b, s, cards, rows, bound_floor))
+        .map(|s| plan_strategy(b, s, cards, backing, bound_floor))
         .collect();
     cards
         .iter()

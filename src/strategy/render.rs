@@ -187,3 +187,52 @@ pub fn render_inference(
     let _ = writeln!(s, "\nfits: total x (1 + headroom) <= card; the longest context is searched up to 2^24 at this batch.");
     s
 }
+
+/// `memcal fit --strategies`: the formula against the strategy rows.
+pub fn render_evidence(e: &super::evidence::Evidence) -> String {
+    let mut s = String::new();
+    let pct = |v: Option<f64>| v.map_or(crate::format::MISSING.to_string(), crate::format::pct);
+    let ratio = crate::format::opt_ratio;
+    let _ = writeln!(
+        s,
+        "strategy rows against their formulas (no constant chosen on them: every row held out)\n{:<24} {:<14} {:>6} {:>9} {:>10} {:>8} {:>7}",
+        "strategy", "family", "rows", "families", "median|e|", "max|e|", "q95"
+    );
+    for st in &e.strategies {
+        let a = &st.all;
+        let _ = writeln!(
+            s,
+            "{:<24} {:<14} {:>6} {:>9} {:>10} {:>8} {:>7}",
+            st.strategy,
+            "all",
+            a.rows,
+            a.families,
+            pct(a.median_abs_error),
+            pct(a.max_abs_error),
+            ratio(a.q95)
+        );
+        for (f, r) in &st.by_family {
+            let _ = writeln!(
+                s,
+                "{:<24} {:<14} {:>6} {:>9} {:>10} {:>8} {:>7}",
+                "",
+                f,
+                r.rows,
+                "",
+                pct(r.median_abs_error),
+                pct(r.max_abs_error),
+                ratio(r.q95)
+            );
+        }
+    }
+    let _ = writeln!(
+        s,
+        "\nstill formulas, not measured: {}",
+        e.formulas_only.join(", ")
+    );
+    let _ = writeln!(
+        s,
+        "rows measured on CPU (fp32, the counting allocator); error = (measured - formula) / measured; q95: the 95th percentile of measured / formula"
+    );
+    s
+}
