@@ -65,6 +65,7 @@ fn shipped_rows_pass_the_campaign_checks() {
                 (4 * params, "4")
             }
             Some(s) if s.contains("qlora:") => (params / 2, "0.5"),
+            Some(s) if s.contains("zero1:") => (8 * params, "8"),
             Some(_) => (16 * params, "16"),
         };
         if let Some(peak) = &row.peak {

@@ -5,7 +5,8 @@ Families: checkpointing needs blocks (node ids like `layers0`, `h3`, `encoder.la
 llama, gpt, mixtral, mla, bert, t5, vit, mlp, resnet. LoRA/QLoRA need linear, attention or
 MoE projections inside blocks: the same less resnet (its blocks are convolutions). Inference
 with a KV cache needs a causal self-attention decoder: llama, gpt, mixtral, mla (bert, t5
-and vit attend bidirectionally or across; the recurrent families have no KV cache).
+and vit attend bidirectionally or across; the recurrent families have no KV cache). ZeRO-1
+(rank 0's layout emulated in one process) runs on every family with blocks, r1 graphs only.
 Small zoo graphs (r1, r2) and small batches so that each run takes seconds on CPU.
 """
 from pathlib import Path
@@ -17,12 +18,14 @@ GRAPHS = {
     "lora": ["llama", "gpt", "mixtral", "mla", "bert", "t5", "vit", "mlp"],
     "qlora": ["llama", "gpt", "mixtral", "mla", "bert", "t5", "vit", "mlp"],
     "inference": ["llama", "gpt", "mixtral", "mla"],
+    "zero1": ["llama", "gpt", "mixtral", "mla", "bert", "t5", "vit", "mlp", "resnet"],
 }
 STRATEGIES = {
     "checkpoint": ["checkpoint:every=1", "checkpoint:every=2"],
     "lora": ["lora:r=4", "lora:r=16"],
     "qlora": ["qlora:r=4", "qlora:r=16"],
     "inference": ["inference:prompt=32,decode=16", "inference:prompt=128,decode=64"],
+    "zero1": ["zero1:world=2", "zero1:world=4", "zero1:world=8"],
 }
 
 for name, families in GRAPHS.items():
@@ -34,7 +37,7 @@ for name, families in GRAPHS.items():
         "",
     ]
     for fam in families:
-        for variant in ["r1", "r2"]:
+        for variant in ["r1"] if name == "zero1" else ["r1", "r2"]:
             specs = ", ".join(f'"{s}"' for s in STRATEGIES[name])
             lines += [
                 "[[run]]",

@@ -240,6 +240,7 @@ pub fn run_with(
         checkpoint_every: None,
         low_rank: None,
         inference: None,
+        zero1_world: None,
     };
     let proto = strategy.unwrap_or(&plain);
     let stages = crate::strategies::stages(graph, proto);
@@ -262,6 +263,7 @@ pub fn run_with(
     let inputs = loaded
         .as_ref()
         .and_then(|(m, _)| r.phase("inputs", || m.inputs(batch)));
+    let mut sharded = proto.zero1_world.map(crate::strategies::ShardedAdamW::new);
     if let (Some((model, mut opt)), Some(inputs)) = (loaded, inputs) {
         for k in 1..=STEPS {
             let loss = r.phase(&format!("step{k}.forward"), || {
@@ -296,7 +298,10 @@ pub fn run_with(
                 break;
             }
             let stepped = r.phase(&format!("step{k}.optimizer"), || {
-                opt.step();
+                match sharded.as_mut() {
+                    Some(s) => s.step(&model.vs.trainable_variables(), LEARNING_RATE),
+                    None => opt.step(),
+                }
                 opt.zero_grad();
                 Ok(())
             });

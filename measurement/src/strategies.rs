@@ -36,6 +36,8 @@ pub struct Protocol {
     pub low_rank: Option<(u64, bool)>,
     /// Inference (prompt, decode).
     pub inference: Option<(u64, u64)>,
+    /// ZeRO-1 over this world: rank 0's layout, emulated in one process ([`ShardedAdamW`]).
+    pub zero1_world: Option<u64>,
 }
 
 /// Which parts of a spec the harness has a protocol for; an error names the part that has none.
@@ -44,6 +46,7 @@ pub fn protocol(spec: &RowSpec) -> Result<Protocol, String> {
         checkpoint_every: None,
         low_rank: None,
         inference: None,
+        zero1_world: None,
     };
     match spec {
         RowSpec::Inference { prompt, decode } => p.inference = Some((*prompt, *decode)),
@@ -53,6 +56,7 @@ pub fn protocol(spec: &RowSpec) -> Result<Protocol, String> {
                     SKind::Checkpoint => p.checkpoint_every = Some(part.get("every")),
                     SKind::Lora => p.low_rank = Some((part.get("r"), false)),
                     SKind::Qlora => p.low_rank = Some((part.get("r"), true)),
+                    SKind::Zero1 => p.zero1_world = Some(part.get("world")),
                     other => {
                         return Err(format!(
                             "`{part}`: the harness has no protocol for {other:?} (no distributed backend, no 8-bit optimizer): `memcal plan` gives its formula"
@@ -63,6 +67,56 @@ pub fn protocol(spec: &RowSpec) -> Result<Protocol, String> {
         }
     }
     Ok(p)
+}
+
+/// ZeRO-1's optimizer on one rank, emulated in one process: full weights and full gradients
+/// (every rank holds them), AdamW states for rank 0's shard alone (the first
+/// ceil(numel / world) elements of each parameter, the largest shard), and the update of that
+/// shard. torch's AdamW arithmetic (decoupled weight decay 0.01, bias correction), on a flat
+/// view. No other rank exists: no all-gather of the updated shards is run (it writes into the
+/// full weights in place, allocating nothing beyond a communication buffer not modelled here).
+pub struct ShardedAdamW {
+    world: u64,
+    step: i32,
+    states: Vec<(Tensor, Tensor)>,
+}
+
+impl ShardedAdamW {
+    pub fn new(world: u64) -> ShardedAdamW {
+        ShardedAdamW {
+            world,
+            step: 0,
+            states: Vec::new(),
+        }
+    }
+
+    /// One AdamW step over rank 0's shard of every parameter with a gradient.
+    pub fn step(&mut self, params: &[Tensor], lr: f64) {
+        let _g = tch::no_grad_guard();
+        let (b1, b2, eps, wd) = (0.9f64, 0.999f64, 1e-8, 0.01);
+        self.step += 1;
+        let (c1, c2) = (1.0 - b1.powi(self.step), 1.0 - b2.powi(self.step));
+        for (i, p) in params.iter().enumerate() {
+            let grad = p.grad();
+            if !grad.defined() {
+                continue;
+            }
+            let n = p.numel() as i64;
+            let len = (n + self.world as i64 - 1) / self.world as i64;
+            if self.states.len() <= i {
+                let z = || Tensor::zeros([len], (Kind::Float, p.device()));
+                self.states.push((z(), z()));
+            }
+            let (m, v) = &mut self.states[i];
+            let mut w = p.view([-1]).narrow(0, 0, len);
+            let g = grad.view([-1]).narrow(0, 0, len);
+            let _ = w.g_mul_scalar_(1.0 - lr * wd);
+            let _ = m.g_mul_scalar_(b1).g_add_(&(&g * (1.0 - b1)));
+            let _ = v.g_mul_scalar_(b2).g_add_(&(&g * &g * (1.0 - b2)));
+            let denom = (&*v / c2).sqrt() + eps;
+            let _ = w.g_sub_(&(&*m / &denom * (lr / c1)));
+        }
+    }
 }
 
 /// The NF4 code book (QLoRA, Dettmers et al. 2023, Appendix E; bitsandbytes' `NF4` table).

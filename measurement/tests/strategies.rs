@@ -115,3 +115,54 @@ fn nf4_packing_round_trips_within_the_code_book() {
     assert!(err <= 0.153 * absmax, "error {err} vs absmax {absmax}");
     assert!(err > 0.0, "4-bit codes are not exact");
 }
+
+#[test]
+fn the_sharded_adamw_of_one_rank_is_torchs_adamw_on_its_shard() {
+    use tch::nn::OptimizerConfig;
+    let make = || {
+        let vs = tch::nn::VarStore::new(Device::Cpu);
+        let w = vs.root().var("w", &[10, 7], tch::nn::Init::Const(0.5));
+        (vs, w)
+    };
+    let (vs_a, wa) = make();
+    let (_vs_b, wb) = make();
+    let mut opt = tch::nn::AdamW::default().build(&vs_a, 1e-2).unwrap();
+    let mut sharded = strategies::ShardedAdamW::new(1);
+    let mut quarter = strategies::ShardedAdamW::new(4);
+    let (_vs_c, wc) = make();
+    for step in 0..3 {
+        let x =
+            Tensor::from_slice(&[1.0f32, -2.0, 0.5, 3.0, 1.5, -1.0, 2.0]).view([7, 1]) * (step + 1);
+        for w in [&wa, &wb, &wc] {
+            w.matmul(&x)
+                .pow_tensor_scalar(2)
+                .sum(Kind::Float)
+                .backward();
+        }
+        opt.step();
+        sharded.step(&[wb.shallow_clone()], 1e-2);
+        // World 4 for one step only: afterwards its elements that rank 0 does not update
+        // change the gradients.
+        if step == 0 {
+            quarter.step(&[wc.shallow_clone()], 1e-2);
+            let flat_c = wc.view([-1]);
+            let first = wa.view([-1]).narrow(0, 0, 18);
+            let shard = (first - flat_c.narrow(0, 0, 18))
+                .abs()
+                .max()
+                .double_value(&[]);
+            assert!(shard < 1e-6, "rank 0's shard differs by {shard}");
+            let rest = (flat_c.narrow(0, 18, 52) - 0.5)
+                .abs()
+                .max()
+                .double_value(&[]);
+            assert_eq!(rest, 0.0, "the other ranks' elements are not updated here");
+        }
+        for w in [&wa, &wb, &wc] {
+            let mut g = w.grad();
+            let _ = g.zero_();
+        }
+    }
+    let diff = (&wa - &wb).abs().max().double_value(&[]);
+    assert!(diff < 1e-6, "world 1 differs from torch's AdamW by {diff}");
+}

@@ -29,6 +29,9 @@ pub struct StrategyRow {
     /// `checkpoint`, `lora`, `qlora`, `inference`, or the joined kinds of a combination.
     pub strategy: String,
     pub status: RunStatus,
+    /// How the row was measured: "measured on CPU", or for a multi-device strategy "one
+    /// rank's layout, emulated in one process (CPU)".
+    pub label: &'static str,
     pub measured_bytes: Option<u64>,
     /// Absent where the formula has no input (no plain simulation of the graph).
     pub predicted_bytes: Option<u64>,
@@ -204,6 +207,12 @@ pub fn evidence(ds: &Dataset, data_dir: &Path) -> Evidence {
             spec: spec.label(),
             strategy: group(&spec),
             status: r.status,
+            label: match &spec {
+                RowSpec::Training(s) if s.devices() > 1 => {
+                    "one rank's layout, emulated in one process (CPU)"
+                }
+                _ => "measured on CPU",
+            },
             measured_bytes: r.measured_bytes,
             predicted_bytes: predicted,
             plain_simulated_bytes: r.simulated_bytes,

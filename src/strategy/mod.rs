@@ -138,8 +138,8 @@ pub const STRATEGIES: &[Def] = &[
         cost_why: "N data-parallel devices; optimizer states partitioned",
         effect: "optimizer state / N",
         formula: "4P + 4P + 8P/N (ZeRO paper's P_os with fp32 weights and gradients)",
-        backing: Backing::Formula,
-        rows_folder: None,
+        backing: Backing::Emulated,
+        rows_folder: Some("cpu-zero1"),
     },
     Def {
         kind: Kind::Zero2,

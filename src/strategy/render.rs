@@ -232,6 +232,10 @@ pub fn render_evidence(e: &super::evidence::Evidence) -> String {
     );
     let _ = writeln!(
         s,
+        "zero1 rows: one rank's layout, emulated in one process (rank 0's optimizer shard; no other rank, no communication)"
+    );
+    let _ = writeln!(
+        s,
         "rows measured on CPU (fp32, the counting allocator); error = (measured - formula) / measured; q95: the 95th percentile of measured / formula"
     );
     s
