@@ -28,6 +28,7 @@ pub mod review;
 pub mod run;
 pub mod shape;
 pub mod simulate;
+pub mod strategy;
 pub mod time;
 pub mod units;
 pub mod zoo;

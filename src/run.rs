@@ -26,6 +26,11 @@ pub struct RunRow {
     /// `after-fit` for rows measured after the shipped factors were fixed; never fitted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub marker: Option<String>,
+    /// The memory-saving strategy the run used (`checkpoint:every=2`, `lora:r=8`, `qlora:r=8`,
+    /// `inference:prompt=64,decode=32`; grammar in docs/strategies.md); absent: plain training.
+    /// Rows with a strategy are never fitted into the plain factors.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub strategy: Option<String>,
     /// The device and its allocator.
     pub device: DeviceInfo,
     /// Host name of the machine that ran it.

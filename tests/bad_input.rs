@@ -162,6 +162,7 @@ mod rows {
         unknown_precision,
         bad_graph_sha256,
         unknown_marker,
+        bad_strategy,
         graph_path_is_a_directory,
         graph_name_differs_from_file,
         bad_graph_in_data,

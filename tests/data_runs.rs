@@ -1,7 +1,7 @@
 //! The measured rows shipped in data/runs pass the campaign's checks: each row's built model has
 //! its graph's parameter count, no run failed for a reason other than memory, every completed
 //! run's peak is at least the model state alone (16 bytes per parameter: float32 weights,
-//! gradients and AdamW's two moments), CPU rows are labelled CPU, and CPU out-of-memory errors
+//! gradients and AdamW's two moments; under a strategy, what the strategy keeps), CPU rows are labelled CPU, and CPU out-of-memory errors
 //! happen only under an emulated capacity.
 
 use memcal::graph::Graph;
@@ -54,10 +54,24 @@ fn shipped_rows_pass_the_campaign_checks() {
         if row.status == RunStatus::Error {
             problems.push(format!("{rel}: failed for a reason other than memory"));
         }
+        // The model state a strategy keeps: 16 bytes a parameter for plain training and
+        // checkpointing, the fp32 weights for LoRA and inference, the packed 4-bit weights
+        // (half a byte) for QLoRA.
+        let (floor, what) = match row.strategy.as_deref() {
+            None => (16 * params, "16"),
+            Some(s)
+                if s.starts_with("inference:") || s.contains("lora:") && !s.contains("qlora:") =>
+            {
+                (4 * params, "4")
+            }
+            Some(s) if s.contains("qlora:") => (params / 2, "0.5"),
+            Some(s) if s.contains("zero1:") => (8 * params, "8"),
+            Some(_) => (16 * params, "16"),
+        };
         if let Some(peak) = &row.peak {
-            if peak.allocated_bytes < 16 * params {
+            if peak.allocated_bytes < floor {
                 problems.push(format!(
-                    "{rel}: peak {} is below the model state alone, 16 x {params}",
+                    "{rel}: peak {} is below the model state alone, {what} x {params}",
                     peak.allocated_bytes
                 ));
             }

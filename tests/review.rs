@@ -36,6 +36,7 @@ fn row(graph: &Graph, batch: u64, peak: u64) -> RunRow {
         precision: "fp32".into(),
         regime: "cpu-free".into(),
         marker: None,
+        strategy: None,
         device: DeviceInfo {
             kind: "cpu".into(),
             name: "test".into(),

@@ -19,10 +19,14 @@ use std::collections::HashMap;
 use tch::nn::{self, Init};
 use tch::{Device, Kind, Reduction, Tensor};
 
-/// A learned linear map: `weight` is `[out, in]`.
-struct Lin {
-    w: Tensor,
+/// A learned linear map: `weight` is `[out, in]`; with LoRA, adapters `A` `[r, in]` and `B`
+/// `[out, r]` (scale alpha/r = 1); with QLoRA, the weight packed as 4-bit NF4
+/// ([`crate::strategies::Packed`]) and dequantized on every use.
+pub(crate) struct Lin {
+    pub(crate) w: Tensor,
     b: Option<Tensor>,
+    pub(crate) lora: Option<(Tensor, Tensor)>,
+    pub(crate) packed: Option<crate::strategies::Packed>,
 }
 
 impl Lin {
@@ -34,15 +38,29 @@ impl Lin {
             nn::init::DEFAULT_KAIMING_UNIFORM,
         );
         let b = bias.then(|| q.var("bias", &[out as i64], Init::Const(0.)));
-        Lin { w, b }
+        Lin {
+            w,
+            b,
+            lora: None,
+            packed: None,
+        }
     }
 
-    fn fwd(&self, x: &Tensor) -> Tensor {
-        x.linear(&self.w, self.b.as_ref())
+    pub(crate) fn fwd(&self, x: &Tensor) -> Tensor {
+        let base = match &self.packed {
+            // The dequantized weight lives until this call returns (or, where autograd needs
+            // it for the input's gradient, until the op's backward).
+            Some(p) => x.linear(&p.dequantize(), self.b.as_ref()),
+            None => x.linear(&self.w, self.b.as_ref()),
+        };
+        match &self.lora {
+            Some((a, b)) => base + x.linear(a, None::<&Tensor>).linear(b, None::<&Tensor>),
+            None => base,
+        }
     }
 }
 
-enum Module {
+pub(crate) enum Module {
     None,
     Linear(Lin),
     Embedding(Tensor),
@@ -131,11 +149,13 @@ enum Module {
 /// A graph built in tch.
 pub struct Model {
     pub vs: nn::VarStore,
-    graph: Graph,
-    modules: Vec<Module>,
+    /// LoRA/QLoRA adapters (the only trainable variables when present).
+    pub adapters: Option<nn::VarStore>,
+    pub(crate) graph: Graph,
+    pub(crate) modules: Vec<Module>,
     /// For each node, the names of values whose last use is that node (dropped after it runs).
-    release_after: Vec<Vec<String>>,
-    device: Device,
+    pub(crate) release_after: Vec<Vec<String>>,
+    pub(crate) device: Device,
 }
 
 /// The VarStore path of a node: tch paths may not contain dots.
@@ -194,6 +214,8 @@ impl Model {
                     Some(owner) => Module::Linear(Lin {
                         w: table(&n.id, owner)?,
                         b: bias.then(|| p.var("bias", &[i(*out_features)], Init::Const(0.))),
+                        lora: None,
+                        packed: None,
                     }),
                 },
                 Op::Embedding { tie, .. } => {
@@ -421,6 +443,7 @@ impl Model {
         }
         Ok(Model {
             vs,
+            adapters: None,
             graph: graph.clone(),
             modules,
             release_after,
@@ -487,7 +510,7 @@ impl Model {
             .unwrap_or_else(|| panic!("loss `{}` was not computed", self.graph.loss))
     }
 
-    fn node(&self, k: usize, op: &Op, a: &[&Tensor], batch: u64) -> Tensor {
+    pub(crate) fn node(&self, k: usize, op: &Op, a: &[&Tensor], batch: u64) -> Tensor {
         let x = a[0];
         match (op, &self.modules[k]) {
             (Op::Linear { .. }, Module::Linear(l)) => l.fwd(x),

@@ -50,6 +50,10 @@ pub struct Entry {
     pub regime: Option<String>,
     #[serde(default)]
     pub marker: Option<String>,
+    /// Strategy specs (`memcal-measure run --strategy`); each batch runs once per strategy,
+    /// into `b<batch>-<strategy slug>.json`. Absent or empty: plain training.
+    #[serde(default)]
+    pub strategies: Vec<String>,
 }
 
 /// One run of a campaign.
@@ -63,12 +67,16 @@ pub struct Job {
     pub precision: Option<String>,
     pub regime: Option<String>,
     pub marker: Option<String>,
+    pub strategy: Option<String>,
     pub output: PathBuf,
 }
 
 impl Job {
     pub fn label(&self) -> String {
         let mut s = format!("{} b{}", self.graph_name, self.batch);
+        if let Some(st) = &self.strategy {
+            s += &format!(" {st}");
+        }
         if let Some(c) = self.cap_gib {
             s += &format!(" cap{}", gib_label(c));
         }
@@ -104,11 +112,27 @@ pub fn load_plan(path: &Path, out: &Path) -> Result<Vec<Job>, Exit> {
         } else {
             e.caps.iter().map(|c| Some(*c)).collect()
         };
+        for s in &e.strategies {
+            memcal::strategy::parse_row_spec(s)
+                .map_err(|m| Exit::usage(format!("{}: {m}", field("strategies"))))?;
+        }
+        let strategies: Vec<Option<String>> = if e.strategies.is_empty() {
+            vec![None]
+        } else {
+            e.strategies.iter().map(|s| Some(s.clone())).collect()
+        };
         for &batch in &e.batches {
-            for &cap in &caps {
-                let file = match cap {
-                    None => format!("b{batch}.json"),
-                    Some(c) => format!("b{batch}-cap{}.json", gib_label(c)),
+            for (&cap, strategy) in caps
+                .iter()
+                .flat_map(|c| strategies.iter().map(move |s| (c, s)))
+            {
+                let stem = match cap {
+                    None => format!("b{batch}"),
+                    Some(c) => format!("b{batch}-cap{}", gib_label(c)),
+                };
+                let file = match strategy {
+                    None => format!("{stem}.json"),
+                    Some(s) => format!("{stem}-{}.json", crate::measure::strategy_slug(s)),
                 };
                 jobs.push(Job {
                     graph: e.graph.clone(),
@@ -123,6 +147,7 @@ pub fn load_plan(path: &Path, out: &Path) -> Result<Vec<Job>, Exit> {
                     precision: e.precision.clone().or_else(|| plan.precision.clone()),
                     regime: e.regime.clone().or_else(|| plan.regime.clone()),
                     marker: e.marker.clone().or_else(|| plan.marker.clone()),
+                    strategy: strategy.clone(),
                     output: out.join(&graph.name).join(file),
                 });
             }
@@ -181,6 +206,9 @@ pub fn run_job(exe: &Path, job: &Job, timeout: Option<Duration>) -> JobResult {
     }
     if let Some(m) = &job.marker {
         cmd.arg("--marker").arg(m);
+    }
+    if let Some(s) = &job.strategy {
+        cmd.arg("--strategy").arg(s);
     }
     let spawn_ns = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -379,6 +407,7 @@ mod tests {
             precision: None,
             regime: None,
             marker: None,
+            strategy: None,
             output: dir.join("g/b2-cap0.5.json"),
         }
     }

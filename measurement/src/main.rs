@@ -61,6 +61,13 @@ enum Cmd {
         /// Mark a row measured after the shipped factors were fixed (never fitted).
         #[arg(long, value_parser = ["after-fit"])]
         marker: Option<String>,
+        /// A strategy protocol: `checkpoint[:every=K]` (segments of K blocks recomputed in
+        /// backward), `lora[:r=R]` (frozen base, adapters trained), `qlora[:r=R]` (4-bit NF4
+        /// base dequantized on use, adapters trained), `checkpoint+lora`, or
+        /// `inference:prompt=P,decode=N` (prefill, then N decode steps with a KV cache). The
+        /// row records it in `strategy`. ZeRO/FSDP/TP/PP and adam8bit have no protocol here.
+        #[arg(long)]
+        strategy: Option<String>,
         /// Where to write the row; an existing file is never overwritten.
         #[arg(long)]
         output: PathBuf,
@@ -315,6 +322,7 @@ fn main() {
             cap_gib,
             regime,
             marker,
+            strategy,
             output,
         } => measure::run_command(&RunArgs {
             graph,
@@ -324,6 +332,7 @@ fn main() {
             cap_gib,
             regime,
             marker,
+            strategy,
             output,
         }),
         Cmd::Campaign {

@@ -193,7 +193,35 @@ pub struct RunArgs {
     pub cap_gib: Option<f64>,
     pub regime: Option<String>,
     pub marker: Option<String>,
+    /// A strategy spec (`checkpoint:every=2`, `lora:r=8`, `qlora:r=8`,
+    /// `inference:prompt=64,decode=32`); None: plain training.
+    pub strategy: Option<String>,
     pub output: PathBuf,
+}
+
+/// A strategy spec as a file-name part: `checkpoint:every=2` -> `checkpoint-every2`.
+pub fn strategy_slug(spec: &str) -> String {
+    spec.replace([':', ',', '+'], "-").replace('=', "")
+}
+
+/// The protocol of a `--strategy` spec and its canonical spec, or a usage error.
+fn strategy_protocol(
+    spec: &str,
+    graph: &Graph,
+) -> Result<(crate::strategies::Protocol, String), Exit> {
+    let parsed = memcal::strategy::parse_row_spec(spec)
+        .map_err(|m| Exit::usage(format!("--strategy: {m}")))?;
+    let p = crate::strategies::protocol(&parsed)
+        .map_err(|m| Exit::usage(format!("--strategy: {m}")))?;
+    if p.inference.is_some() {
+        if let Some(why) = crate::inference::unsupported(graph) {
+            return Err(Exit::usage(format!(
+                "--strategy {spec}: graph `{}`: {why}",
+                graph.name
+            )));
+        }
+    }
+    Ok((p, parsed.label()))
 }
 
 /// Writes `row` to `path` atomically and never over an existing file: a temp file in the same
@@ -297,6 +325,10 @@ pub fn run_command(a: &RunArgs) -> Result<i32, Exit> {
             message: format!("--cap-gib: {e}"),
         })?;
     }
+    let strategy = match &a.strategy {
+        Some(s) => Some(strategy_protocol(s, &graph)?),
+        None => None,
+    };
     let regime = a
         .regime
         .clone()
@@ -311,13 +343,23 @@ pub fn run_command(a: &RunArgs) -> Result<i32, Exit> {
         let overhead = first_phase_ns.saturating_sub(spawn) as f64 / 1e9;
         eprintln!("memcal-overhead-seconds: {overhead:.3}");
     }
-    let outcome = protocol::run(&graph, a.batch, backend, precision);
+    let outcome = protocol::run_with(
+        &graph,
+        a.batch,
+        backend,
+        precision,
+        strategy.as_ref().map(|(p, _)| p),
+    );
+    let spec = strategy.map(|(_, s)| s);
 
     let graph_params = graph.parameters();
     let built = outcome.built_parameters;
     let mut row = RunRow {
         format: RUN_FORMAT.to_string(),
-        run_id: run_id(&regime, &graph.name, a.batch, a.cap_gib),
+        run_id: match &spec {
+            None => run_id(&regime, &graph.name, a.batch, a.cap_gib),
+            Some(s) => format!("{}/{s}", run_id(&regime, &graph.name, a.batch, a.cap_gib)),
+        },
         graph: GraphRef {
             name: graph.name.clone(),
             sha256: graph.sha256.clone(),
@@ -326,6 +368,7 @@ pub fn run_command(a: &RunArgs) -> Result<i32, Exit> {
         precision: precision.name().to_string(),
         regime,
         marker: a.marker.clone(),
+        strategy: spec,
         device: DeviceInfo {
             kind: env.kind.clone(),
             name: env.name.clone(),

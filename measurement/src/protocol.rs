@@ -10,6 +10,7 @@
 
 use crate::builder::Model;
 use crate::counters::Backend;
+use crate::strategies::{Protocol, Tape};
 use memcal::graph::Graph;
 use memcal::run::{Failure, Peak, Phase, RunRow, RunStatus};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -212,8 +213,19 @@ impl Runner {
     }
 }
 
-/// Runs the protocol for `graph` at `batch`. Never panics on a torch error.
+/// Runs the protocol for `graph` at `batch` (plain training). Never panics on a torch error.
 pub fn run(graph: &Graph, batch: u64, backend: Backend, precision: Precision) -> Outcome {
+    run_with(graph, batch, backend, precision, None)
+}
+
+/// Runs the protocol under a strategy ([`crate::strategies`]); `None`: plain training.
+pub fn run_with(
+    graph: &Graph,
+    batch: u64,
+    backend: Backend,
+    precision: Precision,
+    strategy: Option<&Protocol>,
+) -> Outcome {
     tch::manual_seed(SEED);
     let mut r = Runner {
         backend,
@@ -221,17 +233,37 @@ pub fn run(graph: &Graph, batch: u64, backend: Backend, precision: Precision) ->
         failure: None,
     };
     let device = backend.tch_device();
+    if let Some(p) = strategy.filter(|p| p.inference.is_some()) {
+        return run_inference(r, graph, batch, device, p);
+    }
+    let plain = Protocol {
+        checkpoint_every: None,
+        low_rank: None,
+        inference: None,
+        zero1_world: None,
+    };
+    let proto = strategy.unwrap_or(&plain);
+    let stages = crate::strategies::stages(graph, proto);
 
-    // The optimizer is created with the model (it holds no tensors until its first step).
+    // The optimizer is created with the model (it holds no tensors until its first step):
+    // over the adapters alone under LoRA/QLoRA.
+    let mut built_parameters = None;
     let loaded = r.phase("model_load", || {
-        let model = Model::build(graph, device)?;
-        let opt = tch::nn::AdamW::default().build(&model.vs, LEARNING_RATE)?;
+        let mut model = Model::build(graph, device)?;
+        built_parameters = Some(model.built_parameters());
+        if let Some((rank, quantize)) = proto.low_rank {
+            crate::strategies::apply_low_rank(&mut model, rank, quantize)?;
+        }
+        let opt = match &model.adapters {
+            Some(a) => tch::nn::AdamW::default().build(a, LEARNING_RATE)?,
+            None => tch::nn::AdamW::default().build(&model.vs, LEARNING_RATE)?,
+        };
         Ok((model, opt))
     });
-    let built_parameters = loaded.as_ref().map(|(m, _)| m.built_parameters());
     let inputs = loaded
         .as_ref()
         .and_then(|(m, _)| r.phase("inputs", || m.inputs(batch)));
+    let mut sharded = proto.zero1_world.map(crate::strategies::ShardedAdamW::new);
     if let (Some((model, mut opt)), Some(inputs)) = (loaded, inputs) {
         for k in 1..=STEPS {
             let loss = r.phase(&format!("step{k}.forward"), || {
@@ -239,7 +271,13 @@ pub fn run(graph: &Graph, batch: u64, backend: Backend, precision: Precision) ->
                 if autocast {
                     backend.autocast(true).map_err(anyhow::Error::msg)?;
                 }
-                let out = catch_unwind(AssertUnwindSafe(|| model.forward(&inputs, batch)));
+                let out = catch_unwind(AssertUnwindSafe(|| match &stages {
+                    None => (model.forward(&inputs, batch), None),
+                    Some(s) => {
+                        let (loss, tape) = Tape::forward(&model, &inputs, batch, s);
+                        (loss, Some(tape))
+                    }
+                }));
                 if autocast {
                     backend.autocast(false).map_err(anyhow::Error::msg)?;
                 }
@@ -248,17 +286,22 @@ pub fn run(graph: &Graph, batch: u64, backend: Backend, precision: Precision) ->
                     Err(p) => Err(anyhow::anyhow!(panic_text(p))),
                 }
             });
-            let Some(loss) = loss else { break };
-            let done = r.phase(&format!("step{k}.backward"), || {
-                loss.f_backward()?;
-                Ok(())
+            let Some((loss, tape)) = loss else { break };
+            let done = r.phase(&format!("step{k}.backward"), || match tape {
+                None => {
+                    loss.f_backward()?;
+                    Ok(())
+                }
+                Some(t) => t.backward(&model, loss, batch),
             });
-            drop(loss);
             if done.is_none() {
                 break;
             }
             let stepped = r.phase(&format!("step{k}.optimizer"), || {
-                opt.step();
+                match sharded.as_mut() {
+                    Some(s) => s.step(&model.vs.trainable_variables(), LEARNING_RATE),
+                    None => opt.step(),
+                }
                 opt.zero_grad();
                 Ok(())
             });
@@ -267,6 +310,10 @@ pub fn run(graph: &Graph, batch: u64, backend: Backend, precision: Precision) ->
             }
         }
     }
+    finish(r, built_parameters)
+}
+
+fn finish(r: Runner, built_parameters: Option<u64>) -> Outcome {
     let (status, failure) = match r.failure {
         None => (RunStatus::Completed, None),
         Some((s, f)) => (s, Some(f)),
@@ -277,6 +324,38 @@ pub fn run(graph: &Graph, batch: u64, backend: Backend, precision: Precision) ->
         failure,
         built_parameters,
     }
+}
+
+/// The inference protocol's phases: `model_load`, `inputs` (the prompt), `prefill` (the caches
+/// allocated and the prompt run), `decode` (the decode steps).
+fn run_inference(
+    mut r: Runner,
+    graph: &Graph,
+    batch: u64,
+    device: tch::Device,
+    p: &Protocol,
+) -> Outcome {
+    let (prompt, decode) = p.inference.expect("an inference protocol");
+    let model = r.phase("model_load", || Model::build(graph, device));
+    let built = model.as_ref().map(|m| m.built_parameters());
+    let tokens = model.as_ref().and_then(|m| {
+        r.phase("inputs", || {
+            crate::inference::prompt_tokens(m, batch, prompt)
+        })
+    });
+    if let (Some(m), Some(t)) = (&model, tokens) {
+        let state = r.phase("prefill", || {
+            Ok(crate::inference::prefill(m, &t, decode, batch))
+        });
+        drop(t);
+        if let Some(mut s) = state {
+            r.phase("decode", || {
+                crate::inference::decode(m, &mut s, decode, batch);
+                Ok(())
+            });
+        }
+    }
+    finish(r, built)
 }
 
 /// The overall peak of completed phases: the highest allocated peak (with its phase) and the

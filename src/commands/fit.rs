@@ -25,6 +25,11 @@ pub struct Args {
     /// Print calibration.json to stdout instead of the summary table.
     #[arg(long)]
     json: bool,
+    /// Print the strategies' evidence instead (writes nothing): every row with a `strategy`
+    /// against its formula (docs/strategies.md), per strategy and per family: rows, median and
+    /// max |error| and the q95 of measured / predicted; with --json, the evidence as JSON.
+    #[arg(long)]
+    strategies: bool,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -34,7 +39,19 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         force,
         write_factors,
         json,
+        strategies,
     } = args;
+    if strategies {
+        let ds = memcal::engine::load(&data)?;
+        let e = memcal::strategy::evidence::evidence(&ds, &data);
+        let text = if json {
+            format!("{}\n", serde_json::to_string_pretty(&e)?)
+        } else {
+            memcal::strategy::render::render_evidence(&e)
+        };
+        print(&text)?;
+        return Ok(ExitCode::SUCCESS);
+    }
     memcal::outputs::check_calibration_out(&out, &data, force)?;
     let (ds, skipped) = memcal::engine::load_reporting(&data)?;
     eprint!("{}", memcal::cli_io::skipped_warning(&data, &skipped));

@@ -46,6 +46,29 @@ pub struct Args {
     /// Sequence length for a graph whose inputs have the sequence axis "T".
     #[arg(long)]
     seq: Option<u64>,
+    /// Plan under a memory-saving strategy: parts joined by `+`, e.g. `checkpoint`,
+    /// `checkpoint:every=2`, `lora:r=8`, `qlora:r=16`, `adam8bit`, `zero1|zero2|zero3:world=8`,
+    /// `fsdp:world=8`, `tp:2`, `pp:stages=4,micro=8`, `checkpoint+zero3:world=8+lora:r=8`.
+    /// Prints the per-device peak, the devices, each part's formula and whether it is measured
+    /// ("measured on CPU: N rows") or a formula ("formula, not measured"), and the assumptions.
+    /// Impossible combinations exit 2. docs/strategies.md has the table and the JSON schema.
+    #[arg(long, conflicts_with_all = ["recommend", "inference"])]
+    strategy: Option<String>,
+    /// Per card, the cheapest strategy that fits and its per-device peak. Order of cost:
+    /// fewer devices first; on the same devices plain < checkpoint (about 1/3 more compute)
+    /// < adam8bit (approximate optimizer) < lora (changes what is trained) < qlora (4-bit
+    /// base) < zero1 < zero2 < zero3 = fsdp (more communication) < tp < pp (pipeline bubble).
+    #[arg(long, conflicts_with = "inference")]
+    recommend: bool,
+    /// Plan inference with a KV cache instead of training (needs --context): weights, the
+    /// cache (2 x layers x kv_heads x head_dim x context x batch x bytes, GQA-aware, read from
+    /// the graph's attention ops) and the prefill's transient; and per card the longest
+    /// context that fits. Bytes an element: 4 under --precision fp32, 2 under bf16-autocast.
+    #[arg(long, requires = "context")]
+    inference: bool,
+    /// Context length (prompt plus generated tokens) for --inference.
+    #[arg(long, requires = "inference")]
+    context: Option<u64>,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -60,6 +83,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         timeline,
         max_batch,
         seq,
+        strategy,
+        recommend,
+        inference,
+        context,
     } = args;
     if batch == 0 {
         return Err(memcal::Error::Invalid("--batch must be at least 1".into()).into());
@@ -67,7 +94,18 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if seq == Some(0) {
         return Err(memcal::Error::Invalid("--seq must be at least 1".into()).into());
     }
-    let (g, f, evidence) = load(&graph, seq, &factors, data)?;
+    let strategy = match &strategy {
+        Some(spec) => Some(memcal::strategy::parse(spec).map_err(|m| {
+            memcal::Error::Invalid(format!(
+                "--strategy {m}; `memcal plan --help` lists the syntax"
+            ))
+        })?),
+        None => None,
+    };
+    if context == Some(0) {
+        return Err(memcal::Error::Invalid("--context must be at least 1".into()).into());
+    }
+    let (g, f, evidence, strategy_evidence) = load(&graph, seq, &factors, data)?;
     let cards = match &regime {
         None => f.cards.clone(),
         Some(r) => f
@@ -105,6 +143,19 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     )
     .map_err(|m| memcal::Error::Invalid(format!("{}: {m}", factors.display())))?;
     memcal::plan::check_features(&g, &p).map_err(memcal::Error::Invalid)?;
+    let job = StrategyJob {
+        strategy,
+        recommend,
+        context: context.filter(|_| inference),
+        json,
+    };
+    if job.strategy.is_some() || job.recommend || job.context.is_some() {
+        let all = cards.all();
+        let backing = memcal::strategy::planner::Backing::of(strategy_evidence);
+        strategies(&g, &p, &f, &all, &backing, &job)?;
+        std::mem::forget(g);
+        return Ok(ExitCode::SUCCESS);
+    }
     let sim = if timeline {
         Some(simulation.map_err(memcal::Error::Invalid)?)
     } else {
@@ -156,6 +207,86 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// What `--strategy`, `--recommend` and `--inference` ask for.
+struct StrategyJob {
+    strategy: Option<memcal::strategy::Strategy>,
+    recommend: bool,
+    context: Option<u64>,
+    json: bool,
+}
+
+/// `plan --strategy`, `--recommend` or `--inference`, from the plain plan.
+fn strategies(
+    g: &Graph,
+    p: &memcal::plan::Plan,
+    f: &FactorsFile,
+    cards: &[memcal::factors::Card],
+    backing: &memcal::strategy::planner::Backing,
+    job: &StrategyJob,
+) -> anyhow::Result<()> {
+    use memcal::strategy::{planner, render};
+    let base = planner::base(g, p);
+    let (text, value) = if let Some(context) = job.context {
+        let bytes = p.precision.activation_bytes();
+        let inf = memcal::strategy::memory::inference(g, p.batch, context, bytes);
+        if inf.layers.is_empty() {
+            return Err(memcal::Error::Invalid(format!(
+                "--inference: graph `{}` has no attention op, so no KV cache to plan",
+                g.name
+            ))
+            .into());
+        }
+        let h = 1.0 + f.headroom;
+        let per_card: Vec<_> = cards
+            .iter()
+            .map(|c| {
+                let room = c.bytes as f64 / h;
+                let longest = memcal::strategy::memory::longest_context(g, p.batch, bytes, room);
+                (
+                    c.clone(),
+                    longest,
+                    inf.total_bytes as f64 * h <= c.bytes as f64,
+                )
+            })
+            .collect();
+        let cards_json: Vec<_> = per_card
+            .iter()
+            .map(|(c, l, fits)| serde_json::json!({"card": c, "fits": fits, "longest_context": l}))
+            .collect();
+        (
+            render::render_inference(&g.name, &inf, &per_card, bytes),
+            serde_json::json!({
+                "format": planner::STRATEGY_PLAN_FORMAT,
+                "mode": "inference",
+                "graph": g.name,
+                "evidence": "formula, not measured",
+                "inference": inf,
+                "cards": cards_json,
+            }),
+        )
+    } else if job.recommend {
+        let recs = planner::recommend(&base, cards, backing, f.bound_floor_bytes);
+        (
+            render::render_recommend(&base, &recs),
+            serde_json::json!({"mode": "recommend", "base": base, "order_of_cost": planner::COST_ORDER, "recommendations": recs}),
+        )
+    } else {
+        let s = job.strategy.as_ref().expect("a strategy was asked for");
+        planner::check_job(s, &base).map_err(memcal::Error::Invalid)?;
+        let sp = planner::plan_strategy(&base, s, cards, backing, f.bound_floor_bytes);
+        (
+            render::render_strategy(&base, &sp),
+            serde_json::json!({"mode": "strategy", "base": base, "plan": sp}),
+        )
+    };
+    if job.json {
+        print(&format!("{}\n", serde_json::to_string_pretty(&value)?))?;
+    } else {
+        print(&text)?;
+    }
+    Ok(())
+}
+
 /// The graph (at `seq`), the factors and, on a second thread while the graph loads (for a
 /// large graph each takes about as long as the other), the evidence of the data folder:
 /// `data`, else `data/` when it holds a factors.json, else none.
@@ -164,7 +295,12 @@ fn load(
     seq: Option<u64>,
     factors: &Path,
     data: Option<PathBuf>,
-) -> anyhow::Result<(Graph, FactorsFile, Option<memcal::plan_evidence::Evidence>)> {
+) -> anyhow::Result<(
+    Graph,
+    FactorsFile,
+    Option<memcal::plan_evidence::Evidence>,
+    Option<memcal::strategy::evidence::Evidence>,
+)> {
     let data = data.or_else(|| {
         let d = PathBuf::from("data");
         d.join("factors.json").is_file().then_some(d)
@@ -174,12 +310,14 @@ fn load(
             match &data {
                 Some(d) => {
                     let ds = memcal::engine::load(d)?;
-                    Ok(Some(memcal::plan_evidence::evidence(
-                        &ds,
-                        &memcal::engine::calibrate(&ds),
-                    )))
+                    let plain =
+                        memcal::plan_evidence::evidence(&ds, &memcal::engine::calibrate(&ds));
+                    Ok((
+                        Some(plain),
+                        Some(memcal::strategy::evidence::evidence(&ds, d)),
+                    ))
                 }
-                None => Ok(None),
+                None => Ok((None, None)),
             }
         });
         let g = Graph::load_at(graph, seq);
@@ -189,6 +327,7 @@ fn load(
                 "calibrating the data folder failed (a bug in memcal: please report it)"
             )
         })?;
-        Ok((g?, f?, evidence?))
+        let (evidence, strategies) = evidence?;
+        Ok((g?, f?, evidence, strategies))
     })
 }

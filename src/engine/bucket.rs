@@ -37,6 +37,12 @@ pub(super) fn classify(
     has_factors: &[bool; NP],
 ) -> Result<Bucket, (ExclusionReason, String)> {
     let f = &ds.factors;
+    if let Some(s) = &row.strategy {
+        return Err((
+            ExclusionReason::Strategy,
+            format!("strategy {s}: calibrated in the strategies section"),
+        ));
+    }
     if row.status == RunStatus::Error {
         return Err((
             ExclusionReason::StatusError,

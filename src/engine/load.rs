@@ -100,6 +100,8 @@ struct RowRef<'a> {
     regime: Cow<'a, str>,
     #[serde(default, borrow)]
     marker: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    strategy: Option<Cow<'a, str>>,
     #[serde(borrow)]
     device: DeviceRef<'a>,
     #[serde(borrow)]
@@ -446,6 +448,9 @@ fn check(row: &RowRef, path: &Path) -> Result<()> {
             ));
         }
     }
+    if let Some(s) = &row.strategy {
+        crate::strategy::parse_row_spec(s).map_err(|m| field(path, "strategy", m))?;
+    }
     let t = parse_rfc3339(&row.timestamp).map_err(|m| field(path, "timestamp", m))?;
     check_time(t, path)?;
     let cap = row
@@ -607,6 +612,7 @@ fn join<'g>(
         device_capacity_bytes: row.device.capacity_bytes,
         capped: row.device.emulated_capacity_bytes.is_some(),
         after_fit: row.marker.as_deref() == Some(AFTER_FIT),
+        strategy: row.strategy.as_deref().map(|s| names.name(s)),
         timestamp: names.mostly_distinct(&row.timestamp),
         graph_mismatch: row.graph_mismatch,
         has_batch_axis: info.has_batch_axis,

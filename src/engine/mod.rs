@@ -89,6 +89,8 @@ pub struct Row {
     pub capped: bool,
     /// True when the row carries the marker `after-fit`.
     pub after_fit: bool,
+    /// The row's strategy spec (`memcal-run/1` field `strategy`); never fitted.
+    pub strategy: Option<Name>,
     /// RFC 3339 start time of the run (shared by neighbouring rows that started in the same
     /// second).
     pub timestamp: Name,

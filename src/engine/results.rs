@@ -40,6 +40,9 @@ pub enum Bucket {
 pub enum ExclusionReason {
     /// Another row file earlier in path order has the same run id.
     DuplicateRunId,
+    /// The run used a memory-saving strategy (field `strategy`): calibrated in the strategies
+    /// section (`crate::strategy::evidence`), never in the plain fit.
+    Strategy,
     /// The run failed for a reason other than memory.
     StatusError,
     /// The graph file changed since the run (its SHA-256 differs from the recorded one).
@@ -65,6 +68,7 @@ impl ExclusionReason {
     pub fn as_str(self) -> &'static str {
         match self {
             ExclusionReason::DuplicateRunId => "duplicate-run-id",
+            ExclusionReason::Strategy => "strategy",
             ExclusionReason::StatusError => "status-error",
             ExclusionReason::GraphChanged => "graph-changed",
             ExclusionReason::GraphMismatch => "graph-mismatch",

@@ -22,6 +22,7 @@ pub fn bucket_name(b: Bucket) -> &'static str {
 pub fn reason_name(r: ExclusionReason) -> &'static str {
     match r {
         ExclusionReason::DuplicateRunId => "duplicate run id",
+        ExclusionReason::Strategy => "a strategy run: calibrated in the strategies section",
         ExclusionReason::StatusError => "failed for a reason other than memory",
         ExclusionReason::GraphChanged => "graph changed since the run",
         ExclusionReason::GraphMismatch => "built model differs from the graph",

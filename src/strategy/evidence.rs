@@ -1,0 +1,260 @@
+//! The strategies' evidence: each row with a `strategy` (excluded from the plain fit with
+//! reason `strategy`) compared with the strategy's formula ([`super::memory`]), per strategy
+//! and per family: rows, median and max |error|, and the q95 of measured / predicted.
+//!
+//! The prediction of a training row: the plain step's simulated peak at the row's graph,
+//! batch and precision (the simulator, no fitted factor) gives `A = max(simulated - 16P, 0)`;
+//! the strategy's formula transforms the terms. An inference row: [`super::memory::inference`]
+//! at `prompt + decode` tokens. No constant of either is chosen on these rows, so every row is
+//! held out.
+
+use super::memory;
+use super::{parse_row_spec, Kind, RowSpec};
+use crate::engine::Dataset;
+use crate::graph::Graph;
+use crate::run::RunStatus;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// One strategy row, predicted.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StrategyRow {
+    pub run_id: String,
+    pub file: String,
+    pub family: String,
+    pub graph: String,
+    pub batch: u64,
+    pub spec: String,
+    /// `checkpoint`, `lora`, `qlora`, `inference`, or the joined kinds of a combination.
+    pub strategy: String,
+    pub status: RunStatus,
+    /// How the row was measured: "measured on CPU", or for a multi-device strategy "one
+    /// rank's layout, emulated in one process (CPU)".
+    pub label: &'static str,
+    pub measured_bytes: Option<u64>,
+    /// Absent where the formula has no input (no plain simulation of the graph).
+    pub predicted_bytes: Option<u64>,
+    /// The plain step's simulated peak at the same graph and batch (for training rows).
+    pub plain_simulated_bytes: Option<u64>,
+}
+
+impl StrategyRow {
+    /// (measured - predicted) / measured.
+    pub fn error(&self) -> Option<f64> {
+        let (m, p) = (self.measured_bytes?, self.predicted_bytes?);
+        (m > 0).then(|| (m as f64 - p as f64) / m as f64)
+    }
+}
+
+/// A group's record.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Record {
+    pub rows: usize,
+    pub completed: usize,
+    pub families: usize,
+    pub median_abs_error: Option<f64>,
+    pub max_abs_error: Option<f64>,
+    /// The 95th percentile of measured / predicted (nearest rank).
+    pub q95: Option<f64>,
+}
+
+fn record(rows: &[&StrategyRow]) -> Record {
+    let mut errs: Vec<f64> = rows
+        .iter()
+        .filter_map(|r| r.error())
+        .map(f64::abs)
+        .collect();
+    errs.sort_by(f64::total_cmp);
+    let mut ratios: Vec<f64> = rows
+        .iter()
+        .filter_map(|r| {
+            Some(r.measured_bytes? as f64 / r.predicted_bytes.filter(|p| *p > 0)? as f64)
+        })
+        .collect();
+    ratios.sort_by(f64::total_cmp);
+    let mut fams: Vec<&str> = rows.iter().map(|r| r.family.as_str()).collect();
+    fams.sort_unstable();
+    fams.dedup();
+    let median = (!errs.is_empty()).then(|| {
+        let n = errs.len();
+        if n % 2 == 1 {
+            errs[n / 2]
+        } else {
+            (errs[n / 2 - 1] + errs[n / 2]) / 2.0
+        }
+    });
+    let q95 = (!ratios.is_empty()).then(|| {
+        let k = ((0.95 * ratios.len() as f64).ceil() as usize).clamp(1, ratios.len());
+        ratios[k - 1]
+    });
+    Record {
+        rows: rows.len(),
+        completed: rows
+            .iter()
+            .filter(|r| r.status == RunStatus::Completed)
+            .count(),
+        families: fams.len(),
+        median_abs_error: median,
+        max_abs_error: errs.last().copied(),
+        q95,
+    }
+}
+
+/// Per strategy: its record over all its rows and per family.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StrategyEvidence {
+    pub strategy: String,
+    pub all: Record,
+    pub by_family: BTreeMap<String, Record>,
+}
+
+/// Everything the strategies section shows.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Evidence {
+    pub rows: Vec<StrategyRow>,
+    pub strategies: Vec<StrategyEvidence>,
+    /// The strategy kinds of the table with no rows: still formulas.
+    pub formulas_only: Vec<String>,
+}
+
+impl Evidence {
+    /// Completed rows per strategy kind (for `plan`'s evidence labels).
+    pub fn counts(&self) -> super::planner::RowCounts {
+        let mut c = super::planner::RowCounts::new();
+        for r in self
+            .rows
+            .iter()
+            .filter(|r| r.status == RunStatus::Completed)
+        {
+            if let Ok(RowSpec::Training(s)) = parse_row_spec(&r.spec) {
+                for p in &s.parts {
+                    *c.entry(p.kind).or_default() += 1;
+                }
+            }
+        }
+        c
+    }
+
+    /// The held-out q95 of a strategy group (`checkpoint`, `lora`, ...), where it has rows.
+    pub fn q95_of(&self, strategy: &str) -> Option<f64> {
+        self.strategies
+            .iter()
+            .find(|s| s.strategy == strategy)
+            .and_then(|s| s.all.q95)
+    }
+}
+
+/// The strategy group of a spec: its kinds joined by `+`, or `inference`.
+fn group(spec: &RowSpec) -> String {
+    match spec {
+        RowSpec::Inference { .. } => "inference".into(),
+        RowSpec::Training(s) => {
+            let v: Vec<&str> = s.parts.iter().map(|p| super::def(p.kind).name).collect();
+            v.join("+")
+        }
+    }
+}
+
+/// The formula's prediction of one row.
+fn predict(
+    g: &Graph,
+    batch: u64,
+    spec: &RowSpec,
+    simulated: Option<u64>,
+    act_bytes: u64,
+) -> Option<u64> {
+    match spec {
+        RowSpec::Inference { prompt, decode } => {
+            Some(memory::inference(g, batch, prompt + decode, 4).total_bytes)
+        }
+        RowSpec::Training(s) => {
+            let e = simulated? as f64;
+            let a = (e - 16.0 * g.parameters() as f64).max(0.0);
+            let t = memory::strategy_terms(&memory::graph_terms(g, batch), a, s, act_bytes);
+            Some(t.total().ceil() as u64)
+        }
+    }
+}
+
+/// The evidence of a dataset's strategy rows; graphs are read from `data_dir/graphs/`.
+pub fn evidence(ds: &Dataset, data_dir: &Path) -> Evidence {
+    let mut graphs: BTreeMap<&str, Option<Graph>> = BTreeMap::new();
+    let mut rows = Vec::new();
+    for r in ds.rows.iter().filter(|r| r.strategy.is_some()) {
+        let spec_text = r.strategy.as_ref().expect("filtered").as_str();
+        let Ok(spec) = parse_row_spec(spec_text) else {
+            continue; // the loader refused it already (exit 2)
+        };
+        let g = graphs.entry(r.graph.as_str()).or_insert_with(|| {
+            Graph::load(&data_dir.join("graphs").join(format!("{}.json", r.graph))).ok()
+        });
+        let predicted = g.as_ref().and_then(|g| {
+            predict(
+                g,
+                r.batch,
+                &spec,
+                r.simulated_bytes,
+                r.precision.activation_bytes(),
+            )
+        });
+        rows.push(StrategyRow {
+            run_id: r.run_id.to_string(),
+            file: r.file.to_string(),
+            family: r.family.to_string(),
+            graph: r.graph.to_string(),
+            batch: r.batch,
+            spec: spec.label(),
+            strategy: group(&spec),
+            status: r.status,
+            label: match &spec {
+                RowSpec::Training(s) if s.devices() > 1 => {
+                    "one rank's layout, emulated in one process (CPU)"
+                }
+                _ => "measured on CPU",
+            },
+            measured_bytes: r.measured_bytes,
+            predicted_bytes: predicted,
+            plain_simulated_bytes: r.simulated_bytes,
+        });
+    }
+    let mut by: BTreeMap<&str, Vec<&StrategyRow>> = BTreeMap::new();
+    for r in &rows {
+        by.entry(r.strategy.as_str()).or_default().push(r);
+    }
+    let strategies = by
+        .iter()
+        .map(|(name, rs)| {
+            let mut fam: BTreeMap<&str, Vec<&StrategyRow>> = BTreeMap::new();
+            for r in rs {
+                fam.entry(r.family.as_str()).or_default().push(r);
+            }
+            StrategyEvidence {
+                strategy: name.to_string(),
+                all: record(rs),
+                by_family: fam
+                    .iter()
+                    .map(|(f, v)| (f.to_string(), record(v)))
+                    .collect(),
+            }
+        })
+        .collect();
+    let measured: Vec<Kind> = rows
+        .iter()
+        .filter_map(|r| match parse_row_spec(&r.spec) {
+            Ok(RowSpec::Training(s)) => Some(s.parts.iter().map(|p| p.kind).collect::<Vec<_>>()),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    let formulas_only = super::STRATEGIES
+        .iter()
+        .filter(|d| !measured.contains(&d.kind))
+        .map(|d| d.name.to_string())
+        .collect();
+    Evidence {
+        strategies,
+        formulas_only,
+        rows,
+    }
+}

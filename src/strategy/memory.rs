@@ -1,0 +1,454 @@
+//! The per-device memory of a training step under a [`Strategy`]: the plain plan's terms
+//! (weights, gradients, optimizer state, activations) transformed by each part's formula
+//! ([`super::STRATEGIES`] states them), and inference with a KV cache.
+//!
+//! The plain activations term `A` is the deciding method's plain estimate less the model
+//! state (16 bytes a parameter): what the plain step holds beyond weights, gradients and AdamW
+//! states at its peak. Everything else is read from the graph.
+
+use super::{Kind, Strategy};
+use crate::graph::Graph;
+use crate::ops::Op;
+use serde::Serialize;
+
+/// What the formulas read from the graph (at the batch).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct GraphTerms {
+    pub parameters: u64,
+    /// Parameters in 2-D matrices of linear layers and attention/MoE projections (TP shards them).
+    pub matrix_parameters: u64,
+    /// LoRA/QLoRA targets: the 2-D matrices of the linear layers, attention and MoE projections
+    /// inside the blocks (not the embeddings, not the head).
+    pub targets: Vec<Target>,
+    /// The largest parameter tensor, in elements.
+    pub largest_parameter: u64,
+    /// The largest layer (one node's parameters; DeepSpeed's `largest_layer_params`).
+    pub largest_layer: u64,
+    /// The largest block's parameters (an FSDP unit).
+    pub largest_block: u64,
+    /// Blocks (`layers0`, `h3`, `encoder.layer1`, ...), in order.
+    pub blocks: u64,
+    /// The share of the activation elements produced inside the blocks.
+    pub inside_share: f64,
+    /// Elements of one block's output (the largest), per batch.
+    pub boundary_elements: u64,
+}
+
+/// A LoRA target matrix.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Target {
+    pub node: String,
+    pub in_features: u64,
+    pub out_features: u64,
+    /// Tokens it is applied to at the batch (rows of its input).
+    pub tokens: u64,
+}
+
+/// The block a node belongs to: its id up to its first dotted segment that carries a digit
+/// and the all-digit segments right after it (`layers0.mlp.up` -> `layers0`, `layer3.0.conv1` -> `layer3.0`,
+/// `encoder.block1.ff` -> `encoder.block1`); None outside any block.
+pub fn block_of(id: &str) -> Option<String> {
+    let segs: Vec<&str> = id.split('.').collect();
+    let first = segs
+        .iter()
+        .position(|s| s.bytes().any(|b| b.is_ascii_digit()))?;
+    let mut end = first;
+    while end + 1 < segs.len() && segs[end + 1].bytes().all(|b| b.is_ascii_digit()) {
+        end += 1;
+    }
+    Some(segs[..=end].join("."))
+}
+
+/// The 2-D projection matrices of an op, as (in, out).
+fn matrices(op: &Op) -> Vec<(u64, u64)> {
+    let mut m: Vec<(u64, u64)> = op
+        .parameter_tensors()
+        .into_iter()
+        .filter(|d| d.len() == 2)
+        .map(|d| (d[1], d[0]))
+        .collect();
+    if let Op::Moe {
+        dim,
+        hidden,
+        num_experts,
+        ..
+    } = op
+    {
+        m = vec![(*dim, *num_experts)];
+        for _ in 0..*num_experts {
+            m.extend([(*dim, *hidden), (*dim, *hidden), (*hidden, *dim)]);
+        }
+    }
+    m
+}
+
+/// Reads the terms of a graph at a batch.
+pub fn graph_terms(graph: &Graph, batch: u64) -> GraphTerms {
+    let contributions = crate::features::contributions(graph, batch);
+    let mut blocks: Vec<String> = Vec::new();
+    let mut block_params: Vec<u64> = Vec::new();
+    let (mut inside, mut total, mut boundary) = (0u64, 0u64, 0u64);
+    let mut targets = Vec::new();
+    let (mut matrix_parameters, mut largest_parameter, mut largest_layer) = (0u64, 0u64, 0u64);
+    for (k, n) in graph.nodes.iter().enumerate() {
+        let c = &contributions[k];
+        let acts = c
+            .layer_output_elements
+            .saturating_add(c.intermediate_elements)
+            .saturating_add(c.score_elements)
+            .saturating_add(c.gate_elements);
+        total = total.saturating_add(acts);
+        let tensors = n.op.parameter_tensors();
+        let params: u64 = tensors.iter().map(|d| d.iter().product::<u64>()).sum();
+        largest_layer = largest_layer.max(params);
+        largest_parameter = largest_parameter.max(
+            tensors
+                .iter()
+                .map(|d| d.iter().product::<u64>())
+                .max()
+                .unwrap_or(0),
+        );
+        let is_matrix_op = !matches!(n.op, Op::Embedding { .. });
+        let mats = if is_matrix_op {
+            matrices(&n.op)
+        } else {
+            Vec::new()
+        };
+        matrix_parameters += mats.iter().map(|(i, o)| i * o).sum::<u64>();
+        let Some(b) = block_of(&n.id) else { continue };
+        inside = inside.saturating_add(acts);
+        if blocks.last() != Some(&b) {
+            blocks.push(b);
+            block_params.push(0);
+        }
+        *block_params.last_mut().expect("pushed") += params;
+        boundary = boundary.max(c.layer_output_elements);
+        let width = match &n.op {
+            Op::Linear { out_features, .. } => *out_features,
+            Op::MultiheadAttention { embed_dim, .. }
+            | Op::GqaAttention { embed_dim, .. }
+            | Op::MlaAttention { embed_dim, .. } => *embed_dim,
+            Op::Moe { dim, .. } => *dim,
+            _ => continue,
+        };
+        let tokens = c.layer_output_elements / width.max(1);
+        for (i, o) in mats {
+            targets.push(Target {
+                node: n.id.clone(),
+                in_features: i,
+                out_features: o,
+                tokens,
+            });
+        }
+    }
+    GraphTerms {
+        parameters: graph.parameters(),
+        matrix_parameters,
+        targets,
+        largest_parameter,
+        largest_layer,
+        largest_block: block_params.iter().copied().max().unwrap_or(0),
+        blocks: blocks.len() as u64,
+        inside_share: if total == 0 {
+            0.0
+        } else {
+            inside as f64 / total as f64
+        },
+        boundary_elements: boundary,
+    }
+}
+
+/// Per-device bytes of one training step under a strategy.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Terms {
+    pub weights: f64,
+    pub gradients: f64,
+    pub optimizer: f64,
+    /// Saved activations and transients of the forward and backward (the plain `A`, transformed).
+    pub activations: f64,
+    /// Gathered parameters, gradient buckets, dequantized weights: buffers a strategy adds.
+    pub buffers: f64,
+    pub trainable_parameters: u64,
+}
+
+impl Terms {
+    pub fn total(&self) -> f64 {
+        self.weights + self.gradients + self.optimizer + self.activations + self.buffers
+    }
+}
+
+/// The terms of plain training with the plain activations term `activations`.
+pub fn plain_terms(g: &GraphTerms, activations: f64) -> Terms {
+    let p = g.parameters as f64;
+    Terms {
+        weights: 4.0 * p,
+        gradients: 4.0 * p,
+        optimizer: 8.0 * p,
+        activations,
+        buffers: 0.0,
+        trainable_parameters: g.parameters,
+    }
+}
+
+/// LoRA adapter parameters at rank r over the targets.
+pub fn adapter_parameters(g: &GraphTerms, r: u64) -> u64 {
+    g.targets
+        .iter()
+        .map(|t| r * (t.in_features + t.out_features))
+        .sum()
+}
+
+/// The per-device terms of a strategy (`act_bytes`: bytes an activation element).
+pub fn strategy_terms(
+    g: &GraphTerms,
+    plain_activations: f64,
+    s: &Strategy,
+    act_bytes: u64,
+) -> Terms {
+    let mut t = plain_terms(g, plain_activations);
+    let p = g.parameters as f64;
+    let ab = act_bytes as f64;
+    let targets: u64 = g
+        .targets
+        .iter()
+        .map(|t| t.in_features * t.out_features)
+        .sum();
+    let largest_target = g
+        .targets
+        .iter()
+        .map(|t| t.in_features * t.out_features)
+        .max()
+        .unwrap_or(0) as f64;
+    let low_rank = s.part(Kind::Lora).or(s.part(Kind::Qlora));
+    if let Some(part) = low_rank {
+        let r = part.get("r");
+        let pa = adapter_parameters(g, r) as f64;
+        let adapter_acts: f64 = g.targets.iter().map(|x| (x.tokens * r) as f64).sum::<f64>() * ab;
+        t.trainable_parameters = adapter_parameters(g, r);
+        t.gradients = 4.0 * pa;
+        t.optimizer = 8.0 * pa;
+        t.activations += adapter_acts;
+        t.weights = if part.kind == Kind::Qlora {
+            t.buffers += largest_target * ab;
+            4.0 * (p - targets as f64) + targets as f64 * (0.5 + 4.0 / 64.0) + 4.0 * pa
+        } else {
+            4.0 * p + 4.0 * pa
+        };
+    }
+    if s.has(Kind::Adam8bit) {
+        t.optimizer = t.trainable_parameters as f64 * 2.0 * (1.0 + 4.0 / 2048.0);
+    }
+    if let Some(k) = s.part(Kind::Checkpoint).map(|x| x.get("every")) {
+        let l = g.blocks.max(1) as f64;
+        let k = (k as f64).min(l);
+        let segments = (l / k).ceil();
+        let inside = g.inside_share;
+        t.activations = t.activations * ((1.0 - inside) + inside * k / l)
+            + segments * g.boundary_elements as f64 * ab;
+    }
+    if let Some(k) = s.part(Kind::Tp).map(|x| x.get("k") as f64) {
+        let mp = g.matrix_parameters.min(g.parameters) as f64;
+        let share = (mp / k + (p - mp)) / p.max(1.0);
+        t.weights *= share;
+        t.gradients *= share;
+        t.optimizer *= share;
+        let inside = g.inside_share;
+        t.activations *= (1.0 - inside) + inside * (10.0 + 24.0 / k) / 34.0;
+    }
+    if let Some(pp) = s.part(Kind::Pp) {
+        let (st, m) = (pp.get("stages") as f64, pp.get("micro") as f64);
+        t.weights /= st;
+        t.gradients /= st;
+        t.optimizer /= st;
+        let inside = g.inside_share;
+        t.activations *= inside / st * st.min(m) / m + (1.0 - inside) / m;
+    }
+    shard(&mut t, g, s);
+    t
+}
+
+/// ZeRO / FSDP sharding over the data-parallel world.
+fn shard(t: &mut Terms, g: &GraphTerms, s: &Strategy) {
+    let n = s.data_parallel() as f64;
+    let frozen = s.has(Kind::Lora) || s.has(Kind::Qlora);
+    // Under LoRA the base layers gathered are frozen: no full gradient for them.
+    let grad = if frozen { 0.0 } else { 1.0 };
+    if s.has(Kind::Zero1) {
+        t.optimizer /= n;
+    }
+    if s.has(Kind::Zero2) {
+        t.optimizer /= n;
+        t.gradients /= n;
+        t.buffers += 4.0 * g.largest_parameter as f64 * grad;
+    }
+    if s.has(Kind::Zero3) || s.has(Kind::Fsdp) {
+        let unit = if s.has(Kind::Fsdp) {
+            g.largest_block
+        } else {
+            g.largest_layer
+        } as f64;
+        t.optimizer /= n;
+        t.gradients /= n;
+        t.weights /= n;
+        t.buffers += 4.0 * unit * (2.0 + grad);
+    }
+}
+
+/// DeepSpeed's published ZeRO-2 estimator without offload (`estimate_zero2_model_states_mem_needs`,
+/// `cpu_offload=False`): `4 * total_params + int(16 * total_params / total_gpus)` bytes a GPU
+/// (its code; its docs print `2 * total_params + 16 * total_params / total_gpus`). Mixed
+/// precision (fp16 weights and gradients, fp32 master and Adam states), not memcal's fp32
+/// protocol: a comparison, not the plan.
+pub fn deepspeed_zero2(total_params: u64, gpus: u64) -> u64 {
+    4 * total_params + 16 * total_params / gpus
+}
+
+/// The ZeRO-2 figure DeepSpeed's documentation prints: `2 * params + 16 * params / gpus`.
+pub fn deepspeed_zero2_docs(total_params: u64, gpus: u64) -> u64 {
+    2 * total_params + 16 * total_params / gpus
+}
+
+/// DeepSpeed's published ZeRO-3 estimator without offload
+/// (`estimate_zero3_model_states_mem_needs`, `cpu_offload=False`):
+/// `4 * largest_layer_params + int(18 * total_params / total_gpus)`.
+pub fn deepspeed_zero3(total_params: u64, largest_layer_params: u64, gpus: u64) -> u64 {
+    4 * largest_layer_params + 18 * total_params / gpus
+}
+
+/// The ZeRO paper's model-state bytes a device (mixed-precision Adam, K = 12): baseline
+/// (2 + 2 + K)P, P_os 4P + KP/N, P_os+g 2P + (2 + K)P/N, P_os+g+p (4 + K)P/N.
+pub fn zero_paper(stage: u8, params: u64, n: u64) -> u64 {
+    let (p, k) = (params as f64, 12.0);
+    let n = n as f64;
+    let v = match stage {
+        0 => (4.0 + k) * p,
+        1 => 4.0 * p + k * p / n,
+        2 => 2.0 * p + (2.0 + k) * p / n,
+        _ => (4.0 + k) * p / n,
+    };
+    v.round() as u64
+}
+
+/// Inference with a KV cache at a context: weights, cache and the prefill's transient.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Inference {
+    pub context: u64,
+    pub batch: u64,
+    pub weight_bytes: u64,
+    pub kv_cache_bytes: u64,
+    pub prefill_bytes: u64,
+    pub total_bytes: u64,
+    /// Per attention layer: (node, kv heads, head dim) the cache is sized by.
+    pub layers: Vec<CacheLayer>,
+}
+
+/// One attention layer's cache shape.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CacheLayer {
+    pub node: String,
+    /// Tensors cached a token (2: K and V; 1: MLA's compressed latent).
+    pub tensors: u64,
+    pub kv_heads: u64,
+    pub head_dim: u64,
+}
+
+/// The attention layers' cache shapes (GQA-aware; MLA caches its latent and rope key).
+pub fn cache_layers(graph: &Graph) -> Vec<CacheLayer> {
+    graph
+        .nodes
+        .iter()
+        .filter_map(|n| {
+            let (tensors, kv_heads, head_dim) = match &n.op {
+                Op::MultiheadAttention {
+                    embed_dim,
+                    num_heads,
+                    ..
+                } => (2, *num_heads, embed_dim / num_heads.max(&1)),
+                Op::GqaAttention {
+                    num_kv_heads,
+                    head_dim,
+                    ..
+                } => (2, *num_kv_heads, *head_dim),
+                Op::MlaAttention {
+                    kv_lora_rank,
+                    qk_rope_head_dim,
+                    ..
+                } => (1, 1, kv_lora_rank + qk_rope_head_dim),
+                _ => return None,
+            };
+            Some(CacheLayer {
+                node: n.id.clone(),
+                tensors,
+                kv_heads,
+                head_dim,
+            })
+        })
+        .collect()
+}
+
+/// `Σ tensors x kv_heads x head_dim x context x batch x bytes` over the attention layers
+/// (`2 * layers * kv_heads * head_dim * context * batch * bytes` for a uniform GQA stack).
+pub fn kv_cache_bytes(layers: &[CacheLayer], context: u64, batch: u64, bytes: u64) -> u64 {
+    layers
+        .iter()
+        .map(|l| l.tensors * l.kv_heads * l.head_dim)
+        .sum::<u64>()
+        .saturating_mul(context)
+        .saturating_mul(batch)
+        .saturating_mul(bytes)
+}
+
+/// The widest value a token of the forward produces (elements a token), and the residual width.
+fn widths(graph: &Graph) -> (u64, u64) {
+    let mut widest = 0u64;
+    let mut residual = 0u64;
+    for n in &graph.nodes {
+        let w = n.output.last().and_then(|d| d.as_fixed()).unwrap_or(0);
+        widest = widest.max(w);
+        if let Op::Embedding { embedding_dim, .. } = n.op {
+            residual = residual.max(embedding_dim);
+        }
+    }
+    (widest, residual)
+}
+
+/// Inference at `context` tokens for `batch` sequences, weights and activations in `bytes` an
+/// element: the cache, the weights and the prefill's transient, the widest op's input and
+/// output with the residual stream (`B x context x (2 x widest + residual) x bytes`; a formula).
+pub fn inference(graph: &Graph, batch: u64, context: u64, bytes: u64) -> Inference {
+    let layers = cache_layers(graph);
+    let kv = kv_cache_bytes(&layers, context, batch, bytes);
+    let (widest, residual) = widths(graph);
+    let prefill = batch
+        .saturating_mul(context)
+        .saturating_mul(2 * widest + residual)
+        .saturating_mul(bytes);
+    let weights = graph.parameters().saturating_mul(bytes);
+    Inference {
+        context,
+        batch,
+        weight_bytes: weights,
+        kv_cache_bytes: kv,
+        prefill_bytes: prefill,
+        total_bytes: weights.saturating_add(kv).saturating_add(prefill),
+        layers,
+    }
+}
+
+/// The longest context (up to 2^24) whose inference fits `room` bytes; None: not even 1.
+pub fn longest_context(graph: &Graph, batch: u64, bytes: u64, room: f64) -> Option<u64> {
+    let fits = |c: u64| (inference(graph, batch, c, bytes).total_bytes as f64) <= room;
+    if !fits(1) {
+        return None;
+    }
+    let (mut lo, mut hi) = (1u64, 1u64 << 24);
+    while lo < hi {
+        let mid = lo + (hi - lo).div_ceil(2);
+        if fits(mid) {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    Some(lo)
+}

@@ -1,0 +1,356 @@
+//! `memcal plan --strategy` and `--recommend`: the per-device peak of a strategy from the plain
+//! plan's terms ([`super::memory`]), its verdict per card, and per card the cheapest strategy
+//! that fits ([`recommend`]).
+
+use super::memory::{self, GraphTerms, Terms};
+use super::{cost_key, def, parse, Kind, Strategy};
+use crate::factors::Card;
+use crate::graph::Graph;
+use crate::plan::Plan;
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// The format tag of `memcal plan --strategy/--recommend --json` (docs/strategies.md).
+pub const STRATEGY_PLAN_FORMAT: &str = "memcal-strategy-plan/1";
+
+/// Measured rows per strategy kind (from a data folder; empty without one).
+pub type RowCounts = BTreeMap<Kind, usize>;
+
+/// How a part's number is backed, in words: "measured on CPU: N rows", "one rank's layout,
+/// emulated in one process", "formula, not measured".
+pub fn evidence_label(kind: Kind, rows: &RowCounts) -> String {
+    let n = rows.get(&kind).copied().unwrap_or(0);
+    match (def(kind).backing, n) {
+        (super::Backing::MeasuredCpu, n) if n > 0 => format!("measured on CPU: {n} rows"),
+        (super::Backing::Emulated, n) if n > 0 => {
+            format!("one rank's layout, emulated in one process: {n} rows")
+        }
+        (super::Backing::Formula, _) => "formula, not measured".to_string(),
+        _ => "formula, not measured (the harness has a protocol; no rows in the data folder)"
+            .to_string(),
+    }
+}
+
+/// One part of a planned strategy, with its table row.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PartInfo {
+    pub spec: String,
+    pub evidence: String,
+    /// The formula's held-out record on the rows measured with this strategy alone.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub record: Option<super::evidence::Record>,
+    pub effect: &'static str,
+    pub formula: &'static str,
+    pub cost: u8,
+    pub cost_why: &'static str,
+}
+
+/// The evidence a plan draws on: the rows per kind and each strategy's held-out record.
+#[derive(Debug, Clone, Default)]
+pub struct Backing {
+    pub counts: RowCounts,
+    pub evidence: Option<super::evidence::Evidence>,
+}
+
+impl Backing {
+    pub fn of(e: Option<super::evidence::Evidence>) -> Backing {
+        Backing {
+            counts: e.as_ref().map(|e| e.counts()).unwrap_or_default(),
+            evidence: e,
+        }
+    }
+
+    /// The held-out record of one kind measured alone.
+    fn record(&self, kind: Kind) -> Option<&super::evidence::Record> {
+        let name = def(kind).name;
+        self.evidence
+            .as_ref()?
+            .strategies
+            .iter()
+            .find(|s| s.strategy == name)
+            .map(|s| &s.all)
+    }
+}
+
+/// A verdict on one card.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CardFit {
+    pub card: Card,
+    /// `fits`, `borderline` or `does-not-fit`, as the plain plan's bound verdict.
+    pub verdict: crate::plan::Verdict,
+}
+
+/// A published estimator's figure, for comparison (never the plan).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Comparison {
+    pub what: String,
+    pub bytes: u64,
+}
+
+/// One strategy planned.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StrategyPlan {
+    pub strategy: String,
+    pub parts: Vec<PartInfo>,
+    /// Devices the job needs (data parallel x tensor parallel x pipeline stages).
+    pub devices: u64,
+    /// Per device.
+    pub terms: Terms,
+    pub estimate_bytes: u64,
+    /// The larger of the plain plan's q95 and the measured parts' own held-out q95.
+    pub q95: f64,
+    /// max(bound floor, estimate x q95).
+    pub bound_bytes: u64,
+    pub cards: Vec<CardFit>,
+    pub comparisons: Vec<Comparison>,
+}
+
+/// What every strategy plan of one job shares: the plain plan's numbers and the assumptions.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Base {
+    pub format: &'static str,
+    pub graph: String,
+    pub batch: u64,
+    pub precision: crate::features::Precision,
+    pub parameters: u64,
+    /// The plain plan's deciding method and its estimate.
+    pub plain_method: String,
+    pub plain_estimate_bytes: u64,
+    /// A = plain estimate - 16 x parameters (never below zero).
+    pub plain_activations_bytes: u64,
+    pub q95: f64,
+    pub headroom: f64,
+    pub graph_terms: GraphTerms,
+    pub assumptions: Vec<String>,
+}
+
+/// The assumptions every strategy plan prints.
+fn assumptions(q95: f64) -> Vec<String> {
+    vec![
+        "--batch is the batch a device runs (a data-parallel job runs it on every device); pipeline micro-batches split it".to_string(),
+        "fp32 weights, gradients and AdamW states as the harness trains (bf16 autocast changes the activations only); 8-bit and 4-bit states where the strategy says".to_string(),
+        "A (activations and transients) = the plain plan's estimate less 16 bytes a parameter; each strategy's formula transforms it".to_string(),
+        format!("bound = estimate x the larger of {q95:.2} (the plain plan's held-out q95) and each measured part's own held-out q95 (measured / formula on its CPU rows); fits when bound x (1 + headroom) <= card"),
+        "blocks are read from node ids (`layers0`, `h3`, `encoder.layer1`); LoRA/QLoRA target every linear, attention and MoE projection matrix inside them".to_string(),
+    ]
+}
+
+/// The base of a job's strategy plans, from its plain plan.
+pub fn base(graph: &Graph, plain: &Plan) -> Base {
+    let p = graph.parameters();
+    let est = plain.decision.estimate_bytes;
+    Base {
+        format: STRATEGY_PLAN_FORMAT,
+        graph: graph.name.clone(),
+        batch: plain.batch,
+        precision: plain.precision,
+        parameters: p,
+        plain_method: plain.decision.method.label().to_string(),
+        plain_estimate_bytes: est.ceil() as u64,
+        plain_activations_bytes: (est - 16.0 * p as f64).max(0.0).ceil() as u64,
+        q95: plain.decision.q95,
+        headroom: plain.headroom,
+        graph_terms: memory::graph_terms(graph, plain.batch),
+        assumptions: assumptions(plain.decision.q95),
+    }
+}
+
+/// Refuses a strategy the job cannot run (pipeline micro-batches beyond the batch).
+pub fn check_job(s: &Strategy, b: &Base) -> Result<(), String> {
+    if let Some(pp) = s.part(Kind::Pp) {
+        if pp.get("micro") > b.batch {
+            return Err(format!(
+                "`{s}`: {} micro-batches of a batch of {}: give pp micro at most the batch",
+                pp.get("micro"),
+                b.batch
+            ));
+        }
+        if pp.get("stages") > b.graph_terms.blocks.max(1) {
+            return Err(format!(
+                "`{s}`: {} pipeline stages for {} blocks: give at most one stage a block",
+                pp.get("stages"),
+                b.graph_terms.blocks
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Plans one strategy against the cards.
+pub fn plan_strategy(
+    b: &Base,
+    s: &Strategy,
+    cards: &[Card],
+    backing: &Backing,
+    bound_floor: u64,
+) -> StrategyPlan {
+    let terms = memory::strategy_terms(
+        &b.graph_terms,
+        b.plain_activations_bytes as f64,
+        s,
+        b.precision.activation_bytes(),
+    );
+    let est = terms.total();
+    // The larger of the plain q95 and each measured part's own held-out q95.
+    let q95 = s
+        .parts
+        .iter()
+        .filter_map(|p| backing.record(p.kind).and_then(|r| r.q95))
+        .fold(b.q95, f64::max);
+    let bound = (est * q95).max(bound_floor as f64);
+    let cards = cards
+        .iter()
+        .map(|c| CardFit {
+            card: c.clone(),
+            verdict: crate::plan::bound_verdict(est, bound, b.headroom, c.bytes),
+        })
+        .collect();
+    StrategyPlan {
+        strategy: s.spec(),
+        parts: s
+            .parts
+            .iter()
+            .map(|p| {
+                let d = def(p.kind);
+                PartInfo {
+                    spec: p.to_string(),
+                    evidence: evidence_label(p.kind, &backing.counts),
+                    record: backing.record(p.kind).cloned(),
+                    effect: d.effect,
+                    formula: d.formula,
+                    cost: d.cost,
+                    cost_why: d.cost_why,
+                }
+            })
+            .collect(),
+        devices: s.devices(),
+        q95,
+        estimate_bytes: est.ceil() as u64,
+        bound_bytes: bound.ceil() as u64,
+        cards,
+        comparisons: comparisons(b, s),
+        terms,
+    }
+}
+
+/// DeepSpeed's estimators and the ZeRO paper's formulas for a ZeRO strategy (model states only).
+fn comparisons(b: &Base, s: &Strategy) -> Vec<Comparison> {
+    let (p, n) = (b.parameters, s.data_parallel());
+    let g = &b.graph_terms;
+    let mut v = Vec::new();
+    let mut add = |what: &str, bytes: u64| {
+        v.push(Comparison {
+            what: what.to_string(),
+            bytes,
+        })
+    };
+    if s.has(Kind::Zero1) {
+        add(
+            "ZeRO paper P_os, mixed precision (4P + 12P/N)",
+            memory::zero_paper(1, p, n),
+        );
+    }
+    if s.has(Kind::Zero2) {
+        add(
+            "DeepSpeed estimate_zero2_model_states_mem_needs, code (4P + 16P/N)",
+            memory::deepspeed_zero2(p, n),
+        );
+        add(
+            "DeepSpeed memory docs, ZeRO-2 (2P + 16P/N)",
+            memory::deepspeed_zero2_docs(p, n),
+        );
+        add(
+            "ZeRO paper P_os+g, mixed precision (2P + 14P/N)",
+            memory::zero_paper(2, p, n),
+        );
+    }
+    if s.has(Kind::Zero3) || s.has(Kind::Fsdp) {
+        add(
+            "DeepSpeed estimate_zero3_model_states_mem_needs (4 x largest layer + 18P/N)",
+            memory::deepspeed_zero3(p, g.largest_layer, n),
+        );
+        add(
+            "ZeRO paper P_os+g+p, mixed precision (16P/N)",
+            memory::zero_paper(3, p, n),
+        );
+    }
+    v
+}
+
+/// The strategies `--recommend` tries, cheapest first ([`cost_key`]).
+pub fn candidates() -> Vec<Strategy> {
+    let mut specs: Vec<String> = [
+        "plain",
+        "checkpoint",
+        "adam8bit",
+        "checkpoint+adam8bit",
+        "lora:r=8",
+        "checkpoint+lora:r=8",
+        "qlora:r=8",
+        "checkpoint+qlora:r=8",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    for n in [2u64, 4, 8, 16, 32, 64] {
+        for s in [
+            "zero1:world={n}",
+            "zero2:world={n}",
+            "zero3:world={n}",
+            "checkpoint+zero3:world={n}",
+            "checkpoint+zero3:world={n}+lora:r=8",
+        ] {
+            specs.push(s.replace("{n}", &n.to_string()));
+        }
+        if n <= 8 {
+            specs.push(format!("tp:{n}"));
+            specs.push(format!("checkpoint+tp:{n}"));
+        }
+    }
+    let mut v: Vec<Strategy> = specs
+        .iter()
+        .map(|s| parse(s).expect("the candidate specs parse"))
+        .collect();
+    v.sort_by_key(cost_key);
+    v
+}
+
+/// Per card, the cheapest candidate that fits.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Recommendation {
+    pub card: Card,
+    /// None: no candidate fits this card.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub plan: Option<StrategyPlan>,
+}
+
+/// `--recommend`: per card, the first candidate (in [`cost_key`] order) whose verdict is fits.
+pub fn recommend(
+    b: &Base,
+    cards: &[Card],
+    backing: &Backing,
+    bound_floor: u64,
+) -> Vec<Recommendation> {
+    let plans: Vec<StrategyPlan> = candidates()
+        .iter()
+        .filter(|s| check_job(s, b).is_ok())
+        .map(|s| plan_strategy(b, s, cards, backing, bound_floor))
+        .collect();
+    cards
+        .iter()
+        .enumerate()
+        .map(|(i, c)| Recommendation {
+            card: c.clone(),
+            plan: plans
+                .iter()
+                .find(|p| p.cards[i].verdict == crate::plan::Verdict::Fits)
+                .map(|p| StrategyPlan {
+                    cards: vec![p.cards[i].clone()],
+                    ..p.clone()
+                }),
+        })
+        .collect()
+}
+
+/// The order of cost, in words (printed by `--recommend` and `--help`).
+pub const COST_ORDER: &str = "cheapest first: fewer devices first (a strategy over N devices needs N of them); on the same devices plain < checkpoint (recomputes each segment's forward, about 1/3 more compute) < adam8bit (approximate optimizer numerics) < lora (changes what is trained) < qlora (lora on a 4-bit base) < zero1 < zero2 < zero3 = fsdp (more communication each stage) < tp (an all-reduce in every block) < pp (the pipeline bubble); then fewer combined parts";

@@ -1,0 +1,362 @@
+//! The strategy table, the spec parser, the combination rules, the formulas against
+//! hand-computed values and DeepSpeed's published estimators, and `plan --strategy`,
+//! `--recommend` and `--inference` end to end.
+
+use memcal::graph::Graph;
+use memcal::strategy::memory::{self, GraphTerms};
+use memcal::strategy::{cost_key, parse, planner, Kind, STRATEGIES};
+use std::path::Path;
+use std::process::Command;
+
+fn memcal(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_memcal"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("runs")
+}
+
+#[test]
+fn every_kind_has_one_row_and_specs_round_trip() {
+    for d in STRATEGIES {
+        assert_eq!(STRATEGIES.iter().filter(|e| e.kind == d.kind).count(), 1);
+        assert_eq!(memcal::strategy::def(d.kind).name, d.name);
+    }
+    let s = parse("lora:r=8+zero3:world=8+checkpoint").unwrap();
+    assert_eq!(s.spec(), "checkpoint:every=1+lora:r=8+zero3:world=8");
+    assert_eq!(parse(&s.spec()).unwrap(), s);
+    assert_eq!(parse("tp:2").unwrap().spec(), "tp:k=2");
+    assert_eq!(
+        parse("pp:stages=4,micro=8").unwrap().spec(),
+        "pp:stages=4,micro=8"
+    );
+    assert_eq!(parse("plain").unwrap().devices(), 1);
+    assert_eq!(
+        parse("zero1:world=4+tp:2+pp:stages=2").unwrap().devices(),
+        16
+    );
+}
+
+#[test]
+fn bad_specs_are_refused_with_a_reason() {
+    let cases = [
+        ("", "empty strategy"),
+        ("ckpt", "unknown strategy `ckpt`"),
+        ("zero3", "zero3 needs world"),
+        ("zero3:world=1", "world must be at least 2"),
+        ("lora:r=x", "is not a whole number"),
+        ("lora:rank=8", "has no parameter `rank`"),
+        ("checkpoint+checkpoint", "checkpoint given twice"),
+        (
+            "zero2:world=4+zero3:world=4",
+            "one data-parallel sharding at a time",
+        ),
+        ("lora+qlora", "QLoRA is LoRA on a 4-bit base"),
+        ("pp:stages=2+zero3:world=2", "allows ZeRO-1 only"),
+        ("qlora+fsdp:world=8", "packed 4-bit weights is not modelled"),
+    ];
+    for (spec, want) in cases {
+        let e = parse(spec).expect_err(spec);
+        assert!(e.contains(want), "{spec}: {e}");
+    }
+}
+
+#[test]
+fn the_cost_order_puts_fewer_devices_first_then_the_table_rank() {
+    let order: Vec<String> = planner::candidates().iter().map(|s| s.spec()).collect();
+    let at = |s: &str| {
+        order
+            .iter()
+            .position(|x| x == s)
+            .unwrap_or_else(|| panic!("{s}"))
+    };
+    assert_eq!(at("plain"), 0);
+    assert!(at("checkpoint:every=1") < at("adam8bit"));
+    assert!(at("adam8bit") < at("lora:r=8"));
+    assert!(at("lora:r=8") < at("qlora:r=8"));
+    assert!(at("qlora:r=8") < at("zero1:world=2"));
+    assert!(at("zero1:world=2") < at("zero2:world=2"));
+    assert!(at("zero3:world=2") < at("tp:k=2"));
+    assert!(at("tp:k=8") < at("zero1:world=16"));
+    let keys: Vec<_> = planner::candidates().iter().map(cost_key).collect();
+    assert!(keys.windows(2).all(|w| w[0] <= w[1]));
+}
+
+fn terms() -> GraphTerms {
+    GraphTerms {
+        parameters: 1_000_000,
+        matrix_parameters: 800_000,
+        targets: vec![
+            memory::Target {
+                node: "layers0.a".into(),
+                in_features: 100,
+                out_features: 400,
+                tokens: 10,
+            },
+            memory::Target {
+                node: "layers1.b".into(),
+                in_features: 400,
+                out_features: 100,
+                tokens: 10,
+            },
+        ],
+        largest_parameter: 40_000,
+        largest_layer: 50_000,
+        largest_block: 200_000,
+        blocks: 4,
+        inside_share: 0.75,
+        boundary_elements: 1_000,
+    }
+}
+
+#[test]
+fn formulas_match_hand_computed_values() {
+    let g = terms();
+    let a = 10_000_000.0;
+    let t = |spec: &str| memory::strategy_terms(&g, a, &parse(spec).unwrap(), 4);
+    let plain = t("plain");
+    assert_eq!(plain.total(), 16e6 + a);
+    // checkpoint every block: A x (0.25 + 0.75 x 1/4) + 4 boundaries x 1000 x 4 bytes.
+    assert_eq!(
+        t("checkpoint").activations,
+        a * (0.25 + 0.75 / 4.0) + 16_000.0
+    );
+    // every 2 blocks: 2 segments.
+    assert_eq!(
+        t("checkpoint:every=2").activations,
+        a * (0.25 + 0.75 / 2.0) + 8_000.0
+    );
+    // LoRA r=2: adapters 2 x (500 + 500) = 2000 parameters.
+    let l = t("lora:r=2");
+    assert_eq!(l.trainable_parameters, 2_000);
+    assert_eq!(
+        (l.weights, l.gradients, l.optimizer),
+        (4e6 + 8e3, 8e3, 16e3)
+    );
+    assert_eq!(l.activations, a + (10.0 * 2.0 * 2.0) * 4.0);
+    // QLoRA: targets 80,000 parameters at 0.5625 bytes, the rest fp32, adapters fp32; the
+    // largest target (40,000) dequantized.
+    let q = t("qlora:r=2");
+    assert_eq!(q.weights, 4.0 * 920_000.0 + 80_000.0 * 0.5625 + 8e3);
+    assert_eq!(q.buffers, 40_000.0 * 4.0);
+    // adam8bit: 2 bytes a state pair plus one fp32 absmax per 2048.
+    assert_eq!(t("adam8bit").optimizer, 1e6 * 2.0 * (1.0 + 4.0 / 2048.0));
+    // ZeRO over 4.
+    assert_eq!(t("zero1:world=4").optimizer, 2e6);
+    let z2 = t("zero2:world=4");
+    assert_eq!(
+        (z2.gradients, z2.optimizer, z2.buffers),
+        (1e6, 2e6, 160_000.0)
+    );
+    let z3 = t("zero3:world=4");
+    assert_eq!(z3.weights + z3.gradients + z3.optimizer, 4e6);
+    assert_eq!(z3.buffers, 3.0 * 4.0 * 50_000.0);
+    assert_eq!(t("fsdp:world=4").buffers, 3.0 * 4.0 * 200_000.0);
+    // TP 2: matrices halved, block activations (10 + 12)/34.
+    let tp = t("tp:2");
+    assert_eq!(tp.weights, 4.0 * (400_000.0 + 200_000.0));
+    assert!((tp.activations - a * (0.25 + 0.75 * 22.0 / 34.0)).abs() < 1e-6);
+    // PP 2 stages, 4 micro-batches: 2 in flight of 4.
+    let pp = t("pp:stages=2,micro=4");
+    assert_eq!(pp.weights, 2e6);
+    assert!((pp.activations - a * (0.75 / 2.0 * 2.0 / 4.0 + 0.25 / 4.0)).abs() < 1e-6);
+}
+
+#[test]
+fn deepspeed_and_zero_paper_formulas() {
+    // DeepSpeed's docs example: 3B parameters on 8 GPUs.
+    let p = 3_000_000_000u64;
+    assert_eq!(
+        memory::deepspeed_zero2(p, 8),
+        12_000_000_000 + 6_000_000_000
+    );
+    assert_eq!(
+        memory::deepspeed_zero2_docs(p, 8),
+        6_000_000_000 + 6_000_000_000
+    );
+    assert_eq!(
+        memory::deepspeed_zero3(p, 32_000_000, 8),
+        128_000_000 + 6_750_000_000
+    );
+    // ZeRO paper, Figure 1: 7.5B parameters, N = 64: 120 GB, 31.4 GB, 16.6 GB, 1.9 GB.
+    let p = 7_500_000_000u64;
+    let gbs: Vec<f64> = (0..4)
+        .map(|s| memory::zero_paper(s, p, 64) as f64 / 1e9)
+        .collect();
+    assert_eq!(gbs[0], 120.0);
+    assert!((gbs[1] - 31.4).abs() < 0.05, "{gbs:?}");
+    assert!((gbs[2] - 16.6).abs() < 0.05, "{gbs:?}");
+    assert!((gbs[3] - 1.875).abs() < 0.001, "{gbs:?}");
+}
+
+#[test]
+fn the_kv_cache_is_gqa_aware() {
+    let g = Graph::load(Path::new("data/graphs/llama-r1.json")).unwrap();
+    let layers = memory::cache_layers(&g);
+    assert_eq!(layers.len(), 4);
+    assert_eq!((layers[0].kv_heads, layers[0].head_dim), (2, 64));
+    // 2 x 4 layers x 2 kv heads x 64 x context 100 x batch 3 x 4 bytes.
+    assert_eq!(
+        memory::kv_cache_bytes(&layers, 100, 3, 4),
+        2 * 4 * 2 * 64 * 100 * 3 * 4
+    );
+    let inf = memory::inference(&g, 3, 100, 4);
+    assert_eq!(inf.weight_bytes, g.parameters() * 4);
+    assert_eq!(
+        inf.total_bytes,
+        inf.weight_bytes + inf.kv_cache_bytes + inf.prefill_bytes
+    );
+    let longest = memory::longest_context(&g, 1, 4, 1e9).unwrap();
+    assert!(memory::inference(&g, 1, longest, 4).total_bytes as f64 <= 1e9);
+    assert!(memory::inference(&g, 1, longest + 1, 4).total_bytes as f64 > 1e9);
+}
+
+#[test]
+fn blocks_are_read_from_node_ids() {
+    assert_eq!(
+        memory::block_of("layers0.mlp.up").as_deref(),
+        Some("layers0")
+    );
+    assert_eq!(
+        memory::block_of("layer3.0.conv1").as_deref(),
+        Some("layer3.0")
+    );
+    assert_eq!(
+        memory::block_of("encoder.block1.ff").as_deref(),
+        Some("encoder.block1")
+    );
+    assert_eq!(memory::block_of("lm_head"), None);
+    let g = Graph::load(Path::new("data/graphs/llama-r1.json")).unwrap();
+    let t = memory::graph_terms(&g, 2);
+    assert_eq!(t.blocks, 4);
+    // 4 layers x (q, k, v, o, gate, up, down).
+    assert_eq!(t.targets.len(), 28);
+    assert!(t.inside_share > 0.0 && t.inside_share < 1.0);
+    assert!(Kind::Checkpoint < Kind::Pp);
+}
+
+#[test]
+fn recommend_prints_a_fitting_strategy_for_every_card_of_the_7b_model() {
+    let out = memcal(&[
+        "plan",
+        "data/graphs/llama-full.json",
+        "--batch",
+        "4",
+        "--recommend",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let recs = v["recommendations"].as_array().unwrap();
+    assert!(recs.len() >= 4);
+    for r in recs {
+        let p = &r["plan"];
+        assert!(p.is_object(), "no strategy fits {}", r["card"]);
+        assert_eq!(p["cards"][0]["verdict"], "fits");
+        assert!(p["estimate_bytes"].as_u64().unwrap() < r["card"]["bytes"].as_u64().unwrap());
+        assert_ne!(p["strategy"], "plain");
+    }
+}
+
+#[test]
+fn plan_strategy_exits_2_on_a_bad_spec_and_prints_the_devices() {
+    let bad = memcal(&[
+        "plan",
+        "data/graphs/llama-r1.json",
+        "--batch",
+        "2",
+        "--strategy",
+        "zero3:world=8+fsdp:world=8",
+    ]);
+    assert_eq!(bad.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        err.contains("one data-parallel sharding at a time"),
+        "{err}"
+    );
+    let micro = memcal(&[
+        "plan",
+        "data/graphs/llama-r1.json",
+        "--batch",
+        "2",
+        "--strategy",
+        "pp:stages=2,micro=4",
+    ]);
+    assert_eq!(micro.status.code(), Some(2));
+    let ok = memcal(&[
+        "plan",
+        "data/graphs/llama-r1.json",
+        "--batch",
+        "2",
+        "--strategy",
+        "checkpoint+zero3:world=8+lora:r=8",
+    ]);
+    assert!(ok.status.success());
+    let text = String::from_utf8_lossy(&ok.stdout);
+    assert!(text.contains("on 8 device(s)"), "{text}");
+    assert!(text.contains("formula, not measured"), "{text}");
+    assert!(
+        text.contains("DeepSpeed estimate_zero3_model_states_mem_needs"),
+        "{text}"
+    );
+    let inf = memcal(&[
+        "plan",
+        "data/graphs/mlp-r1.json",
+        "--batch",
+        "1",
+        "--inference",
+        "--context",
+        "8",
+    ]);
+    assert_eq!(inf.status.code(), Some(2));
+}
+
+#[test]
+fn strategy_rows_are_compared_with_their_formulas_and_label_the_plan() {
+    let out = memcal(&["fit", "--strategies", "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = v["rows"].as_array().unwrap();
+    for r in rows {
+        assert!(r["run_id"].as_str().unwrap().starts_with("cpu-"), "{r}");
+        if r["status"] == "completed" {
+            assert!(r["predicted_bytes"].as_u64().unwrap() > 0, "{r}");
+        }
+    }
+    let strategies = v["strategies"].as_array().unwrap();
+    let checkpoint = strategies
+        .iter()
+        .find(|s| s["strategy"] == "checkpoint")
+        .unwrap();
+    assert!(checkpoint["all"]["rows"].as_u64().unwrap() >= 40);
+    assert!(checkpoint["all"]["families"].as_u64().unwrap() >= 4);
+    assert!(v["formulas_only"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|k| k == "zero3"));
+    let plan = memcal(&[
+        "plan",
+        "data/graphs/llama-r1.json",
+        "--batch",
+        "2",
+        "--precision",
+        "fp32",
+        "--strategy",
+        "checkpoint+zero3:world=4",
+    ]);
+    let text = String::from_utf8_lossy(&plan.stdout);
+    assert!(text.contains("measured on CPU: "), "{text}");
+    assert!(
+        text.contains("zero3:world=4      formula, not measured"),
+        "{text}"
+    );
+}
