@@ -97,6 +97,8 @@ fn add_plan_sections(
     };
     let lines = crate::plan_evidence::full_size_verdicts(&graphs, &ds.factors, &evidence, 1);
     site.index.cards = Some(cards::view(&evidence, &lines, &outcomes));
+    let strategies = crate::strategy::evidence::evidence_from(ds, &graphs);
+    site.index.strategies = Some(build::strategies::view(&strategies));
     let models = load::import_models(data_dir)?;
     let jobs: Vec<(&crate::graph::Graph, String)> = graphs
         .iter()

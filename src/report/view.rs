@@ -219,6 +219,8 @@ pub struct IndexPage {
     /// Planning a job: the real cards, which method decides, the fitted range (absent where the
     /// view model was built without the data set, e.g. from a calibration alone).
     pub cards: Option<super::build::cards::CardsView>,
+    /// The strategies of `memcal plan` and their measured rows (absent without the data set).
+    pub strategies: Option<super::build::strategies::StrategiesView>,
 }
 
 /// A page of the runs table (all runs, or one family's when the table is split).

@@ -179,6 +179,25 @@ fn predict(
 
 /// The evidence of a dataset's strategy rows; graphs are read from `data_dir/graphs/`.
 pub fn evidence(ds: &Dataset, data_dir: &Path) -> Evidence {
+    let mut cache: BTreeMap<String, Option<Graph>> = BTreeMap::new();
+    evidence_with(ds, &mut |name: &str| {
+        cache
+            .entry(name.to_string())
+            .or_insert_with(|| {
+                Graph::load(&data_dir.join("graphs").join(format!("{name}.json"))).ok()
+            })
+            .clone()
+    })
+}
+
+/// [`evidence`] over graphs already loaded (the site's build loads `data/graphs/` once).
+pub fn evidence_from(ds: &Dataset, graphs: &[Graph]) -> Evidence {
+    evidence_with(ds, &mut |name: &str| {
+        graphs.iter().find(|g| g.name == name).cloned()
+    })
+}
+
+fn evidence_with(ds: &Dataset, graph_of: &mut dyn FnMut(&str) -> Option<Graph>) -> Evidence {
     let mut graphs: BTreeMap<&str, Option<Graph>> = BTreeMap::new();
     let mut rows = Vec::new();
     for r in ds.rows.iter().filter(|r| r.strategy.is_some()) {
@@ -186,9 +205,9 @@ pub fn evidence(ds: &Dataset, data_dir: &Path) -> Evidence {
         let Ok(spec) = parse_row_spec(spec_text) else {
             continue; // the loader refused it already (exit 2)
         };
-        let g = graphs.entry(r.graph.as_str()).or_insert_with(|| {
-            Graph::load(&data_dir.join("graphs").join(format!("{}.json", r.graph))).ok()
-        });
+        let g = graphs
+            .entry(r.graph.as_str())
+            .or_insert_with(|| graph_of(r.graph.as_str()));
         let predicted = g.as_ref().and_then(|g| {
             predict(
                 g,

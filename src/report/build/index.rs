@@ -57,5 +57,6 @@ pub(super) fn page(
             downloads: downloads(),
         },
         cards: None,
+        strategies: None,
     }
 }

@@ -39,6 +39,7 @@ mod nav;
 mod out_of_sample;
 mod runs;
 mod scatters;
+pub mod strategies;
 mod upper;
 
 use super::names::*;

@@ -1,0 +1,135 @@
+//! The "Strategies" section: every strategy of the plan's table, how its numbers are backed
+//! (rows measured on CPU, one rank's layout emulated in one process, or a formula only), and
+//! for those with rows the held-out error of the plan's strategy formula on them, overall and
+//! per family, with the q95 of measured over predicted that bounds it in `memcal plan`. The
+//! numbers are [`crate::strategy::evidence`]'s; this file formats them.
+
+use super::*;
+use crate::strategy::evidence::{Evidence, Record};
+
+/// The section's view.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct StrategiesView {
+    pub intro: String,
+    pub table: Table,
+    pub measured: Table,
+    pub by_family: Table,
+}
+
+fn record_cells(r: &Record) -> Vec<Cell> {
+    vec![
+        count_cell(r.rows as u64),
+        count_cell(r.completed as u64),
+        count_cell(r.families as u64),
+        opt_pct(r.median_abs_error),
+        opt_pct(r.max_abs_error),
+        match r.q95 {
+            Some(q) => Cell::num(fmt::ratio(q), fmt::ratio(q)),
+            None => Cell::num(fmt::MISSING, ""),
+        },
+    ]
+}
+
+fn record_columns(first: &[&str]) -> Vec<Column> {
+    let mut c: Vec<Column> = first.iter().map(|f| col(f, false)).collect();
+    c.extend([
+        col("Rows", true),
+        col("Completed", true),
+        col("Families", true),
+        col("Median |error|", true),
+        col("Max |error|", true),
+        col("q95 (measured / predicted)", true),
+    ]);
+    c
+}
+
+/// Every strategy of the table, with how it is backed by the rows of `ev`.
+fn strategy_table(ev: &Evidence) -> Table {
+    let mut t = table(
+        "strategies-table",
+        "Every strategy memcal plan knows: what it changes, its formula, and how its numbers are backed",
+        vec![
+            col("Strategy", false),
+            col("What it changes", false),
+            col("Formula", false),
+            col("Backed by", false),
+        ],
+        "",
+    );
+    for d in crate::strategy::STRATEGIES {
+        let rows = ev
+            .rows
+            .iter()
+            .filter(|r| r.strategy.split('+').any(|p| p == d.name))
+            .count() as u64;
+        let backing = match (d.backing, rows) {
+            (_, 0) => "formula, not measured".to_string(),
+            (crate::strategy::Backing::Emulated, n) => {
+                format!(
+                    "one rank's layout, emulated in one process: {}",
+                    fmt::runs(n)
+                )
+            }
+            (_, n) => format!("measured on CPU: {}", fmt::runs(n)),
+        };
+        t.rows.push(vec![
+            Cell::text(d.syntax),
+            Cell::text(d.effect),
+            Cell::text(d.formula),
+            Cell::text(backing),
+        ]);
+    }
+    t
+}
+
+/// The section, from the strategy rows' evidence.
+pub fn view(ev: &Evidence) -> StrategiesView {
+    let mut measured = table(
+        "strategies-measured",
+        "Each measured strategy: the plan's formula against the rows (none of them was used to choose a constant, so every row is held out)",
+        record_columns(&["Strategy", "Backed by"]),
+        "No strategy has a row yet.",
+    );
+    let mut by_family = table(
+        "strategies-by-family",
+        "The same, per strategy and family",
+        record_columns(&["Strategy", "Family"]),
+        "No strategy has a row yet.",
+    );
+    for s in &ev.strategies {
+        let label = ev
+            .rows
+            .iter()
+            .find(|r| r.strategy == s.strategy)
+            .map_or("", |r| r.label);
+        let mut row = vec![Cell::text(&s.strategy), Cell::text(label)];
+        row.extend(record_cells(&s.all));
+        measured.rows.push(row);
+        for (f, r) in &s.by_family {
+            let mut row = vec![Cell::text(&s.strategy), Cell::text(f)];
+            row.extend(record_cells(r));
+            by_family.rows.push(row);
+        }
+    }
+    StrategiesView {
+        intro: format!(
+            "memcal plan --strategy, --recommend and --inference plan with these. A training strategy's prediction is its formula applied to the simulator's plain peak of the same graph and batch; inference's is its own formula (weights, the KV cache of every attention op, the prefill). {} A strategy over several devices is measured as one rank's layout, emulated in one process. Strategies still a formula: {}.",
+            if ev.rows.is_empty() {
+                "No strategy has a measured row yet.".to_string()
+            } else {
+                format!(
+                    "The rows were measured on CPU in float32 by the harness's protocol for each strategy ({}; docs/strategies.md).",
+                    fmt::runs(ev.rows.len() as u64)
+                )
+            },
+            if ev.formulas_only.is_empty() {
+                "none".to_string()
+            } else {
+                ev.formulas_only.join(", ")
+            }
+        ),
+        table: strategy_table(ev),
+        measured,
+        by_family,
+    }
+}
