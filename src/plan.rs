@@ -130,10 +130,16 @@ pub const MAX_BATCH_SEARCHED: u64 = 1 << 24;
 /// The largest batch in 1..=MAX_BATCH_SEARCHED for which `fits(batch)` holds, given that it
 /// holds for every batch below one that holds (the features grow with the batch).
 fn largest_batch(fits: impl Fn(u64) -> bool) -> Option<u64> {
+    largest_fitting(MAX_BATCH_SEARCHED, fits)
+}
+
+/// The largest n in 1..=max for which `fits(n)` holds, given that it holds for every n below
+/// one that holds (a batch, a context length); None when not even 1 fits. Binary search.
+pub fn largest_fitting(max: u64, fits: impl Fn(u64) -> bool) -> Option<u64> {
     if !fits(1) {
         return None;
     }
-    let (mut lo, mut hi) = (1u64, MAX_BATCH_SEARCHED);
+    let (mut lo, mut hi) = (1u64, max);
     while lo < hi {
         let mid = lo + (hi - lo).div_ceil(2);
         if fits(mid) {

@@ -126,6 +126,15 @@ fn gqa(graph: &mut GraphFile, attn: Attn) -> (String, Option<String>) {
     }
 }
 
+/// The activation (`hidden_act`, default exact `gelu`) and attention of a bert, roberta or vit
+/// graph, drawn as transformers runs them.
+fn encoder_choices(c: &Config, graph: &mut GraphFile, o: &Options) -> Result<Vec<String>> {
+    Ok(vec![
+        activation(c, graph, "hidden_act", "gelu")?,
+        attention(graph, o.attn),
+    ])
+}
+
 /// Draws the self-attention of a gpt2, bert, roberta or vit graph as `attn` (every
 /// `multihead_attention` node takes `backend`), and says how.
 fn attention(graph: &mut GraphFile, attn: Attn) -> String {
@@ -529,10 +538,7 @@ fn bert(c: &Config, o: &Options) -> Result<Built> {
         c.size("num_attention_heads")?,
         c.size("intermediate_size")?,
     );
-    let drawn = vec![
-        activation(c, &mut graph, "hidden_act", "gelu")?,
-        attention(&mut graph, o.attn),
-    ];
+    let drawn = encoder_choices(c, &mut graph, o)?;
     Ok(Built {
         graph,
         seq,
@@ -632,10 +638,7 @@ fn vit(c: &Config, o: &Options) -> Result<Built> {
         c.size("num_attention_heads")?,
         c.size("intermediate_size")?,
     );
-    let drawn = vec![
-        activation(c, &mut graph, "hidden_act", "gelu")?,
-        attention(&mut graph, o.attn),
-    ];
+    let drawn = encoder_choices(c, &mut graph, o)?;
     Ok(Built {
         graph,
         seq: tokens,

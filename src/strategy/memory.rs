@@ -437,18 +437,7 @@ pub fn inference(graph: &Graph, batch: u64, context: u64, bytes: u64) -> Inferen
 
 /// The longest context (up to 2^24) whose inference fits `room` bytes; None: not even 1.
 pub fn longest_context(graph: &Graph, batch: u64, bytes: u64, room: f64) -> Option<u64> {
-    let fits = |c: u64| (inference(graph, batch, c, bytes).total_bytes as f64) <= room;
-    if !fits(1) {
-        return None;
-    }
-    let (mut lo, mut hi) = (1u64, 1u64 << 24);
-    while lo < hi {
-        let mid = lo + (hi - lo).div_ceil(2);
-        if fits(mid) {
-            lo = mid;
-        } else {
-            hi = mid - 1;
-        }
-    }
-    Some(lo)
+    crate::plan::largest_fitting(1 << 24, |c| {
+        (inference(graph, batch, c, bytes).total_bytes as f64) <= room
+    })
 }
