@@ -34,7 +34,8 @@ pub fn nearest_rank(sorted: &[f64], percent: u32) -> Option<f64> {
     Some(sorted[(rank - 1) as usize])
 }
 
-pub(super) fn median(v: &mut [f64]) -> Option<f64> {
+/// The median (the mean of the two middle values of an even count); sorts `v`.
+pub fn median(v: &mut [f64]) -> Option<f64> {
     if v.is_empty() {
         return None;
     }

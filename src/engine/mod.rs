@@ -41,7 +41,7 @@ pub use calibrate::calibrate;
 pub use digest::Digest;
 pub use groups::{implementation_groups, ImplementationGroup};
 pub use load::{load, load_reporting, parse_row, rows_sha256, RowsHasher};
-pub use metrics::{abs_rel_error, nearest_rank, row_abs_rel_error};
+pub use metrics::{abs_rel_error, median, nearest_rank, row_abs_rel_error};
 pub use output::{refit_factors_file, summary_table, write_calibration_json};
 pub use results::{
     truth, BoundCounts, BoundMetrics, Bucket, Calibration, Check, CheckRef, Checks, Exclusion,

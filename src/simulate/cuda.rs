@@ -516,8 +516,6 @@ fn gqa(s: &Sizes, node: &Node) -> OpRule {
 
 /// Attention through flash sdpa on CUDA: `[embed_dim, heads, kv_heads, head_dim]`.
 fn flash(s: &Sizes, [embed_dim, h, kvh, hd]: [u64; 4], bias: bool, repeat_kv: bool) -> OpRule {
-    let (embed_dim, h, kvh, hd) = (&embed_dim, &h, &kvh, &hd);
-    let bias = &bias;
     let (b, t) = (s.dim(0), s.dim(1));
     let ex = s.e_in(0);
     let i = |v: u64| v as i64;
@@ -563,7 +561,7 @@ fn flash(s: &Sizes, [embed_dim, h, kvh, hd]: [u64; 4], bias: bool, repeat_kv: bo
     let t128 = t.div_ceil(128) * 128;
     let hd32 = hd.div_ceil(32) * 32;
     let accum = b * t128 * h * hd32 * F32 + b * h * t128 * F32;
-    let wo = embed_dim * h * hd * BF16 + if *bias { embed_dim * BF16 } else { 0 };
+    let wo = embed_dim * h * hd * BF16 + if bias { embed_dim * BF16 } else { 0 };
     let y = s.y();
     let stages = |freed: bool| {
         high(&[
@@ -578,7 +576,7 @@ fn flash(s: &Sizes, [embed_dim, h, kvh, hd]: [u64; 4], bias: bool, repeat_kv: bo
     } else {
         Grad::New
     };
-    let o_proj = if *bias { vec![6, 7] } else { vec![3] };
+    let o_proj = if bias { vec![6, 7] } else { vec![3] };
     let mut r = OpRule::new(Output::New(y), saved, vec![grad], Source::TorchSource)
         .fwd(fwd)
         .note("bf16 q, k, v projections (an fp32 input cast once per projection), k and v repeated to all heads, flash sdpa (sm90, bf16): saves q, k, v, the output, float32 logsumexp and rng state; backward holds dq, dk, dv and flash's float32 dq_accum");

@@ -76,18 +76,9 @@ fn record(rows: &[&StrategyRow]) -> Record {
     let mut fams: Vec<&str> = rows.iter().map(|r| r.family.as_str()).collect();
     fams.sort_unstable();
     fams.dedup();
-    let median = (!errs.is_empty()).then(|| {
-        let n = errs.len();
-        if n % 2 == 1 {
-            errs[n / 2]
-        } else {
-            (errs[n / 2 - 1] + errs[n / 2]) / 2.0
-        }
-    });
-    let q95 = (!ratios.is_empty()).then(|| {
-        let k = ((0.95 * ratios.len() as f64).ceil() as usize).clamp(1, ratios.len());
-        ratios[k - 1]
-    });
+    // The engine's rules: the median of the |errors|, q95 by nearest rank.
+    let median = crate::engine::median(&mut errs);
+    let q95 = crate::engine::nearest_rank(&ratios, 95);
     Record {
         rows: rows.len(),
         completed: rows
@@ -179,14 +170,9 @@ fn predict(
 
 /// The evidence of a dataset's strategy rows; graphs are read from `data_dir/graphs/`.
 pub fn evidence(ds: &Dataset, data_dir: &Path) -> Evidence {
-    let mut cache: BTreeMap<String, Option<Graph>> = BTreeMap::new();
+    // `evidence_with` asks for each graph once.
     evidence_with(ds, &mut |name: &str| {
-        cache
-            .entry(name.to_string())
-            .or_insert_with(|| {
-                Graph::load(&data_dir.join("graphs").join(format!("{name}.json"))).ok()
-            })
-            .clone()
+        Graph::load(&data_dir.join("graphs").join(format!("{name}.json"))).ok()
     })
 }
 

@@ -43,8 +43,10 @@ fn record_columns(first: &[&str]) -> Vec<Column> {
     c
 }
 
-/// Every strategy of the table, with how it is backed by the rows of `ev`.
+/// Every strategy of the table, with how it is backed by the rows of `ev` (in `memcal plan`'s
+/// words: [`crate::strategy::planner::evidence_label`]).
 fn strategy_table(ev: &Evidence) -> Table {
+    let counts = ev.counts();
     let mut t = table(
         "strategies-table",
         "Every strategy memcal plan knows: what it changes, its formula, and how its numbers are backed",
@@ -57,21 +59,7 @@ fn strategy_table(ev: &Evidence) -> Table {
         "",
     );
     for d in crate::strategy::STRATEGIES {
-        let rows = ev
-            .rows
-            .iter()
-            .filter(|r| r.strategy.split('+').any(|p| p == d.name))
-            .count() as u64;
-        let backing = match (d.backing, rows) {
-            (_, 0) => "formula, not measured".to_string(),
-            (crate::strategy::Backing::Emulated, n) => {
-                format!(
-                    "one rank's layout, emulated in one process: {}",
-                    fmt::runs(n)
-                )
-            }
-            (_, n) => format!("measured on CPU: {}", fmt::runs(n)),
-        };
+        let backing = crate::strategy::planner::evidence_label(d.kind, &counts);
         t.rows.push(vec![
             Cell::text(d.syntax),
             Cell::text(d.effect),
