@@ -2,7 +2,8 @@
 # Runs every test of memcal on a fresh machine (Rust, Python 3.11 and gcc are all it assumes):
 # installs libtorch for the harness, checks formatting and lints, runs the library, CLI and
 # harness tests, checks the CUDA build compiles, checks that the committed site/ is current,
-# and loads the site in headless Chromium.
+# runs the Python exporter's tests and the proof against real torchvision and transformers
+# models, and loads the site in headless Chromium.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,6 +20,11 @@ cargo test
 if [ -x scripts/ci-measurement.sh ]; then
   step "measurement harness (libtorch on CPU)"
   scripts/ci-measurement.sh
+fi
+
+if [ -x scripts/ci-exporter.sh ]; then
+  step "the Python exporter and the proof against real implementations"
+  scripts/ci-exporter.sh
 fi
 
 step "the factor history and the factors are audited"

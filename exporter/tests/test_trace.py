@@ -1,0 +1,109 @@
+"""Tests of the exporter: real torchvision classes and small modules, drawn on the meta device
+and checked by memcal itself (`memcal plan` loads the graph and counts its parameters).
+
+Needs torch (scripts/setup-pytorch.sh) and the memcal binary: MEMCAL_BIN (default
+target/debug/memcal), run from the repository root:
+  PYTHONPATH=.libtorch:.libtorch/py:exporter python3 -m unittest discover -s exporter/tests
+"""
+
+import json
+import os
+import subprocess
+import tempfile
+import unittest
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from memcal_export import ExportError, export, parameters, write
+
+MEMCAL = os.environ.get("MEMCAL_BIN", "target/debug/memcal")
+
+
+def plan(graph, batch=2):
+    """memcal's own reading of the graph: (parameters, simulated peak bytes)."""
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "g.json")
+        write(graph, path)
+        r = subprocess.run(
+            [MEMCAL, "plan", path, "--batch", str(batch), "--precision", "fp32", "--json"],
+            capture_output=True, text=True,
+        )
+    if r.returncode != 0:
+        raise AssertionError(f"memcal plan refused the graph: {r.stderr}")
+    d = json.loads(r.stdout)
+    return d["parameters"], d["simulated"]["bytes"]
+
+
+class Mlp(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(16, 32)
+        self.drop0 = nn.Dropout(0.0)
+        self.fc2 = nn.Linear(32, 4)
+
+    def forward(self, x):
+        h = self.drop0(F.gelu(self.fc1(x), approximate="tanh"))
+        h = h * 0.5 + 1.0
+        return self.fc2(torch.exp(h))
+
+
+class Unknown(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+        return torch.cumsum(self.fc(x), dim=1)
+
+
+class TestExport(unittest.TestCase):
+    def test_small_module_ops_and_parameters(self):
+        with torch.device("meta"):
+            m = Mlp()
+        g = export(m, [("x", ["B", 16], "float32")], name="mlp", family="test")
+        ops = [n["op"] for n in g["nodes"]]
+        # p = 0 dropout is no op in torch and is not drawn; scalars become `unary`.
+        self.assertEqual(ops, ["linear", "gelu", "unary", "unary", "unary", "linear", "cross_entropy"])
+        self.assertEqual(g["nodes"][1]["attributes"], {"approximate": "tanh"})
+        self.assertEqual(g["nodes"][2]["attributes"], {"fn": "mul_scalar", "scalar": 0.5})
+        self.assertEqual(g["inputs"][-1], {"name": "labels", "shape": ["B"], "dtype": "int64", "classes": 4})
+        self.assertEqual(plan(g)[0], parameters(m))
+
+    def test_unknown_function_is_refused_naming_the_node(self):
+        with torch.device("meta"):
+            m = Unknown()
+        with self.assertRaises(ExportError) as e:
+            export(m, [("x", ["B", 4, 8], "float32")], name="u", family="test")
+        self.assertIn("cumsum", str(e.exception))
+        self.assertIn("node `cumsum`", str(e.exception))
+
+    def test_torchvision_resnet18(self):
+        import torchvision
+
+        with torch.device("meta"):
+            m = torchvision.models.resnet18(num_classes=10)
+        g = export(m, [("images", ["B", 3, 64, 64], "float32")], name="r18", family="test")
+        self.assertEqual(plan(g)[0], parameters(m))
+        ids = [n["id"] for n in g["nodes"]]
+        self.assertIn("layer1.0.conv1", ids)  # module paths are the ids (blocks stay visible)
+
+    def test_torchvision_vit_uses_sdpa_and_its_tokens(self):
+        import torchvision
+
+        with torch.device("meta"):
+            m = torchvision.models.VisionTransformer(
+                image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=64, mlp_dim=128, num_classes=10
+            )
+        g = export(m, [("images", ["B", 3, 32, 32], "float32")], name="vit", family="test")
+        ops = {n["op"] for n in g["nodes"]}
+        self.assertTrue({"prepend_token", "learned_position", "select_token"} <= ops)
+        attn = [n for n in g["nodes"] if n["op"] == "multihead_attention"]
+        # torchvision calls attention with need_weights=False: torch runs sdpa.
+        self.assertEqual([a["attributes"]["backend"] for a in attn], ["sdpa", "sdpa"])
+        self.assertEqual(plan(g)[0], parameters(m))
+
+
+if __name__ == "__main__":
+    unittest.main()

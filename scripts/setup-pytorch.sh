@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Makes `import torch` work from the libtorch in .libtorch/ (scripts/setup-libtorch.sh installs
+# it without its CUDA library wheels, which the harness does not need but Python's torch._C
+# links against: they load without a GPU), and installs what the exporter's tests and the proof
+# need (transformers, torchvision, numpy) into .libtorch/py. About 1.3 GB of downloads, 2.7 GB
+# on disk; idempotent (a marker file per pinned set).
+# Use: PYTHONPATH=.libtorch:.libtorch/py:exporter python3 ...
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+"$root/scripts/setup-libtorch.sh"
+dest="$root/.libtorch"
+marker="$dest/.python-2.11.0-transformers-5.24.0"
+if [ -f "$marker" ]; then
+  echo "python torch, transformers and torchvision already in $dest"
+  exit 0
+fi
+pip() { python3 -m pip install --quiet --disable-pip-version-check "$@"; }
+# torch 2.11.0's CUDA 13.0 libraries (its wheel's Requires-Dist, cuda-toolkit 13.0.2's pins).
+pip --no-deps --target "$dest" \
+  nvidia-cublas==13.1.0.3 nvidia-cufft==12.0.0.61 nvidia-cufile==1.15.1.6 \
+  nvidia-curand==10.4.0.35 nvidia-cusparse==12.6.3.3 nvidia-nvjitlink==13.0.88 \
+  nvidia-cuda-nvrtc==13.0.88 nvidia-cudnn-cu13==9.19.0.56 nvidia-cusparselt-cu13==0.8.0 \
+  nvidia-nccl-cu13==2.28.9 nvidia-nvshmem-cu13==3.4.5
+rm -rf "$dest/py"
+pip --target "$dest/py" transformers==5.24.0 numpy
+pip --no-deps --target "$dest/py" torchvision==0.26.0 pillow
+PYTHONPATH="$dest:$dest/py" python3 -c "import torch, torchvision, transformers; print('torch', torch.__version__, 'torchvision', torchvision.__version__, 'transformers', transformers.__version__)"
+touch "$marker"
