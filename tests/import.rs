@@ -337,3 +337,32 @@ fn attention_is_drawn_as_transformers_runs_it() {
     let g = Graph::load(&out).unwrap();
     assert!(sdpa(&g).iter().all(|x| !*x));
 }
+
+#[test]
+fn training_dropout_is_drawn_where_transformers_applies_it() {
+    use memcal::ops::Op;
+    let dropouts = |g: &Graph| -> Vec<(String, f64)> {
+        g.nodes
+            .iter()
+            .filter_map(|n| match n.op {
+                Op::Dropout { p } => Some((n.id.clone(), p)),
+                _ => None,
+            })
+            .collect()
+    };
+    // GPT-2 (12 layers, embd_pdrop = resid_pdrop = 0.1): after the embeddings, and after each
+    // block's attention and MLP projections; later readers read the dropped value.
+    let g = import(&fixture("gpt2"), &["64"]);
+    let d = dropouts(&g);
+    assert_eq!(d.len(), 1 + 2 * 12);
+    assert_eq!(d[0], ("wpe.dropout".to_string(), 0.1));
+    assert!(d.iter().any(|(id, _)| id == "h3.mlp.proj.dropout"));
+    let add = g.nodes.iter().find(|n| n.id == "h0.add_1").unwrap();
+    assert_eq!(add.inputs, ["wpe.dropout", "h0.attn.dropout"]);
+    // BERT (hidden_dropout_prob 0.1): embeddings, each layer's attention and output.
+    let g = import(&fixture("bert-base-cased"), &["128"]);
+    assert_eq!(dropouts(&g).len(), 1 + 2 * 12);
+    // ViT's default is 0.0: torch returns the input, nothing is drawn.
+    let g = import(&fixture("vit-base-patch16-224"), &[]);
+    assert_eq!(dropouts(&g).len(), 0);
+}

@@ -11,6 +11,7 @@ use serde_json::{Map, Value};
 use std::path::Path;
 
 mod activation;
+mod dropout;
 
 /// One supported `model_type`: what transformers class it is, and how its graph is built.
 struct Kind {
@@ -126,12 +127,27 @@ fn gqa(graph: &mut GraphFile, attn: Attn) -> (String, Option<String>) {
     }
 }
 
-/// The activation (`hidden_act`, default exact `gelu`) and attention of a bert, roberta or vit
-/// graph, drawn as transformers runs them.
-fn encoder_choices(c: &Config, graph: &mut GraphFile, o: &Options) -> Result<Vec<String>> {
+/// The activation (`hidden_act`, default exact `gelu`), attention and hidden dropout
+/// (`hidden_dropout_prob`, default `dropout_default`, after the nodes `at` accepts) of a bert,
+/// roberta or vit graph, drawn as transformers runs them.
+fn encoder_choices(
+    c: &Config,
+    graph: &mut GraphFile,
+    o: &Options,
+    dropout_default: f64,
+    at: fn(&str) -> bool,
+) -> Result<Vec<String>> {
+    let p = c.probability_or("hidden_dropout_prob", dropout_default)?;
+    let n = dropout::after(graph, p, at);
     Ok(vec![
         activation(c, graph, "hidden_act", "gelu")?,
         attention(graph, o.attn),
+        dropout::said(
+            "hidden_dropout_prob",
+            p,
+            n,
+            "after the embeddings and each layer's attention and output projections",
+        ),
     ])
 }
 
@@ -231,6 +247,23 @@ impl Config<'_> {
                 field,
                 format!("must be true or false, found {v}"),
             )),
+        }
+    }
+
+    /// A probability field (dropout rates), in [0, 1).
+    fn probability_or(&self, field: &str, default: f64) -> Result<f64> {
+        match self.get(field) {
+            None => Ok(default),
+            Some(v) => v
+                .as_f64()
+                .filter(|p| (0.0..1.0).contains(p))
+                .ok_or_else(|| {
+                    Error::field(
+                        self.path,
+                        field,
+                        format!("must be a probability in [0, 1), found {v}"),
+                    )
+                }),
         }
     }
 
@@ -407,10 +440,25 @@ fn gpt2(c: &Config, o: &Options) -> Result<Built> {
         ff,
     );
     // GPT2Config's default is `gelu_new`, written out in Python (NewGELUActivation).
-    let drawn = vec![
+    let mut drawn = vec![
         activation(c, &mut graph, "activation_function", "gelu_new")?,
         attention(&mut graph, o.attn),
     ];
+    // GPT2Model: drop(wte + wpe); each block's resid_dropout after c_proj, and the MLP's
+    // dropout after its c_proj.
+    let embd = c.probability_or("embd_pdrop", 0.1)?;
+    let n = dropout::after(&mut graph, embd, |id| id == "wpe");
+    drawn.push(dropout::said("embd_pdrop", embd, n, "after the embeddings"));
+    let resid = c.probability_or("resid_pdrop", 0.1)?;
+    let n = dropout::after(&mut graph, resid, |id| {
+        dropout::in_block(id, "h", ".attn") || dropout::in_block(id, "h", ".mlp.proj")
+    });
+    drawn.push(dropout::said(
+        "resid_pdrop",
+        resid,
+        n,
+        "after each block's attention and MLP projections",
+    ));
     Ok(Built {
         graph,
         seq,
@@ -538,7 +586,13 @@ fn bert(c: &Config, o: &Options) -> Result<Built> {
         c.size("num_attention_heads")?,
         c.size("intermediate_size")?,
     );
-    let drawn = encoder_choices(c, &mut graph, o)?;
+    // BertEmbeddings: dropout(LayerNorm(...)); BertSelfOutput and BertOutput: dropout after
+    // the dense projection, before the residual LayerNorm. BertConfig's default is 0.1.
+    let drawn = encoder_choices(c, &mut graph, o, 0.1, |id| {
+        id == "embeddings.layer_norm"
+            || dropout::in_block(id, "encoder.layer", ".attention")
+            || dropout::in_block(id, "encoder.layer", ".output")
+    })?;
     Ok(Built {
         graph,
         seq,
@@ -638,7 +692,13 @@ fn vit(c: &Config, o: &Options) -> Result<Built> {
         c.size("num_attention_heads")?,
         c.size("intermediate_size")?,
     );
-    let drawn = encoder_choices(c, &mut graph, o)?;
+    // ViTEmbeddings: dropout(patches + positions); ViTSelfOutput and ViTOutput: dropout after
+    // the dense projection. ViTConfig's default is 0.0 (nothing drawn).
+    let drawn = encoder_choices(c, &mut graph, o, 0.0, |id| {
+        id == "encoder.pos_embedding"
+            || dropout::in_block(id, "encoder.layer", ".attn")
+            || dropout::in_block(id, "encoder.layer", ".mlp.proj")
+    })?;
     Ok(Built {
         graph,
         seq: tokens,
