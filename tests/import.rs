@@ -365,4 +365,20 @@ fn training_dropout_is_drawn_where_transformers_applies_it() {
     // ViT's default is 0.0: torch returns the input, nothing is drawn.
     let g = import(&fixture("vit-base-patch16-224"), &[]);
     assert_eq!(dropouts(&g).len(), 0);
+    // Attention dropout (attn_pdrop, attention_probs_dropout_prob) is sdpa's dropout_p.
+    for model in ["gpt2", "bert-base-cased"] {
+        let g = import(&fixture(model), &["64"]);
+        let p: Vec<f64> = g
+            .nodes
+            .iter()
+            .filter_map(|n| match n.op {
+                Op::MultiheadAttention { sdpa, dropout, .. } => {
+                    assert!(sdpa, "{model}");
+                    Some(dropout)
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(p, vec![0.1; 12], "{model}");
+    }
 }

@@ -69,7 +69,7 @@ def _hf_bert():
 
     return BertConfig(
         num_hidden_layers=2, hidden_size=128, num_attention_heads=4, intermediate_size=512,
-        vocab_size=1000, max_position_embeddings=64, attention_probs_dropout_prob=0.0,
+        vocab_size=1000, max_position_embeddings=64,
     )
 
 

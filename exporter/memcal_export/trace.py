@@ -136,12 +136,15 @@ def _mha(m, ctx):
         "causal": bool(ctx.kwargs.get("is_causal", False)),
         "bias": m.in_proj_bias is not None,
     }
-    if m.dropout:
-        raise ExportError(f"node `{ctx.name}`: attention dropout has no memcal attribute yet")
     if not need_weights:
         if len(inputs) > 1:
             raise ExportError(f"node `{ctx.name}`: sdpa cross-attention is not in memcal's op yet")
         attrs["backend"] = "sdpa"
+        if m.dropout:
+            # sdpa's dropout_p in training (on CPU: sdpa's math path).
+            attrs["dropout"] = float(m.dropout)
+    elif m.dropout:
+        raise ExportError(f"node `{ctx.name}`: dropout on eager attention's probabilities is not drawn yet (need_weights=False is)")
     ctx.inputs_override = inputs
     ctx.tuple_output = True
     return "multihead_attention", attrs

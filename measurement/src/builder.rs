@@ -108,6 +108,8 @@ pub(crate) enum Module {
         causal: bool,
         /// `backend: "sdpa"`: scaled_dot_product_attention instead of the eager form.
         sdpa: bool,
+        /// sdpa's dropout_p (attribute `dropout`).
+        dropout: f64,
     },
     Gqa {
         /// Repeat k and v to every head (else sdpa's `enable_gqa`).
@@ -294,8 +296,10 @@ impl Model {
                     bias,
                     relative_attention_buckets: nb,
                     sdpa,
+                    dropout,
                 } => Module::Mha {
                     sdpa: *sdpa,
+                    dropout: *dropout,
                     q: Lin::new(&p, "q_proj", *d, *d, *bias),
                     k: Lin::new(&p, "k_proj", *d, *d, *bias),
                     v: Lin::new(&p, "v_proj", *d, *d, *bias),
@@ -660,6 +664,7 @@ impl Model {
                     heads,
                     causal,
                     sdpa,
+                    dropout,
                 },
             ) => {
                 if *sdpa {
@@ -669,8 +674,9 @@ impl Model {
                     let hd = d / heads;
                     let split = |l: &Lin| l.fwd(x).view([b, t, *heads, hd]).transpose(1, 2);
                     let (qh, kh, vh) = (split(q), split(k), split(v));
+                    // dropout_p > 0 (training): on CPU torch runs sdpa's math path.
                     let y = Tensor::scaled_dot_product_attention::<Tensor>(
-                        &qh, &kh, &vh, None, 0.0, *causal, None, false,
+                        &qh, &kh, &vh, None, *dropout, *causal, None, false,
                     );
                     o.fwd(&y.transpose(1, 2).reshape([b, t, d]))
                 } else {

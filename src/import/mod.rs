@@ -139,21 +139,23 @@ fn encoder_choices(
 ) -> Result<Vec<String>> {
     let p = c.probability_or("hidden_dropout_prob", dropout_default)?;
     let n = dropout::after(graph, p, at);
-    Ok(vec![
-        activation(c, graph, "hidden_act", "gelu")?,
-        attention(graph, o.attn),
-        dropout::said(
-            "hidden_dropout_prob",
-            p,
-            n,
-            "after the embeddings and each layer's attention and output projections",
-        ),
-    ])
+    let attn_p = c.probability_or("attention_probs_dropout_prob", dropout_default)?;
+    let mut said = vec![activation(c, graph, "hidden_act", "gelu")?];
+    said.extend(attention(graph, o.attn, attn_p));
+    said.push(dropout::said(
+        "hidden_dropout_prob",
+        p,
+        n,
+        "after the embeddings and each layer's attention and output projections",
+    ));
+    Ok(said)
 }
 
 /// Draws the self-attention of a gpt2, bert, roberta or vit graph as `attn` (every
-/// `multihead_attention` node takes `backend`), and says how.
-fn attention(graph: &mut GraphFile, attn: Attn) -> String {
+/// `multihead_attention` node takes `backend`), with sdpa's training dropout `p` (the
+/// config's attention dropout), and says how.
+fn attention(graph: &mut GraphFile, attn: Attn, p: f64) -> Vec<String> {
+    let dropout = attn == Attn::Sdpa && p > 0.0;
     for n in graph
         .nodes
         .iter_mut()
@@ -161,9 +163,23 @@ fn attention(graph: &mut GraphFile, attn: Attn) -> String {
     {
         n.attributes
             .insert("backend".into(), Value::from(attn.as_str()));
+        if dropout {
+            n.attributes.insert("dropout".into(), Value::from(p));
+        }
     }
+    let mut said = vec![attention_said(attn)];
+    if attn == Attn::Eager && p > 0.0 {
+        said.push(format!("attention dropout {p}: not drawn on eager attention (an approximation: each layer's [B, heads, T, T] dropout mask and output are missing)"));
+    }
+    if dropout {
+        said.push(format!("attention dropout {p} (model.train()): sdpa's dropout_p; on CPU torch's flash kernel takes no dropout, so sdpa runs its math path and keeps the [B, heads, T, T] probabilities, dropout mask and output; CUDA's flash kernel keeps only its RNG state"));
+    }
+    said
+}
+
+fn attention_said(attn: Attn) -> String {
     match attn {
-        Attn::Sdpa => "attention: sdpa (transformers' default attn_implementation; no padding mask, so torch's flash kernel: it saves q, k, v, the output and a [B, heads, T] logsumexp, no [B, heads, T, T] tensor)".into(),
+        Attn::Sdpa => "attention: sdpa (transformers' default attn_implementation; no padding mask, so torch's flash kernel unless dropout is on: it saves q, k, v, the output and a [B, heads, T] logsumexp, no [B, heads, T, T] tensor)".into(),
         Attn::Eager => "attention: eager (attn_implementation=\"eager\": the [B, heads, T, T] probabilities are saved)".into(),
     }
 }
@@ -440,10 +456,17 @@ fn gpt2(c: &Config, o: &Options) -> Result<Built> {
         ff,
     );
     // GPT2Config's default is `gelu_new`, written out in Python (NewGELUActivation).
-    let mut drawn = vec![
-        activation(c, &mut graph, "activation_function", "gelu_new")?,
-        attention(&mut graph, o.attn),
-    ];
+    let mut drawn = vec![activation(
+        c,
+        &mut graph,
+        "activation_function",
+        "gelu_new",
+    )?];
+    drawn.extend(attention(
+        &mut graph,
+        o.attn,
+        c.probability_or("attn_pdrop", 0.1)?,
+    ));
     // GPT2Model: drop(wte + wpe); each block's resid_dropout after c_proj, and the MLP's
     // dropout after its c_proj.
     let embd = c.probability_or("embd_pdrop", 0.1)?;

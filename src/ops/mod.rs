@@ -376,6 +376,11 @@ pub enum Op {
         /// transformers runs by default and torch.nn.MultiheadAttention with
         /// need_weights=False: no `[B,h,T,T]` tensor; self-attention only).
         sdpa: bool,
+        /// Attribute `dropout` [0]: sdpa's `dropout_p` in training (transformers'
+        /// `attn_pdrop`, `attention_probs_dropout_prob`). On CPU torch's flash kernel takes
+        /// no dropout, so sdpa runs its math path and keeps the `[B,h,T,T]` probabilities;
+        /// CUDA's flash kernel keeps only its RNG state. Backend "sdpa" only.
+        dropout: f64,
     },
     GqaAttention {
         embed_dim: u64,

@@ -263,6 +263,18 @@ static OPS: &[(OpKind, &str, Parser)] = &[
             if sdpa && relative_attention_buckets > 0 {
                 return Err("backend \"sdpa\" takes no relative_attention_buckets (a relative position bias is added to materialised scores: eager)".into());
             }
+            let dropout = match a.get("dropout") {
+                None => 0.0,
+                Some(v) => v
+                    .as_f64()
+                    .filter(|p| (0.0..1.0).contains(p))
+                    .ok_or_else(|| {
+                        format!("attribute `dropout` must be a number in [0, 1), found {v}")
+                    })?,
+            };
+            if dropout > 0.0 && !sdpa {
+                return Err("attribute `dropout` needs backend \"sdpa\" (dropout on eager attention's probabilities is not drawn yet)".into());
+            }
             Op::MultiheadAttention {
                 embed_dim,
                 num_heads,
@@ -270,6 +282,7 @@ static OPS: &[(OpKind, &str, Parser)] = &[
                 bias: a.flag_or("bias", true)?,
                 relative_attention_buckets,
                 sdpa,
+                dropout,
             }
         })
     }),

@@ -630,6 +630,9 @@ pub(super) fn cpu_rule_at(graph: &Graph, k: usize, batch: u64, values: &Values, 
         )
         .fwd(x + 12)
         .note("saves prediction and target; the loss keeps an input-sized buffer alive until it is dropped; forward holds one more input-sized temporary"),
+        Op::MultiheadAttention { embed_dim: d, num_heads, bias, sdpa: true, dropout, causal, .. } if *dropout > 0.0 => {
+            sdpa_math_attention(&s, y, *d, *num_heads, *bias, *causal)
+        }
         Op::MultiheadAttention { embed_dim: d, num_heads, bias, sdpa: true, .. } => sdpa_attention(
             &s,
             y,
@@ -638,7 +641,7 @@ pub(super) fn cpu_rule_at(graph: &Graph, k: usize, batch: u64, values: &Values, 
             true,
             "sdpa self-attention (backend \"sdpa\"): q, k, v projections, CPU flash sdpa: saves q, k, v, the output and B x H x T logsumexp, no B x H x T x T tensor; backward peaks in sdpa's backward with its per-thread scratch",
         ),
-        Op::MultiheadAttention { embed_dim: d, num_heads, causal, relative_attention_buckets, bias, sdpa: false } => {
+        Op::MultiheadAttention { embed_dim: d, num_heads, causal, relative_attention_buckets, bias, sdpa: false, .. } => {
             let b = s.dim(0);
             let tq = s.dim(1);
             let tk = s.shape_in(1).map_or(tq, |m| m.0[1].at(batch));
@@ -967,6 +970,75 @@ fn flash_backward_scratch(t: u64) -> u64 {
     .min(t);
     let kv_split = 512.min(t);
     HARNESS_CPU_THREADS * (2 * q_split * kv_split + q_split) * 4
+}
+
+/// Multi-head self-attention through sdpa with dropout in training, on CPU: torch's flash
+/// kernel takes no dropout (`use_flash_attention_cpp`: `check_for_dropout`), so sdpa runs
+/// `_scaled_dot_product_attention_math`: q and k are scaled by sqrt(scale) and, with v,
+/// copied contiguous for `bmm` (saved; the projections' outputs are not), the scores are
+/// softmaxed (output saved), `dropout` keeps its float mask and its output is saved by the
+/// second `bmm`; the context comes out `[B,h,T,hd]`-contiguous, so the out projection's input
+/// is a copy. Saved set read with torch's saved-tensor hooks on a single call (3 q-sized
+/// copies and 3 `[B,h,T,T]` tensors, no logsumexp). Checked on `sim-mha-sdpa-dropout*`.
+fn sdpa_math_attention(s: &Sizes, y: u64, d: u64, heads: u64, bias: bool, causal: bool) -> OpRule {
+    use Saved::*;
+    let e = s.e;
+    let (b, t) = (s.dim(0), s.dim(1));
+    let q = b * t * d * e;
+    let tt = b * heads * t * t * e;
+    let saved = vec![
+        Input(0),
+        Internal {
+            what: "q scaled, contiguous copy for bmm",
+            bytes: q,
+        },
+        Internal {
+            what: "k scaled and transposed, contiguous copy for bmm",
+            bytes: q,
+        },
+        Internal {
+            what: "v, contiguous copy for bmm",
+            bytes: q,
+        },
+        Internal {
+            what: "softmax output B x H x T x T",
+            bytes: tt,
+        },
+        Internal {
+            what: "dropout mask B x H x T x T (float)",
+            bytes: tt,
+        },
+        Internal {
+            what: "dropout output B x H x T x T",
+            bytes: tt,
+        },
+        Internal {
+            what: "context copy (out_proj input)",
+            bytes: q,
+        },
+    ];
+    // Forward: the q, k and v projections (not saved: the math path copies them) and sdpa's
+    // output are the harness's locals until the op returns, beside everything saved and the
+    // output (the causal mask, a float T x T, is gone by then).
+    let _ = causal;
+    let fwd = 4 * q;
+    // Backward (torch's formulas in reverse): out_proj's input gradient (then the incoming
+    // gradient and the context copy go), then attn @ v's backward: a contiguous copy of that
+    // gradient for bmm, the dropped probabilities' gradient and v's, at once (the highest
+    // point: one B x H x T x T and one q-sized tensor over the level); dropout's and softmax's
+    // backwards each replace one B x H x T x T tensor by another.
+    let freed = tt + q;
+    let held = tt + 2 * q;
+    let o_proj = if bias { vec![6, 7] } else { vec![3] };
+    let mut r = OpRule::new(Output::New(y), saved, vec![Grad::New], Source::Measured)
+        .fwd(fwd)
+        .note("sdpa self-attention with dropout (backend \"sdpa\", dropout > 0) on CPU: the math path (no flash kernel for dropout): saves q, k, v contiguous copies, the softmax output, dropout's float mask and output (three B x H x T x T tensors) and a context copy; no logsumexp");
+    r.backward_peak = Some(BackwardPeak {
+        freed,
+        held,
+        params: o_proj,
+    });
+    r
 }
 
 /// Attention through CPU flash sdpa (grouped-query attention, and multi-head self-attention
