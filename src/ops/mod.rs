@@ -383,7 +383,11 @@ pub enum Op {
         num_kv_heads: u64,
         head_dim: u64,
         causal: bool,
+        /// The q, k and v projections have a bias (attribute `bias` true, or `"qkv"`).
         bias: bool,
+        /// The output projection has a bias (attribute `bias` true; false with `"qkv"`:
+        /// Qwen2's attention, biased q, k and v and an unbiased o_proj).
+        out_bias: bool,
         /// Attribute `repeat_kv` [true]: k and v are repeated to every head before sdpa
         /// (transformers' `repeat_kv`, its path with a padding mask); false: sdpa is called
         /// with `enable_gqa=True` on the unrepeated k and v (transformers' sdpa path without a

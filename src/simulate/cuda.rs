@@ -489,12 +489,13 @@ fn gqa(s: &Sizes, node: &Node) -> OpRule {
             num_kv_heads,
             head_dim,
             bias,
+            out_bias,
             repeat_kv,
             ..
         } => flash(
             s,
             [*embed_dim, *num_heads, *num_kv_heads, *head_dim],
-            *bias,
+            (*bias, *out_bias),
             *repeat_kv,
         ),
         // backend "sdpa": self-attention, as many kv heads as heads.
@@ -507,7 +508,7 @@ fn gqa(s: &Sizes, node: &Node) -> OpRule {
         } => flash(
             s,
             [*embed_dim, *num_heads, *num_heads, embed_dim / num_heads],
-            *bias,
+            (*bias, *bias),
             true,
         ),
         _ => unreachable!("sdpa rule for another op"),
@@ -515,7 +516,13 @@ fn gqa(s: &Sizes, node: &Node) -> OpRule {
 }
 
 /// Attention through flash sdpa on CUDA: `[embed_dim, heads, kv_heads, head_dim]`.
-fn flash(s: &Sizes, [embed_dim, h, kvh, hd]: [u64; 4], bias: bool, repeat_kv: bool) -> OpRule {
+/// `(bias, out_bias)`: the q, k, v projections' biases and the output projection's.
+fn flash(
+    s: &Sizes,
+    [embed_dim, h, kvh, hd]: [u64; 4],
+    (bias, out_bias): (bool, bool),
+    repeat_kv: bool,
+) -> OpRule {
     let (b, t) = (s.dim(0), s.dim(1));
     let ex = s.e_in(0);
     let i = |v: u64| v as i64;
@@ -561,7 +568,7 @@ fn flash(s: &Sizes, [embed_dim, h, kvh, hd]: [u64; 4], bias: bool, repeat_kv: bo
     let t128 = t.div_ceil(128) * 128;
     let hd32 = hd.div_ceil(32) * 32;
     let accum = b * t128 * h * hd32 * F32 + b * h * t128 * F32;
-    let wo = embed_dim * h * hd * BF16 + if bias { embed_dim * BF16 } else { 0 };
+    let wo = embed_dim * h * hd * BF16 + if out_bias { embed_dim * BF16 } else { 0 };
     let y = s.y();
     let stages = |freed: bool| {
         high(&[
@@ -576,7 +583,8 @@ fn flash(s: &Sizes, [embed_dim, h, kvh, hd]: [u64; 4], bias: bool, repeat_kv: bo
     } else {
         Grad::New
     };
-    let o_proj = if bias { vec![6, 7] } else { vec![3] };
+    let o = if bias { 6 } else { 3 };
+    let o_proj = if out_bias { vec![o, o + 1] } else { vec![o] };
     let mut r = OpRule::new(Output::New(y), saved, vec![grad], Source::TorchSource)
         .fwd(fwd)
         .note("bf16 q, k, v projections (an fp32 input cast once per projection), k and v repeated to all heads, flash sdpa (sm90, bf16): saves q, k, v, the output, float32 logsumexp and rng state; backward holds dq, dk, dv and flash's float32 dq_accum");

@@ -634,7 +634,7 @@ pub(super) fn cpu_rule_at(graph: &Graph, k: usize, batch: u64, values: &Values, 
             &s,
             y,
             [*d, *num_heads, *num_heads, d / num_heads],
-            *bias,
+            (*bias, *bias),
             true,
             "sdpa self-attention (backend \"sdpa\"): q, k, v projections, CPU flash sdpa: saves q, k, v, the output and B x H x T logsumexp, no B x H x T x T tensor; backward peaks in sdpa's backward with its per-thread scratch",
         ),
@@ -678,11 +678,11 @@ pub(super) fn cpu_rule_at(graph: &Graph, k: usize, batch: u64, values: &Values, 
             r.backward_peak = Some(BackwardPeak { freed, held, params: o_proj });
             r
         }
-        Op::GqaAttention { embed_dim, num_heads, num_kv_heads, head_dim, bias, repeat_kv, .. } => sdpa_attention(
+        Op::GqaAttention { embed_dim, num_heads, num_kv_heads, head_dim, bias, out_bias, repeat_kv, .. } => sdpa_attention(
             &s,
             y,
             [*embed_dim, *num_heads, *num_kv_heads, *head_dim],
-            *bias,
+            (*bias, *out_bias),
             *repeat_kv,
             "q, k, v projections, k/v repeated to all heads, CPU flash sdpa: saves q, k, v, the output and B x H x T logsumexp; backward peaks in sdpa's backward with its per-thread scratch",
         ),
@@ -979,7 +979,7 @@ fn sdpa_attention(
     s: &Sizes,
     y: u64,
     [embed_dim, num_heads, num_kv_heads, head_dim]: [u64; 4],
-    bias: bool,
+    (bias, out_bias): (bool, bool),
     repeat_kv: bool,
     note: &'static str,
 ) -> OpRule {
@@ -1020,7 +1020,9 @@ fn sdpa_attention(
     let scratch = flash_backward_scratch(s.dim(1));
     let freed = q.max((2 * q + ks + vs).saturating_sub(y) + scratch);
     let held = q.max(2 * q + ks + vs + scratch);
-    let o_proj = if bias { vec![6, 7] } else { vec![3] };
+    // out_proj's weight (and bias) among the parameters: q, k, v weights, each with its bias.
+    let o = if bias { 6 } else { 3 };
+    let o_proj = if out_bias { vec![o, o + 1] } else { vec![o] };
     let mut r = OpRule::new(Output::New(y), saved, vec![Grad::New], Source::Measured)
         .fwd(fwd)
         .note(note);
