@@ -35,6 +35,33 @@ fn parameter_counts_are_the_published_ones() {
         ("roberta-base", 124_645_632),
         ("t5-small", 60_506_624),
         ("vit-base-patch16-224", 86_567_656),
+        // The six below are also what transformers 5.24's `num_parameters()` gives for these
+        // config files (the model built on the meta device).
+        // Qwen2 (modeling_qwen2.py: q/k/v with bias, o_proj without), derived from the shapes
+        // and matching the model cards' 7.62B and 494M (0.49B in the Qwen2 technical report).
+        // Qwen2-7B, untied: 2 x 152064 x 3584 (embedding, lm_head) + 3584 (norm) + 28 x
+        // (q 3584² + 3584, k and v 3584 x 512 + 512 each, o 3584², SwiGLU 3 x 3584 x 18944,
+        // two norms 2 x 3584) = 1,089,994,752 + 3,584 + 28 x 233,057,792.
+        ("Qwen2-7B", 7_615_616_512),
+        // Qwen2-0.5B, tied: 151936 x 896 + 896 + 24 x (896² + 896 + 2 x (896 x 128 + 128) +
+        // 896² + 3 x 896 x 4864 + 2 x 896) = 136,134,656 + 896 + 24 x 14,912,384.
+        ("Qwen2-0.5B", 494_032_768),
+        // Gemma (modeling_gemma.py): the Gemma technical report's (Table 2) non-embedding
+        // counts, 1,981,884,416 (2B) and 7,751,248,896 (7B), plus the embedding at the hub
+        // configs' vocabulary of 256,000 (the report counts 256,128 rows): 256000 x 2048 and
+        // 256000 x 3072; the LM head is tied.
+        ("gemma-2b", 2_506_172_416),
+        ("gemma-7b", 8_537_680_896),
+        // BART (modeling_bart.py), `num_parameters()` of BartForConditionalGeneration (the
+        // final_logits_bias buffer is not a parameter): shared 50265 x d, two position tables
+        // of 1026 x d, two layernorm_embedding, L encoder layers of 4(d² + d) + 2 LayerNorms +
+        // fc1, fc2 and L decoder layers with a cross-attention and its LayerNorm more.
+        // bart-base (d 768, 6 + 6, ffn 3072): 38,603,520 + 1,575,936 + 3,072 + 6 x 7,087,872 +
+        // 6 x 9,451,776.
+        ("bart-base", 139_420_416),
+        // bart-large (d 1024, 12 + 12, ffn 4096): 51,471,360 + 2,101,248 + 4,096 + 12 x
+        // 12,596,224 + 12 x 16,796,672.
+        ("bart-large", 406_291_456),
     ] {
         let g = import(&fixture(model), &[]);
         assert_eq!(g.parameters(), count, "{model}");
@@ -125,8 +152,8 @@ fn bad_configs_exit_2_naming_the_file_and_the_field() {
     };
     let cases = [
         (
-            write("qwen.json", r#"{"model_type": "qwen2"}"#),
-            "field `model_type`: `qwen2`",
+            write("falcon.json", r#"{"model_type": "falcon"}"#),
+            "field `model_type`: `falcon`",
         ),
         (
             write("none.json", r#"{"n_embd": 8}"#),
