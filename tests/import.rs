@@ -364,3 +364,117 @@ fn attention_is_drawn_as_transformers_runs_it() {
     let g = Graph::load(&out).unwrap();
     assert!(sdpa(&g).iter().all(|x| !*x));
 }
+
+#[test]
+fn qwen2_gemma_and_bart_are_drawn_as_transformers_runs_them() {
+    use memcal::ops::Op;
+    // Qwen2: q, k and v biased, o_proj not; untied 7B, tied 0.5B.
+    let g = import(&fixture("Qwen2-7B"), &["256"]);
+    assert!(g.nodes.iter().any(|n| matches!(
+        n.op,
+        Op::GqaAttention {
+            bias: true,
+            out_bias: false,
+            ..
+        }
+    )));
+    // Gemma-7B: 16 heads of 256 on a width of 3072, the tanh GELU, the scaled embedding.
+    let g = import(&fixture("gemma-7b"), &["256"]);
+    assert!(g.nodes.iter().any(|n| matches!(
+        n.op,
+        Op::GqaAttention {
+            embed_dim: 3072,
+            num_heads: 16,
+            head_dim: 256,
+            ..
+        }
+    )));
+    assert!(g.nodes.iter().any(|n| n.id == "embed_scale"));
+    let o = memcal(&[
+        "import",
+        "hf",
+        fixture("gemma-2b").to_str().unwrap(),
+        "--seq",
+        "64",
+    ]);
+    assert_eq!(o.status.code(), Some(0));
+    let note = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        note.contains("gelu_pytorch_tanh") && note.contains("sqrt(hidden_size)"),
+        "{note}"
+    );
+    // BART: sdpa self-attention, eager cross-attention (said), a decoder length of its own.
+    let o = memcal(&[
+        "import",
+        "hf",
+        fixture("bart-base").to_str().unwrap(),
+        "--seq",
+        "128",
+        "--decoder-seq",
+        "64",
+    ]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let note = String::from_utf8_lossy(&o.stderr);
+    assert!(note.contains("cross-attention is drawn eager"), "{note}");
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let g = Graph::check(&serde_json::from_value(v).unwrap(), &fixture("bart-base")).unwrap();
+    assert_eq!(g.parameters(), 139_420_416);
+    let o = memcal(&[
+        "import",
+        "hf",
+        fixture("bart-base").to_str().unwrap(),
+        "--seq",
+        "2048",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("1024 learned positions"));
+}
+
+#[test]
+fn what_qwen2_gemma_and_bart_cannot_draw_exits_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let edit = |model: &str, field: &str, value: serde_json::Value| {
+        let mut v: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(fixture(model)).unwrap()).unwrap();
+        v[field] = value;
+        let p = dir.path().join(format!("{model}-{field}.json"));
+        std::fs::write(&p, serde_json::to_vec(&v).unwrap()).unwrap();
+        p
+    };
+    for (path, want) in [
+        (
+            edit("Qwen2-7B", "use_sliding_window", true.into()),
+            "field `use_sliding_window`",
+        ),
+        (
+            edit("gemma-2b", "tie_word_embeddings", false.into()),
+            "field `tie_word_embeddings`",
+        ),
+        (
+            edit("gemma-2b", "hidden_act", "swish2".into()),
+            "field `hidden_act`",
+        ),
+        (
+            edit("bart-base", "d_model", "768".into()),
+            "field `d_model`",
+        ),
+        (
+            edit("bart-base", "decoder_layers", serde_json::Value::Null),
+            "field `decoder_layers`: missing",
+        ),
+    ] {
+        let o = memcal(&["import", "hf", path.to_str().unwrap()]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{}: {err}", path.display());
+        assert!(err.contains(want), "{}: {err}", path.display());
+        assert!(
+            err.contains(path.file_name().unwrap().to_str().unwrap()),
+            "{err}"
+        );
+    }
+}
