@@ -127,7 +127,7 @@ fn attention_takes_a_backend() {
     let parse = |json: &str| Op::parse("multihead_attention", &serde_json::from_str(json).unwrap());
     let op = parse("{\"embed_dim\": 64, \"num_heads\": 4, \"backend\": \"sdpa\"}").unwrap();
     assert!(matches!(op, Op::MultiheadAttention { sdpa: true, .. }));
-    assert_eq!(op.arity(), (1, 1), "sdpa is self-attention only");
+    assert_eq!(op.arity(), (1, 2), "sdpa self- or cross-attention");
     assert!(
         parse("{\"embed_dim\": 64, \"num_heads\": 4, \"backend\": \"flash\"}")
             .unwrap_err()

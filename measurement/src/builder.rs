@@ -666,10 +666,15 @@ impl Model {
                 if *sdpa {
                     // What transformers' sdpa attention and torch.nn.MultiheadAttention with
                     // need_weights=False run: projections, heads, one sdpa call.
+                    // Cross-attention: k and v project the memory (input 1).
                     let (b, t, d) = (x.size()[0], x.size()[1], x.size()[2]);
+                    let m = if a.len() > 1 { a[1] } else { x };
                     let hd = d / heads;
-                    let split = |l: &Lin| l.fwd(x).view([b, t, *heads, hd]).transpose(1, 2);
-                    let (qh, kh, vh) = (split(q), split(k), split(v));
+                    let split = |l: &Lin, i: &Tensor| {
+                        let ti = i.size()[1];
+                        l.fwd(i).view([b, ti, *heads, hd]).transpose(1, 2)
+                    };
+                    let (qh, kh, vh) = (split(q, x), split(k, m), split(v, m));
                     let y = Tensor::scaled_dot_product_attention::<Tensor>(
                         &qh, &kh, &vh, None, 0.0, *causal, None, false,
                     );

@@ -374,7 +374,7 @@ pub enum Op {
         /// saved, torch.nn.MultiheadAttention with need_weights=True, transformers'
         /// `attn_implementation="eager"`) or `"sdpa"` (`scaled_dot_product_attention`, what
         /// transformers runs by default and torch.nn.MultiheadAttention with
-        /// need_weights=False: no `[B,h,T,T]` tensor; self-attention only).
+        /// need_weights=False: no `[B,h,Tq,Tk]` tensor; self- or cross-attention).
         sdpa: bool,
     },
     GqaAttention {
@@ -538,7 +538,6 @@ impl Op {
         match self {
             Op::Add | Op::Mul | Op::Sub | Op::Div | Op::CrossEntropy | Op::Mse => (2, 2),
             Op::Concat { .. } => (2, usize::MAX),
-            Op::MultiheadAttention { sdpa: true, .. } => (1, 1),
             Op::MultiheadAttention { .. } => (1, 2),
             Op::Linear { .. }
             | Op::Embedding { .. }

@@ -636,7 +636,7 @@ pub(super) fn cpu_rule_at(graph: &Graph, k: usize, batch: u64, values: &Values, 
             [*d, *num_heads, *num_heads, d / num_heads],
             (*bias, *bias),
             true,
-            "sdpa self-attention (backend \"sdpa\"): q, k, v projections, CPU flash sdpa: saves q, k, v, the output and B x H x T logsumexp, no B x H x T x T tensor; backward peaks in sdpa's backward with its per-thread scratch",
+            "sdpa attention (backend \"sdpa\"): q, k, v projections (k and v of the memory for cross-attention), CPU flash sdpa: saves q, k, v, the output and B x H x Tq logsumexp, no B x H x Tq x Tk tensor; backward peaks in sdpa's backward with its per-thread scratch",
         ),
         Op::MultiheadAttention { embed_dim: d, num_heads, causal, relative_attention_buckets, bias, sdpa: false } => {
             let b = s.dim(0);
@@ -957,24 +957,26 @@ pub const HARNESS_CPU_THREADS: u64 = 2;
 /// CPU flash sdpa's backward scratch (`cpu_flash_attention_backward`,
 /// `ATen/native/cpu/FlashAttentionKernel.cpp`): per thread, float32 `attn` and `grad_attn`
 /// blocks of q_split x kv_split and a `dsum` of q_split, where q_split is 256 from 768 query
-/// tokens, 64 from 192, else 32, and kv_split 512, each at most the sequence length.
-fn flash_backward_scratch(t: u64) -> u64 {
-    let q_split = match t {
+/// tokens, 64 from 192, else 32, and kv_split 512, each at most its sequence length (`tq`
+/// queries, `tk` keys).
+fn flash_backward_scratch(tq: u64, tk: u64) -> u64 {
+    let q_split = match tq {
         768.. => 256,
         192.. => 64,
         _ => 32,
     }
-    .min(t);
-    let kv_split = 512.min(t);
+    .min(tq);
+    let kv_split = 512.min(tk);
     HARNESS_CPU_THREADS * (2 * q_split * kv_split + q_split) * 4
 }
 
-/// Attention through CPU flash sdpa (grouped-query attention, and multi-head self-attention
-/// with backend "sdpa"): `[embed_dim, heads, kv_heads, head_dim]`. The q, k and v projections,
-/// k and v repeated to every head when there are fewer kv heads, one sdpa call saving q, k, v,
-/// its output and a B x H x T float32 logsumexp; backward: out_proj (+ the context's gradient),
-/// then sdpa's backward (+ q, k, v gradients while the context's gradient is alive, less the
-/// incoming gradient). Checked on `sim-gqa` and `sim-mha-sdpa*`.
+/// Attention through CPU flash sdpa (grouped-query attention, and multi-head self- or
+/// cross-attention with backend "sdpa"): `[embed_dim, heads, kv_heads, head_dim]`. The q, k
+/// and v projections (k and v of the memory, input 1, for cross-attention), k and v repeated to
+/// every head when there are fewer kv heads, one sdpa call saving q, k, v, its output and a
+/// B x H x Tq float32 logsumexp; backward: out_proj (+ the context's gradient), then sdpa's
+/// backward (+ q, k, v gradients while the context's gradient is alive, less the incoming
+/// gradient). Checked on `sim-gqa`, `sim-mha-sdpa*` and `sim-mha-sdpa-cross`.
 fn sdpa_attention(
     s: &Sizes,
     y: u64,
@@ -986,13 +988,16 @@ fn sdpa_attention(
     use Saved::*;
     let e = s.e;
     let t = s.rows(embed_dim);
+    // Cross-attention: k and v have the memory's length.
+    let cross = s.shape_in(1).is_some();
+    let tk = s.shape_in(1).map_or(s.dim(1), |m| m.0[1].at(s.batch));
     let q = t * num_heads * head_dim * e;
-    let kv = t * num_kv_heads * head_dim * e;
+    let kv = s.dim(0) * tk * num_kv_heads * head_dim * e;
     // Without `repeat_kv`, sdpa's `enable_gqa` reads the unrepeated k and v.
     let repeated = num_heads > num_kv_heads && repeat_kv;
     let (ks, vs) = if repeated { (q, q) } else { (kv, kv) };
     let lse = s.dim(0) * num_heads * s.dim(1) * 4;
-    let saved = vec![
+    let mut saved = vec![
         Input(0),
         Internal {
             what: "q projection",
@@ -1015,15 +1020,19 @@ fn sdpa_attention(
             bytes: lse,
         },
     ];
+    if cross {
+        saved.push(Input(1));
+    }
     let fwd = if repeated { 2 * kv } else { 0 };
     // sdpa's backward holds its per-thread scratch while q, k and v's gradients are made.
-    let scratch = flash_backward_scratch(s.dim(1));
+    let scratch = flash_backward_scratch(s.dim(1), tk);
     let freed = q.max((2 * q + ks + vs).saturating_sub(y) + scratch);
     let held = q.max(2 * q + ks + vs + scratch);
     // out_proj's weight (and bias) among the parameters: q, k, v weights, each with its bias.
     let o = if bias { 6 } else { 3 };
     let o_proj = if out_bias { vec![o, o + 1] } else { vec![o] };
-    let mut r = OpRule::new(Output::New(y), saved, vec![Grad::New], Source::Measured)
+    let grads = vec![Grad::New; if cross { 2 } else { 1 }];
+    let mut r = OpRule::new(Output::New(y), saved, grads, Source::Measured)
         .fwd(fwd)
         .note(note);
     r.backward_peak = Some(BackwardPeak {
