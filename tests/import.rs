@@ -403,7 +403,7 @@ fn qwen2_gemma_and_bart_are_drawn_as_transformers_runs_them() {
         note.contains("gelu_pytorch_tanh") && note.contains("sqrt(hidden_size)"),
         "{note}"
     );
-    // BART: sdpa self-attention, eager cross-attention (said), a decoder length of its own.
+    // BART: sdpa self- and cross-attention (said), a decoder length of its own.
     let o = memcal(&[
         "import",
         "hf",
@@ -420,10 +420,21 @@ fn qwen2_gemma_and_bart_are_drawn_as_transformers_runs_them() {
         String::from_utf8_lossy(&o.stderr)
     );
     let note = String::from_utf8_lossy(&o.stderr);
-    assert!(note.contains("cross-attention is drawn eager"), "{note}");
+    assert!(note.contains("in the cross-attention"), "{note}");
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let g = Graph::check(&serde_json::from_value(v).unwrap(), &fixture("bart-base")).unwrap();
     assert_eq!(g.parameters(), 139_420_416);
+    let backends: Vec<bool> = g
+        .nodes
+        .iter()
+        .filter_map(|n| match &n.op {
+            Op::MultiheadAttention { sdpa, .. } => Some(*sdpa),
+            _ => None,
+        })
+        .collect();
+    // 6 encoder and 6 decoder self-attentions, 6 cross-attentions.
+    assert_eq!(backends.len(), 18);
+    assert!(backends.iter().all(|s| *s));
     let o = memcal(&[
         "import",
         "hf",

@@ -795,18 +795,15 @@ fn bart(c: &Config, o: &Options) -> Result<Built> {
         scale,
     );
     let act = activation(c, &mut graph, "activation_function", "gelu")?;
-    let (attention, cross) = encoder_decoder_attention(&mut graph, o.attn);
+    let attention = encoder_decoder_attention(&mut graph, o.attn);
     Ok(Built {
         graph,
         seq,
         seq_source,
-        approximations: [
+        approximations: vec![
             "positions: BartLearnedPositionalEmbedding looks rows 2..T+2 up for each sequence (a [B, T, d] lookup, then added); drawn as learned_position (the table's first T rows added, no [B, T, d] lookup)".to_string(),
             "dropout (config dropout, attention_dropout, activation_dropout) is not drawn".to_string(),
-        ]
-        .into_iter()
-        .chain(cross)
-        .collect(),
+        ],
         drawn: vec![
             format!("embedding scale: the lookup times {scale} (scale_embedding = {scaled}; a mul_scalar op)"),
             act,
@@ -816,24 +813,20 @@ fn bart(c: &Config, o: &Options) -> Result<Built> {
     })
 }
 
-/// Draws the attention of an encoder-decoder whose attention transformers runs as `attn`:
-/// the self-attention of both sides takes the backend; cross-attention stays eager, since the
-/// graph's sdpa backend is self-attention only (an approximation under sdpa, returned second).
-fn encoder_decoder_attention(graph: &mut GraphFile, attn: Attn) -> (String, Option<String>) {
+/// Draws every attention of an encoder-decoder (both sides' self-attention and the decoder's
+/// cross-attention) as transformers' `attn` runs it.
+fn encoder_decoder_attention(graph: &mut GraphFile, attn: Attn) -> String {
     for n in graph
         .nodes
         .iter_mut()
-        .filter(|n| n.op == "multihead_attention" && n.inputs.len() == 1)
+        .filter(|n| n.op == "multihead_attention")
     {
         n.attributes
             .insert("backend".into(), Value::from(attn.as_str()));
     }
     match attn {
-        Attn::Sdpa => (
-            "attention: sdpa (transformers' default; no padding mask, so torch's flash kernel) in the encoder's and the decoder's self-attention".into(),
-            Some("cross-attention is drawn eager (its [B, heads, T_dec, T] probabilities saved) where transformers runs sdpa: the graph's sdpa backend is self-attention only, so this over-estimates".into()),
-        ),
-        Attn::Eager => ("attention: eager everywhere (the [B, heads, Tq, Tk] probabilities saved)".into(), None),
+        Attn::Sdpa => "attention: sdpa (transformers' default; no padding mask, so torch's flash kernel) in the encoder's and the decoder's self-attention and in the cross-attention (k and v of the encoder's output)".into(),
+        Attn::Eager => "attention: eager everywhere (the [B, heads, Tq, Tk] probabilities saved)".into(),
     }
 }
 
