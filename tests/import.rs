@@ -35,6 +35,33 @@ fn parameter_counts_are_the_published_ones() {
         ("roberta-base", 124_645_632),
         ("t5-small", 60_506_624),
         ("vit-base-patch16-224", 86_567_656),
+        // The six below are also what transformers 5.24's `num_parameters()` gives for these
+        // config files (the model built on the meta device).
+        // Qwen2 (modeling_qwen2.py: q/k/v with bias, o_proj without), derived from the shapes
+        // and matching the model cards' 7.62B and 494M (0.49B in the Qwen2 technical report).
+        // Qwen2-7B, untied: 2 x 152064 x 3584 (embedding, lm_head) + 3584 (norm) + 28 x
+        // (q 3584² + 3584, k and v 3584 x 512 + 512 each, o 3584², SwiGLU 3 x 3584 x 18944,
+        // two norms 2 x 3584) = 1,089,994,752 + 3,584 + 28 x 233,057,792.
+        ("Qwen2-7B", 7_615_616_512),
+        // Qwen2-0.5B, tied: 151936 x 896 + 896 + 24 x (896² + 896 + 2 x (896 x 128 + 128) +
+        // 896² + 3 x 896 x 4864 + 2 x 896) = 136,134,656 + 896 + 24 x 14,912,384.
+        ("Qwen2-0.5B", 494_032_768),
+        // Gemma (modeling_gemma.py): the Gemma technical report's (Table 2) non-embedding
+        // counts, 1,981,884,416 (2B) and 7,751,248,896 (7B), plus the embedding at the hub
+        // configs' vocabulary of 256,000 (the report counts 256,128 rows): 256000 x 2048 and
+        // 256000 x 3072; the LM head is tied.
+        ("gemma-2b", 2_506_172_416),
+        ("gemma-7b", 8_537_680_896),
+        // BART (modeling_bart.py), `num_parameters()` of BartForConditionalGeneration (the
+        // final_logits_bias buffer is not a parameter): shared 50265 x d, two position tables
+        // of 1026 x d, two layernorm_embedding, L encoder layers of 4(d² + d) + 2 LayerNorms +
+        // fc1, fc2 and L decoder layers with a cross-attention and its LayerNorm more.
+        // bart-base (d 768, 6 + 6, ffn 3072): 38,603,520 + 1,575,936 + 3,072 + 6 x 7,087,872 +
+        // 6 x 9,451,776.
+        ("bart-base", 139_420_416),
+        // bart-large (d 1024, 12 + 12, ffn 4096): 51,471,360 + 2,101,248 + 4,096 + 12 x
+        // 12,596,224 + 12 x 16,796,672.
+        ("bart-large", 406_291_456),
     ] {
         let g = import(&fixture(model), &[]);
         assert_eq!(g.parameters(), count, "{model}");
@@ -125,8 +152,8 @@ fn bad_configs_exit_2_naming_the_file_and_the_field() {
     };
     let cases = [
         (
-            write("qwen.json", r#"{"model_type": "qwen2"}"#),
-            "field `model_type`: `qwen2`",
+            write("falcon.json", r#"{"model_type": "falcon"}"#),
+            "field `model_type`: `falcon`",
         ),
         (
             write("none.json", r#"{"n_embd": 8}"#),
@@ -380,5 +407,130 @@ fn training_dropout_is_drawn_where_transformers_applies_it() {
             })
             .collect();
         assert_eq!(p, vec![0.1; 12], "{model}");
+    }
+}
+
+#[test]
+fn qwen2_gemma_and_bart_are_drawn_as_transformers_runs_them() {
+    use memcal::ops::Op;
+    // Qwen2: q, k and v biased, o_proj not; untied 7B, tied 0.5B.
+    let g = import(&fixture("Qwen2-7B"), &["256"]);
+    assert!(g.nodes.iter().any(|n| matches!(
+        n.op,
+        Op::GqaAttention {
+            bias: true,
+            out_bias: false,
+            ..
+        }
+    )));
+    // Gemma-7B: 16 heads of 256 on a width of 3072, the tanh GELU, the scaled embedding.
+    let g = import(&fixture("gemma-7b"), &["256"]);
+    assert!(g.nodes.iter().any(|n| matches!(
+        n.op,
+        Op::GqaAttention {
+            embed_dim: 3072,
+            num_heads: 16,
+            head_dim: 256,
+            ..
+        }
+    )));
+    assert!(g.nodes.iter().any(|n| n.id == "embed_scale"));
+    let o = memcal(&[
+        "import",
+        "hf",
+        fixture("gemma-2b").to_str().unwrap(),
+        "--seq",
+        "64",
+    ]);
+    assert_eq!(o.status.code(), Some(0));
+    let note = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        note.contains("gelu_pytorch_tanh") && note.contains("sqrt(hidden_size)"),
+        "{note}"
+    );
+    // BART: sdpa self- and cross-attention (said), a decoder length of its own.
+    let o = memcal(&[
+        "import",
+        "hf",
+        fixture("bart-base").to_str().unwrap(),
+        "--seq",
+        "128",
+        "--decoder-seq",
+        "64",
+    ]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let note = String::from_utf8_lossy(&o.stderr);
+    assert!(note.contains("in the cross-attention"), "{note}");
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let g = Graph::check(&serde_json::from_value(v).unwrap(), &fixture("bart-base")).unwrap();
+    assert_eq!(g.parameters(), 139_420_416);
+    let backends: Vec<bool> = g
+        .nodes
+        .iter()
+        .filter_map(|n| match &n.op {
+            Op::MultiheadAttention { sdpa, .. } => Some(*sdpa),
+            _ => None,
+        })
+        .collect();
+    // 6 encoder and 6 decoder self-attentions, 6 cross-attentions.
+    assert_eq!(backends.len(), 18);
+    assert!(backends.iter().all(|s| *s));
+    let o = memcal(&[
+        "import",
+        "hf",
+        fixture("bart-base").to_str().unwrap(),
+        "--seq",
+        "2048",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("1024 learned positions"));
+}
+
+#[test]
+fn what_qwen2_gemma_and_bart_cannot_draw_exits_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let edit = |model: &str, field: &str, value: serde_json::Value| {
+        let mut v: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(fixture(model)).unwrap()).unwrap();
+        v[field] = value;
+        let p = dir.path().join(format!("{model}-{field}.json"));
+        std::fs::write(&p, serde_json::to_vec(&v).unwrap()).unwrap();
+        p
+    };
+    for (path, want) in [
+        (
+            edit("Qwen2-7B", "use_sliding_window", true.into()),
+            "field `use_sliding_window`",
+        ),
+        (
+            edit("gemma-2b", "tie_word_embeddings", false.into()),
+            "field `tie_word_embeddings`",
+        ),
+        (
+            edit("gemma-2b", "hidden_act", "swish2".into()),
+            "field `hidden_act`",
+        ),
+        (
+            edit("bart-base", "d_model", "768".into()),
+            "field `d_model`",
+        ),
+        (
+            edit("bart-base", "decoder_layers", serde_json::Value::Null),
+            "field `decoder_layers`: missing",
+        ),
+    ] {
+        let o = memcal(&["import", "hf", path.to_str().unwrap()]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{}: {err}", path.display());
+        assert!(err.contains(want), "{}: {err}", path.display());
+        assert!(
+            err.contains(path.file_name().unwrap().to_str().unwrap()),
+            "{err}"
+        );
     }
 }

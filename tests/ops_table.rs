@@ -127,7 +127,7 @@ fn attention_takes_a_backend() {
     let parse = |json: &str| Op::parse("multihead_attention", &serde_json::from_str(json).unwrap());
     let op = parse("{\"embed_dim\": 64, \"num_heads\": 4, \"backend\": \"sdpa\"}").unwrap();
     assert!(matches!(op, Op::MultiheadAttention { sdpa: true, .. }));
-    assert_eq!(op.arity(), (1, 1), "sdpa is self-attention only");
+    assert_eq!(op.arity(), (1, 2), "sdpa self- or cross-attention");
     assert!(
         parse("{\"embed_dim\": 64, \"num_heads\": 4, \"backend\": \"flash\"}")
             .unwrap_err()
@@ -158,4 +158,29 @@ fn grouped_query_attention_may_leave_kv_unrepeated() {
             ..
         }
     ));
+}
+
+#[test]
+fn grouped_query_attention_may_bias_q_k_and_v_only() {
+    let parse = |json: &str| Op::parse("gqa_attention", &serde_json::from_str(json).unwrap());
+    let base = "\"embed_dim\": 64, \"num_heads\": 4, \"num_kv_heads\": 2";
+    let params = |op: &Op| op.parameters();
+    let (none, all, qkv) = (
+        parse(&format!("{{{base}}}")).unwrap(),
+        parse(&format!("{{{base}, \"bias\": true}}")).unwrap(),
+        parse(&format!("{{{base}, \"bias\": \"qkv\"}}")).unwrap(),
+    );
+    assert!(matches!(
+        qkv,
+        Op::GqaAttention {
+            bias: true,
+            out_bias: false,
+            ..
+        }
+    ));
+    // q: 64, k and v: 2 x 16 each; o: 64.
+    assert_eq!(params(&all) - params(&none), 64 + 32 + 32 + 64);
+    assert_eq!(params(&qkv) - params(&none), 64 + 32 + 32);
+    let err = parse(&format!("{{{base}, \"bias\": \"o\"}}")).unwrap_err();
+    assert!(err.contains("\"qkv\""), "{err}");
 }

@@ -82,6 +82,15 @@ def _hf_llama():
     )
 
 
+def _hf_t5(dropout):
+    from transformers import T5Config
+
+    return T5Config(
+        num_layers=2, d_model=128, num_heads=4, d_kv=32, d_ff=256, vocab_size=1000,
+        dropout_rate=dropout, decoder_start_token_id=0, pad_token_id=0,
+    )
+
+
 def _hf_case(name, config, cls, seq, batch):
     return {"name": name, "route": "import hf", "config": config, "cls": cls, "seq": seq, "batch": batch}
 
@@ -93,6 +102,8 @@ CASES = [
     _hf_case("transformers-gpt2", lambda: _hf_gpt2(0.1), "GPT2LMHeadModel", 64, 4),
     _hf_case("transformers-bert", _hf_bert, "BertModel", 64, 4),
     _hf_case("transformers-llama", _hf_llama, "LlamaForCausalLM", 64, 4),
+    _hf_case("transformers-t5-nodrop", lambda: _hf_t5(0.0), "T5ForConditionalGeneration", 64, 4),
+    _hf_case("transformers-t5", lambda: _hf_t5(0.1), "T5ForConditionalGeneration", 64, 4),
 ]
 
 # The cases held to TOLERANCE by `--check` (the others are reported, with their gaps documented
@@ -129,10 +140,19 @@ def _real_hf(case, counter, config):
         return m
 
     def make_inputs():
-        return {"x": torch.randint(vocab, (b, t)), "y": torch.randint(vocab, (b, t))}
+        i = {"x": torch.randint(vocab, (b, t)), "y": torch.randint(vocab, (b, t))}
+        if "ConditionalGeneration" in case["cls"]:
+            i["dx"] = torch.randint(vocab, (b, t))
+        return i
 
     def loss_of(m, i):
-        out = m(input_ids=i["x"], use_cache=False) if "CausalLM" in case["cls"] or "LMHead" in case["cls"] else m(input_ids=i["x"])
+        if "ConditionalGeneration" in case["cls"]:
+            # memcal's t5 graph: encoder tokens, decoder tokens of the same length, labels.
+            out = m(input_ids=i["x"], decoder_input_ids=i["dx"], use_cache=False)
+        elif "CausalLM" in case["cls"] or "LMHead" in case["cls"]:
+            out = m(input_ids=i["x"], use_cache=False)
+        else:
+            out = m(input_ids=i["x"])
         if hasattr(out, "logits"):
             logits = out.logits
             return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), i["y"].reshape(-1))

@@ -324,13 +324,14 @@ impl Model {
                     head_dim,
                     causal,
                     bias,
+                    out_bias,
                     repeat_kv,
                 } => Module::Gqa {
                     repeat_kv: *repeat_kv,
                     q: Lin::new(&p, "q_proj", *d, num_heads * head_dim, *bias),
                     k: Lin::new(&p, "k_proj", *d, num_kv_heads * head_dim, *bias),
                     v: Lin::new(&p, "v_proj", *d, num_kv_heads * head_dim, *bias),
-                    o: Lin::new(&p, "o_proj", num_heads * head_dim, *d, *bias),
+                    o: Lin::new(&p, "o_proj", num_heads * head_dim, *d, *out_bias),
                     heads: i(*num_heads),
                     kv_heads: i(*num_kv_heads),
                     head_dim: i(*head_dim),
@@ -670,10 +671,15 @@ impl Model {
                 if *sdpa {
                     // What transformers' sdpa attention and torch.nn.MultiheadAttention with
                     // need_weights=False run: projections, heads, one sdpa call.
+                    // Cross-attention: k and v project the memory (input 1).
                     let (b, t, d) = (x.size()[0], x.size()[1], x.size()[2]);
+                    let m = if a.len() > 1 { a[1] } else { x };
                     let hd = d / heads;
-                    let split = |l: &Lin| l.fwd(x).view([b, t, *heads, hd]).transpose(1, 2);
-                    let (qh, kh, vh) = (split(q), split(k), split(v));
+                    let split = |l: &Lin, i: &Tensor| {
+                        let ti = i.size()[1];
+                        l.fwd(i).view([b, ti, *heads, hd]).transpose(1, 2)
+                    };
+                    let (qh, kh, vh) = (split(q, x), split(k, m), split(v, m));
                     // dropout_p > 0 (training): on CPU torch runs sdpa's math path.
                     let y = Tensor::scaled_dot_product_attention::<Tensor>(
                         &qh, &kh, &vh, None, *dropout, *causal, None, false,

@@ -287,13 +287,22 @@ pub fn run_with(
                 }
             });
             let Some((loss, tape)) = loss else { break };
-            let done = r.phase(&format!("step{k}.backward"), || match tape {
+            // A plain run keeps the loss (and what its op holds, e.g. mse's input-sized buffer)
+            // until the backward phase has ended, dropping it before the optimizer phase
+            // (docs/simulator.md, "loss drop"; the committed single-op rows were measured so);
+            // a staged run's tape takes the loss.
+            let phase = format!("step{k}.backward");
+            let done = match tape {
                 None => {
-                    loss.f_backward()?;
-                    Ok(())
+                    let done = r.phase(&phase, || {
+                        loss.f_backward()?;
+                        Ok(())
+                    });
+                    drop(loss);
+                    done
                 }
-                Some(t) => t.backward(&model, loss, batch),
-            });
+                Some(t) => r.phase(&phase, || t.backward(&model, loss, batch)),
+            };
             if done.is_none() {
                 break;
             }

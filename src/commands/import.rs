@@ -14,8 +14,8 @@ pub struct Args {
 
 #[derive(Subcommand)]
 pub enum Source {
-    /// A Hugging Face `config.json` (gpt2, llama, mistral, mixtral, bert, roberta, t5, vit):
-    /// the graph transformers' model class builds from it, at its real parameter count.
+    /// A Hugging Face `config.json` (gpt2, llama, mistral, mixtral, qwen2, gemma, bert, roberta,
+    /// t5, bart, vit): the graph transformers' model class builds from it, at its real parameter count.
     /// Prints the graph (or writes --out) and, on stderr, what it assumed.
     Hf {
         /// The model's config.json, as it is on the hub.
@@ -24,7 +24,7 @@ pub enum Source {
         /// decoders and 512 for encoders; the choice is printed).
         #[arg(long)]
         seq: Option<u64>,
-        /// Decoder sequence length of an encoder-decoder (t5; default: as --seq).
+        /// Decoder sequence length of an encoder-decoder (t5, bart; default: as --seq).
         #[arg(long)]
         decoder_seq: Option<u64>,
         /// The graph's name (default: the config's folder or file name).

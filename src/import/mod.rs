@@ -44,6 +44,16 @@ const KINDS: &[Kind] = &[
         build: mixtral,
     },
     Kind {
+        model_type: "qwen2",
+        class: "Qwen2ForCausalLM",
+        build: qwen2,
+    },
+    Kind {
+        model_type: "gemma",
+        class: "GemmaForCausalLM",
+        build: gemma,
+    },
+    Kind {
         model_type: "bert",
         class: "BertModel (with its pooler)",
         build: bert,
@@ -57,6 +67,11 @@ const KINDS: &[Kind] = &[
         model_type: "t5",
         class: "T5ForConditionalGeneration",
         build: t5,
+    },
+    Kind {
+        model_type: "bart",
+        class: "BartForConditionalGeneration",
+        build: bart,
     },
     Kind {
         model_type: "vit",
@@ -544,7 +559,7 @@ fn llama(c: &Config, o: &Options) -> Result<Built> {
         graph,
         seq,
         seq_source,
-        approximations: std::iter::once("rotary position tables and the causal mask are not drawn (a few [T, head_dim] and [T, T] tensors)".to_string()).chain(eager).collect(),
+        approximations: std::iter::once(ROTARY.to_string()).chain(eager).collect(),
         drawn: vec![drawn],
     })
 }
@@ -578,6 +593,135 @@ fn mixtral(c: &Config, o: &Options) -> Result<Built> {
         .chain(eager)
         .collect(),
         drawn: vec![drawn],
+    })
+}
+
+/// The rotary tables and the causal mask every LLaMA-like import leaves out.
+const ROTARY: &str =
+    "rotary position tables and the causal mask are not drawn (a few [T, head_dim] and [T, T] tensors)";
+
+/// Qwen2 (`modeling_qwen2.py`): LLaMA's layers with `bias=True` on q_proj, k_proj and v_proj
+/// and `bias=False` on o_proj, `head_dim` from the config or hidden_size / heads, the LM head
+/// tied to the embedding when `tie_word_embeddings` (Qwen2Config's default: false).
+fn qwen2(c: &Config, o: &Options) -> Result<Built> {
+    let d = c.size("hidden_size")?;
+    let heads = c.size("num_attention_heads")?;
+    c.require(
+        "hidden_act",
+        c.text_or("hidden_act", "silu")?,
+        "silu",
+        "a SwiGLU feed-forward",
+    )?;
+    c.require(
+        "use_sliding_window",
+        c.flag_or("use_sliding_window", false)?,
+        false,
+        "full causal attention in every layer",
+    )?;
+    let tied = c.flag_or("tie_word_embeddings", false)?;
+    let (seq, seq_source) = sequence(c, o, "max_position_embeddings", 4096, 32768)?;
+    let mut graph = crate::zoo::sized::qwen2(
+        c.size("vocab_size")?,
+        seq,
+        d,
+        c.size("num_hidden_layers")?,
+        [
+            heads,
+            c.size_or("num_key_value_heads", heads)?,
+            c.size_or("head_dim", d / heads)?,
+        ],
+        c.size("intermediate_size")?,
+        tied,
+    );
+    let (attention, eager) = gqa(&mut graph, o.attn);
+    Ok(Built {
+        graph,
+        seq,
+        seq_source,
+        approximations: std::iter::once(ROTARY.to_string()).chain(eager).collect(),
+        drawn: vec![
+            "attention projections: q, k and v with a bias, o_proj without (gqa_attention bias \"qkv\")".into(),
+            attention,
+            format!(
+                "LM head: {} (tie_word_embeddings = {tied})",
+                if tied { "the embedding's table" } else { "its own matrix" }
+            ),
+        ],
+    })
+}
+
+/// Gemma (`modeling_gemma.py`): the embedding's output times sqrt(hidden_size), `head_dim`
+/// heads (Gemma-7B: 16 x 256 = 4096 on a width of 3072), a gated feed-forward through
+/// `hidden_act` (GemmaConfig's default `gelu_pytorch_tanh`; the released configs' `"gelu"`
+/// is read as `gelu_pytorch_tanh`, GemmaConfig.__post_init__ in transformers 5, after
+/// transformers PR 29402), GemmaRMSNorm, the LM head tied to the embedding.
+fn gemma(c: &Config, o: &Options) -> Result<Built> {
+    let d = c.size("hidden_size")?;
+    let heads = c.size("num_attention_heads")?;
+    c.require(
+        "attention_bias",
+        c.flag_or("attention_bias", false)?,
+        false,
+        "projections without bias",
+    )?;
+    c.require(
+        "tie_word_embeddings",
+        c.flag_or("tie_word_embeddings", true)?,
+        true,
+        "a tied LM head",
+    )?;
+    c.require(
+        "use_bidirectional_attention",
+        c.flag_or("use_bidirectional_attention", false)?,
+        false,
+        "causal attention",
+    )?;
+    let (seq, seq_source) = sequence(c, o, "max_position_embeddings", 4096, 8192)?;
+    let mut graph = crate::zoo::sized::gemma(
+        c.size("vocab_size")?,
+        seq,
+        d,
+        c.size("num_hidden_layers")?,
+        [
+            heads,
+            c.size_or("num_key_value_heads", heads)?,
+            c.size_or("head_dim", 256)?,
+        ],
+        c.size("intermediate_size")?,
+    );
+    let named = c.text_or("hidden_act", "gelu_pytorch_tanh")?;
+    let act = if named == "gelu" {
+        "gelu_pytorch_tanh"
+    } else {
+        named
+    };
+    let said = activation::apply(&mut graph, act)
+        .map_err(|e| Error::Invalid(format!("{}: field `hidden_act`: {e}", c.path.display())))?;
+    let act = if named == "gelu" {
+        format!("activation (hidden_act): \"gelu\", which GemmaConfig reads as gelu_pytorch_tanh (the released configs' legacy value): {said}")
+    } else {
+        format!("activation (hidden_act): {said}")
+    };
+    let (attention, eager) = gqa(&mut graph, o.attn);
+    Ok(Built {
+        graph,
+        seq,
+        seq_source,
+        approximations: [
+            ROTARY.to_string(),
+            "GemmaRMSNorm multiplies by (1 + weight) in float32: drawn as rms_norm (the same tensors saved, less a [d] temporary)".to_string(),
+        ]
+        .into_iter()
+        .chain(eager)
+        .collect(),
+        drawn: vec![
+            format!(
+                "embedding scale: the embedding's output times sqrt(hidden_size) = {:.4} (a mul_scalar op)",
+                (d as f64).sqrt()
+            ),
+            act,
+            attention,
+        ],
     })
 }
 
@@ -672,6 +816,95 @@ fn t5(c: &Config, o: &Options) -> Result<Built> {
         approximations: Vec::new(),
         drawn: Vec::new(),
     })
+}
+
+/// BART (`modeling_bart.py`, BartForConditionalGeneration): the shared embedding (times
+/// sqrt(d_model) when `scale_embedding`, else times 1.0: BartScaledWordEmbedding multiplies
+/// either way), learned positions of max_position_embeddings + 2 rows (offset 2),
+/// `layernorm_embedding`, post-LN encoder and decoder layers with biased attention and an
+/// `activation_function` feed-forward, cross-attention, the tied LM head plus the
+/// `final_logits_bias` buffer.
+fn bart(c: &Config, o: &Options) -> Result<Built> {
+    let d = c.size("d_model")?;
+    let positions = c.size("max_position_embeddings")?;
+    c.require(
+        "tie_word_embeddings",
+        c.flag_or("tie_word_embeddings", true)?,
+        true,
+        "a tied LM head",
+    )?;
+    let (seq, seq_source) = sequence(
+        c,
+        o,
+        "max_position_embeddings",
+        positions.min(512),
+        positions,
+    )?;
+    within(c, "max_position_embeddings", seq, positions)?;
+    let t_dec = o.decoder_seq.unwrap_or(seq);
+    within(c, "max_position_embeddings", t_dec, positions)?;
+    let side = |layers: &str, heads: &str, ff: &str| -> Result<crate::zoo::sized::Side> {
+        Ok(crate::zoo::sized::Side {
+            layers: c.size(layers)?,
+            heads: c.size(heads)?,
+            ff: c.size(ff)?,
+        })
+    };
+    let encoder = side(
+        "encoder_layers",
+        "encoder_attention_heads",
+        "encoder_ffn_dim",
+    )?;
+    let decoder = side(
+        "decoder_layers",
+        "decoder_attention_heads",
+        "decoder_ffn_dim",
+    )?;
+    let scaled = c.flag_or("scale_embedding", false)?;
+    let scale = if scaled { (d as f64).sqrt() } else { 1.0 };
+    let mut graph = crate::zoo::sized::bart(
+        c.size("vocab_size")?,
+        positions + 2,
+        [seq, t_dec],
+        d,
+        encoder,
+        decoder,
+        scale,
+    );
+    let act = activation(c, &mut graph, "activation_function", "gelu")?;
+    let attention = encoder_decoder_attention(&mut graph, o.attn);
+    Ok(Built {
+        graph,
+        seq,
+        seq_source,
+        approximations: vec![
+            "positions: BartLearnedPositionalEmbedding looks rows 2..T+2 up for each sequence (a [B, T, d] lookup, then added); drawn as learned_position (the table's first T rows added, no [B, T, d] lookup)".to_string(),
+            "dropout (config dropout, attention_dropout, activation_dropout) is not drawn".to_string(),
+        ],
+        drawn: vec![
+            format!("embedding scale: the lookup times {scale} (scale_embedding = {scaled}; a mul_scalar op)"),
+            act,
+            attention,
+            "final_logits_bias: a [1, vocab] buffer added to the logits (no gradient: an add that saves nothing, drawn as add_scalar)".into(),
+        ],
+    })
+}
+
+/// Draws every attention of an encoder-decoder (both sides' self-attention and the decoder's
+/// cross-attention) as transformers' `attn` runs it.
+fn encoder_decoder_attention(graph: &mut GraphFile, attn: Attn) -> String {
+    for n in graph
+        .nodes
+        .iter_mut()
+        .filter(|n| n.op == "multihead_attention")
+    {
+        n.attributes
+            .insert("backend".into(), Value::from(attn.as_str()));
+    }
+    match attn {
+        Attn::Sdpa => "attention: sdpa (transformers' default; no padding mask, so torch's flash kernel) in the encoder's and the decoder's self-attention and in the cross-attention (k and v of the encoder's output)".into(),
+        Attn::Eager => "attention: eager everywhere (the [B, heads, Tq, Tk] probabilities saved)".into(),
+    }
 }
 
 fn vit(c: &Config, o: &Options) -> Result<Built> {

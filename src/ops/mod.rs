@@ -374,7 +374,7 @@ pub enum Op {
         /// saved, torch.nn.MultiheadAttention with need_weights=True, transformers'
         /// `attn_implementation="eager"`) or `"sdpa"` (`scaled_dot_product_attention`, what
         /// transformers runs by default and torch.nn.MultiheadAttention with
-        /// need_weights=False: no `[B,h,T,T]` tensor; self-attention only).
+        /// need_weights=False: no `[B,h,Tq,Tk]` tensor; self- or cross-attention).
         sdpa: bool,
         /// Attribute `dropout` [0]: sdpa's `dropout_p` in training (transformers'
         /// `attn_pdrop`, `attention_probs_dropout_prob`). On CPU torch's flash kernel takes
@@ -388,7 +388,11 @@ pub enum Op {
         num_kv_heads: u64,
         head_dim: u64,
         causal: bool,
+        /// The q, k and v projections have a bias (attribute `bias` true, or `"qkv"`).
         bias: bool,
+        /// The output projection has a bias (attribute `bias` true; false with `"qkv"`:
+        /// Qwen2's attention, biased q, k and v and an unbiased o_proj).
+        out_bias: bool,
         /// Attribute `repeat_kv` [true]: k and v are repeated to every head before sdpa
         /// (transformers' `repeat_kv`, its path with a padding mask); false: sdpa is called
         /// with `enable_gqa=True` on the unrepeated k and v (transformers' sdpa path without a
@@ -539,7 +543,6 @@ impl Op {
         match self {
             Op::Add | Op::Mul | Op::Sub | Op::Div | Op::CrossEntropy | Op::Mse => (2, 2),
             Op::Concat { .. } => (2, usize::MAX),
-            Op::MultiheadAttention { sdpa: true, .. } => (1, 1),
             Op::MultiheadAttention { .. } => (1, 2),
             Op::Linear { .. }
             | Op::Embedding { .. }

@@ -101,13 +101,19 @@ impl Op {
                 num_kv_heads,
                 head_dim,
                 bias,
+                out_bias,
                 ..
             } => {
                 let q = num_heads.saturating_mul(*head_dim);
                 let kv = num_kv_heads.saturating_mul(*head_dim);
-                for (o, i) in [(q, *d), (kv, *d), (kv, *d), (*d, q)] {
+                for (o, i, b) in [
+                    (q, *d, *bias),
+                    (kv, *d, *bias),
+                    (kv, *d, *bias),
+                    (*d, q, *out_bias),
+                ] {
                     p.push(vec![o, i]);
-                    if *bias {
+                    if b {
                         p.push(vec![o]);
                     }
                 }

@@ -301,13 +301,25 @@ static OPS: &[(OpKind, &str, Parser)] = &[
                     "num_heads = {num_heads} must divide embed_dim = {embed_dim} (or give head_dim)"
                 ));
             }
+            // `bias`: false, true (all four projections) or "qkv" (q, k and v only).
+            let (bias, out_bias) = match a.get("bias") {
+                None => (false, false),
+                Some(Value::Bool(b)) => (*b, *b),
+                Some(Value::String(s)) if s == "qkv" => (true, false),
+                Some(v) => {
+                    return Err(format!(
+                        "attribute `bias` must be true, false or \"qkv\", found {v}"
+                    ))
+                }
+            };
             Op::GqaAttention {
                 embed_dim,
                 num_heads,
                 num_kv_heads,
                 head_dim: a.size_or("head_dim", embed_dim / num_heads)?,
                 causal: a.flag_or("causal", true)?,
-                bias: a.flag_or("bias", false)?,
+                bias,
+                out_bias,
                 repeat_kv: a.flag_or("repeat_kv", true)?,
             }
         })

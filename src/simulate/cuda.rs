@@ -489,15 +489,16 @@ fn gqa(s: &Sizes, node: &Node) -> OpRule {
             num_kv_heads,
             head_dim,
             bias,
+            out_bias,
             repeat_kv,
             ..
         } => flash(
             s,
             [*embed_dim, *num_heads, *num_kv_heads, *head_dim],
-            *bias,
+            (*bias, *out_bias),
             *repeat_kv,
         ),
-        // backend "sdpa": self-attention, as many kv heads as heads.
+        // backend "sdpa": self- or cross-attention, as many kv heads as heads.
         Op::MultiheadAttention {
             embed_dim,
             num_heads,
@@ -507,7 +508,7 @@ fn gqa(s: &Sizes, node: &Node) -> OpRule {
         } => flash(
             s,
             [*embed_dim, *num_heads, *num_heads, embed_dim / num_heads],
-            *bias,
+            (*bias, *bias),
             true,
         ),
         _ => unreachable!("sdpa rule for another op"),
@@ -515,16 +516,27 @@ fn gqa(s: &Sizes, node: &Node) -> OpRule {
 }
 
 /// Attention through flash sdpa on CUDA: `[embed_dim, heads, kv_heads, head_dim]`.
-fn flash(s: &Sizes, [embed_dim, h, kvh, hd]: [u64; 4], bias: bool, repeat_kv: bool) -> OpRule {
+/// `(bias, out_bias)`: the q, k, v projections' biases and the output projection's.
+fn flash(
+    s: &Sizes,
+    [embed_dim, h, kvh, hd]: [u64; 4],
+    (bias, out_bias): (bool, bool),
+    repeat_kv: bool,
+) -> OpRule {
     let (b, t) = (s.dim(0), s.dim(1));
     let ex = s.e_in(0);
     let i = |v: u64| v as i64;
+    // Cross-attention: k and v project the memory (input 1), of its own length and dtype.
+    let cross = s.shape_in(1).is_some();
+    let tk = s.shape_in(1).map_or(t, |m| m.0[1].at(s.batch));
+    let em = if cross { s.e_in(1) } else { ex };
     let x = b * t * embed_dim * BF16;
+    let xm = b * tk * embed_dim * BF16;
     let q = b * t * h * hd * BF16;
-    let kv = b * t * kvh * hd * BF16;
+    let kv = b * tk * kvh * hd * BF16;
     let repeated = h > kvh && repeat_kv;
     let (ks, vs) = if repeated { (q, q) } else { (kv, kv) };
-    let casts = if ex == F32 { 3 * x } else { 0 };
+    let casts = if ex == F32 { x } else { 0 } + if em == F32 { 2 * xm } else { 0 };
     let lse = b * h * t * F32;
     let mut saved = vec![];
     if casts > 0 {
@@ -561,7 +573,7 @@ fn flash(s: &Sizes, [embed_dim, h, kvh, hd]: [u64; 4], bias: bool, repeat_kv: bo
     let t128 = t.div_ceil(128) * 128;
     let hd32 = hd.div_ceil(32) * 32;
     let accum = b * t128 * h * hd32 * F32 + b * h * t128 * F32;
-    let wo = embed_dim * h * hd * BF16 + if bias { embed_dim * BF16 } else { 0 };
+    let wo = embed_dim * h * hd * BF16 + if out_bias { embed_dim * BF16 } else { 0 };
     let y = s.y();
     let stages = |freed: bool| {
         high(&[
@@ -571,13 +583,21 @@ fn flash(s: &Sizes, [embed_dim, h, kvh, hd]: [u64; 4], bias: bool, repeat_kv: bo
             -i(accum),
         ])
     };
-    let grad = if ex == F32 {
-        Grad::ViaCast(x)
-    } else {
-        Grad::New
+    let grad = |e: u64, bytes: u64| {
+        if e == F32 {
+            Grad::ViaCast(bytes)
+        } else {
+            Grad::New
+        }
     };
-    let o_proj = if bias { vec![6, 7] } else { vec![3] };
-    let mut r = OpRule::new(Output::New(y), saved, vec![grad], Source::TorchSource)
+    let mut grads = vec![grad(ex, x)];
+    if cross {
+        saved.push(Saved::Input(1));
+        grads.push(grad(em, xm));
+    }
+    let o = if bias { 6 } else { 3 };
+    let o_proj = if out_bias { vec![o, o + 1] } else { vec![o] };
+    let mut r = OpRule::new(Output::New(y), saved, grads, Source::TorchSource)
         .fwd(fwd)
         .note("bf16 q, k, v projections (an fp32 input cast once per projection), k and v repeated to all heads, flash sdpa (sm90, bf16): saves q, k, v, the output, float32 logsumexp and rng state; backward holds dq, dk, dv and flash's float32 dq_accum");
     r.backward_peak = Some(BackwardPeak {

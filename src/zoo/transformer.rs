@@ -343,8 +343,14 @@ fn t5(variant: &str, v: T5) -> GraphFile {
 
 /// SwiGLU feed-forward from linear/silu/mul: down(silu(gate(x)) * up(x)), no biases.
 fn swiglu(b: &mut Builder, p: &str, x: &str, d: u64, hidden: u64) -> String {
+    gated(b, p, x, d, hidden, "silu")
+}
+
+/// A gated feed-forward down(act(gate(x)) * up(x)) with the activation op `act` (`silu`:
+/// SwiGLU; `gelu`: Gemma's GeGLU), no biases.
+fn gated(b: &mut Builder, p: &str, x: &str, d: u64, hidden: u64, act: &str) -> String {
     let gate = linear(b, &id(p, "gate_proj"), x, d, hidden, false);
-    let act = b.node(&id(p, "silu"), "silu", &[&gate], Value::Null);
+    let act = b.node(&id(p, act), act, &[&gate], Value::Null);
     let up = linear(b, &id(p, "up_proj"), x, d, hidden, false);
     let h = b.node(&id(p, "mul"), "mul", &[&act, &up], Value::Null);
     linear(b, &id(p, "down_proj"), &h, hidden, d, false)
@@ -412,7 +418,43 @@ impl Decoder {
     }
 }
 
+/// What a LLaMA-like decoder changes (Qwen2, Gemma); [`Style::LLAMA`] is LLaMA's own.
+#[derive(Debug, Clone, Copy)]
+struct Style {
+    /// An explicit head size (Gemma's 256), else d / heads.
+    head_dim: Option<u64>,
+    /// Biased q, k and v projections, unbiased o_proj (Qwen2's `bias: "qkv"`).
+    qkv_bias: bool,
+    /// The gated feed-forward's activation op (`silu`, or `gelu` rewritten by the importer).
+    act: &'static str,
+    /// The embedding's output multiplied by this (Gemma's sqrt(hidden_size)).
+    embed_scale: Option<f64>,
+    /// The LM head reads the embedding's table.
+    tied: bool,
+}
+
+impl Style {
+    const LLAMA: Style = Style {
+        head_dim: None,
+        qkv_bias: false,
+        act: "silu",
+        embed_scale: None,
+        tied: false,
+    };
+}
+
 fn decoder(family: &str, variant: &str, template: &str, desc: String, c: Decoder) -> GraphFile {
+    styled_decoder(family, variant, template, desc, c, Style::LLAMA)
+}
+
+fn styled_decoder(
+    family: &str,
+    variant: &str,
+    template: &str,
+    desc: String,
+    c: Decoder,
+    style: Style,
+) -> GraphFile {
     let mut b = start(family, variant, template, desc);
     let tokens = b.int_input("tokens", &[B, c.t], c.vocab);
     let labels = b.int_input("labels", &[B, c.t], c.vocab);
@@ -422,14 +464,28 @@ fn decoder(family: &str, variant: &str, template: &str, desc: String, c: Decoder
         &[&tokens],
         json!({"num_embeddings": c.vocab, "embedding_dim": c.d}),
     );
+    if let Some(scale) = style.embed_scale {
+        x = b.node(
+            "embed_scale",
+            "unary",
+            &[&x],
+            json!({"fn": "mul_scalar", "scalar": scale}),
+        );
+    }
     for l in 0..c.layers {
         let p = format!("layers{l}");
         let ln = rms(&mut b, &id(&p, "input_norm"), &x, c.d);
         let attrs = match c.attn {
-            Attn::Gqa { heads, kv_heads } => (
-                "gqa_attention",
-                json!({"embed_dim": c.d, "num_heads": heads, "num_kv_heads": kv_heads}),
-            ),
+            Attn::Gqa { heads, kv_heads } => {
+                let mut a = json!({"embed_dim": c.d, "num_heads": heads, "num_kv_heads": kv_heads});
+                if let Some(hd) = style.head_dim {
+                    a["head_dim"] = json!(hd);
+                }
+                if style.qkv_bias {
+                    a["bias"] = json!("qkv");
+                }
+                ("gqa_attention", a)
+            }
             Attn::Mla {
                 heads,
                 q_lora_rank,
@@ -453,7 +509,7 @@ fn decoder(family: &str, variant: &str, template: &str, desc: String, c: Decoder
             c.ffn
         };
         let out = match ffn {
-            Ffn::Dense(hidden) => swiglu(&mut b, &id(&p, "mlp"), &ln2, c.d, hidden),
+            Ffn::Dense(hidden) => gated(&mut b, &id(&p, "mlp"), &ln2, c.d, hidden, style.act),
             Ffn::Moe {
                 experts,
                 hidden,
@@ -477,7 +533,16 @@ fn decoder(family: &str, variant: &str, template: &str, desc: String, c: Decoder
         x = b.node(&id(&p, "mlp_add"), "add", &[&x1, &out], Value::Null);
     }
     let ln = rms(&mut b, "norm", &x, c.d);
-    let logits = linear(&mut b, "lm_head", &ln, c.d, c.vocab, false);
+    let logits = if style.tied {
+        b.node(
+            "lm_head",
+            "linear",
+            &[&ln],
+            json!({"in_features": c.d, "out_features": c.vocab, "bias": false, "tie": "embed_tokens"}),
+        )
+    } else {
+        linear(&mut b, "lm_head", &ln, c.d, c.vocab, false)
+    };
     b.node("loss", "cross_entropy", &[&logits, &labels], Value::Null);
     b.finish("loss")
 }
@@ -676,6 +741,175 @@ pub(crate) mod sized {
             "full",
             Decoder::uniform(vocab, t, d, layers, attn, Ffn::Dense(ff)),
         )
+    }
+
+    /// Qwen2: LLaMA with biased q, k and v projections (o_proj unbiased), the LM head tied
+    /// to the embedding when `tied`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn qwen2(
+        vocab: u64,
+        t: u64,
+        d: u64,
+        layers: u64,
+        [heads, kv_heads, head_dim]: [u64; 3],
+        ff: u64,
+        tied: bool,
+    ) -> GraphFile {
+        let attn = Attn::Gqa { heads, kv_heads };
+        let desc = format!(
+            "Qwen2 decoder: {layers} layers, d={d}, {heads} heads of {head_dim} ({kv_heads} kv heads, biased q/k/v), SwiGLU {ff}, RMSNorm, T={t}, vocab {vocab}, {} LM head",
+            if tied { "tied" } else { "untied" }
+        );
+        let style = Style {
+            head_dim: Some(head_dim),
+            qkv_bias: true,
+            tied,
+            ..Style::LLAMA
+        };
+        let c = Decoder::uniform(vocab, t, d, layers, attn, Ffn::Dense(ff));
+        styled_decoder("llama", "full", "qwen2-full", desc, c, style)
+    }
+
+    /// Gemma: the embedding scaled by sqrt(d), heads of `head_dim` (heads x head_dim may
+    /// exceed d), a gated feed-forward through `gelu` (the importer draws the config's
+    /// activation), RMSNorm, the LM head tied to the embedding.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn gemma(
+        vocab: u64,
+        t: u64,
+        d: u64,
+        layers: u64,
+        [heads, kv_heads, head_dim]: [u64; 3],
+        ff: u64,
+    ) -> GraphFile {
+        let attn = Attn::Gqa { heads, kv_heads };
+        let desc = format!(
+            "Gemma decoder: {layers} layers, d={d}, {heads} heads of {head_dim} ({kv_heads} kv heads), embedding x sqrt(d), GeGLU {ff}, RMSNorm, T={t}, vocab {vocab}, tied LM head"
+        );
+        let style = Style {
+            head_dim: Some(head_dim),
+            act: "gelu",
+            embed_scale: Some((d as f64).sqrt()),
+            tied: true,
+            ..Style::LLAMA
+        };
+        let c = Decoder::uniform(vocab, t, d, layers, attn, Ffn::Dense(ff));
+        styled_decoder("llama", "full", "gemma-full", desc, c, style)
+    }
+
+    /// One side of an encoder-decoder: layers, heads, feed-forward width.
+    #[derive(Debug, Clone, Copy)]
+    pub(crate) struct Side {
+        pub(crate) layers: u64,
+        pub(crate) heads: u64,
+        pub(crate) ff: u64,
+    }
+
+    /// BART for conditional generation: a shared embedding (each side's lookup multiplied by
+    /// `embed_scale`), learned positions of `positions` rows per side, `layernorm_embedding`,
+    /// post-LN layers with biased attention and a `gelu` feed-forward (the importer draws the
+    /// config's activation), cross-attention in the decoder, the LM head tied to the
+    /// embedding, plus the `final_logits_bias` buffer added to the logits.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn bart(
+        vocab: u64,
+        positions: u64,
+        [t, t_dec]: [u64; 2],
+        d: u64,
+        encoder: Side,
+        decoder: Side,
+        embed_scale: f64,
+    ) -> GraphFile {
+        let desc = format!(
+            "BART encoder-decoder (post-LN): {}+{} layers, d={d}, {}/{} heads, ffn {}/{}, encoder T={t}, decoder T={t_dec}, vocab {vocab}, shared embedding, learned positions, tied LM head with final_logits_bias",
+            encoder.layers, decoder.layers, encoder.heads, decoder.heads, encoder.ff, decoder.ff
+        );
+        let mut b = start("bart", "full", "bart-full", desc);
+        let ids = b.int_input("input_ids", &[B, t], vocab);
+        let dec_ids = b.int_input("decoder_input_ids", &[B, t_dec], vocab);
+        let labels = b.int_input("labels", &[B, t_dec], vocab);
+        b.buffer("final_logits_bias", &[1, vocab], "float32");
+        let table = json!({"num_embeddings": vocab, "embedding_dim": d});
+        let shared = b.node("shared", "embedding", &[&ids], table);
+        let embed = |b: &mut Builder, p: &str, x: &str| {
+            let scaled = b.node(
+                &id(p, "embed_scale"),
+                "unary",
+                &[x],
+                json!({"fn": "mul_scalar", "scalar": embed_scale}),
+            );
+            let pos = b.node(
+                &id(p, "embed_positions"),
+                "learned_position",
+                &[&scaled],
+                json!({"num_positions": positions, "dim": d}),
+            );
+            b.node(
+                &id(p, "layernorm_embedding"),
+                "layer_norm",
+                &[&pos],
+                json!({"normalized_shape": d}),
+            )
+        };
+        let ln = |b: &mut Builder, id_: &str, x: &str| {
+            b.node(id_, "layer_norm", &[x], json!({"normalized_shape": d}))
+        };
+        let ffn = |b: &mut Builder, p: &str, x: &str, ff: u64| {
+            let fc1 = linear(b, &id(p, "fc1"), x, d, ff, true);
+            let act = b.node(&id(p, "gelu"), "gelu", &[&fc1], Value::Null);
+            let fc2 = linear(b, &id(p, "fc2"), &act, ff, d, true);
+            let add = b.node(&id(p, "ffn_add"), "add", &[x, &fc2], Value::Null);
+            ln(b, &id(p, "final_layer_norm"), &add)
+        };
+        let mut x = embed(&mut b, "encoder", &shared);
+        for l in 0..encoder.layers {
+            let p = format!("encoder.layers{l}");
+            let sa = mha(&mut b, &id(&p, "self_attn"), &[&x], d, encoder.heads, false);
+            let add = b.node(&id(&p, "self_attn_add"), "add", &[&x, &sa], Value::Null);
+            let x1 = ln(&mut b, &id(&p, "self_attn_layer_norm"), &add);
+            x = ffn(&mut b, &p, &x1, encoder.ff);
+        }
+        let enc = x;
+        let tokens = b.node(
+            "decoder.embed_tokens",
+            "embedding",
+            &[&dec_ids],
+            json!({"num_embeddings": vocab, "embedding_dim": d, "tie": "shared"}),
+        );
+        let mut y = embed(&mut b, "decoder", &tokens);
+        for l in 0..decoder.layers {
+            let p = format!("decoder.layers{l}");
+            let sa = mha(&mut b, &id(&p, "self_attn"), &[&y], d, decoder.heads, true);
+            let add = b.node(&id(&p, "self_attn_add"), "add", &[&y, &sa], Value::Null);
+            let y1 = ln(&mut b, &id(&p, "self_attn_layer_norm"), &add);
+            let ca = mha(
+                &mut b,
+                &id(&p, "encoder_attn"),
+                &[&y1, &enc],
+                d,
+                decoder.heads,
+                false,
+            );
+            let add = b.node(&id(&p, "encoder_attn_add"), "add", &[&y1, &ca], Value::Null);
+            let y2 = ln(&mut b, &id(&p, "encoder_attn_layer_norm"), &add);
+            y = ffn(&mut b, &p, &y2, decoder.ff);
+        }
+        let logits = b.node(
+            "lm_head",
+            "linear",
+            &[&y],
+            json!({"in_features": d, "out_features": vocab, "bias": false, "tie": "shared"}),
+        );
+        // `lm_logits + self.final_logits_bias`: a buffer that needs no gradient, so the sum
+        // saves nothing, as an elementwise op on the logits.
+        let biased = b.node(
+            "final_logits_bias",
+            "unary",
+            &[&logits],
+            json!({"fn": "add_scalar", "scalar": 0.0}),
+        );
+        b.node("loss", "cross_entropy", &[&biased, &labels], Value::Null);
+        b.finish("loss")
     }
 
     /// Mixtral-style sparse decoder (`experts` SwiGLU experts of `hidden`, top-`top_k`).
