@@ -82,6 +82,24 @@ def _hf_llama():
     )
 
 
+def _hf_qwen2():
+    from transformers import Qwen2Config
+
+    return Qwen2Config(
+        num_hidden_layers=2, hidden_size=128, num_attention_heads=4, num_key_value_heads=2,
+        intermediate_size=256, vocab_size=1000, max_position_embeddings=64, tie_word_embeddings=False,
+    )
+
+
+def _hf_gemma():
+    from transformers import GemmaConfig
+
+    return GemmaConfig(
+        num_hidden_layers=2, hidden_size=128, num_attention_heads=4, num_key_value_heads=1,
+        head_dim=64, intermediate_size=256, vocab_size=1000, max_position_embeddings=64,
+    )
+
+
 def _hf_t5(dropout):
     from transformers import T5Config
 
@@ -102,13 +120,25 @@ CASES = [
     _hf_case("transformers-gpt2", lambda: _hf_gpt2(0.1), "GPT2LMHeadModel", 64, 4),
     _hf_case("transformers-bert", _hf_bert, "BertModel", 64, 4),
     _hf_case("transformers-llama", _hf_llama, "LlamaForCausalLM", 64, 4),
+    _hf_case("transformers-qwen2", _hf_qwen2, "Qwen2ForCausalLM", 64, 4),
+    _hf_case("transformers-gemma", _hf_gemma, "GemmaForCausalLM", 64, 4),
     _hf_case("transformers-t5-nodrop", lambda: _hf_t5(0.0), "T5ForConditionalGeneration", 64, 4),
     _hf_case("transformers-t5", lambda: _hf_t5(0.1), "T5ForConditionalGeneration", 64, 4),
 ]
 
 # The cases held to TOLERANCE by `--check` (the others are reported, with their gaps documented
 # in exporter/README.md).
-CHECKED = ["torchvision-resnet18", "torchvision-vit"]
+CHECKED = [
+    "torchvision-resnet18",
+    "torchvision-vit",
+    "transformers-gpt2-nodrop",
+    "transformers-gpt2",
+    "transformers-bert",
+    "transformers-llama",
+    "transformers-qwen2",
+    "transformers-gemma",
+    "transformers-t5",
+]
 
 
 def _real_image(case, counter):

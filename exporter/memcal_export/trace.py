@@ -140,11 +140,9 @@ def _mha(m, ctx):
         if len(inputs) > 1:
             raise ExportError(f"node `{ctx.name}`: sdpa cross-attention is not in memcal's op yet")
         attrs["backend"] = "sdpa"
-        if m.dropout:
-            # sdpa's dropout_p in training (on CPU: sdpa's math path).
-            attrs["dropout"] = float(m.dropout)
-    elif m.dropout:
-        raise ExportError(f"node `{ctx.name}`: dropout on eager attention's probabilities is not drawn yet (need_weights=False is)")
+    if m.dropout:
+        # Training: dropout on the probabilities (sdpa's dropout_p: on CPU its math path).
+        attrs["dropout"] = float(m.dropout)
     ctx.inputs_override = inputs
     ctx.tuple_output = True
     return "multihead_attention", attrs

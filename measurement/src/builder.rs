@@ -687,7 +687,18 @@ impl Model {
                     o.fwd(&y.transpose(1, 2).reshape([b, t, d]))
                 } else {
                     let kv_in = if a.len() > 1 { a[1] } else { x };
-                    mha(x, kv_in, q, k, v, o, rel.as_ref(), *heads, *causal)
+                    mha(
+                        x,
+                        kv_in,
+                        q,
+                        k,
+                        v,
+                        o,
+                        rel.as_ref(),
+                        *heads,
+                        *causal,
+                        *dropout,
+                    )
                 }
             }
             (
@@ -811,6 +822,7 @@ fn mha(
     rel: Option<&Tensor>,
     heads: i64,
     causal: bool,
+    dropout: f64,
 ) -> Tensor {
     let (b, tq, d) = (x.size()[0], x.size()[1], x.size()[2]);
     let tk = kv.size()[1];
@@ -839,7 +851,11 @@ fn mha(
         let mask = Tensor::ones([tq, tk], (Kind::Bool, dev)).triu(1 + tk - tq);
         scores = scores.masked_fill(&mask, f64::NEG_INFINITY);
     }
-    let weights = scores.softmax(-1, None::<Kind>);
+    let mut weights = scores.softmax(-1, None::<Kind>);
+    if dropout > 0.0 {
+        // Dropout on the probabilities (training), as transformers' eager attention does.
+        weights = weights.dropout(dropout, true);
+    }
     let y = weights.matmul(&vh);
     o.fwd(&y.transpose(1, 2).reshape([b, tq, d]))
 }

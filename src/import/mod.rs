@@ -170,7 +170,6 @@ fn encoder_choices(
 /// `multihead_attention` node takes `backend`), with sdpa's training dropout `p` (the
 /// config's attention dropout), and says how.
 fn attention(graph: &mut GraphFile, attn: Attn, p: f64) -> Vec<String> {
-    let dropout = attn == Attn::Sdpa && p > 0.0;
     for n in graph
         .nodes
         .iter_mut()
@@ -178,18 +177,31 @@ fn attention(graph: &mut GraphFile, attn: Attn, p: f64) -> Vec<String> {
     {
         n.attributes
             .insert("backend".into(), Value::from(attn.as_str()));
-        if dropout {
-            n.attributes.insert("dropout".into(), Value::from(p));
-        }
     }
     let mut said = vec![attention_said(attn)];
-    if attn == Attn::Eager && p > 0.0 {
-        said.push(format!("attention dropout {p}: not drawn on eager attention (an approximation: each layer's [B, heads, T, T] dropout mask and output are missing)"));
-    }
-    if dropout {
-        said.push(format!("attention dropout {p} (model.train()): sdpa's dropout_p; on CPU torch's flash kernel takes no dropout, so sdpa runs its math path and keeps the [B, heads, T, T] probabilities, dropout mask and output; CUDA's flash kernel keeps only its RNG state"));
-    }
+    said.extend(attention_dropout(graph, p));
     said
+}
+
+/// Draws dropout `p` on every `multihead_attention`'s probabilities (training), and says how.
+fn attention_dropout(graph: &mut GraphFile, p: f64) -> Option<String> {
+    if p <= 0.0 {
+        return None;
+    }
+    let mut sdpa = false;
+    for n in graph
+        .nodes
+        .iter_mut()
+        .filter(|n| n.op == "multihead_attention")
+    {
+        sdpa |= n.attributes.get("backend").and_then(Value::as_str) == Some("sdpa");
+        n.attributes.insert("dropout".into(), Value::from(p));
+    }
+    Some(if sdpa {
+        format!("attention dropout {p} (model.train()): sdpa's dropout_p; on CPU torch's flash kernel takes no dropout, so sdpa runs its math path and keeps the [B, heads, T, T] probabilities, dropout mask and output; CUDA's flash kernel keeps only its RNG state")
+    } else {
+        format!("attention dropout {p} (model.train()) on the eager probabilities: a float mask and the dropped probabilities are kept beside them")
+    })
 }
 
 fn attention_said(attn: Attn) -> String {
@@ -809,12 +821,33 @@ fn t5(c: &Config, o: &Options) -> Result<Built> {
         c.size("d_ff")?,
         c.size_or("relative_attention_num_buckets", 32)?,
     );
+    // T5Stack: dropout(embeddings); each layer adds dropout(attention) and dropout(ff) to
+    // the residual; T5DenseActDense drops out after its activation; dropout(final norm).
+    let p = c.probability_or("dropout_rate", 0.1)?;
+    let mut graph = graph;
+    let n = dropout::after(&mut graph, p, |id| {
+        id == "shared"
+            || id == "decoder.embed_tokens"
+            || id.ends_with(".final_norm")
+            || id.ends_with(".self_attn")
+            || id.ends_with(".cross_attn")
+            || id.ends_with(".ff.relu")
+            || id.ends_with(".ff.wo")
+    });
+    let mut drawn = vec![dropout::said(
+        "dropout_rate",
+        p,
+        n,
+        "after the embeddings, each attention and feed-forward output, inside each feed-forward after its activation, and after the final norms",
+    )];
+    // T5Attention drops out its eager probabilities with the same rate.
+    drawn.extend(attention_dropout(&mut graph, p));
     Ok(Built {
         graph,
         seq,
         seq_source,
         approximations: Vec::new(),
-        drawn: Vec::new(),
+        drawn,
     })
 }
 

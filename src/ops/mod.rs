@@ -376,10 +376,12 @@ pub enum Op {
         /// transformers runs by default and torch.nn.MultiheadAttention with
         /// need_weights=False: no `[B,h,Tq,Tk]` tensor; self- or cross-attention).
         sdpa: bool,
-        /// Attribute `dropout` [0]: sdpa's `dropout_p` in training (transformers'
-        /// `attn_pdrop`, `attention_probs_dropout_prob`). On CPU torch's flash kernel takes
-        /// no dropout, so sdpa runs its math path and keeps the `[B,h,T,T]` probabilities;
-        /// CUDA's flash kernel keeps only its RNG state. Backend "sdpa" only.
+        /// Attribute `dropout` [0]: dropout on the attention probabilities in training
+        /// (transformers' `attn_pdrop`, `attention_probs_dropout_prob`, T5's `dropout_rate`):
+        /// eager drops out the materialised probabilities (a float mask and the dropped
+        /// probabilities kept); sdpa's `dropout_p`: on CPU torch's flash kernel takes no
+        /// dropout, so sdpa runs its math path and keeps the `[B,h,T,T]` probabilities; CUDA's
+        /// flash kernel keeps only its RNG state.
         dropout: f64,
     },
     GqaAttention {

@@ -272,9 +272,6 @@ static OPS: &[(OpKind, &str, Parser)] = &[
                         format!("attribute `dropout` must be a number in [0, 1), found {v}")
                     })?,
             };
-            if dropout > 0.0 && !sdpa {
-                return Err("attribute `dropout` needs backend \"sdpa\" (dropout on eager attention's probabilities is not drawn yet)".into());
-            }
             Op::MultiheadAttention {
                 embed_dim,
                 num_heads,

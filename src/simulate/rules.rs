@@ -642,7 +642,7 @@ pub(super) fn cpu_rule_at(graph: &Graph, k: usize, batch: u64, values: &Values, 
             true,
             "sdpa attention (backend \"sdpa\"): q, k, v projections (k and v of the memory for cross-attention), CPU flash sdpa: saves q, k, v, the output and B x H x Tq logsumexp, no B x H x Tq x Tk tensor; backward peaks in sdpa's backward with its per-thread scratch",
         ),
-        Op::MultiheadAttention { embed_dim: d, num_heads, causal, relative_attention_buckets, bias, sdpa: false, .. } => {
+        Op::MultiheadAttention { embed_dim: d, num_heads, causal, relative_attention_buckets, bias, sdpa: false, dropout } => {
             let b = s.dim(0);
             let tq = s.dim(1);
             let tk = s.shape_in(1).map_or(tq, |m| m.0[1].at(batch));
@@ -662,6 +662,12 @@ pub(super) fn cpu_rule_at(graph: &Graph, k: usize, batch: u64, values: &Values, 
             }
             if *causal {
                 saved.push(Internal { what: "causal mask (bool Tq x Tk)", bytes: tq * tk });
+            }
+            if *dropout > 0.0 {
+                // Dropout on the probabilities: its float mask, and its output (what attn @ v
+                // saves) beside the softmax output (what softmax's backward saves).
+                saved.push(Internal { what: "dropout mask B x H x Tq x Tk (float)", bytes: sc });
+                saved.push(Internal { what: "dropped attention weights B x H x Tq x Tk", bytes: sc });
             }
             let mut fwd = 2 * aq + 2 * ak + sc;
             if *relative_attention_buckets > 0 {
