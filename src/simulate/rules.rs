@@ -109,6 +109,11 @@ pub enum Saved {
     /// A tensor made inside the op and kept for backward (statistics, masks, indices, copies,
     /// workspaces), with its size in bytes.
     Internal { what: &'static str, bytes: u64 },
+    /// A tensor made inside the op that autograd keeps for backward, but that under no_grad
+    /// is freed before the op's last moment (a QLoRA projection's dequantized weight, saved by
+    /// `mm` for its input's gradient): nothing at the end of a no_grad forward, its moment
+    /// being the rule's `forward_peak`.
+    Kept { what: &'static str, bytes: u64 },
 }
 
 /// How the gradient with respect to one input is produced in backward.
