@@ -963,9 +963,13 @@ impl<'a> Sim<'a> {
                 .transients
                 .push(self.mem.alloc(12, Kind::Transients));
         }
+        let transient = match rule.forward_transient_no_grad {
+            Some(b) if !autograd => b,
+            _ => rule.forward_transient,
+        };
         scratch
             .transients
-            .push(self.mem.alloc(rule.forward_transient, Kind::Transients));
+            .push(self.mem.alloc(transient, Kind::Transients));
         // Saved tensors (only when the node is part of the autograd graph).
         let ins = &scratch.ins;
         if autograd {
