@@ -205,6 +205,37 @@ fn target_tokens(s: &Sizes, graph: &Graph, k: usize) -> Vec<(u64, u64, u64)> {
         .collect()
 }
 
+/// The rule of a node holding no target under LoRA: its parameters (if any) are frozen.
+fn frozen(mut r: OpRule, op: &Op) -> OpRule {
+    match op {
+        // A frozen linear (the head, a projection outside the blocks): its input is
+        // saved only for its weight's gradient.
+        Op::Linear { .. } => {
+            r.saved.clear();
+            r.note = "frozen linear: saves nothing (its input is saved only for the weight's gradient, derivatives.yaml mm/addmm with should_compute_output)";
+        }
+        // `x * rstd` is saved by the weight's `mul` for the weight's gradient only: with
+        // the weight frozen it is a temporary of the forward.
+        Op::RmsNorm { .. } => {
+            let mut moved = 0;
+            r.saved.retain(|x| match x {
+                Saved::Internal {
+                    what: "x*rstd",
+                    bytes,
+                } => {
+                    moved += bytes;
+                    false
+                }
+                _ => true,
+            });
+            r.forward_transient += moved;
+            r.note = "frozen RMSNorm: saves its input and rstd; x*rstd (saved by the weight's mul for the weight's gradient) is a forward temporary";
+        }
+        _ => {}
+    }
+    r
+}
+
 /// The rule of node `k` under LoRA (QLoRA with `lr.quantize`), from its plain rule: a target's
 /// adapters, a frozen linear's unsaved input, a frozen RMSNorm's unsaved `x * rstd`. `x_grad`:
 /// whether its input requires a gradient.
@@ -227,33 +258,7 @@ pub(super) fn rule(
     };
     let targets = target_tokens(&s, graph, k);
     if targets.is_empty() {
-        match &node.op {
-            // A frozen linear (the head, a projection outside the blocks): its input is
-            // saved only for its weight's gradient.
-            Op::Linear { .. } => {
-                r.saved.clear();
-                r.note = "frozen linear: saves nothing (its input is saved only for the weight's gradient, derivatives.yaml mm/addmm with should_compute_output)";
-            }
-            // `x * rstd` is saved by the weight's `mul` for the weight's gradient only: with
-            // the weight frozen it is a temporary of the forward.
-            Op::RmsNorm { .. } => {
-                let mut moved = 0;
-                r.saved.retain(|x| match x {
-                    Saved::Internal {
-                        what: "x*rstd",
-                        bytes,
-                    } => {
-                        moved += bytes;
-                        false
-                    }
-                    _ => true,
-                });
-                r.forward_transient += moved;
-                r.note = "frozen RMSNorm: saves its input and rstd; x*rstd (saved by the weight's mul for the weight's gradient) is a forward temporary";
-            }
-            _ => {}
-        }
-        return r;
+        return frozen(r, &node.op);
     }
     let rank = lr.r;
     let u_total: u64 = match &node.op {

@@ -61,6 +61,31 @@ pub fn render_strategy(b: &Base, p: &StrategyPlan) -> String {
         p.devices
     );
     let _ = writeln!(s, "bound       {}", both(p.bound_bytes as f64));
+    if let Some(sim) = &p.simulated {
+        let _ = writeln!(
+            s,
+            "simulated   {} a device (the simulator's rule set, op by op; peak in {} at {})",
+            both(sim.bytes as f64),
+            sim.phase,
+            sim.node
+        );
+        for (name, r, f) in &sim.evidence {
+            let pct =
+                |v: Option<f64>| v.map_or(crate::format::MISSING.to_string(), crate::format::pct);
+            let _ = writeln!(
+                s,
+                "  {name:<18} held out on {} rows: simulated median |error| {}, max {}; formula {}, max {}",
+                r.rows,
+                pct(r.median_abs_error),
+                pct(r.max_abs_error),
+                pct(f.median_abs_error),
+                pct(f.max_abs_error)
+            );
+        }
+    }
+    if let Some(why) = &p.simulated_unavailable {
+        let _ = writeln!(s, "simulated   {} ({why})", crate::format::MISSING);
+    }
     if !p.comparisons.is_empty() {
         let _ = writeln!(
             s,
