@@ -269,8 +269,8 @@ fn tolerance(row: &RunRow) -> f64 {
     match (family, spec.split(':').next().unwrap_or("")) {
         // oneDNN's convolution scratch, and a backward 1-2.4% low under checkpointing.
         ("resnet", _) => 0.025,
-        // bert's and vit's eager attention under QLoRA: forward up to 2.7% low, backward 1.5%.
-        ("bert" | "vit", "qlora") => 0.03,
+        // bert and vit under QLoRA at batch 4: backward up to 1.5% low (at an MLP linear).
+        ("bert" | "vit", "qlora") => 0.016,
         // MLA under LoRA: backward about 1.1% low.
         ("mla", "lora") => 0.012,
         // MoE routing is random (uniform split assumed); vit's backward end 0.5% low.

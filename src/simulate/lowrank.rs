@@ -23,7 +23,7 @@
 //!   dequantizes it in chunks into a new fp32 weight that lives for the call, or, where `mm`
 //!   saves it for its input's gradient, until that backward ([`Saved::Kept`]).
 
-use super::rules::{OpRule, Saved, Sizes, Source, Values};
+use super::rules::{OpRule, Saved, Sizes, Values};
 use super::Param;
 use crate::graph::Graph;
 use crate::ops::Op;
@@ -266,10 +266,38 @@ pub(super) fn rule(
         Op::Moe { dim, top_k, .. } => (s.rows(*dim) * (1 + 3 * top_k)) * rank * 4,
         _ => targets.iter().map(|(t, _, _)| t * rank * 4).sum(),
     };
-    r.saved.push(Saved::Internal {
-        what: "adapters' x·Aᵀ (tokens x r each, saved for B's gradient)",
-        bytes: u_total,
-    });
+    let eager = matches!(node.op, Op::MultiheadAttention { sdpa: false, .. });
+    if eager {
+        // Eager attention's output projection runs last: its base and adapter outputs exist
+        // with their sum (the op's output) and its `x·Aᵀ`, beside everything else the op holds
+        // then; under no_grad the other projections' `x·Aᵀ` are gone by then.
+        let (t, o, _) = targets[targets.len() - 1];
+        let last = 2 * t * o * 4 + t * rank * 4;
+        r.forward_transient += 2 * t * o * 4;
+        r.forward_transient_no_grad = Some(r.forward_transient_no_grad.unwrap_or(0) + last);
+        // In backward the output projection runs first and releases what it saved (its
+        // `x·Aᵀ`, under QLoRA its dequantized weight) before the op's inner peak.
+        let (_, _, i) = targets[targets.len() - 1];
+        let released = t * rank * 4
+            + if lr.quantize {
+                dequantized_bytes(o, i)
+            } else {
+                0
+            };
+        if let Some(p) = r.backward_peak.as_mut() {
+            p.freed = p.freed.saturating_sub(released);
+            p.held = p.held.saturating_sub(released);
+        }
+        r.saved.push(Saved::Kept {
+            what: "adapters' x·Aᵀ (tokens x r each, saved for B's gradient)",
+            bytes: u_total,
+        });
+    } else {
+        r.saved.push(Saved::Internal {
+            what: "adapters' x·Aᵀ (tokens x r each, saved for B's gradient)",
+            bytes: u_total,
+        });
+    }
     if let Op::MlaAttention {
         embed_dim,
         q_lora_rank,
@@ -296,17 +324,6 @@ pub(super) fn rule(
     r.saved
         .retain(|x| !matches!(x, Saved::Kept { what, .. } if what.starts_with("bucket indices")));
     if lr.quantize {
-        // With autograd (the recompute in backward) the last projection dequantizes its
-        // weight once everything else the op keeps exists: its chunk temporaries on top.
-        let chunk = targets
-            .last()
-            .map_or(0, |&(_, o, i)| dequantize_transient(o, i));
-        if targets.len() > 1 {
-            r.forward_transient_no_grad = r.forward_transient_no_grad.or(Some(r.forward_transient));
-            r.forward_transient += chunk;
-            // Found on the strategy fixture strat-mha-eager (qlora:r=8), not on data rows.
-            r.source = Source::Calibrated("calibrated on strat-mha-eager (qlora)");
-        }
         let w: u64 = targets
             .iter()
             .map(|&(_, o, i)| dequantized_bytes(o, i))
