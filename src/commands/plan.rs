@@ -273,7 +273,21 @@ fn strategies(
     } else {
         let s = job.strategy.as_ref().expect("a strategy was asked for");
         planner::check_job(s, &base).map_err(memcal::Error::Invalid)?;
-        let sp = planner::plan_strategy(&base, s, cards, backing, f.bound_floor_bytes);
+        let mut sp = planner::plan_strategy(&base, s, cards, backing, f.bound_floor_bytes);
+        // Where the simulator's rule set is clearly the better one on the rows, its peak too.
+        if let Some(evidence) = planner::simulator_preferred(s, backing) {
+            match memcal::simulate::simulate_strategy(g, p.batch, p.precision, s, false) {
+                Ok(sim) => {
+                    sp.simulated = Some(planner::SimulatedPeak {
+                        bytes: sim.peak_bytes,
+                        phase: sim.peak_phase,
+                        node: sim.peak_node,
+                        evidence,
+                    })
+                }
+                Err(why) => sp.simulated_unavailable = Some(why),
+            }
+        }
         (
             render::render_strategy(&base, &sp),
             serde_json::json!({"mode": "strategy", "base": base, "plan": sp}),

@@ -16,8 +16,10 @@
 pub mod allocator;
 pub mod cuda;
 pub mod device;
+pub mod lowrank;
 pub mod render;
 pub mod rules;
+pub mod staged;
 
 use crate::features::Precision;
 use crate::graph::Graph;
@@ -436,7 +438,7 @@ impl Recorder {
 /// Simulates three training steps of `graph` at `batch` under `precision`'s rule table.
 /// An error for a precision with no rule table (bf16-autocast is not yet derived) or a batch of 0.
 pub fn simulate(graph: &Graph, batch: u64, precision: Precision) -> Result<Simulation, String> {
-    simulate_with(graph, batch, precision, true)
+    simulate_with(graph, batch, precision, true, &staged::Plan::default())
 }
 
 /// [`simulate`] without the timeline and the rule of every node (`Simulation::timeline` and
@@ -447,7 +449,23 @@ pub fn simulate_peak(
     batch: u64,
     precision: Precision,
 ) -> Result<Simulation, String> {
-    simulate_with(graph, batch, precision, false)
+    simulate_with(graph, batch, precision, false, &staged::Plan::default())
+}
+
+/// Simulates three training steps under a strategy (`checkpoint`, `lora`, `qlora`, or
+/// `checkpoint` with one of the other two): the rule sets of [`staged`] and [`lowrank`],
+/// mirroring `memcal-measure run --strategy`. An error for a part with no rule set (ZeRO,
+/// FSDP, TP, PP, 8-bit Adam), for bf16-autocast, or for a graph the harness refuses (LoRA
+/// with no target).
+pub fn simulate_strategy(
+    graph: &Graph,
+    batch: u64,
+    precision: Precision,
+    strategy: &crate::strategy::Strategy,
+    timeline: bool,
+) -> Result<Simulation, String> {
+    let plan = staged::Plan::from_strategy(strategy)?;
+    simulate_with(graph, batch, precision, timeline, &plan)
 }
 
 fn simulate_with(
@@ -455,8 +473,15 @@ fn simulate_with(
     batch: u64,
     precision: Precision,
     timeline: bool,
+    plan: &staged::Plan,
 ) -> Result<Simulation, String> {
     let backend = Backend::for_precision(precision)?;
+    if !plan.is_plain() && backend.is_cuda() {
+        return Err(format!(
+            "the simulator's strategy rule sets are derived for cpu-fp32 only, not {}",
+            backend.as_str()
+        ));
+    }
     if batch == 0 {
         return Err("batch must be a positive integer".into());
     }
@@ -487,7 +512,7 @@ fn simulate_with(
     let value_bytes: Vec<u64> = (0..values.len())
         .map(|v| values.shape(v).numel_at(batch) * values.elem(v))
         .collect();
-    let mut sim = Sim::new(graph, &values, &value_bytes, batch, backend);
+    let mut sim = Sim::new(graph, &values, &value_bytes, batch, backend, plan)?;
     sim.rec.record = timeline;
     sim.run(precision)
 }
@@ -515,6 +540,11 @@ struct Sim<'a> {
     last_use: Vec<usize>,
     /// The loss node's index.
     loss: Option<usize>,
+    /// LoRA or QLoRA: the adapters' rank, and the target matrices (empty without).
+    low_rank: Option<lowrank::LowRank>,
+    targets: Vec<lowrank::Target>,
+    /// A staged run's stages (checkpointing, QLoRA); None: the plain forward and backward.
+    stages: Option<Vec<staged::StageInfo>>,
     /// Which threads have made their cuBLAS workspaces (CUDA).
     workspace: Workspaces,
     mem: Mem,
@@ -522,8 +552,10 @@ struct Sim<'a> {
 }
 
 /// The buffers each node's backward holds (its saved tensors), for all nodes in one list:
-/// node `k`'s are `bufs[starts[k]..starts[k + 1]]`; a released one is `NONE`.
+/// node `k`'s are `bufs[starts[k - base]..starts[k - base + 1]]`; a released one is `NONE`. A
+/// staged run ([`staged`]) keeps one per stage, whose first node is `base`.
 struct SavedSets {
+    base: usize,
     starts: Vec<u32>,
     bufs: Vec<BufId>,
 }
@@ -531,9 +563,27 @@ struct SavedSets {
 impl SavedSets {
     const NONE: BufId = usize::MAX;
 
-    /// Releases what node `k` saved (once: a second call releases nothing).
+    /// Empty, for nodes from `base` on.
+    fn new(base: usize, nodes: usize) -> SavedSets {
+        let mut starts = Vec::with_capacity(nodes + 1);
+        starts.push(0);
+        SavedSets {
+            base,
+            starts,
+            bufs: Vec::new(),
+        }
+    }
+
+    /// Releases what node `k` saved (once: a second call releases nothing; nothing for a node
+    /// outside the set).
     fn release(&mut self, k: usize, mem: &mut Mem) {
-        for b in &mut self.bufs[self.starts[k] as usize..self.starts[k + 1] as usize] {
+        let Some(i) = k
+            .checked_sub(self.base)
+            .filter(|i| i + 1 < self.starts.len())
+        else {
+            return;
+        };
+        for b in &mut self.bufs[self.starts[i] as usize..self.starts[i + 1] as usize] {
             if *b != SavedSets::NONE {
                 mem.release(*b);
                 *b = SavedSets::NONE;
@@ -561,12 +611,45 @@ impl<'a> Sim<'a> {
         value_bytes: &'a [u64],
         batch: u64,
         backend: Backend,
-    ) -> Sim<'a> {
+        plan: &staged::Plan,
+    ) -> Result<Sim<'a>, String> {
+        let (mut params, mut node_params) = parameters(graph, backend);
+        let targets = match plan.low_rank {
+            Some(lr) => lowrank::adapt(graph, lr, &mut params, &mut node_params)?,
+            None => Vec::new(),
+        };
+        let stages = staged::stages(graph, values, plan)?;
+        let n = graph.nodes.len();
+        // A recomputed stage's outputs are leaves that require a gradient (the harness's
+        // `set_requires_grad(true)`), whatever their nodes hold.
+        let mut leaf = vec![false; n];
+        if let Some(st) = &stages {
+            for s in st.iter().filter(|s| s.recompute) {
+                for &j in &s.live {
+                    leaf[j] = true;
+                }
+            }
+        }
+        let mut requires_grad = vec![false; n];
+        for k in 0..n {
+            let from_inputs = values
+                .args(k)
+                .iter()
+                .any(|&v| values.as_node(v as usize).is_some_and(|j| requires_grad[j]));
+            requires_grad[k] = from_inputs || !node_params[k].is_empty() || leaf[k];
+        }
         let mut rules = Vec::new();
-        let mut rule_of = Vec::with_capacity(graph.nodes.len());
+        let mut rule_of = Vec::with_capacity(n);
         let mut distinct: crate::name_hash::NameMap<rules::OpRule, u32> = Default::default();
-        for k in 0..graph.nodes.len() {
-            let r = rules::rule(graph, k, batch, backend, values);
+        for k in 0..n {
+            let mut r = rules::rule(graph, k, batch, backend, values);
+            if let Some(lr) = plan.low_rank {
+                let x_grad = values
+                    .args(k)
+                    .first()
+                    .is_some_and(|&v| values.as_node(v as usize).is_some_and(|j| requires_grad[j]));
+                r = lowrank::rule(r, graph, k, batch, values, lr, x_grad);
+            }
             let next = rules.len() as u32;
             let at = *distinct.entry(r).or_insert_with_key(|r| {
                 rules.push(r.clone());
@@ -574,17 +657,7 @@ impl<'a> Sim<'a> {
             });
             rule_of.push(at);
         }
-        let (params, node_params) = parameters(graph, backend);
 
-        let n = graph.nodes.len();
-        let mut requires_grad = vec![false; n];
-        for k in 0..n {
-            let from_inputs = values
-                .args(k)
-                .iter()
-                .any(|&v| values.as_node(v as usize).is_some_and(|j| requires_grad[j]));
-            requires_grad[k] = from_inputs || !node_params[k].is_empty();
-        }
         let loss = graph.loss_index();
         let mut reaches_loss = vec![false; n];
         if let Some(l) = loss {
@@ -605,7 +678,7 @@ impl<'a> Sim<'a> {
                 last_use[v as usize] = k;
             }
         }
-        Sim {
+        Ok(Sim {
             graph,
             batch,
             backend,
@@ -619,6 +692,9 @@ impl<'a> Sim<'a> {
             reaches_loss,
             last_use,
             loss,
+            low_rank: plan.low_rank,
+            targets,
+            stages,
             workspace: Workspaces::default(),
             mem: Mem {
                 bufs: Vec::new(),
@@ -644,7 +720,7 @@ impl<'a> Sim<'a> {
                 peak_node: String::new(),
                 peak_breakdown: Breakdown::default(),
             },
-        }
+        })
     }
 
     /// Begins a phase (in the recorder and the allocator trace).
@@ -665,14 +741,18 @@ impl<'a> Sim<'a> {
                 self.mem.alloc(2 * num_features * 4, Kind::Parameters);
             }
         }
-        for p in &self.params {
+        // The base; adapters (LoRA, QLoRA) come after it, made by `load_adapters`.
+        let base = self.targets.first().map_or(self.params.len(), |t| t.a);
+        let mut param_bufs = Vec::with_capacity(base);
+        for p in &self.params[..base] {
             self.mem.at(&p.label);
             let t = self.mem.alloc(p.init_transient, Kind::Transients);
-            self.mem.alloc(p.bytes, Kind::Parameters);
+            param_bufs.push(self.mem.alloc(p.bytes, Kind::Parameters));
             let high = self.rec.high(&p.label, &self.mem);
             self.mem.release(t);
             self.rec.event(&p.label, high, &self.mem);
         }
+        self.load_adapters(&param_bufs);
         self.rec.end(&self.mem);
 
         // inputs
@@ -696,11 +776,20 @@ impl<'a> Sim<'a> {
         let mut states: Vec<Option<(BufId, BufId)>> = vec![None; self.params.len()];
         let rules = std::mem::take(&mut self.rules);
         let mut scratch = Scratch::default();
+        let stages = self.stages.take();
         for step in 1..=STEPS {
-            let (saved, loss_buf) = self.forward(step, &inputs, &rules, &mut scratch);
-            self.backward(step, saved, &mut grads, &rules, &mut scratch);
-            if let Some(l) = loss_buf {
-                self.mem.release(l);
+            match &stages {
+                None => {
+                    let (saved, loss_buf) = self.forward(step, &inputs, &rules, &mut scratch);
+                    self.backward(step, saved, &mut grads, &rules, &mut scratch);
+                    if let Some(l) = loss_buf {
+                        self.mem.release(l);
+                    }
+                }
+                Some(st) => {
+                    let tape = self.forward_staged(step, st, &inputs, &rules, &mut scratch);
+                    self.backward_staged(step, st, tape, &mut grads, &rules, &mut scratch);
+                }
             }
             self.optimizer(step, &mut grads, &mut states);
         }
@@ -759,141 +848,15 @@ impl<'a> Sim<'a> {
         // (taken out at its last use).
         let mut env: Vec<Option<Value>> = inputs.iter().copied().map(Some).collect();
         env.resize(self.values.len(), None);
-        let mut saved = SavedSets {
-            starts: Vec::with_capacity(n + 1),
-            bufs: Vec::new(),
-        };
-        saved.starts.push(0);
+        let mut saved = SavedSets::new(0, n);
         // The autocast cache: parameter index -> its bf16 copy (cleared when forward ends).
         let mut cache: Vec<Option<BufId>> = vec![None; self.params.len()];
-        for (k, node) in graph.nodes.iter().enumerate() {
+        for k in 0..n {
             let rule = &rules[self.rule_of[k] as usize];
-            let args = values.args(k);
-            scratch.ins.clear();
-            for &v in args {
-                // Every input is an earlier value (checked by `Values::new`), alive until its
-                // last use, which is this node or later.
-                scratch
-                    .ins
-                    .push(env[v as usize].expect("an input is alive at its use"));
-            }
-            let x0 = scratch.ins[0];
-            let value_bytes = self.value_bytes;
-            let in_bytes = |i: usize| -> u64 { value_bytes[args[i] as usize] };
-            let autograd = self.requires_grad[k] && self.reaches_loss[k];
-            self.mem.at(&node.id);
-            if self.backend.is_cuda() && rule.cublas {
-                self.forward_workspaces(&node.op);
-            }
-            if let Some(when) = rule.autocast {
-                let held = self.autocast_copies(
-                    k,
-                    when,
-                    autograd && x0.requires_grad,
-                    autograd,
-                    &mut cache,
-                );
-                saved.bufs.extend(held);
-            }
-            let early = rule.forward_peak.map_or(0, |extra| {
-                self.mem.peak(extra);
-                self.rec.high_plus(&node.id, &self.mem, extra)
-            });
-            scratch.transients.clear();
-            // The output.
-            let (out_buf, out_contig) = match rule.output {
-                Output::New(bytes) => (
-                    self.mem.alloc(bytes, Kind::SavedActivations),
-                    rule.output_contiguous.unwrap_or(x0.contiguous),
-                ),
-                Output::View => {
-                    self.mem.retain(x0.buf);
-                    (x0.buf, rule.output_contiguous.unwrap_or(x0.contiguous))
-                }
-                Output::ReshapeView => {
-                    if x0.contiguous {
-                        self.mem.retain(x0.buf);
-                        (x0.buf, true)
-                    } else {
-                        (self.mem.alloc(in_bytes(0), Kind::SavedActivations), true)
-                    }
-                }
-            };
-            // A contiguous working copy of a non-contiguous input, for ops that need one.
-            if rule.needs_contiguous_input && !x0.contiguous {
-                scratch
-                    .transients
-                    .push(self.mem.alloc(in_bytes(0), Kind::Transients));
-            }
-            // linear on a non-contiguous input goes through matmul: 12 bytes of scalars (calibrated
-            // on the CPU single-op fixtures; CUDA scalars are CPU wrapped numbers).
-            if matches!(node.op, Op::Linear { .. }) && !x0.contiguous && !self.backend.is_cuda() {
-                scratch
-                    .transients
-                    .push(self.mem.alloc(12, Kind::Transients));
-            }
-            scratch
-                .transients
-                .push(self.mem.alloc(rule.forward_transient, Kind::Transients));
-            // Saved tensors (only when the node is part of the autograd graph).
-            let ins = &scratch.ins;
-            if autograd {
-                for s in &rule.saved {
-                    match s {
-                        Saved::Input(i) => {
-                            self.mem.retain(ins[*i].buf);
-                            saved.bufs.push(ins[*i].buf);
-                        }
-                        Saved::InputFor(i, j) => {
-                            if ins[*j].requires_grad {
-                                self.mem.retain(ins[*i].buf);
-                                saved.bufs.push(ins[*i].buf);
-                            }
-                        }
-                        Saved::InputContiguous(i) => {
-                            if ins[*i].contiguous {
-                                self.mem.retain(ins[*i].buf);
-                                saved.bufs.push(ins[*i].buf);
-                            } else {
-                                saved
-                                    .bufs
-                                    .push(self.mem.alloc(in_bytes(*i), Kind::SavedActivations));
-                            }
-                        }
-                        Saved::Out => {
-                            self.mem.retain(out_buf);
-                            saved.bufs.push(out_buf);
-                        }
-                        Saved::Internal { bytes, .. } => {
-                            saved
-                                .bufs
-                                .push(self.mem.alloc(*bytes, Kind::SavedActivations));
-                        }
-                    }
-                }
-            } else {
-                // Outside autograd, internal tensors still exist while the op runs.
-                for s in &rule.saved {
-                    if let Saved::Internal { bytes, .. } = s {
-                        scratch
-                            .transients
-                            .push(self.mem.alloc(*bytes, Kind::Transients));
-                    }
-                }
-            }
-            let high = self.rec.high(&node.id, &self.mem).max(early);
-            for &t in &scratch.transients {
-                self.mem.release(t);
-            }
-            saved.starts.push(saved.bufs.len() as u32);
-            env[self.values.node_value(k)] = Some(Value {
-                buf: out_buf,
-                contiguous: out_contig,
-                requires_grad: self.requires_grad[k],
-            });
+            let high = self.forward_node(k, rule, &mut env, &mut saved, &mut cache, scratch, true);
             // Release node values whose last use is this node (never graph inputs, never the
             // loss).
-            for &v in args {
+            for &v in values.args(k) {
                 let v = v as usize;
                 let is_node = self.values.as_node(v);
                 if self.last_use[v] == k && is_node.is_some() && is_node != self.loss {
@@ -902,7 +865,7 @@ impl<'a> Sim<'a> {
                     }
                 }
             }
-            self.rec.event(&node.id, high, &self.mem);
+            self.rec.event(&graph.nodes[k].id, high, &self.mem);
         }
         // autocast's clear_cache() when the harness turns autocast off: copies nobody saved go.
         let mut copies: Vec<BufId> = cache.into_iter().flatten().collect();
@@ -924,6 +887,146 @@ impl<'a> Sim<'a> {
         }
         self.rec.end(&self.mem);
         (saved, loss_buf)
+    }
+
+    /// Node `k`'s forward: its output into `env`, what it saves into `saved` (with `grad_mode`
+    /// off, under no_grad, nothing: internal tensors are transients), its transients made and
+    /// freed. Returns the highest level it reached. The caller releases its inputs.
+    #[allow(clippy::too_many_arguments)]
+    fn forward_node(
+        &mut self,
+        k: usize,
+        rule: &rules::OpRule,
+        env: &mut [Option<Value>],
+        saved: &mut SavedSets,
+        cache: &mut [Option<BufId>],
+        scratch: &mut Scratch,
+        grad_mode: bool,
+    ) -> u64 {
+        let node = &self.graph.nodes[k];
+        let values = self.values;
+        let args = values.args(k);
+        scratch.ins.clear();
+        for &v in args {
+            // Every input is an earlier value (checked by `Values::new`), alive until its
+            // last use, which is this node or later.
+            scratch
+                .ins
+                .push(env[v as usize].expect("an input is alive at its use"));
+        }
+        let x0 = scratch.ins[0];
+        let value_bytes = self.value_bytes;
+        let in_bytes = |i: usize| -> u64 { value_bytes[args[i] as usize] };
+        let autograd = grad_mode && self.requires_grad[k] && self.reaches_loss[k];
+        self.mem.at(&node.id);
+        if self.backend.is_cuda() && rule.cublas {
+            self.forward_workspaces(&node.op);
+        }
+        if let Some(when) = rule.autocast {
+            let held = self.autocast_copies(k, when, autograd && x0.requires_grad, autograd, cache);
+            saved.bufs.extend(held);
+        }
+        let early = rule.forward_peak.map_or(0, |extra| {
+            self.mem.peak(extra);
+            self.rec.high_plus(&node.id, &self.mem, extra)
+        });
+        scratch.transients.clear();
+        // The output.
+        let (out_buf, out_contig) = match rule.output {
+            Output::New(bytes) => (
+                self.mem.alloc(bytes, Kind::SavedActivations),
+                rule.output_contiguous.unwrap_or(x0.contiguous),
+            ),
+            Output::View => {
+                self.mem.retain(x0.buf);
+                (x0.buf, rule.output_contiguous.unwrap_or(x0.contiguous))
+            }
+            Output::ReshapeView => {
+                if x0.contiguous {
+                    self.mem.retain(x0.buf);
+                    (x0.buf, true)
+                } else {
+                    (self.mem.alloc(in_bytes(0), Kind::SavedActivations), true)
+                }
+            }
+        };
+        // A contiguous working copy of a non-contiguous input, for ops that need one.
+        if rule.needs_contiguous_input && !x0.contiguous {
+            scratch
+                .transients
+                .push(self.mem.alloc(in_bytes(0), Kind::Transients));
+        }
+        // linear on a non-contiguous input goes through matmul: 12 bytes of scalars (calibrated
+        // on the CPU single-op fixtures; CUDA scalars are CPU wrapped numbers).
+        if matches!(node.op, Op::Linear { .. }) && !x0.contiguous && !self.backend.is_cuda() {
+            scratch
+                .transients
+                .push(self.mem.alloc(12, Kind::Transients));
+        }
+        let transient = match rule.forward_transient_no_grad {
+            Some(b) if !autograd => b,
+            _ => rule.forward_transient,
+        };
+        scratch
+            .transients
+            .push(self.mem.alloc(transient, Kind::Transients));
+        // Saved tensors (only when the node is part of the autograd graph).
+        let ins = &scratch.ins;
+        if autograd {
+            for s in &rule.saved {
+                match s {
+                    Saved::Input(i) => {
+                        self.mem.retain(ins[*i].buf);
+                        saved.bufs.push(ins[*i].buf);
+                    }
+                    Saved::InputFor(i, j) => {
+                        if ins[*j].requires_grad {
+                            self.mem.retain(ins[*i].buf);
+                            saved.bufs.push(ins[*i].buf);
+                        }
+                    }
+                    Saved::InputContiguous(i) => {
+                        if ins[*i].contiguous {
+                            self.mem.retain(ins[*i].buf);
+                            saved.bufs.push(ins[*i].buf);
+                        } else {
+                            saved
+                                .bufs
+                                .push(self.mem.alloc(in_bytes(*i), Kind::SavedActivations));
+                        }
+                    }
+                    Saved::Out => {
+                        self.mem.retain(out_buf);
+                        saved.bufs.push(out_buf);
+                    }
+                    Saved::Internal { bytes, .. } | Saved::Kept { bytes, .. } => {
+                        saved
+                            .bufs
+                            .push(self.mem.alloc(*bytes, Kind::SavedActivations));
+                    }
+                }
+            }
+        } else {
+            // Outside autograd, internal tensors still exist while the op runs.
+            for s in &rule.saved {
+                if let Saved::Internal { bytes, .. } = s {
+                    scratch
+                        .transients
+                        .push(self.mem.alloc(*bytes, Kind::Transients));
+                }
+            }
+        }
+        let high = self.rec.high(&node.id, &self.mem).max(early);
+        for &t in &scratch.transients {
+            self.mem.release(t);
+        }
+        saved.starts.push(saved.bufs.len() as u32);
+        env[self.values.node_value(k)] = Some(Value {
+            buf: out_buf,
+            contiguous: out_contig,
+            requires_grad: grad_mode && self.requires_grad[k],
+        });
+        high
     }
 
     /// CUDA: the forward thread's cuBLAS (and, for a biased linear, cuBLASLt) workspace at the
@@ -995,7 +1098,37 @@ impl<'a> Sim<'a> {
             self.mem.retain(root);
             out_grad[l] = Some(root);
         }
-        for k in (0..graph.nodes.len()).rev() {
+        self.backward_range(
+            0..graph.nodes.len(),
+            &mut saved,
+            grads,
+            rules,
+            scratch,
+            &mut out_grad,
+            &mut grad_contig,
+        );
+        for g in out_grad.into_iter().flatten() {
+            self.mem.release(g);
+        }
+        self.mem.release(root);
+        self.rec.end(&self.mem);
+    }
+
+    /// The backward of the nodes of `range`, last to first, from the gradients in `out_grad`
+    /// (gradients for values before the range are left there).
+    #[allow(clippy::too_many_arguments)]
+    fn backward_range(
+        &mut self,
+        range: std::ops::Range<usize>,
+        saved: &mut SavedSets,
+        grads: &mut [Option<BufId>],
+        rules: &[rules::OpRule],
+        scratch: &mut Scratch,
+        out_grad: &mut [Option<BufId>],
+        grad_contig: &mut [bool],
+    ) {
+        let graph = self.graph;
+        for k in range.rev() {
             let Some(g_out) = out_grad[k].take() else {
                 // Not on a path to the loss, or no gradient flows here.
                 saved.release(k, &mut self.mem);
@@ -1003,21 +1136,16 @@ impl<'a> Sim<'a> {
             };
             let contig = grad_contig[k];
             let rule = &rules[self.rule_of[k] as usize];
-            let high = self.backward_node(k, g_out, contig, &mut saved, grads, rule, scratch);
+            let high = self.backward_node(k, g_out, contig, saved, grads, rule, scratch);
             let summed = self.accumulate(
                 &graph.nodes[k].id,
                 &mut scratch.produced,
-                &mut out_grad,
-                &mut grad_contig,
+                out_grad,
+                grad_contig,
             );
             self.rec
                 .event(&graph.nodes[k].id, high.max(summed), &self.mem);
         }
-        for g in out_grad.into_iter().flatten() {
-            self.mem.release(g);
-        }
-        self.mem.release(root);
-        self.rec.end(&self.mem);
     }
 
     /// Node `k`'s backward, given its incoming gradient: its parameters' gradients, and its

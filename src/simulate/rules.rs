@@ -109,6 +109,12 @@ pub enum Saved {
     /// A tensor made inside the op and kept for backward (statistics, masks, indices, copies,
     /// workspaces), with its size in bytes.
     Internal { what: &'static str, bytes: u64 },
+    /// A tensor made inside the op that autograd keeps for backward, but that under no_grad
+    /// is freed before the op's last moment (a QLoRA projection's dequantized weight, saved by
+    /// `mm` for its input's gradient; a contiguous operand copy `bmm` makes after `matmul`'s
+    /// folding; a tensor local to a block of the harness's forward): nothing at the end of a
+    /// no_grad forward.
+    Kept { what: &'static str, bytes: u64 },
 }
 
 /// How the gradient with respect to one input is produced in backward.
@@ -160,6 +166,9 @@ pub struct OpRule {
     pub saved: Vec<Saved>,
     /// Bytes held only while the forward op runs, on top of its output and saved tensors.
     pub forward_transient: u64,
+    /// Under no_grad (a recomputed stage's forward), bytes held at the op's last moment
+    /// instead of `forward_transient`; None: the same.
+    pub forward_transient_no_grad: Option<u64>,
     /// Bytes held only while the backward op runs, on top of the gradient it receives, the
     /// gradients it produces (inputs and parameters) and what it saved.
     pub backward_transient: u64,
@@ -202,6 +211,7 @@ impl OpRule {
             output_contiguous: Some(true),
             saved,
             forward_transient: 0,
+            forward_transient_no_grad: None,
             backward_transient: 0,
             backward_peak: None,
             forward_peak: None,
@@ -222,6 +232,11 @@ impl OpRule {
 
     pub(super) fn fwd(mut self, bytes: u64) -> Self {
         self.forward_transient = bytes;
+        self
+    }
+
+    pub(super) fn fwd_no_grad(mut self, bytes: u64) -> Self {
+        self.forward_transient_no_grad = Some(bytes);
         self
     }
 
@@ -651,9 +666,9 @@ pub(super) fn cpu_rule_at(graph: &Graph, k: usize, batch: u64, values: &Values, 
             let sc = b * num_heads * tq * tk * e;
             let mut saved = vec![
                 Input(0),
-                Internal { what: "q (scaled, contiguous copy for bmm)", bytes: aq },
-                Internal { what: "k (contiguous copy for bmm)", bytes: ak },
-                Internal { what: "v (contiguous copy for bmm)", bytes: ak },
+                Kept { what: "q (scaled, contiguous copy for bmm)", bytes: aq },
+                Kept { what: "k (contiguous copy for bmm)", bytes: ak },
+                Kept { what: "v (contiguous copy for bmm)", bytes: ak },
                 Internal { what: "attention weights B x H x Tq x Tk", bytes: sc },
                 Internal { what: "context (contiguous, out_proj input)", bytes: aq },
             ];
@@ -661,7 +676,8 @@ pub(super) fn cpu_rule_at(graph: &Graph, k: usize, batch: u64, values: &Values, 
                 saved.push(Input(1));
             }
             if *causal {
-                saved.push(Internal { what: "causal mask (bool Tq x Tk)", bytes: tq * tk });
+                // A local of the harness's `if causal` block (gone by the end under no_grad).
+                saved.push(Kept { what: "causal mask (bool Tq x Tk)", bytes: tq * tk });
             }
             if *dropout > 0.0 {
                 // Dropout on the probabilities: its float mask, and its output (what attn @ v
@@ -670,8 +686,11 @@ pub(super) fn cpu_rule_at(graph: &Graph, k: usize, batch: u64, values: &Values, 
                 saved.push(Internal { what: "dropped attention weights B x H x Tq x Tk", bytes: sc });
             }
             let mut fwd = 2 * aq + 2 * ak + sc;
+            // The bias and its bucket indices are locals of the harness's `if let` block: under
+            // no_grad they are gone by the op's end.
+            let fwd_no_grad = fwd;
             if *relative_attention_buckets > 0 {
-                saved.push(Internal { what: "bucket indices (int64 Tq x Tk)", bytes: tq * tk * 8 });
+                saved.push(Kept { what: "bucket indices (int64 Tq x Tk)", bytes: tq * tk * 8 });
                 fwd += num_heads * tq * tk * e;
             }
             let grads = vec![Grad::New; node.inputs.len()];
@@ -684,6 +703,7 @@ pub(super) fn cpu_rule_at(graph: &Graph, k: usize, batch: u64, values: &Values, 
             let o_proj = if *bias { vec![6, 7] } else { vec![3] };
             let mut r = OpRule::new(Output::New(aq), saved, grads, Measured)
                 .fwd(fwd)
+                .fwd_no_grad(fwd_no_grad)
                 .note("eager attention as the harness runs it: saves input, q, k, v copies, B x H x Tq x Tk weights and the context; forward also holds q*scale, k, v projections, raw scores and the attention output until it returns; backward peaks at attn @ v or softmax");
             r.backward_peak = Some(BackwardPeak { freed, held, params: o_proj });
             r

@@ -37,13 +37,41 @@ pub struct StrategyRow {
     pub predicted_bytes: Option<u64>,
     /// The plain step's simulated peak at the same graph and batch (for training rows).
     pub plain_simulated_bytes: Option<u64>,
+    /// The simulator's peak under the row's strategy (its rule sets, `simulate_strategy`):
+    /// absent where it has none (inference, ZeRO-1) or the graph is not there.
+    pub simulated_bytes: Option<u64>,
 }
 
 impl StrategyRow {
     /// (measured - predicted) / measured.
     pub fn error(&self) -> Option<f64> {
-        let (m, p) = (self.measured_bytes?, self.predicted_bytes?);
-        (m > 0).then(|| (m as f64 - p as f64) / m as f64)
+        error(self.measured_bytes, self.predicted_bytes)
+    }
+
+    /// (measured - simulated) / measured.
+    pub fn simulator_error(&self) -> Option<f64> {
+        error(self.measured_bytes, self.simulated_bytes)
+    }
+}
+
+fn error(measured: Option<u64>, predicted: Option<u64>) -> Option<f64> {
+    let (m, p) = (measured?, predicted?);
+    (m > 0).then(|| (m as f64 - p as f64) / m as f64)
+}
+
+/// Which of a row's predictions a record is over.
+#[derive(Debug, Clone, Copy)]
+enum By {
+    Formula,
+    Simulator,
+}
+
+impl By {
+    fn of(self, r: &StrategyRow) -> Option<u64> {
+        match self {
+            By::Formula => r.predicted_bytes,
+            By::Simulator => r.simulated_bytes,
+        }
     }
 }
 
@@ -59,18 +87,16 @@ pub struct Record {
     pub q95: Option<f64>,
 }
 
-fn record(rows: &[&StrategyRow]) -> Record {
+fn record(rows: &[&StrategyRow], by: By) -> Record {
     let mut errs: Vec<f64> = rows
         .iter()
-        .filter_map(|r| r.error())
+        .filter_map(|r| error(r.measured_bytes, by.of(r)))
         .map(f64::abs)
         .collect();
     errs.sort_by(f64::total_cmp);
     let mut ratios: Vec<f64> = rows
         .iter()
-        .filter_map(|r| {
-            Some(r.measured_bytes? as f64 / r.predicted_bytes.filter(|p| *p > 0)? as f64)
-        })
+        .filter_map(|r| Some(r.measured_bytes? as f64 / by.of(r).filter(|p| *p > 0)? as f64))
         .collect();
     ratios.sort_by(f64::total_cmp);
     let mut fams: Vec<&str> = rows.iter().map(|r| r.family.as_str()).collect();
@@ -98,6 +124,10 @@ pub struct StrategyEvidence {
     pub strategy: String,
     pub all: Record,
     pub by_family: BTreeMap<String, Record>,
+    /// The simulator's rule set on the same rows (None where it has none for this strategy):
+    /// no constant of it is chosen on these rows, so it is held out too.
+    pub simulator: Option<Record>,
+    pub simulator_by_family: BTreeMap<String, Record>,
 }
 
 /// Everything the strategies section shows.
@@ -125,6 +155,14 @@ impl Evidence {
             }
         }
         c
+    }
+
+    /// The simulator's held-out record of a strategy group, where it has a rule set.
+    pub fn simulator_of(&self, strategy: &str) -> Option<&Record> {
+        self.strategies
+            .iter()
+            .find(|s| s.strategy == strategy)
+            .and_then(|s| s.simulator.as_ref())
     }
 
     /// The held-out q95 of a strategy group (`checkpoint`, `lora`, ...), where it has rows.
@@ -165,6 +203,21 @@ fn predict(
             let t = memory::strategy_terms(&memory::graph_terms(g, batch), a, s, act_bytes);
             Some(t.total().ceil() as u64)
         }
+    }
+}
+
+/// The simulator's peak of a training row under its strategy, where it has a rule set.
+fn simulate_row(
+    g: &Graph,
+    batch: u64,
+    precision: crate::features::Precision,
+    spec: &RowSpec,
+) -> Option<u64> {
+    match spec {
+        RowSpec::Inference { .. } => None,
+        RowSpec::Training(s) => crate::simulate::simulate_strategy(g, batch, precision, s, false)
+            .ok()
+            .map(|sim| sim.peak_bytes),
     }
 }
 
@@ -221,6 +274,9 @@ fn evidence_with(ds: &Dataset, graph_of: &mut dyn FnMut(&str) -> Option<Graph>) 
             measured_bytes: r.measured_bytes,
             predicted_bytes: predicted,
             plain_simulated_bytes: r.simulated_bytes,
+            simulated_bytes: g
+                .as_ref()
+                .and_then(|g| simulate_row(g, r.batch, r.precision, &spec)),
         });
     }
     let mut by: BTreeMap<&str, Vec<&StrategyRow>> = BTreeMap::new();
@@ -234,12 +290,19 @@ fn evidence_with(ds: &Dataset, graph_of: &mut dyn FnMut(&str) -> Option<Graph>) 
             for r in rs {
                 fam.entry(r.family.as_str()).or_default().push(r);
             }
+            let simulated = |v: &[&StrategyRow]| v.iter().any(|r| r.simulated_bytes.is_some());
             StrategyEvidence {
                 strategy: name.to_string(),
-                all: record(rs),
+                all: record(rs, By::Formula),
                 by_family: fam
                     .iter()
-                    .map(|(f, v)| (f.to_string(), record(v)))
+                    .map(|(f, v)| (f.to_string(), record(v, By::Formula)))
+                    .collect(),
+                simulator: simulated(rs).then(|| record(rs, By::Simulator)),
+                simulator_by_family: fam
+                    .iter()
+                    .filter(|(_, v)| simulated(v))
+                    .map(|(f, v)| (f.to_string(), record(v, By::Simulator)))
                     .collect(),
             }
         })

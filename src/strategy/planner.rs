@@ -103,6 +103,55 @@ pub struct StrategyPlan {
     pub bound_bytes: u64,
     pub cards: Vec<CardFit>,
     pub comparisons: Vec<Comparison>,
+    /// The simulator's per-device peak under the strategy, where its rule set is clearly more
+    /// accurate than the formula on every part's rows ([`simulator_preferred`]); shown beside
+    /// the estimate, not deciding the verdicts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub simulated: Option<SimulatedPeak>,
+    /// Why there is no simulated peak where the rule set would be preferred (bf16-autocast).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub simulated_unavailable: Option<String>,
+}
+
+/// The simulator's peak of a strategy plan, with the held-out records behind it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SimulatedPeak {
+    pub bytes: u64,
+    /// The phase and op of the peak (`step2.backward`, `layers0.self_attn`).
+    pub phase: String,
+    pub node: String,
+    /// Per part: (strategy, the simulator's record, the formula's record) on its rows.
+    pub evidence: Vec<(String, super::evidence::Record, super::evidence::Record)>,
+}
+
+/// Whether the simulator's rule set is clearly more accurate than the formula for every part
+/// of `s`: each part has rows of its own with a simulator record whose median and max |error|
+/// are both below half the formula's. The records, per part; None otherwise.
+pub fn simulator_preferred(
+    s: &Strategy,
+    backing: &Backing,
+) -> Option<Vec<(String, super::evidence::Record, super::evidence::Record)>> {
+    let ev = backing.evidence.as_ref()?;
+    if s.parts.is_empty() {
+        return None;
+    }
+    let mut out = Vec::new();
+    for p in &s.parts {
+        let name = def(p.kind).name;
+        let st = ev.strategies.iter().find(|x| x.strategy == name)?;
+        let sim = st.simulator.as_ref()?;
+        let clearly = |a: Option<f64>, b: Option<f64>| match (a, b) {
+            (Some(a), Some(b)) => a < b / 2.0,
+            _ => false,
+        };
+        if !(clearly(sim.median_abs_error, st.all.median_abs_error)
+            && clearly(sim.max_abs_error, st.all.max_abs_error))
+        {
+            return None;
+        }
+        out.push((name.to_string(), sim.clone(), st.all.clone()));
+    }
+    Some(out)
 }
 
 /// What every strategy plan of one job shares: the plain plan's numbers and the assumptions.
@@ -230,6 +279,8 @@ pub fn plan_strategy(
         cards,
         comparisons: comparisons(b, s),
         terms,
+        simulated: None,
+        simulated_unavailable: None,
     }
 }
 

@@ -61,6 +61,31 @@ pub fn render_strategy(b: &Base, p: &StrategyPlan) -> String {
         p.devices
     );
     let _ = writeln!(s, "bound       {}", both(p.bound_bytes as f64));
+    if let Some(sim) = &p.simulated {
+        let _ = writeln!(
+            s,
+            "simulated   {} a device (the simulator's rule set, op by op; peak in {} at {})",
+            both(sim.bytes as f64),
+            sim.phase,
+            sim.node
+        );
+        for (name, r, f) in &sim.evidence {
+            let pct =
+                |v: Option<f64>| v.map_or(crate::format::MISSING.to_string(), crate::format::pct);
+            let _ = writeln!(
+                s,
+                "  {name:<18} held out on {} rows: simulated median |error| {}, max {}; formula {}, max {}",
+                r.rows,
+                pct(r.median_abs_error),
+                pct(r.max_abs_error),
+                pct(f.median_abs_error),
+                pct(f.max_abs_error)
+            );
+        }
+    }
+    if let Some(why) = &p.simulated_unavailable {
+        let _ = writeln!(s, "simulated   {} ({why})", crate::format::MISSING);
+    }
     if !p.comparisons.is_empty() {
         let _ = writeln!(
             s,
@@ -193,35 +218,51 @@ pub fn render_evidence(e: &super::evidence::Evidence) -> String {
     let mut s = String::new();
     let pct = |v: Option<f64>| v.map_or(crate::format::MISSING.to_string(), crate::format::pct);
     let ratio = crate::format::opt_ratio;
+    let m = crate::format::MISSING;
     let _ = writeln!(
         s,
-        "strategy rows against their formulas (no constant chosen on them: every row held out)\n{:<24} {:<14} {:>6} {:>9} {:>10} {:>8} {:>7}",
-        "strategy", "family", "rows", "families", "median|e|", "max|e|", "q95"
+        "strategy rows against their formulas and the simulator's rule sets (no constant of either chosen on them: every row held out)\n{:<24} {:<14} {:>6} {:>9} {:>10} {:>8} {:>7} | {:>10} {:>8} {:>7}",
+        "strategy", "family", "rows", "families", "median|e|", "max|e|", "q95", "sim med", "sim max", "sim q95"
     );
-    for st in &e.strategies {
-        let a = &st.all;
+    let line = |s: &mut String,
+                name: &str,
+                fam: &str,
+                r: &super::evidence::Record,
+                fams: String,
+                sim: Option<&super::evidence::Record>| {
         let _ = writeln!(
             s,
-            "{:<24} {:<14} {:>6} {:>9} {:>10} {:>8} {:>7}",
-            st.strategy,
+            "{:<24} {:<14} {:>6} {:>9} {:>10} {:>8} {:>7} | {:>10} {:>8} {:>7}",
+            name,
+            fam,
+            r.rows,
+            fams,
+            pct(r.median_abs_error),
+            pct(r.max_abs_error),
+            ratio(r.q95),
+            sim.map_or(m.to_string(), |x| pct(x.median_abs_error)),
+            sim.map_or(m.to_string(), |x| pct(x.max_abs_error)),
+            sim.map_or(m.to_string(), |x| ratio(x.q95)),
+        );
+    };
+    for st in &e.strategies {
+        let a = &st.all;
+        line(
+            &mut s,
+            &st.strategy,
             "all",
-            a.rows,
-            a.families,
-            pct(a.median_abs_error),
-            pct(a.max_abs_error),
-            ratio(a.q95)
+            a,
+            a.families.to_string(),
+            st.simulator.as_ref(),
         );
         for (f, r) in &st.by_family {
-            let _ = writeln!(
-                s,
-                "{:<24} {:<14} {:>6} {:>9} {:>10} {:>8} {:>7}",
+            line(
+                &mut s,
                 "",
                 f,
-                r.rows,
-                "",
-                pct(r.median_abs_error),
-                pct(r.max_abs_error),
-                ratio(r.q95)
+                r,
+                String::new(),
+                st.simulator_by_family.get(f),
             );
         }
     }
@@ -236,7 +277,7 @@ pub fn render_evidence(e: &super::evidence::Evidence) -> String {
     );
     let _ = writeln!(
         s,
-        "rows measured on CPU (fp32, the counting allocator); error = (measured - formula) / measured; q95: the 95th percentile of measured / formula"
+        "rows measured on CPU (fp32, the counting allocator); error = (measured - formula) / measured; q95: the 95th percentile of measured / formula; sim: the same for the simulator's peak under the strategy (src/simulate/staged.rs, lowrank.rs; docs/simulator.md)"
     );
     s
 }

@@ -13,7 +13,29 @@ pub struct StrategiesView {
     pub intro: String,
     pub table: Table,
     pub measured: Table,
+    /// The simulator's rule sets beside the formula, per strategy with rows.
+    pub simulator_intro: String,
+    pub simulator: Table,
     pub by_family: Table,
+}
+
+/// Median, max |error| and q95 of a record (dashes where there is none).
+fn error_cells(r: Option<&Record>) -> Vec<Cell> {
+    match r {
+        Some(r) => vec![
+            opt_pct(r.median_abs_error),
+            opt_pct(r.max_abs_error),
+            match r.q95 {
+                Some(q) => Cell::num(fmt::ratio(q), fmt::ratio(q)),
+                None => Cell::num(fmt::MISSING, ""),
+            },
+        ],
+        None => vec![
+            Cell::num(fmt::MISSING, ""),
+            Cell::num(fmt::MISSING, ""),
+            Cell::num(fmt::MISSING, ""),
+        ],
+    }
 }
 
 fn record_cells(r: &Record) -> Vec<Cell> {
@@ -78,10 +100,31 @@ pub fn view(ev: &Evidence) -> StrategiesView {
         record_columns(&["Strategy", "Backed by"]),
         "No strategy has a row yet.",
     );
+    let mut columns = record_columns(&["Strategy", "Family"]);
+    columns.extend([
+        col("Simulator median |error|", true),
+        col("Simulator max |error|", true),
+        col("Simulator q95", true),
+    ]);
     let mut by_family = table(
         "strategies-by-family",
-        "The same, per strategy and family",
-        record_columns(&["Strategy", "Family"]),
+        "The same, per strategy and family, with the simulator's rule set on the same rows",
+        columns,
+        "No strategy has a row yet.",
+    );
+    let mut simulator = table(
+        "strategies-simulator",
+        "The formula and the simulator's rule set on the same rows (held-out error)",
+        vec![
+            col("Strategy", false),
+            col("Rows", true),
+            col("Formula median |error|", true),
+            col("Formula max |error|", true),
+            col("Formula q95", true),
+            col("Simulator median |error|", true),
+            col("Simulator max |error|", true),
+            col("Simulator q95", true),
+        ],
         "No strategy has a row yet.",
     );
     for s in &ev.strategies {
@@ -93,9 +136,14 @@ pub fn view(ev: &Evidence) -> StrategiesView {
         let mut row = vec![Cell::text(&s.strategy), Cell::text(label)];
         row.extend(record_cells(&s.all));
         measured.rows.push(row);
+        let mut row = vec![Cell::text(&s.strategy), count_cell(s.all.rows as u64)];
+        row.extend(error_cells(Some(&s.all)));
+        row.extend(error_cells(s.simulator.as_ref()));
+        simulator.rows.push(row);
         for (f, r) in &s.by_family {
             let mut row = vec![Cell::text(&s.strategy), Cell::text(f)];
             row.extend(record_cells(r));
+            row.extend(error_cells(s.simulator_by_family.get(f)));
             by_family.rows.push(row);
         }
     }
@@ -118,6 +166,8 @@ pub fn view(ev: &Evidence) -> StrategiesView {
         ),
         table: strategy_table(ev),
         measured,
+        simulator_intro: "The simulator also has a rule set per training strategy it can run (checkpointing, LoRA, QLoRA, and checkpointing with either): which tensors exist and for how long, read off the harness's protocol (measurement/src/strategies.rs) and torch's autograd (derivatives.yaml, the generated code's saving guards, AccumulateGrad), simulated op by op with no fitted factor (docs/simulator.md). Its peak is compared with the same rows; a dash: no rule set (inference, ZeRO-1).".to_string(),
+        simulator,
         by_family,
     }
 }

@@ -1,0 +1,368 @@
+//! The simulator's strategy rule sets (`simulate_strategy`: checkpointing, LoRA, QLoRA):
+//! unit checks on small graphs, exact phase-by-phase checks against `memcal-measure run
+//! --strategy` rows of fixtures (`tests/fixtures/sim/measured/strategies-cpu-fp32.json`), and
+//! every strategy row of `data/runs/` phase by phase within a stated tolerance.
+
+use memcal::features::Precision;
+use memcal::graph::Graph;
+use memcal::run::RunRow;
+use memcal::simulate::{simulate, simulate_strategy, Simulation};
+use memcal::strategy::parse;
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn fixture(name: &str) -> Graph {
+    Graph::load(&root().join(format!("tests/fixtures/sim/{name}.json"))).expect("fixture loads")
+}
+
+fn sim(g: &Graph, batch: u64, spec: &str) -> Simulation {
+    let s = parse(spec).expect("spec parses");
+    simulate_strategy(g, batch, Precision::Fp32, &s, true).expect("simulates")
+}
+
+fn phase_end(s: &Simulation, name: &str) -> u64 {
+    s.phase(name).expect("phase simulated").end
+}
+
+#[test]
+fn plain_strategy_is_the_plain_simulation() {
+    let g = fixture("strat-mlp-blocks");
+    let a = simulate(&g, 4, Precision::Fp32).unwrap();
+    let b = sim(&g, 4, "plain");
+    assert_eq!(a, b);
+}
+
+#[test]
+fn checkpoint_keeps_only_stage_boundaries_after_forward() {
+    let g = fixture("strat-mlp-blocks");
+    let plain = simulate(&g, 8, Precision::Fp32).unwrap();
+    let ck = sim(&g, 8, "checkpoint:every=1");
+    let ck2 = sim(&g, 8, "checkpoint:every=2");
+    // Parameters, gradients and AdamW states are the plain step's.
+    assert_eq!(
+        phase_end(&plain, "step3.optimizer"),
+        phase_end(&ck, "step3.optimizer")
+    );
+    assert_eq!(plain.phase("model_load"), ck.phase("model_load"));
+    // What the forward leaves for the backward: the stage boundaries only, fewer with longer
+    // segments, far less than the plain step's saved activations.
+    let fwd =
+        |s: &Simulation| phase_end(s, "step2.forward") - s.phase("step2.forward").unwrap().start;
+    assert!(fwd(&ck2) < fwd(&ck), "{} {}", fwd(&ck2), fwd(&ck));
+    assert!(2 * fwd(&ck) < fwd(&plain), "{} {}", fwd(&ck), fwd(&plain));
+    // The backward ends where the plain one does (gradients), less the 4-byte loss, which the
+    // staged backward drops inside the phase (`Tape::backward`'s `drop(loss)`).
+    assert_eq!(
+        phase_end(&plain, "step2.backward"),
+        phase_end(&ck, "step2.backward") + 4
+    );
+}
+
+#[test]
+fn checkpoint_rejects_a_loss_inside_a_block() {
+    let mut g = fixture("strat-mlp-blocks");
+    let last = g.nodes.len() - 1;
+    g.nodes[last].id = "blocks9.loss".into();
+    g.loss = "blocks9.loss".into();
+    let s = parse("checkpoint").unwrap();
+    // Renaming the loss leaves the graph unchecked: either refusal is fine, never a panic.
+    let _ = simulate_strategy(&g, 2, Precision::Fp32, &s, false);
+}
+
+#[test]
+fn lora_trains_only_the_adapters() {
+    let g = fixture("strat-mlp-blocks");
+    let r = 4;
+    let s = sim(&g, 4, &format!("lora:r={r}"));
+    // Adapters: A [r, in] and B [out, r] on every linear inside a block.
+    let adapters: u64 = g
+        .nodes
+        .iter()
+        .filter(|n| memcal::strategy::memory::block_of(&n.id).is_some())
+        .filter_map(|n| match n.op {
+            memcal::ops::Op::Linear {
+                in_features,
+                out_features,
+                ..
+            } => Some(r * (in_features + out_features) * 4),
+            _ => None,
+        })
+        .sum();
+    let load = s.phase("model_load").unwrap().end;
+    assert_eq!(load, 4 * g.parameters() + adapters);
+    // After step 1's optimizer: the base, the adapters and their two AdamW states.
+    let opt = s.phase("step1.optimizer").unwrap();
+    assert_eq!(opt.end - s.phase("inputs").unwrap().end, 2 * adapters);
+}
+
+#[test]
+fn qlora_packs_the_targets_at_load() {
+    let g = fixture("strat-mlp-blocks");
+    let s = sim(&g, 4, "qlora:r=4");
+    let l = sim(&g, 4, "lora:r=4");
+    let (mut packed, mut fp32) = (0u64, 0u64);
+    for n in &g.nodes {
+        if memcal::strategy::memory::block_of(&n.id).is_none() {
+            continue;
+        }
+        if let memcal::ops::Op::Linear {
+            in_features: i,
+            out_features: o,
+            ..
+        } = n.op
+        {
+            let (c, a, t) = memcal::simulate::lowrank::packed_bytes(o, i);
+            packed += c + a + t;
+            fp32 += o * i * 4;
+        }
+    }
+    assert_eq!(
+        s.phase("model_load").unwrap().end,
+        l.phase("model_load").unwrap().end - fp32 + packed
+    );
+    // The load peaks while the first target is packed: the whole fp32 base is alive.
+    assert!(s.phase("model_load").unwrap().peak > 4 * g.parameters());
+}
+
+#[test]
+fn unsupported_parts_are_errors_not_panics() {
+    let g = fixture("strat-mlp-blocks");
+    for spec in ["zero1:world=2", "zero3:world=8", "adam8bit", "tp:k=2"] {
+        let s = parse(spec).unwrap();
+        assert!(
+            simulate_strategy(&g, 2, Precision::Fp32, &s, false).is_err(),
+            "{spec}"
+        );
+    }
+    let s = parse("checkpoint").unwrap();
+    assert!(simulate_strategy(&g, 2, Precision::Bf16Autocast, &s, false).is_err());
+    // A graph with no block has nothing to adapt.
+    let flat = fixture("sim-conv-bn-pool");
+    let s = parse("lora:r=4").unwrap();
+    assert!(simulate_strategy(&flat, 2, Precision::Fp32, &s, false).is_err());
+}
+
+#[test]
+fn strategy_simulation_is_deterministic() {
+    let g = fixture("strat-mlp-blocks");
+    for spec in [
+        "checkpoint:every=2",
+        "lora:r=8",
+        "qlora:r=4",
+        "checkpoint+lora:r=4",
+    ] {
+        assert_eq!(sim(&g, 3, spec), sim(&g, 3, spec), "{spec}");
+    }
+}
+
+/// One measured run, reduced to its phases.
+#[derive(Deserialize)]
+struct Measured {
+    graph: String,
+    sha256: String,
+    batch: u64,
+    strategy: String,
+    phases: Vec<MeasuredPhase>,
+}
+
+#[derive(Deserialize)]
+struct MeasuredPhase {
+    name: String,
+    start: u64,
+    peak: u64,
+    end: u64,
+}
+
+/// Per phase (start, peak, end): (simulated, measured) pairs off by more than `tol`.
+fn mismatches(
+    sim: &Simulation,
+    phases: &[(String, u64, u64, u64)],
+    tol: f64,
+    slack: u64,
+    label: &str,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    for (name, start, peak, end) in phases {
+        let Some(s) = sim.phase(name) else {
+            out.push(format!("{label} {name}: not simulated"));
+            continue;
+        };
+        for (what, got, want) in [
+            ("start", s.start, *start),
+            ("peak", s.peak, *peak),
+            ("end", s.end, *end),
+        ] {
+            let err = (got as f64 - want as f64) / want.max(1) as f64;
+            if err.abs() > tol && got.abs_diff(want) > slack {
+                out.push(format!(
+                    "{label} {name} {what}: simulated {got}, measured {want} ({:+.3}%)",
+                    100.0 * err
+                ));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn strategy_fixtures_match_their_measured_runs_exactly() {
+    let path = root().join("tests/fixtures/sim/measured/strategies-cpu-fp32.json");
+    let text = std::fs::read_to_string(&path).expect("measured summaries are committed");
+    let rows: Vec<Measured> = serde_json::from_str(&text).expect("summaries parse");
+    assert!(rows.len() >= 14);
+    let mut failures = Vec::new();
+    for m in &rows {
+        let g = fixture(&m.graph);
+        assert_eq!(
+            g.sha256, m.sha256,
+            "{}: the fixture changed since it was measured",
+            m.graph
+        );
+        let s = sim(&g, m.batch, &m.strategy);
+        let phases: Vec<_> = m
+            .phases
+            .iter()
+            .map(|p| (p.name.clone(), p.start, p.peak, p.end))
+            .collect();
+        let label = format!("{} b{} {}", m.graph, m.batch, m.strategy);
+        // Exact but for the plain rules' 4-byte scalar at cross entropy and the loss kept to
+        // the backward's end (docs/simulator.md), which an unstaged backward inherits.
+        failures.extend(mismatches(&s, &phases, 0.0, 4, &label));
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+fn data_rows() -> Vec<(PathBuf, RunRow)> {
+    let mut out = Vec::new();
+    for dir in ["cpu-checkpoint", "cpu-lora", "cpu-qlora"] {
+        let Ok(fams) = std::fs::read_dir(root().join("data/runs").join(dir)) else {
+            continue;
+        };
+        let mut fams: Vec<PathBuf> = fams.filter_map(|e| e.ok().map(|e| e.path())).collect();
+        fams.sort();
+        for f in fams {
+            let mut files: Vec<PathBuf> = std::fs::read_dir(&f)
+                .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect())
+                .unwrap_or_default();
+            files.sort();
+            for p in files
+                .into_iter()
+                .filter(|p| p.extension().is_some_and(|x| x == "json"))
+            {
+                let text = std::fs::read_to_string(&p).unwrap();
+                out.push((p, serde_json::from_str(&text).unwrap()));
+            }
+        }
+    }
+    out
+}
+
+/// Allowed relative error of a data row's phases, with its reason (the gaps are listed in
+/// docs/simulator.md).
+fn tolerance(row: &RunRow) -> f64 {
+    let family = row.graph.name.split('-').next().unwrap_or("");
+    let spec = row.strategy.as_deref().unwrap_or("");
+    match (family, spec.split(':').next().unwrap_or("")) {
+        // oneDNN's convolution scratch, and a backward 1-2.4% low under checkpointing.
+        ("resnet", _) => 0.025,
+        // bert and vit under QLoRA at batch 4: backward up to 1.5% low (at an MLP linear).
+        ("bert" | "vit", "qlora") => 0.016,
+        // MLA under LoRA: backward about 1.1% low.
+        ("mla", "lora") => 0.012,
+        // MoE routing is random (uniform split assumed); vit's backward end 0.5% low.
+        ("mixtral" | "vit" | "mla", _) => 0.006,
+        _ => 0.0005,
+    }
+}
+
+#[test]
+fn strategy_rows_match_phase_by_phase() {
+    let rows = data_rows();
+    assert!(rows.len() >= 200, "{} rows", rows.len());
+    let verbose = std::env::var("MEMCAL_SIM_STRATEGY_ROWS").is_ok();
+    let mut failures = Vec::new();
+    for (path, row) in &rows {
+        let g = Graph::load(&root().join(format!("data/graphs/{}.json", row.graph.name)))
+            .expect("graph loads");
+        let spec = row.strategy.as_deref().expect("strategy rows");
+        let s = sim(&g, row.batch, spec);
+        let phases: Vec<_> = row
+            .phases
+            .iter()
+            .map(|p| {
+                (
+                    p.name.clone(),
+                    p.allocated_start,
+                    p.allocated_peak.unwrap_or(0),
+                    p.allocated_end.unwrap_or(0),
+                )
+            })
+            .collect();
+        let label = path
+            .strip_prefix(root())
+            .unwrap_or(path)
+            .display()
+            .to_string();
+        let tol = if verbose { 0.0 } else { tolerance(row) };
+        let bad = mismatches(&s, &phases, tol, if verbose { 4 } else { 0 }, &label);
+        if verbose {
+            for b in &bad {
+                println!("{b}");
+            }
+        } else {
+            failures.extend(bad);
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn print_strategy_runs_from_env() {
+    // MEMCAL_SIM_STRATEGY_RUNS=/folder/of/rows cargo test --release --test simulate_strategies
+    //     print_strategy_runs -- --nocapture
+    let Ok(dir) = std::env::var("MEMCAL_SIM_STRATEGY_RUNS") else {
+        return;
+    };
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect())
+        .unwrap_or_default();
+    files.sort();
+    for p in files {
+        let row: RunRow = serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+        let file = format!("{}.json", row.graph.name);
+        let path = [
+            root().join("tests/fixtures/sim"),
+            root().join("data/graphs"),
+        ]
+        .into_iter()
+        .map(|d| d.join(&file))
+        .find(|p| p.exists())
+        .expect("a fixture or a zoo graph");
+        let g = Graph::load(&path).unwrap();
+        let s = sim(&g, row.batch, row.strategy.as_deref().unwrap_or("plain"));
+        for ph in &row.phases {
+            let Some(x) = s.phase(&ph.name) else { continue };
+            let m = (
+                ph.allocated_start,
+                ph.allocated_peak.unwrap_or(0),
+                ph.allocated_end.unwrap_or(0),
+            );
+            println!(
+                "{:<22} b{} {:<20} {:<16} start {:>+9} peak {:>+9} end {:>+9} | meas peak {:>10} at {}",
+                row.graph.name,
+                row.batch,
+                row.strategy.as_deref().unwrap_or("plain"),
+                ph.name,
+                x.start as i64 - m.0 as i64,
+                x.peak as i64 - m.1 as i64,
+                x.end as i64 - m.2 as i64,
+                m.1,
+                x.peak_node
+            );
+        }
+    }
+}
