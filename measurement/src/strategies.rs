@@ -19,7 +19,6 @@
 
 use crate::builder::{Lin, Model, Module};
 use memcal::graph::Graph;
-use memcal::ops::Op;
 use memcal::strategy::memory::block_of;
 use memcal::strategy::{Kind as SKind, RowSpec};
 use std::collections::{HashMap, HashSet};
@@ -298,56 +297,17 @@ pub struct Stage {
     pub recompute: bool,
 }
 
-/// Whether node `k` holds a 4-bit target (a linear map inside a block).
-fn holds_target(graph: &Graph, k: usize) -> bool {
-    let n = &graph.nodes[k];
-    block_of(&n.id).is_some()
-        && matches!(
-            n.op,
-            Op::Linear { .. }
-                | Op::MultiheadAttention { .. }
-                | Op::GqaAttention { .. }
-                | Op::MlaAttention { .. }
-                | Op::Moe { .. }
-        )
-}
-
 /// The stages of a protocol: segments of `every` consecutive blocks (checkpointing), else each
 /// node holding a 4-bit target (QLoRA); the nodes between are kept stages. None: no staging.
 pub fn stages(graph: &Graph, p: &Protocol) -> Option<Vec<Stage>> {
-    let n = graph.nodes.len();
-    let unit: Vec<Option<String>> = if let Some(every) = p.checkpoint_every {
-        let mut seen: Vec<String> = Vec::new();
-        graph
-            .nodes
-            .iter()
-            .map(|node| {
-                let b = block_of(&node.id)?;
-                if seen.last() != Some(&b) {
-                    seen.push(b);
-                }
-                Some(format!("segment{}", (seen.len() as u64 - 1) / every))
-            })
-            .collect()
-    } else if p.low_rank.is_some_and(|(_, q)| q) {
-        (0..n)
-            .map(|k| holds_target(graph, k).then(|| format!("node{k}")))
-            .collect()
-    } else {
-        return None;
-    };
-    let mut out: Vec<Stage> = Vec::new();
-    for k in 0..n {
-        let same = k > 0 && unit[k] == unit[k - 1];
-        match out.last_mut() {
-            Some(s) if same => s.nodes.end = k + 1,
-            _ => out.push(Stage {
-                nodes: k..k + 1,
-                recompute: unit[k].is_some(),
-            }),
-        }
-    }
-    Some(out)
+    let quantized = p.low_rank.is_some_and(|(_, q)| q);
+    let ranges = memcal::strategy::stages::ranges(graph, p.checkpoint_every, quantized)?;
+    Some(
+        ranges
+            .into_iter()
+            .map(|(nodes, recompute)| Stage { nodes, recompute })
+            .collect(),
+    )
 }
 
 /// What the staged forward keeps for the backward.

@@ -27,8 +27,6 @@ use super::lowrank::{self, LowRank};
 use super::rules::OpRule;
 use super::{BufId, Kind, SavedSets, Scratch, Sim, Value};
 use crate::graph::Graph;
-use crate::ops::Op;
-use crate::strategy::memory::block_of;
 use crate::strategy::{Kind as SKind, Strategy};
 use std::ops::Range;
 
@@ -89,20 +87,6 @@ pub struct StageInfo {
     pub live: Vec<usize>,
 }
 
-/// Whether node `k` holds a 4-bit target under QLoRA (`holds_target`).
-fn holds_target(graph: &Graph, k: usize) -> bool {
-    let n = &graph.nodes[k];
-    block_of(&n.id).is_some()
-        && matches!(
-            n.op,
-            Op::Linear { .. }
-                | Op::MultiheadAttention { .. }
-                | Op::GqaAttention { .. }
-                | Op::MlaAttention { .. }
-                | Op::Moe { .. }
-        )
-}
-
 /// The harness's stages of a plan (None: no staging): segments of `every` blocks under
 /// checkpointing, else under QLoRA each node holding a target. An error when the loss would
 /// be in a recomputed stage (the harness's loss would have no graph).
@@ -112,34 +96,11 @@ pub fn stages(
     plan: &Plan,
 ) -> Result<Option<Vec<StageInfo>>, String> {
     let n = graph.nodes.len();
-    let unit: Vec<Option<String>> = if let Some(every) = plan.checkpoint_every {
-        let mut seen: Vec<String> = Vec::new();
-        graph
-            .nodes
-            .iter()
-            .map(|node| {
-                let b = block_of(&node.id)?;
-                if seen.last() != Some(&b) {
-                    seen.push(b);
-                }
-                Some(format!("segment{}", (seen.len() as u64 - 1) / every))
-            })
-            .collect()
-    } else if plan.low_rank.is_some_and(|l| l.quantize) {
-        (0..n)
-            .map(|k| holds_target(graph, k).then(|| format!("node{k}")))
-            .collect()
-    } else {
+    let quantized = plan.low_rank.is_some_and(|l| l.quantize);
+    let Some(ranges) = crate::strategy::stages::ranges(graph, plan.checkpoint_every, quantized)
+    else {
         return Ok(None);
     };
-    let mut ranges: Vec<(Range<usize>, bool)> = Vec::new();
-    for k in 0..n {
-        let same = k > 0 && unit[k] == unit[k - 1];
-        match ranges.last_mut() {
-            Some(s) if same => s.0.end = k + 1,
-            _ => ranges.push((k..k + 1, unit[k].is_some())),
-        }
-    }
     let mut last_use = vec![usize::MAX; values.len()];
     for k in 0..n {
         for &v in values.args(k) {
