@@ -16,11 +16,17 @@ if [ -f "$marker" ]; then
 fi
 pip() { python3 -m pip install --quiet --disable-pip-version-check "$@"; }
 # torch 2.11.0's CUDA 13.0 libraries (its wheel's Requires-Dist, cuda-toolkit 13.0.2's pins).
-pip --no-deps --target "$dest" \
+# pip --target skips a top-level folder that already exists (nvidia/, which holds the runtime
+# and cupti setup-libtorch.sh installed), so install beside it and merge the trees.
+tmp="$dest/.cuda-libs"
+rm -rf "$tmp"
+pip --no-deps --target "$tmp" \
   nvidia-cublas==13.1.0.3 nvidia-cufft==12.0.0.61 nvidia-cufile==1.15.1.6 \
   nvidia-curand==10.4.0.35 nvidia-cusparse==12.6.3.3 nvidia-nvjitlink==13.0.88 \
   nvidia-cuda-nvrtc==13.0.88 nvidia-cudnn-cu13==9.19.0.56 nvidia-cusparselt-cu13==0.8.0 \
   nvidia-nccl-cu13==2.28.9 nvidia-nvshmem-cu13==3.4.5
+cp -a "$tmp"/. "$dest"/
+rm -rf "$tmp"
 rm -rf "$dest/py"
 pip --target "$dest/py" transformers==5.24.0 numpy
 pip --no-deps --target "$dest/py" torchvision==0.26.0 pillow
