@@ -186,23 +186,12 @@ def _real_hf(case, counter, config):
         if hasattr(out, "logits"):
             logits = out.logits
             return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), i["y"].reshape(-1))
-        # An encoder (BertModel with its pooler): memcal's import draws the pooled output's loss.
-        return _encoder_loss(out, i)
+        # An encoder (BertModel with its pooler): memcal's import draws an mse on the pooled
+        # output.
+        pooled = out.pooler_output
+        return F.mse_loss(pooled, torch.zeros_like(pooled))
 
     return M.measure(counter, build, make_inputs, loss_of)
-
-
-def _encoder_loss(out, i):
-    import torch.nn.functional as F
-
-    pooled = out.pooler_output
-    return F.mse_loss(pooled, torch_zeros_like(pooled))
-
-
-def torch_zeros_like(t):
-    import torch
-
-    return torch.zeros_like(t)
 
 
 def _graph_for(case, out_dir, memcal):

@@ -7,6 +7,7 @@ One table, `MODULES`, says how each known module class is drawn; `FUNCTIONS` doe
 functions and tensor methods. Adding a mapping touches one of them.
 """
 
+import functools
 import json
 
 FORMAT = "memcal-graph/1"
@@ -39,9 +40,8 @@ def _conv(m, ctx):
     nd = len(m.kernel_size)
     if nd not in (1, 2):
         raise ExportError(f"node `{ctx.name}`: conv{nd}d has no memcal op (conv1d and conv2d do)")
-    for what in ("dilation",):
-        if _square(getattr(m, what), what, ctx.name) != 1:
-            raise ExportError(f"node `{ctx.name}`: {what} != 1 has no memcal attribute")
+    if _square(m.dilation, "dilation", ctx.name) != 1:
+        raise ExportError(f"node `{ctx.name}`: dilation != 1 has no memcal attribute")
     if isinstance(m.padding, str):
         raise ExportError(f"node `{ctx.name}`: padding `{m.padding}`: give it as a number")
     return f"conv{nd}d", {
@@ -175,6 +175,7 @@ def _unary_module(fn):
     return lambda m, ctx: ("unary", {"fn": fn})
 
 
+@functools.lru_cache(maxsize=None)
 def _modules():
     import torch.nn as nn
 
@@ -208,7 +209,7 @@ def _modules():
     ]
     if hasattr(nn, "RMSNorm"):
         table.append((nn.RMSNorm, _rms_norm))
-    return table
+    return tuple(table)
 
 
 def _module_rule(m):
@@ -248,10 +249,9 @@ class _Ctx:
 
 
 class _Exporter:
-    def __init__(self, gm, batch, example_batch):
+    def __init__(self, gm, example_batch):
         self.gm = gm
         self.modules = dict(gm.named_modules())
-        self.batch = batch
         self.example_batch = example_batch
         self.nodes = []
         self.ids = {}  # fx node -> memcal value id (None: not a tensor we draw)
@@ -546,7 +546,7 @@ def export(
             examples.append(torch.zeros(dims, dtype=torch.float32, device="meta"))
     ShapeProp(gm).propagate(*examples)
 
-    ex = _Exporter(gm, "B", example_batch)
+    ex = _Exporter(gm, example_batch)
     ex.input_names = [i[0] for i in inputs]
     ex.used_ids.update(ex.input_names)
     ex.run()

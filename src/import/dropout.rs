@@ -8,6 +8,7 @@
 
 use crate::graph::{GraphFile, NodeFile};
 use serde_json::{json, Map};
+use std::collections::HashMap;
 
 /// Inserts `dropout(p)` after every node whose id `at` accepts (named `<id>.dropout`), and
 /// points the later nodes that read it at the dropout. Returns how many were inserted (0 for
@@ -17,10 +18,11 @@ pub fn after(graph: &mut GraphFile, p: f64, at: impl Fn(&str) -> bool) -> usize 
         return 0;
     }
     let mut out: Vec<NodeFile> = Vec::with_capacity(graph.nodes.len() * 2);
-    let mut renamed: Vec<(String, String)> = Vec::new();
+    // Each dropped node's id -> its dropout's id.
+    let mut renamed: HashMap<String, String> = HashMap::new();
     for mut n in std::mem::take(&mut graph.nodes) {
         for i in &mut n.inputs {
-            if let Some((_, to)) = renamed.iter().find(|(from, _)| from == i) {
+            if let Some(to) = renamed.get(i) {
                 *i = to.clone();
             }
         }
@@ -37,7 +39,7 @@ pub fn after(graph: &mut GraphFile, p: f64, at: impl Fn(&str) -> bool) -> usize 
                 inputs: vec![id.clone()],
                 attributes,
             });
-            renamed.push((id, drop_id));
+            renamed.insert(id, drop_id);
         }
     }
     graph.nodes = out;

@@ -1000,14 +1000,15 @@ fn flash_backward_scratch(tq: u64, tk: u64) -> u64 {
     HARNESS_CPU_THREADS * (2 * q_split * kv_split + q_split) * 4
 }
 
-/// Multi-head self-attention through sdpa with dropout in training, on CPU: torch's flash
+/// Multi-head attention through sdpa with dropout in training, on CPU: torch's flash
 /// kernel takes no dropout (`use_flash_attention_cpp`: `check_for_dropout`), so sdpa runs
 /// `_scaled_dot_product_attention_math`: q and k are scaled by sqrt(scale) and, with v,
 /// copied contiguous for `bmm` (saved; the projections' outputs are not), the scores are
 /// softmaxed (output saved), `dropout` keeps its float mask and its output is saved by the
 /// second `bmm`; the context comes out `[B,h,T,hd]`-contiguous, so the out projection's input
 /// is a copy. Saved set read with torch's saved-tensor hooks on a single call (3 q-sized
-/// copies and 3 `[B,h,T,T]` tensors, no logsumexp). Checked on `sim-mha-sdpa-dropout*`.
+/// copies and 3 `[B,h,T,T]` tensors, no logsumexp); the forward transient and backward peak
+/// were settled on `sim-mha-sdpa-dropout*` (tagged calibrated on them).
 fn sdpa_math_attention(
     s: &Sizes,
     y: u64,
