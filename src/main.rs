@@ -26,8 +26,9 @@ enum Command {
     Plan(commands::plan::Args),
     /// Import a model's graph from its configuration (no download, no Python).
     Import(commands::import::Args),
-    /// Write every graph of the zoo (full-size templates and reduced variants) as
-    /// `<out>/<name>.json`. Deterministic bytes: rerunning changes nothing.
+    /// Write every graph of the zoo (full-size templates and reduced variants) and of the
+    /// measured real models (data/models/measured.json, imported) as `<out>/<name>.json`.
+    /// Deterministic bytes: rerunning changes nothing.
     Graphs(commands::graphs::Args),
     /// Build the static calibration site from data/ into site/ (opens from disk, no server).
     /// Every number comes from the engine; identical inputs give byte-identical files.

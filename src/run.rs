@@ -39,6 +39,11 @@ pub struct RunRow {
     pub timestamp: String,
     /// Version of the harness that wrote the row.
     pub tool_version: String,
+    /// The real code that was measured, when it is not the graph built by the harness: a row
+    /// of the real-model campaign (`python3 -m memcal_export.campaign`) trains the class a
+    /// library builds from a config, and is planned from the graph imported from that config.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub implementation: Option<Implementation>,
     /// Trainable parameters: as the graph counts them and as the built model has them.
     pub parameters: ParameterCounts,
     /// True when the built model's parameter count differs from the graph's.
@@ -66,6 +71,22 @@ pub struct GraphRef {
     pub name: String,
     /// SHA-256 (hex) of the graph file's bytes at the time of the run.
     pub sha256: String,
+}
+
+/// The real implementation a row measured.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Implementation {
+    /// The library and its version, e.g. `transformers 5.24.0`.
+    pub library: String,
+    /// The model class, e.g. `GPT2LMHeadModel`.
+    pub class: String,
+    /// The config it was built from, relative to the data folder
+    /// (`models/<model>/config.json`).
+    pub config: String,
+    /// The config fields replaced for a reduced model, with their values.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reduced: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 /// The device a run used.

@@ -1,11 +1,13 @@
-//! data/graphs holds exactly what `memcal graphs` writes: a graph measured is a graph planned.
+//! data/graphs holds exactly what `memcal graphs` writes (the zoo and the measured real models'
+//! imported graphs): a graph measured is a graph planned.
 
 use std::path::Path;
 
 #[test]
-fn data_graphs_are_the_zoo_byte_for_byte() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/graphs");
-    let zoo = memcal::zoo::all();
+fn data_graphs_are_the_zoo_and_the_measured_models_byte_for_byte() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = root.join("data/graphs");
+    let zoo = memcal::zoo::data_graphs(&root.join("data/models")).unwrap();
     let mut on_disk: Vec<String> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -17,7 +19,7 @@ fn data_graphs_are_the_zoo_byte_for_byte() {
         let bytes = std::fs::read(dir.join(format!("{}.json", g.name))).unwrap();
         assert!(
             bytes == memcal::zoo::to_bytes(g),
-            "data/graphs/{}.json differs from the zoo: run `memcal graphs --out data/graphs` (rows measured on the old file are then excluded as `graph changed`)",
+            "data/graphs/{}.json differs from what memcal graphs writes: run `memcal graphs --out data/graphs` (rows measured on the old file are then excluded as `graph changed`)",
             g.name
         );
     }

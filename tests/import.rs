@@ -534,3 +534,89 @@ fn what_qwen2_gemma_and_bart_cannot_draw_exits_2() {
         );
     }
 }
+
+/// `data/models/measured.json` (the real models the campaign measures): each entry's graph is
+/// the import of its config with the `reduce` fields replaced, and a reduced model says so.
+#[test]
+fn measured_models_import_with_their_reduced_fields() {
+    let models = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("data/models");
+    let entries = memcal::import::measured::entries(&models).expect("measured.json reads");
+    assert!(!entries.is_empty());
+    for e in &entries {
+        let g = memcal::import::measured::graph(&models, e).expect("the entry imports");
+        let checked = Graph::check(&g, &models).expect("the graph checks");
+        assert_eq!(g.name, e.graph);
+        assert!(g.family.starts_with("hf-"), "{}", g.family);
+        let description = g.description.clone().unwrap_or_default();
+        match &e.reduce {
+            Some(r) => {
+                for k in r.keys() {
+                    assert!(
+                        description.contains(k.as_str()),
+                        "{}: {description}",
+                        e.graph
+                    );
+                }
+            }
+            None => {
+                // A full-size model has the real parameter count: that of its plain import.
+                let full = import(&models.join(&e.model).join("config.json"), &[]);
+                assert_eq!(checked.parameters(), full.parameters(), "{}", e.graph);
+            }
+        }
+    }
+}
+
+#[test]
+fn bad_measured_models_name_the_file_and_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let gpt2 = dir.path().join("gpt2");
+    std::fs::create_dir_all(&gpt2).unwrap();
+    std::fs::copy(fixture("gpt2"), gpt2.join("config.json")).unwrap();
+    let spec = dir.path().join("measured.json");
+    for (text, field) in [
+        (r#"{"format": "x", "models": []}"#, "format"),
+        (
+            r#"{"format": "memcal-measured-models/1", "models": [{"graph": "a", "model": "nope", "batches": [1]}]}"#,
+            "models[0].model",
+        ),
+        (
+            r#"{"format": "memcal-measured-models/1", "models": [{"graph": "a", "model": "gpt2", "batches": []}]}"#,
+            "models[0].batches",
+        ),
+        (
+            r#"{"format": "memcal-measured-models/1", "models": [{"graph": "a", "model": "gpt2", "batches": [1]}, {"graph": "a", "model": "gpt2", "batches": [2]}]}"#,
+            "models[1].graph",
+        ),
+        (
+            r#"{"format": "memcal-measured-models/1", "models": [{"graph": "../a", "model": "gpt2", "batches": [1]}]}"#,
+            "models[0].graph",
+        ),
+    ] {
+        std::fs::write(&spec, text).unwrap();
+        let err = memcal::import::measured::entries(dir.path())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("measured.json") && err.contains(field),
+            "{field}: {err}"
+        );
+    }
+    std::fs::write(
+        &spec,
+        r#"{"format": "memcal-measured-models/1", "models": [], "extra": 1}"#,
+    )
+    .unwrap();
+    let err = memcal::import::measured::entries(dir.path())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("measured.json") && err.contains("extra"),
+        "{err}"
+    );
+    // No file: no measured models.
+    std::fs::remove_file(&spec).unwrap();
+    assert!(memcal::import::measured::entries(dir.path())
+        .unwrap()
+        .is_empty());
+}

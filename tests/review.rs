@@ -52,6 +52,7 @@ fn row(graph: &Graph, batch: u64, peak: u64) -> RunRow {
         host: "test".into(),
         timestamp: "2026-01-01T00:00:00Z".into(),
         tool_version: "0.1.0".into(),
+        implementation: None,
         parameters: ParameterCounts {
             graph: graph.parameters(),
             built: graph.parameters(),

@@ -10,6 +10,7 @@ start, its peak and its end.
 import ctypes
 import os
 import subprocess
+import time
 
 STEPS = 3
 
@@ -57,7 +58,7 @@ class Counter:
 def measure(counter, build_model, make_inputs, loss_of, threads=2, seed=0):
     """Runs the protocol. `build_model()` returns the module (float32, CPU, train mode);
     `make_inputs()` a dict of tensors; `loss_of(model, inputs)` the scalar loss.
-    Returns the phases as dicts with start, peak and end, and the parameter count."""
+    Returns the phases as dicts with start, peak, end and wall_seconds, and the parameter count."""
     import torch
 
     torch.set_num_threads(threads)
@@ -67,9 +68,11 @@ def measure(counter, build_model, make_inputs, loss_of, threads=2, seed=0):
     def phase(name, f):
         start, _ = counter.read()
         counter.reset_peak()
+        t0 = time.perf_counter()
         f()
+        wall = time.perf_counter() - t0
         end, peak = counter.read()
-        phases.append({"name": name, "start": start, "peak": max(peak, start), "end": end})
+        phases.append({"name": name, "start": start, "peak": max(peak, start), "end": end, "wall_seconds": wall})
 
     def load():
         torch.manual_seed(seed)

@@ -109,6 +109,18 @@ def _hf_t5(dropout):
     )
 
 
+def _hf_bart():
+    from transformers import BartConfig
+
+    # num_hidden_layers is BartConfig's alias of encoder_layers: given like the hub's configs.
+    return BartConfig(
+        encoder_layers=2, decoder_layers=2, num_hidden_layers=2, d_model=128,
+        encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=256,
+        decoder_ffn_dim=256, vocab_size=1000, max_position_embeddings=64,
+        attention_dropout=0.1, activation_dropout=0.1,
+    )
+
+
 def _hf_case(name, config, cls, seq, batch):
     return {"name": name, "route": "import hf", "config": config, "cls": cls, "seq": seq, "batch": batch}
 
@@ -124,6 +136,7 @@ CASES = [
     _hf_case("transformers-gemma", _hf_gemma, "GemmaForCausalLM", 64, 4),
     _hf_case("transformers-t5-nodrop", lambda: _hf_t5(0.0), "T5ForConditionalGeneration", 64, 4),
     _hf_case("transformers-t5", lambda: _hf_t5(0.1), "T5ForConditionalGeneration", 64, 4),
+    _hf_case("transformers-bart", _hf_bart, "BartForConditionalGeneration", 64, 4),
 ]
 
 # The cases held to TOLERANCE by `--check` (the others are reported, with their gaps documented
@@ -138,6 +151,7 @@ CHECKED = [
     "transformers-qwen2",
     "transformers-gemma",
     "transformers-t5",
+    "transformers-bart",
 ]
 
 

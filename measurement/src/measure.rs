@@ -384,6 +384,7 @@ pub fn run_command(a: &RunArgs) -> Result<i32, Exit> {
         host: env.host.clone(),
         timestamp: memcal::clock::rfc3339_utc(started),
         tool_version: format!("memcal-measure {}", env!("CARGO_PKG_VERSION")),
+        implementation: None,
         parameters: ParameterCounts {
             graph: graph_params,
             built: built.unwrap_or(0),

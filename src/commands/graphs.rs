@@ -1,4 +1,5 @@
-//! `memcal graphs`: the zoo's graph files, written deterministically.
+//! `memcal graphs`: the zoo's graph files and the measured real models' imported graphs,
+//! written deterministically.
 
 use anyhow::Context;
 use memcal::cli_io::print;
@@ -14,12 +15,17 @@ pub struct Args {
     /// hand, or made by another version); without it they are refused (exit 2).
     #[arg(long)]
     force: bool,
+    /// The real models' folder: each model of its measured.json (the ones the campaign
+    /// measures) is imported as `memcal import hf` does and written beside the zoo.
+    #[arg(long, default_value = "data/models")]
+    models: PathBuf,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let Args { out, force } = args;
+    let Args { out, force, models } = args;
+    let graphs = memcal::zoo::data_graphs(&models)?;
     std::fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
-    let written = memcal::zoo::write_all_checked(&out, force)?;
+    let written = memcal::zoo::write_checked(&out, &graphs, force)?;
     print(&format!(
         "wrote {} graphs to {}\n",
         written.len(),

@@ -111,6 +111,8 @@ struct RowRef<'a> {
     timestamp: Cow<'a, str>,
     #[serde(borrow)]
     tool_version: Cow<'a, str>,
+    #[serde(default)]
+    implementation: Option<crate::run::Implementation>,
     #[allow(dead_code)]
     parameters: crate::run::ParameterCounts,
     graph_mismatch: bool,
@@ -625,6 +627,10 @@ fn join<'g>(
         device: names.name(&row.device.name),
         device_kind: names.name(&row.device.kind),
         harness_version: names.name(&row.tool_version),
+        implementation: row
+            .implementation
+            .as_ref()
+            .map(|i| names.name(&format!("{} {}", i.library, i.class))),
         torch_version: names.name(&row.device.torch),
     })
 }

@@ -29,6 +29,7 @@ mod metrics;
 mod misses;
 mod output;
 mod predict;
+pub mod real;
 pub mod reserved;
 mod results;
 mod scan;
@@ -117,6 +118,9 @@ pub struct Row {
     pub device: Name,
     pub device_kind: Name,
     pub harness_version: Name,
+    /// The real code the row measured (`memcal-run/1` field `implementation`: library and
+    /// class, e.g. `transformers 5.24.0 GPT2LMHeadModel`); None: the graph built by the harness.
+    pub implementation: Option<Name>,
     pub torch_version: Name,
 }
 

@@ -125,6 +125,7 @@ pub fn row(
         device: "synthetic".into(),
         device_kind: "cpu".into(),
         harness_version: "synthetic".into(),
+        implementation: None,
         torch_version: "-".into(),
     }
 }
@@ -514,6 +515,7 @@ pub fn write_data_folder_as(
             host: "synthetic".into(),
             timestamp: timestamp(5 * i as u64, after_fit),
             tool_version: "memcal-measure 0.1.0".into(),
+            implementation: None,
             parameters: ParameterCounts {
                 graph: g.parameters(),
                 built: g.parameters(),

@@ -12,6 +12,7 @@ use std::path::Path;
 
 mod activation;
 mod dropout;
+pub mod measured;
 
 /// One supported `model_type`: what transformers class it is, and how its graph is built.
 struct Kind {
@@ -359,6 +360,11 @@ pub fn hf(path: &Path, options: &Options) -> Result<Imported> {
             message: "not a JSON object; give the model's config.json".into(),
         });
     };
+    hf_fields(path, map, options)
+}
+
+/// [`hf`] of a config already read: `map`'s fields, errors naming `path`.
+pub fn hf_fields(path: &Path, map: &Map<String, Value>, options: &Options) -> Result<Imported> {
     let config = Config { path, map };
     let model_type = config.text_or("model_type", "")?;
     let Some(kind) = KINDS.iter().find(|k| k.model_type == model_type) else {
@@ -906,21 +912,62 @@ fn bart(c: &Config, o: &Options) -> Result<Built> {
     );
     let act = activation(c, &mut graph, "activation_function", "gelu")?;
     let attention = encoder_decoder_attention(&mut graph, o.attn);
+    let mut drawn = vec![
+        format!("embedding scale: the lookup times {scale} (scale_embedding = {scaled}; a mul_scalar op)"),
+        act,
+        attention,
+        "final_logits_bias: a [1, vocab] buffer added to the logits (no gradient: an add that saves nothing, drawn as add_scalar)".into(),
+    ];
+    drawn.extend(bart_dropout(c, &mut graph)?);
     Ok(Built {
         graph,
         seq,
         seq_source,
         approximations: vec![
             "positions: BartLearnedPositionalEmbedding looks rows 2..T+2 up for each sequence (a [B, T, d] lookup, then added); drawn as learned_position (the table's first T rows added, no [B, T, d] lookup)".to_string(),
-            "dropout (config dropout, attention_dropout, activation_dropout) is not drawn".to_string(),
         ],
-        drawn: vec![
-            format!("embedding scale: the lookup times {scale} (scale_embedding = {scaled}; a mul_scalar op)"),
-            act,
-            attention,
-            "final_logits_bias: a [1, vocab] buffer added to the logits (no gradient: an add that saves nothing, drawn as add_scalar)".into(),
-        ],
+        drawn,
     })
+}
+
+/// BART's training dropouts (modeling_bart.py, BartConfig's defaults): `dropout` after each
+/// stack's embedding norm and each attention and fc2 output; `activation_dropout` after each
+/// feed-forward's activation (the node fc2 reads); `attention_dropout` on the probabilities.
+fn bart_dropout(c: &Config, graph: &mut GraphFile) -> Result<Vec<String>> {
+    let p = c.probability_or("dropout", 0.1)?;
+    let n = dropout::after(graph, p, |id| {
+        id.ends_with(".layernorm_embedding")
+            || id.ends_with(".self_attn")
+            || id.ends_with(".encoder_attn")
+            || id.ends_with(".fc2")
+    });
+    let activations: std::collections::HashSet<String> = graph
+        .nodes
+        .iter()
+        .filter(|n| n.id.ends_with(".fc2"))
+        .filter_map(|n| n.inputs.first().cloned())
+        .collect();
+    let pa = c.probability_or("activation_dropout", 0.0)?;
+    let na = dropout::after(graph, pa, |id| activations.contains(id));
+    let mut said = vec![
+        dropout::said(
+            "dropout",
+            p,
+            n,
+            "after each stack's embedding norm and each attention and fc2 output",
+        ),
+        dropout::said(
+            "activation_dropout",
+            pa,
+            na,
+            "after each feed-forward's activation",
+        ),
+    ];
+    said.extend(attention_dropout(
+        graph,
+        c.probability_or("attention_dropout", 0.0)?,
+    ));
+    Ok(said)
 }
 
 /// Draws every attention of an encoder-decoder (both sides' self-attention and the decoder's

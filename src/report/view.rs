@@ -221,6 +221,9 @@ pub struct IndexPage {
     pub cards: Option<super::build::cards::CardsView>,
     /// The strategies of `memcal plan` and their measured rows (absent without the data set).
     pub strategies: Option<super::build::strategies::StrategiesView>,
+    /// The real implementations measured (transformers classes from their configs) and every
+    /// method's error on them (absent without the data set).
+    pub real: Option<super::build::real::RealView>,
 }
 
 /// A page of the runs table (all runs, or one family's when the table is split).

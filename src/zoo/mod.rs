@@ -154,8 +154,14 @@ pub fn to_bytes(graph: &GraphFile) -> Vec<u8> {
 /// [`write_all`], refusing (unless `force`) to write over a file whose bytes differ from what
 /// it would write (see [`crate::outputs::changed_files`]): nothing is written then.
 pub fn write_all_checked(dir: &Path, force: bool) -> Result<Vec<PathBuf>> {
+    write_checked(dir, &all(), force)
+}
+
+/// [`write`] of `graphs`, refusing (unless `force`) to write over a file whose bytes differ
+/// from what it would write: nothing is written then.
+pub fn write_checked(dir: &Path, graphs: &[GraphFile], force: bool) -> Result<Vec<PathBuf>> {
     if !force {
-        let files: Vec<(PathBuf, Vec<u8>)> = all()
+        let files: Vec<(PathBuf, Vec<u8>)> = graphs
             .iter()
             .map(|g| (dir.join(format!("{}.json", g.name)), to_bytes(g)))
             .collect();
@@ -164,20 +170,26 @@ pub fn write_all_checked(dir: &Path, force: bool) -> Result<Vec<PathBuf>> {
             return Err(crate::outputs::changed_graphs_error(&changed));
         }
     }
-    write_all(dir)
+    write(dir, graphs)
 }
 
 /// Writes every zoo graph as `<dir>/<name>.json` (creating `dir`), returning the paths in name
 /// order. The bytes are deterministic; a file whose bytes are already right is not rewritten.
 pub fn write_all(dir: &Path) -> Result<Vec<PathBuf>> {
+    write(dir, &all())
+}
+
+/// Writes each of `graphs` as `<dir>/<name>.json` (creating `dir`), returning the paths in the
+/// order given; a file whose bytes are already right is not rewritten.
+pub fn write(dir: &Path, graphs: &[GraphFile]) -> Result<Vec<PathBuf>> {
     std::fs::create_dir_all(dir).map_err(|source| Error::Io {
         path: dir.to_path_buf(),
         source,
     })?;
     let mut paths = Vec::new();
-    for g in all() {
+    for g in graphs {
         let path = dir.join(format!("{}.json", g.name));
-        let bytes = to_bytes(&g);
+        let bytes = to_bytes(g);
         if std::fs::read(&path).ok().as_deref() != Some(bytes.as_slice()) {
             std::fs::write(&path, &bytes).map_err(|source| Error::Io {
                 path: path.clone(),
@@ -187,4 +199,27 @@ pub fn write_all(dir: &Path) -> Result<Vec<PathBuf>> {
         paths.push(path);
     }
     Ok(paths)
+}
+
+/// Every graph `memcal graphs` writes into `data/graphs/`: the zoo and the imported graph of
+/// each real model of `models_dir/measured.json` ([`crate::import::measured`]), sorted by
+/// name. A measured model named like a zoo graph is an input error.
+pub fn data_graphs(models_dir: &Path) -> Result<Vec<GraphFile>> {
+    let mut graphs = all();
+    let measured = crate::import::measured::graphs(models_dir)?;
+    for g in &measured {
+        if graphs.iter().any(|z| z.name == g.name) {
+            return Err(Error::field(
+                &models_dir.join(crate::import::measured::FILE),
+                "graph",
+                format!(
+                    "`{}` is a zoo graph's name; name the real model otherwise (e.g. hf-{})",
+                    g.name, g.name
+                ),
+            ));
+        }
+    }
+    graphs.extend(measured);
+    graphs.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(graphs)
 }

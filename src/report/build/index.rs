@@ -58,5 +58,6 @@ pub(super) fn page(
         },
         cards: None,
         strategies: None,
+        real: None,
     }
 }

@@ -37,6 +37,7 @@ mod methods;
 mod misses;
 mod nav;
 mod out_of_sample;
+pub mod real;
 mod runs;
 mod scatters;
 pub mod strategies;

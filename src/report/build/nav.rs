@@ -27,6 +27,7 @@ pub(super) fn nav(runs_pages: &[Link]) -> Vec<Link> {
         ("index.html#upper-bound", "Upper bound"),
         ("index.html#planning", "Planning a job"),
         ("index.html#strategies", "Strategies"),
+        ("index.html#real-models", "Real models"),
         ("index.html#how", "How"),
         ("index.html#out-of-sample", "Out of sample"),
         ("index.html#known-misses", "Known misses"),

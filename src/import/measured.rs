@@ -1,0 +1,174 @@
+//! The real models memcal measures (`data/models/measured.json`, format
+//! `memcal-measured-models/1`): each entry names a config under `data/models/`, optionally
+//! reduced (some of its fields replaced, so that it trains on a CPU), the graph it is imported
+//! as, and the batches the campaign (`python3 -m memcal_export.campaign`) measures the real
+//! transformers class at. `memcal graphs` writes each entry's graph into `data/graphs/` beside
+//! the zoo's, so a row of the real model is planned from the graph `memcal import hf` draws.
+
+use super::Options;
+use crate::error::{Error, Result};
+use crate::graph::GraphFile;
+use serde::Deserialize;
+use serde_json::{Map, Value};
+use std::collections::BTreeSet;
+use std::path::Path;
+
+/// The format tag of `measured.json`.
+pub const FORMAT: &str = "memcal-measured-models/1";
+
+/// The file's name under the models folder.
+pub const FILE: &str = "measured.json";
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Spec {
+    format: String,
+    #[allow(dead_code)]
+    about: Option<String>,
+    models: Vec<Entry>,
+}
+
+/// One measured real model.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Entry {
+    /// The graph's name (its file `data/graphs/<graph>.json`); the rows' `graph.name`.
+    pub graph: String,
+    /// The folder under `data/models/` whose `config.json` is read.
+    pub model: String,
+    /// Sequence length (default: the importer's, printed by `memcal import hf`).
+    #[serde(default)]
+    pub seq: Option<u64>,
+    /// The batches the campaign measures.
+    pub batches: Vec<u64>,
+    /// Config fields replaced (a reduced model): name -> value.
+    #[serde(default)]
+    pub reduce: Option<Map<String, Value>>,
+}
+
+/// The entries of `models_dir/measured.json`, checked; none without the file.
+pub fn entries(models_dir: &Path) -> Result<Vec<Entry>> {
+    let path = models_dir.join(FILE);
+    let bytes = match std::fs::read(&path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(source) => return Err(Error::Io { path, source }),
+    };
+    let spec: Spec = serde_json::from_slice(&bytes).map_err(|e| Error::Parse {
+        path: path.clone(),
+        what: "measured models",
+        message: format!("{e} (the format is described in data/models/README.md)"),
+    })?;
+    if spec.format != FORMAT {
+        return Err(Error::field(
+            &path,
+            "format",
+            format!("is `{}`; must be `{FORMAT}`", spec.format),
+        ));
+    }
+    let mut names = BTreeSet::new();
+    for (k, e) in spec.models.iter().enumerate() {
+        let at = |f: &str| format!("models[{k}].{f}");
+        let plain = |s: &str| {
+            !s.is_empty()
+                && s.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+                && !s.starts_with('.')
+        };
+        if !plain(&e.graph) {
+            return Err(Error::field(
+                &path,
+                &at("graph"),
+                format!(
+                    "`{}` is not a plain file name (letters, digits, - _ .)",
+                    e.graph
+                ),
+            ));
+        }
+        if !names.insert(e.graph.clone()) {
+            return Err(Error::field(
+                &path,
+                &at("graph"),
+                format!("`{}` is named twice", e.graph),
+            ));
+        }
+        if !plain(&e.model) || !models_dir.join(&e.model).join("config.json").is_file() {
+            return Err(Error::field(
+                &path,
+                &at("model"),
+                format!(
+                    "no config at {}",
+                    models_dir.join(&e.model).join("config.json").display()
+                ),
+            ));
+        }
+        if e.batches.is_empty() || e.batches.contains(&0) {
+            return Err(Error::field(
+                &path,
+                &at("batches"),
+                "must list positive batches",
+            ));
+        }
+        if e.seq == Some(0) {
+            return Err(Error::field(&path, &at("seq"), "must be positive"));
+        }
+    }
+    Ok(spec.models)
+}
+
+/// The graph of every entry of `models_dir/measured.json`, imported as `memcal import hf`
+/// imports the entry's config with its `reduce` fields replaced (family `hf-<model_type>`).
+pub fn graphs(models_dir: &Path) -> Result<Vec<GraphFile>> {
+    entries(models_dir)?
+        .iter()
+        .map(|e| graph(models_dir, e))
+        .collect()
+}
+
+/// One entry's graph.
+pub fn graph(models_dir: &Path, e: &Entry) -> Result<GraphFile> {
+    let path = models_dir.join(&e.model).join("config.json");
+    let bytes = std::fs::read(&path).map_err(|source| Error::Io {
+        path: path.clone(),
+        source,
+    })?;
+    let value: Value = serde_json::from_slice(&bytes).map_err(|err| Error::Parse {
+        path: path.clone(),
+        what: "Hugging Face config",
+        message: err.to_string(),
+    })?;
+    let Some(mut map) = value.as_object().cloned() else {
+        return Err(Error::Parse {
+            path,
+            what: "Hugging Face config",
+            message: "not a JSON object".into(),
+        });
+    };
+    let reduce = e.reduce.clone().unwrap_or_default();
+    for (k, v) in &reduce {
+        map.insert(k.clone(), v.clone());
+    }
+    let options = Options {
+        seq: e.seq,
+        name: e.graph.clone(),
+        ..Default::default()
+    };
+    let imported = super::hf_fields(&path, &map, &options)?;
+    let mut graph = imported.graph;
+    if !reduce.is_empty() {
+        let fields: Vec<String> = reduce.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        graph.description = Some(format!(
+            "reduced from data/models/{}/config.json ({}); {}",
+            e.model,
+            fields.join(", "),
+            graph.description.unwrap_or_default()
+        ));
+    } else {
+        graph.description = Some(format!(
+            "data/models/{}/config.json, {}",
+            e.model,
+            graph.description.unwrap_or_default()
+        ));
+    }
+    Ok(graph)
+}

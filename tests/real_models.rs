@@ -1,0 +1,61 @@
+//! The real implementations in `data/`: every row of the real-model campaign (a row with
+//! `implementation`) is held out by regime, never fitted, and lands in the page's "Real
+//! implementations" table under the graph imported from its config.
+
+use memcal::engine::{self, Bucket, Method};
+use std::path::Path;
+
+#[test]
+fn every_real_row_is_held_out_and_on_the_real_models_table() {
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("data");
+    let ds = engine::load(&data).unwrap();
+    let cal = engine::calibrate(&ds);
+    let real: Vec<_> = ds
+        .rows
+        .iter()
+        .filter(|r| r.implementation.is_some())
+        .collect();
+    assert!(!real.is_empty(), "data/runs/cpu-real has rows");
+    for r in &real {
+        assert!(
+            !ds.factors
+                .training_regimes
+                .iter()
+                .any(|t| t.as_str() == r.regime.as_str()),
+            "{}: a real row's regime is never a training regime",
+            r.run_id
+        );
+        let result = cal
+            .rows
+            .iter()
+            .find(|c| c.run_id == r.run_id)
+            .expect("usable");
+        assert_eq!(result.bucket, Bucket::HeldOutRegime, "{}", r.run_id);
+    }
+    let models = engine::real::real_models(&ds, &cal);
+    let on_table: usize = models.iter().map(|m| m.batches.len()).sum();
+    assert_eq!(on_table, real.len(), "one table entry per batch measured");
+    let entries = memcal::import::measured::entries(&data.join("models")).unwrap();
+    for m in &models {
+        let e = entries
+            .iter()
+            .find(|e| e.graph == m.graph)
+            .expect("a measured.json entry");
+        assert!(
+            m.batches.iter().all(|b| e.batches.contains(b)),
+            "{}",
+            m.graph
+        );
+        for method in engine::real::METHODS {
+            assert!(
+                m.errors.contains_key(&method),
+                "{}: {}",
+                m.graph,
+                method.as_str()
+            );
+        }
+    }
+    assert!(models
+        .iter()
+        .all(|m| m.errors[&Method::Simulated].rows == m.batches.len()));
+}
