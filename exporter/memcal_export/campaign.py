@@ -12,12 +12,13 @@ For each model and batch:
      `data/runs/cpu-real/<graph>/b<batch>.json`) against `data/graphs/<graph>.json` (written by
      `memcal graphs`), the graph the row is planned from.
 
-A row never overwrites another file: an existing row is left as it is (delete it to stamp
-again). The measurement does not depend on the graph: a row stamped against a graph that later
-changes is excluded as `graph-changed` until it is stamped again from its cached measurement.
+A row never overwrites another file: an existing row is left as it is. The measurement does not
+depend on the graph: a row stamped against a graph that later changes is excluded as
+`graph-changed` until `--restamp` stamps it again from its cached measurement (it replaces only
+a row this campaign wrote of the same measurement, timestamp and phases alike).
 
 Usage: python -m memcal_export.campaign --repo . --memcal target/release/memcal \
-          --cache DIR [--runs DIR] [--only GRAPH ...] [--stamp-only]
+          --cache DIR [--runs DIR] [--only GRAPH ...] [--stamp-only] [--restamp]
 """
 
 import argparse
@@ -165,6 +166,7 @@ def measure_entry(counter, entry, config, graph, batch):
         counter, build, lambda: make_inputs(graph, batch), loss_of(graph), threads=THREADS
     )
     return {
+        "measured_for": measured_for(config, graph),
         "timestamp": timestamp,
         "phases": phases,
         "parameters": params,
@@ -176,6 +178,12 @@ def measure_entry(counter, entry, config, graph, batch):
         },
         "torch": torch.__version__.split("+")[0],
     }
+
+
+def measured_for(config, graph):
+    """What a measurement depends on: the config it was built from and the inputs it was fed
+    (the imported graph's). A cached measurement for anything else is stale."""
+    return {"config": config, "inputs": graph["inputs"]}
 
 
 def now():
@@ -202,7 +210,14 @@ def host_memory():
 
 
 def graph_parameters(memcal, repo, graph_path):
-    r = run([memcal, "plan", graph_path, "--batch", "1", "--precision", "fp32", "--json"], cwd=repo)
+    """The graph's parameter count as memcal reads it (`memcal plan`, run where no data folder
+    is, so that it reads no rows)."""
+    import tempfile
+
+    factors = os.path.abspath(os.path.join(repo, "data", "factors.json"))
+    with tempfile.TemporaryDirectory() as elsewhere:
+        r = run([memcal, "plan", os.path.abspath(graph_path), "--batch", "1", "--precision", "fp32",
+                 "--factors", factors, "--json"], cwd=elsewhere)
     return json.loads(r.stdout)["parameters"]
 
 
@@ -256,6 +271,18 @@ def stamp(measured, entry, batch, graph_path, graph_params):
     }
 
 
+def restampable(path, row):
+    """Whether the row at `path` is this campaign's row of the same measurement, stamped against
+    another graph (what `--restamp` replaces); any other file is left alone."""
+    try:
+        with open(path) as f:
+            old = json.load(f)
+    except (OSError, ValueError):
+        return False
+    same = {k: old.get(k) for k in ("run_id", "timestamp", "phases", "implementation", "tool_version")}
+    return old.get("graph") != row["graph"] and same == {k: row[k] for k in same}
+
+
 def write_new(path, value):
     """Writes `value` as JSON to `path` unless a file is there (never overwrites)."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -276,7 +303,10 @@ def main(argv=None):
     ap.add_argument("--runs", help="folder of the rows (default: <repo>/data/runs/cpu-real)")
     ap.add_argument("--only", action="append", help="only these graphs (default: every model)")
     ap.add_argument("--stamp-only", action="store_true", help="measure nothing; stamp rows from the cache")
+    ap.add_argument("--restamp", action="store_true",
+                    help="replace this campaign's rows whose graph has changed since (same measurement, new graph SHA-256); other files are never touched")
     args = ap.parse_args(argv)
+    args.memcal = os.path.abspath(args.memcal)
     runs = args.runs or os.path.join(args.repo, "data", "runs", REGIME)
     entries = [e for e in load_spec(args.repo) if not args.only or e["graph"] in args.only]
     total = sum(len(e["batches"]) for e in entries)
@@ -290,6 +320,11 @@ def main(argv=None):
         for batch in entry["batches"]:
             done += 1
             cached = os.path.join(args.cache, entry["graph"], f"b{batch}.json")
+            if os.path.exists(cached):
+                with open(cached) as f:
+                    if json.load(f).get("measured_for") != measured_for(config, graph):
+                        os.remove(cached)  # the campaign's own cache: measured for another config
+                        print(f"[{done}/{total}] {entry['graph']} b{batch}: the cached measurement was for another config or inputs", flush=True)
             if not os.path.exists(cached):
                 if args.stamp_only:
                     print(f"[{done}/{total}] {entry['graph']} b{batch}: not measured yet", flush=True)
@@ -306,7 +341,10 @@ def main(argv=None):
                 print(f"[{done}/{total}] {entry['graph']} b{batch}: peak {peak:,} (no {graph_path}: run `memcal graphs`; not stamped)", flush=True)
                 continue
             row = stamp(measured, entry, batch, graph_path, graph_params)
-            wrote = write_new(os.path.join(runs, entry["graph"], f"b{batch}.json"), row)
+            row_path = os.path.join(runs, entry["graph"], f"b{batch}.json")
+            if args.restamp and restampable(row_path, row):
+                os.remove(row_path)
+            wrote = write_new(row_path, row)
             print(f"[{done}/{total}] {entry['graph']} b{batch}: peak {peak:,}{'' if wrote else ' (row exists: left as it is)'}", flush=True)
     return 0
 
