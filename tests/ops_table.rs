@@ -3,7 +3,7 @@
 //! table and in `Op::name` cannot drift apart.
 
 use memcal::ops::{op_names, Op};
-use serde_json::{Map, Value};
+use serde_json::{json, Map, Value};
 
 /// One valid attribute set per op (from the zoo's graphs, `reshape` written here).
 const EXAMPLES: &[(&str, &str)] = &[
@@ -138,6 +138,53 @@ fn attention_takes_a_backend() {
     )
     .unwrap_err()
     .contains("relative_attention_buckets"));
+}
+
+#[test]
+fn attention_takes_a_memory_of_its_own_width() {
+    let parse = |json: &str| Op::parse("multihead_attention", &serde_json::from_str(json).unwrap());
+    assert!(matches!(
+        parse("{\"embed_dim\": 64, \"num_heads\": 4}").unwrap(),
+        Op::MultiheadAttention { kdim: 64, .. }
+    ));
+    assert!(matches!(
+        parse("{\"embed_dim\": 64, \"num_heads\": 4, \"kdim\": 24}").unwrap(),
+        Op::MultiheadAttention { kdim: 24, .. }
+    ));
+    assert!(parse("{\"embed_dim\": 64, \"num_heads\": 4, \"kdim\": 0}").is_err());
+    // The graph: q and out d x d, k and v d x kdim; the memory must be kdim wide, and a kdim
+    // other than d needs one.
+    let graph = |memory: Option<u64>, kdim: u64| {
+        let mut inputs = vec![json!({"name": "x", "shape": ["B", 8, 64], "dtype": "float32"})];
+        let mut att = vec!["x"];
+        if let Some(w) = memory {
+            inputs.push(json!({"name": "m", "shape": ["B", 5, w], "dtype": "float32"}));
+            att.push("m");
+        }
+        inputs.push(json!({"name": "y", "shape": ["B", 8, 64], "dtype": "float32"}));
+        let file: memcal::graph::GraphFile = serde_json::from_value(json!({
+            "format": "memcal-graph/1", "name": "t", "family": "t", "variant": "op",
+            "inputs": inputs,
+            "nodes": [
+                {"id": "att", "op": "multihead_attention", "inputs": att,
+                 "attributes": {"embed_dim": 64, "num_heads": 4, "kdim": kdim}},
+                {"id": "loss", "op": "mse", "inputs": ["att", "y"]}
+            ],
+            "loss": "loss"
+        }))
+        .unwrap();
+        memcal::graph::Graph::check(&file, std::path::Path::new("t.json"))
+    };
+    let g = graph(Some(24), 24).unwrap();
+    assert_eq!(g.parameters(), 2 * 64 * 64 + 2 * 64 * 24 + 4 * 64);
+    assert!(graph(Some(64), 24)
+        .unwrap_err()
+        .to_string()
+        .contains("kdim"));
+    assert!(graph(None, 24)
+        .unwrap_err()
+        .to_string()
+        .contains("give the memory"));
 }
 
 #[test]

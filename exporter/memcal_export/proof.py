@@ -40,6 +40,43 @@ def _tv_vit():
     )
 
 
+def _cross_attention(need_weights):
+    """A Perceiver-style read of a memory narrower than the queries: nn.MultiheadAttention with
+    kdim = vdim = 48 over 96 memory tokens, 32 query tokens of width 128, mean-pooled into
+    10 classes."""
+    import torch.nn as nn
+
+    class Cross(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.q = nn.Linear(128, 128)
+            self.attn = nn.MultiheadAttention(128, 4, kdim=48, vdim=48, batch_first=True)
+            self.head = nn.Linear(128, 10)
+
+        def forward(self, x, m):
+            h = self.q(x)
+            a, _ = self.attn(h, m, m, need_weights=need_weights)
+            return self.head((h + a).mean(1))
+
+    return Cross()
+
+
+def _cross_case(name, need_weights, batch):
+    return {
+        "name": name,
+        "route": "exporter",
+        "factory": lambda: _cross_attention(need_weights),
+        "batch": batch,
+        "inputs": [("x", ["B", 32, 128], "float32"), ("m", ["B", 96, 48], "float32")],
+        "classes": 10,
+        "make_inputs": lambda torch: {
+            "x": torch.randn(batch, 32, 128),
+            "m": torch.randn(batch, 96, 48),
+            "y": torch.randint(10, (batch,)),
+        },
+    }
+
+
 def _image_case(name, factory, size, classes, batch):
     return {
         "name": name,
@@ -128,6 +165,8 @@ def _hf_case(name, config, cls, seq, batch):
 CASES = [
     _image_case("torchvision-resnet18", _tv_resnet18, 64, 10, 4),
     _image_case("torchvision-vit", _tv_vit, 32, 10, 4),
+    _cross_case("torch-cross-attention-kdim", True, 4),
+    _cross_case("torch-cross-attention-kdim-sdpa", False, 4),
     _hf_case("transformers-gpt2-nodrop", lambda: _hf_gpt2(0.0), "GPT2LMHeadModel", 64, 4),
     _hf_case("transformers-gpt2", lambda: _hf_gpt2(0.1), "GPT2LMHeadModel", 64, 4),
     _hf_case("transformers-bert", _hf_bert, "BertModel", 64, 4),
@@ -165,7 +204,8 @@ def _real_image(case, counter):
         return m
 
     def loss_of(m, i):
-        return F.cross_entropy(m(i["x"]), i["y"])
+        args = [i["x"]] + ([i["m"]] if "m" in i else [])
+        return F.cross_entropy(m(*args), i["y"])
 
     return M.measure(counter, build, lambda: case["make_inputs"](torch), loss_of)
 

@@ -116,9 +116,11 @@ def _softmax(m, ctx):
 
 
 def _mha(m, ctx):
-    if not m._qkv_same_embed_dim or not m.batch_first:
+    if not m.batch_first:
+        raise ExportError(f"node `{ctx.name}`: nn.MultiheadAttention needs batch_first=True")
+    if m.kdim != m.vdim:
         raise ExportError(
-            f"node `{ctx.name}`: nn.MultiheadAttention with kdim/vdim or batch_first=False has no memcal op yet"
+            f"node `{ctx.name}`: nn.MultiheadAttention with kdim {m.kdim} != vdim {m.vdim}: memcal's op takes one memory as key and value"
         )
     if ctx.kwargs.get("attn_mask") is not None or ctx.kwargs.get("key_padding_mask") is not None:
         raise ExportError(f"node `{ctx.name}`: attention masks have no memcal attribute yet (is_causal does)")
@@ -136,9 +138,11 @@ def _mha(m, ctx):
         "causal": bool(ctx.kwargs.get("is_causal", False)),
         "bias": m.in_proj_bias is not None,
     }
+    if m.kdim != m.embed_dim:
+        if len(inputs) < 2:
+            raise ExportError(f"node `{ctx.name}`: kdim {m.kdim} differs from embed_dim, but the key is the query")
+        attrs["kdim"] = m.kdim
     if not need_weights:
-        if len(inputs) > 1:
-            raise ExportError(f"node `{ctx.name}`: sdpa cross-attention is not in memcal's op yet")
         attrs["backend"] = "sdpa"
     if m.dropout:
         # Training: dropout on the probabilities (sdpa's dropout_p: on CPU its math path).

@@ -104,6 +104,35 @@ class TestExport(unittest.TestCase):
         self.assertEqual([a["attributes"]["backend"] for a in attn], ["sdpa", "sdpa"])
         self.assertEqual(plan(g)[0], parameters(m))
 
+    def test_cross_attention_with_a_narrower_memory_takes_kdim(self):
+        from memcal_export.proof import _cross_attention
+
+        for need_weights, backend in [(True, None), (False, "sdpa")]:
+            with torch.device("meta"):
+                m = _cross_attention(need_weights)
+            g = export(m, [("x", ["B", 32, 128], "float32"), ("m", ["B", 96, 48], "float32")],
+                       name="cross", family="test", classes=10)
+            (attn,) = [n for n in g["nodes"] if n["op"] == "multihead_attention"]
+            self.assertEqual(attn["attributes"]["kdim"], 48)
+            self.assertEqual(attn["attributes"].get("backend"), backend)
+            self.assertEqual(len(attn["inputs"]), 2)
+            self.assertEqual(plan(g, batch=4)[0], parameters(m))
+
+    def test_different_kdim_and_vdim_are_refused(self):
+        class Odd(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.attn = nn.MultiheadAttention(64, 4, kdim=32, vdim=16, batch_first=True)
+
+            def forward(self, x, k, v):
+                return self.attn(x, k, v)[0].mean(1)
+
+        with torch.device("meta"):
+            m = Odd()
+        with self.assertRaisesRegex(ExportError, "kdim 32 != vdim 16"):
+            export(m, [("x", ["B", 8, 64], "float32"), ("k", ["B", 8, 32], "float32"),
+                       ("v", ["B", 8, 16], "float32")], name="odd", family="test", classes=4)
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -297,12 +297,13 @@ impl Model {
                     relative_attention_buckets: nb,
                     sdpa,
                     dropout,
+                    kdim,
                 } => Module::Mha {
                     sdpa: *sdpa,
                     dropout: *dropout,
                     q: Lin::new(&p, "q_proj", *d, *d, *bias),
-                    k: Lin::new(&p, "k_proj", *d, *d, *bias),
-                    v: Lin::new(&p, "v_proj", *d, *d, *bias),
+                    k: Lin::new(&p, "k_proj", *kdim, *d, *bias),
+                    v: Lin::new(&p, "v_proj", *kdim, *d, *bias),
                     o: Lin::new(&p, "out_proj", *d, *d, *bias),
                     rel: (*nb > 0).then(|| {
                         p.var(

@@ -383,6 +383,10 @@ pub enum Op {
         /// dropout, so sdpa runs its math path and keeps the `[B,h,T,T]` probabilities; CUDA's
         /// flash kernel keeps only its RNG state.
         dropout: f64,
+        /// Attribute `kdim` [embed_dim]: the memory's width for cross-attention, which the k
+        /// and v projections take to `embed_dim` (torch.nn.MultiheadAttention's kdim = vdim:
+        /// one memory input is both key and value).
+        kdim: u64,
     },
     GqaAttention {
         embed_dim: u64,

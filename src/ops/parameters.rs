@@ -83,10 +83,12 @@ impl Op {
                 num_heads,
                 bias,
                 relative_attention_buckets,
+                kdim,
                 ..
             } => {
-                for _ in 0..4 {
-                    p.push(vec![*d, *d]);
+                // q, k, v, out: k and v take the memory's width (kdim) to d.
+                for width in [*d, *kdim, *kdim, *d] {
+                    p.push(vec![*d, width]);
                     if *bias {
                         p.push(vec![*d]);
                     }

@@ -272,6 +272,10 @@ static OPS: &[(OpKind, &str, Parser)] = &[
                         format!("attribute `dropout` must be a number in [0, 1), found {v}")
                     })?,
             };
+            let kdim = match a.get("kdim") {
+                None => embed_dim,
+                Some(_) => a.size("kdim")?,
+            };
             Op::MultiheadAttention {
                 embed_dim,
                 num_heads,
@@ -280,6 +284,7 @@ static OPS: &[(OpKind, &str, Parser)] = &[
                 relative_attention_buckets,
                 sdpa,
                 dropout,
+                kdim,
             }
         })
     }),

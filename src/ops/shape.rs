@@ -267,13 +267,24 @@ impl Op {
                 }
                 out = Shape::default();
             }
-            Op::MultiheadAttention { embed_dim: d, .. } => {
+            Op::MultiheadAttention {
+                embed_dim: d, kdim, ..
+            } => {
                 expect_rank(&[3])?;
                 expect_last(*d, "embed_dim")?;
-                if let Some(kv) = inputs.get(1) {
-                    if kv.rank() != 3 || kv.0[0] != x.0[0] || kv.0[2] != Dim::fixed(*d) {
-                        return Err(format!("memory must be [{}, Tk, {d}], found {kv}", x.0[0]));
+                match inputs.get(1) {
+                    Some(kv)
+                        if kv.rank() != 3 || kv.0[0] != x.0[0] || kv.0[2] != Dim::fixed(*kdim) =>
+                    {
+                        return Err(format!(
+                            "memory must be [{}, Tk, {kdim}] (kdim), found {kv}",
+                            x.0[0]
+                        ));
                     }
+                    None if kdim != d => {
+                        return Err(format!("kdim = {kdim} differs from embed_dim = {d}: give the memory (a second input {kdim} wide)"));
+                    }
+                    _ => {}
                 }
             }
             Op::GqaAttention { embed_dim: d, .. }

@@ -657,7 +657,7 @@ pub(super) fn cpu_rule_at(graph: &Graph, k: usize, batch: u64, values: &Values, 
             true,
             "sdpa attention (backend \"sdpa\"): q, k, v projections (k and v of the memory for cross-attention), CPU flash sdpa: saves q, k, v, the output and B x H x Tq logsumexp, no B x H x Tq x Tk tensor; backward peaks in sdpa's backward with its per-thread scratch",
         ),
-        Op::MultiheadAttention { embed_dim: d, num_heads, causal, relative_attention_buckets, bias, sdpa: false, dropout } => {
+        Op::MultiheadAttention { embed_dim: d, num_heads, causal, relative_attention_buckets, bias, sdpa: false, dropout, .. } => {
             let b = s.dim(0);
             let tq = s.dim(1);
             let tk = s.shape_in(1).map_or(tq, |m| m.0[1].at(batch));
