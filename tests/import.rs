@@ -620,3 +620,46 @@ fn bad_measured_models_name_the_file_and_the_field() {
         .unwrap()
         .is_empty());
 }
+
+/// transformers' `attribute_map`: an alias is read as its field, and an alias that disagrees
+/// with its field is refused naming both (the model would get whichever key comes last).
+#[test]
+fn config_aliases_are_read_as_transformers_reads_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, edit: &dyn Fn(&mut serde_json::Map<String, serde_json::Value>)| {
+        let mut v: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(fixture(name)).unwrap()).unwrap();
+        edit(v.as_object_mut().unwrap());
+        let p = dir.path().join(format!("{name}.json"));
+        std::fs::write(&p, serde_json::to_vec(&v).unwrap()).unwrap();
+        p
+    };
+    let options = memcal::import::Options {
+        name: "t".into(),
+        seq: Some(64),
+        ..Default::default()
+    };
+    // GPT-2 given hidden_size and num_hidden_layers instead of n_embd and n_layer.
+    let aliased = write("gpt2", &|m| {
+        let d = m.remove("n_embd").unwrap();
+        let l = m.remove("n_layer").unwrap();
+        m.insert("hidden_size".into(), d);
+        m.insert("num_hidden_layers".into(), l);
+    });
+    let a = memcal::import::hf(&aliased, &options).unwrap();
+    let b = memcal::import::hf(&fixture("gpt2"), &options).unwrap();
+    assert_eq!(
+        Graph::check(&a.graph, &aliased).unwrap().parameters(),
+        124_439_808
+    );
+    assert_eq!(a.graph.nodes.len(), b.graph.nodes.len());
+    // BART's num_hidden_layers is encoder_layers: disagreeing, refused naming both.
+    let bad = write("bart-base", &|m| {
+        m.insert("num_hidden_layers".into(), serde_json::json!(2));
+    });
+    let err = memcal::import::hf(&bad, &options).unwrap_err().to_string();
+    assert!(
+        err.contains("num_hidden_layers") && err.contains("encoder_layers"),
+        "{err}"
+    );
+}

@@ -20,7 +20,29 @@ struct Kind {
     /// The transformers model class the graph follows (with its head).
     class: &'static str,
     build: fn(&Config, &Options) -> Result<Built>,
+    /// The config class's `attribute_map`: (alias, field) pairs transformers reads as one
+    /// field (`num_hidden_layers` is BART's `encoder_layers`).
+    aliases: &'static [(&'static str, &'static str)],
 }
+
+const GPT2_ALIASES: &[(&str, &str)] = &[
+    ("hidden_size", "n_embd"),
+    ("max_position_embeddings", "n_positions"),
+    ("num_attention_heads", "n_head"),
+    ("num_hidden_layers", "n_layer"),
+];
+const T5_ALIASES: &[(&str, &str)] = &[
+    ("hidden_size", "d_model"),
+    ("num_attention_heads", "num_heads"),
+    ("num_hidden_layers", "num_layers"),
+    ("head_dim", "d_kv"),
+];
+const BART_ALIASES: &[(&str, &str)] = &[
+    ("num_attention_heads", "encoder_attention_heads"),
+    ("hidden_size", "d_model"),
+    ("num_hidden_layers", "encoder_layers"),
+];
+const MIXTRAL_ALIASES: &[(&str, &str)] = &[("num_experts", "num_local_experts")];
 
 /// Every supported `model_type` (adding one touches this table and its builder).
 const KINDS: &[Kind] = &[
@@ -28,56 +50,67 @@ const KINDS: &[Kind] = &[
         model_type: "gpt2",
         class: "GPT2LMHeadModel",
         build: gpt2,
+        aliases: GPT2_ALIASES,
     },
     Kind {
         model_type: "llama",
         class: "LlamaForCausalLM",
         build: llama,
+        aliases: &[],
     },
     Kind {
         model_type: "mistral",
         class: "MistralForCausalLM",
         build: llama,
+        aliases: &[],
     },
     Kind {
         model_type: "mixtral",
         class: "MixtralForCausalLM",
         build: mixtral,
+        aliases: MIXTRAL_ALIASES,
     },
     Kind {
         model_type: "qwen2",
         class: "Qwen2ForCausalLM",
         build: qwen2,
+        aliases: &[],
     },
     Kind {
         model_type: "gemma",
         class: "GemmaForCausalLM",
         build: gemma,
+        aliases: &[],
     },
     Kind {
         model_type: "bert",
         class: "BertModel (with its pooler)",
         build: bert,
+        aliases: &[],
     },
     Kind {
         model_type: "roberta",
         class: "RobertaModel (with its pooler)",
         build: bert,
+        aliases: &[],
     },
     Kind {
         model_type: "t5",
         class: "T5ForConditionalGeneration",
         build: t5,
+        aliases: T5_ALIASES,
     },
     Kind {
         model_type: "bart",
         class: "BartForConditionalGeneration",
         build: bart,
+        aliases: BART_ALIASES,
     },
     Kind {
         model_type: "vit",
         class: "ViTForImageClassification",
         build: vit,
+        aliases: &[],
     },
 ];
 
@@ -365,8 +398,17 @@ pub fn hf(path: &Path, options: &Options) -> Result<Imported> {
 
 /// [`hf`] of a config already read: `map`'s fields, errors naming `path`.
 pub fn hf_fields(path: &Path, map: &Map<String, Value>, options: &Options) -> Result<Imported> {
-    let config = Config { path, map };
-    let model_type = config.text_or("model_type", "")?;
+    let model_type = Config { path, map }.text_or("model_type", "")?.to_string();
+    let aliases = KINDS
+        .iter()
+        .find(|k| k.model_type == model_type)
+        .map_or(&[][..], |k| k.aliases);
+    let resolved = resolve_aliases(path, map, aliases)?;
+    let config = Config {
+        path,
+        map: &resolved,
+    };
+    let model_type = model_type.as_str();
     let Some(kind) = KINDS.iter().find(|k| k.model_type == model_type) else {
         let found = if model_type.is_empty() {
             "missing".to_string()
@@ -407,6 +449,36 @@ pub fn hf_fields(path: &Path, map: &Map<String, Value>, options: &Options) -> Re
         approximations: built.approximations,
         drawn: built.drawn,
     })
+}
+
+/// The config with each alias read as its field, as transformers' `attribute_map` reads it; an
+/// alias and its field that disagree are an input error (which one the model gets depends on
+/// the order of the keys).
+fn resolve_aliases(
+    path: &Path,
+    map: &Map<String, Value>,
+    aliases: &[(&str, &str)],
+) -> Result<Map<String, Value>> {
+    let mut out = map.clone();
+    for (alias, field) in aliases {
+        let Some(a) = map.get(*alias).filter(|v| !v.is_null()) else {
+            continue;
+        };
+        match map.get(*field).filter(|v| !v.is_null()) {
+            Some(f) if f != a => {
+                return Err(Error::field(
+                    path,
+                    alias,
+                    format!("is {a}, but `{field}` is {f}: transformers reads `{alias}` as `{field}` (the config class's attribute_map), so the model gets whichever comes last; make them equal"),
+                ))
+            }
+            Some(_) => {}
+            None => {
+                out.insert(field.to_string(), a.clone());
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// Writes the sequence axis of the graph's token inputs as `"T"`.
