@@ -189,7 +189,8 @@ pub fn textbook(graph: &Graph, batch: u64) -> Result<Textbook, NotApplicable> {
             | Op::CrossEntropy
             | Op::Mse
             | Op::LearnedPosition { .. }
-            | Op::PrependToken { .. } => {}
+            | Op::PrependToken { .. }
+            | Op::Parameter { .. } => {}
         }
     }
     if mixed {

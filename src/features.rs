@@ -277,7 +277,8 @@ fn contribution(graph: &Graph, k: usize, batch: u64) -> NodeContribution {
         | Op::CrossEntropy
         | Op::Mse
         | Op::LearnedPosition { .. }
-        | Op::PrependToken { .. } => {}
+        | Op::PrependToken { .. }
+        | Op::Parameter { .. } => {}
     }
     let internal = c
         .intermediate_tensors

@@ -34,6 +34,7 @@ const EXAMPLES: &[(&str, &str)] = &[
         ("moe", "{\"dim\": 4096, \"hidden\": 14336, \"num_experts\": 8, \"top_k\": 2}"),
         ("mse", "{}"),
         ("mul", "{}"),
+        ("parameter", "{\"shape\": [16, 128]}"),
         ("multihead_attention", "{\"bias\": true, \"causal\": false, \"embed_dim\": 768, \"num_heads\": 12}"),
         ("permute", "{\"dims\": [0, 2, 1]}"),
         ("prepend_token", "{\"dim\": 768}"),

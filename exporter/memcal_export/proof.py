@@ -61,6 +61,28 @@ def _cross_attention(need_weights):
     return Cross()
 
 
+def _perceiver():
+    """A Perceiver's read: a latent array (nn.Parameter, 16 x 128) expanded over the batch
+    attends to the input (96 tokens, 48 wide) through nn.MultiheadAttention (kdim = vdim 48,
+    sdpa), then a linear and a mean into 10 classes."""
+    import torch
+    import torch.nn as nn
+
+    class Perceiver(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.latents = nn.Parameter(torch.randn(16, 128) * 0.02)
+            self.attn = nn.MultiheadAttention(128, 4, kdim=48, vdim=48, batch_first=True)
+            self.head = nn.Linear(128, 10)
+
+        def forward(self, m):
+            q = self.latents.expand(m.shape[0], -1, -1)
+            a, _ = self.attn(q, m, m, need_weights=False)
+            return self.head(a).mean(1)
+
+    return Perceiver()
+
+
 def _cross_case(name, need_weights, batch):
     return {
         "name": name,
@@ -167,6 +189,15 @@ CASES = [
     _image_case("torchvision-vit", _tv_vit, 32, 10, 4),
     _cross_case("torch-cross-attention-kdim", True, 4),
     _cross_case("torch-cross-attention-kdim-sdpa", False, 4),
+    {
+        "name": "torch-perceiver-latents",
+        "route": "exporter",
+        "factory": _perceiver,
+        "batch": 4,
+        "inputs": [("m", ["B", 96, 48], "float32")],
+        "classes": 10,
+        "make_inputs": lambda torch: {"x": torch.randn(4, 96, 48), "y": torch.randint(10, (4,))},
+    },
     _hf_case("transformers-gpt2-nodrop", lambda: _hf_gpt2(0.0), "GPT2LMHeadModel", 64, 4),
     _hf_case("transformers-gpt2", lambda: _hf_gpt2(0.1), "GPT2LMHeadModel", 64, 4),
     _hf_case("transformers-bert", _hf_bert, "BertModel", 64, 4),

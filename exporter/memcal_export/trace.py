@@ -409,7 +409,7 @@ class _Exporter:
         elif name == "cat":
             self.cat(n, args)
         elif name == "expand":
-            self.alias[n] = args[0]  # a class token's broadcast: drawn by the `cat` that reads it
+            self.expand(n, args)
         else:
             raise ExportError(
                 f"node `{n.name}`: `{name}` has no memcal op; write it with ops memcal knows "
@@ -489,6 +489,18 @@ class _Exporter:
         if out[0] != self.example_batch:
             raise ExportError(f"node `{n.name}`: a reshape that moves the batch axis ({out})")
         self.emit(n, "reshape", {"shape": ["B"] + out[1:]}, [self.value(x)])
+
+    def expand(self, n, args):
+        """`latents.expand(B, ...)` of a free learned tensor (a Perceiver's latent array) is the
+        `parameter` op, broadcast over the batch of the first input; a class token's broadcast
+        is drawn by the `cat` that reads it."""
+        p = self.params.get(self.resolve(args[0])) if hasattr(args[0], "op") else None
+        out = self.shape(n)
+        if p is not None and out is not None and len(out) == p.dim() + 1 and out[0] == self.example_batch \
+                and list(out[1:]) == [int(d) for d in p.shape]:
+            self.emit(n, "parameter", {"shape": [int(d) for d in p.shape]}, [self.input_names[0]])
+            return
+        self.alias[n] = args[0]
 
     def cat(self, n, args):
         parts = list(args[0])

@@ -118,6 +118,17 @@ class TestExport(unittest.TestCase):
             self.assertEqual(len(attn["inputs"]), 2)
             self.assertEqual(plan(g, batch=4)[0], parameters(m))
 
+    def test_a_latent_array_is_the_parameter_op(self):
+        from memcal_export.proof import _perceiver
+
+        with torch.device("meta"):
+            m = _perceiver()
+        g = export(m, [("m", ["B", 96, 48], "float32")], name="perceiver", family="test", classes=10)
+        (lat,) = [n for n in g["nodes"] if n["op"] == "parameter"]
+        self.assertEqual(lat["attributes"]["shape"], [16, 128])
+        self.assertEqual(lat["inputs"], ["m"])
+        self.assertEqual(plan(g, batch=4)[0], parameters(m))
+
     def test_different_kdim_and_vdim_are_refused(self):
         class Odd(nn.Module):
             def __init__(self):

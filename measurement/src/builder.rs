@@ -146,6 +146,8 @@ pub(crate) enum Module {
     Gru(nn::GRU),
     LearnedPosition(Tensor),
     PrependToken(Tensor),
+    /// A free learned tensor (attribute `shape`), broadcast over its input's batch.
+    Parameter(Tensor),
 }
 
 /// A graph built in tch.
@@ -424,6 +426,14 @@ impl Model {
                 Op::PrependToken { dim } => Module::PrependToken(p.var(
                     "token",
                     &[1, 1, i(*dim)],
+                    Init::Randn {
+                        mean: 0.,
+                        stdev: 0.02,
+                    },
+                )),
+                Op::Parameter { shape } => Module::Parameter(p.var(
+                    "weight",
+                    &shape.iter().map(|&d| i(d)).collect::<Vec<i64>>(),
                     Init::Randn {
                         mean: 0.,
                         stdev: 0.02,
@@ -801,6 +811,12 @@ impl Model {
                 let s = x.size();
                 let cls = tok.expand([s[0], 1, s[2]], false).to_kind(x.kind());
                 Tensor::cat(&[&cls, x], 1)
+            }
+            (Op::Parameter { .. }, Module::Parameter(w)) => {
+                // latents.expand(B, ...): a stride-0 view of the parameter.
+                let mut size = vec![x.size()[0]];
+                size.extend(w.size());
+                w.unsqueeze(0).expand(size, false)
             }
             (op, _) => panic!(
                 "node {k}: op `{}` has no module built for it (harness bug)",

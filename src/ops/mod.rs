@@ -268,11 +268,12 @@ pub enum OpKind {
     Gru,
     LearnedPosition,
     PrependToken,
+    Parameter,
 }
 
 impl OpKind {
     /// The last kind (the table's length less one).
-    pub const LAST: OpKind = OpKind::PrependToken;
+    pub const LAST: OpKind = OpKind::Parameter;
 }
 
 impl std::fmt::Display for Op {
@@ -430,6 +431,13 @@ pub enum Op {
     PrependToken {
         dim: u64,
     },
+    /// A free learned tensor of `shape` (a Perceiver's latent array), broadcast over the batch
+    /// of its one input (whose values are not read) as `latents.expand(B, ...)`: output
+    /// `[B, *shape]`, a stride-0 view of the parameter (no new memory); its gradient is the
+    /// incoming one summed over the batch.
+    Parameter {
+        shape: Vec<u64>,
+    },
 }
 
 impl Op {
@@ -481,6 +489,7 @@ impl Op {
             Op::Gru(_) => OpKind::Gru,
             Op::LearnedPosition { .. } => OpKind::LearnedPosition,
             Op::PrependToken { .. } => OpKind::PrependToken,
+            Op::Parameter { .. } => OpKind::Parameter,
         }
     }
 
@@ -527,7 +536,8 @@ impl Op {
             | Op::CrossEntropy
             | Op::Mse
             | Op::LearnedPosition { .. }
-            | Op::PrependToken { .. } => None,
+            | Op::PrependToken { .. }
+            | Op::Parameter { .. } => None,
         }
     }
 
@@ -535,7 +545,11 @@ impl Op {
     pub fn is_view(&self) -> bool {
         matches!(
             self,
-            Op::Flatten { .. } | Op::Reshape { .. } | Op::Permute { .. } | Op::SelectToken { .. }
+            Op::Flatten { .. }
+                | Op::Reshape { .. }
+                | Op::Permute { .. }
+                | Op::SelectToken { .. }
+                | Op::Parameter { .. }
         )
     }
 
@@ -578,7 +592,8 @@ impl Op {
             | Op::Lstm(_)
             | Op::Gru(_)
             | Op::LearnedPosition { .. }
-            | Op::PrependToken { .. } => (1, 1),
+            | Op::PrependToken { .. }
+            | Op::Parameter { .. } => (1, 1),
         }
     }
 }

@@ -180,6 +180,7 @@ impl Op {
             }
             Op::LearnedPosition { num_positions, dim } => p.push(vec![*num_positions, *dim]),
             Op::PrependToken { dim } => p.push(vec![*dim]),
+            Op::Parameter { shape } => p.push(shape.clone()),
             // No trainable parameter (listed, not a fallback: a new op must say).
             Op::Activation(_)
             | Op::Dropout { .. }
@@ -254,7 +255,8 @@ impl Op {
             | Op::Lstm(_)
             | Op::Gru(_)
             | Op::LearnedPosition { .. }
-            | Op::PrependToken { .. } => Vec::new(),
+            | Op::PrependToken { .. }
+            | Op::Parameter { .. } => Vec::new(),
         }
     }
 }

@@ -368,6 +368,24 @@ static OPS: &[(OpKind, &str, Parser)] = &[
             dim: a.size("dim")?,
         })
     }),
+    (OpKind::Parameter, "parameter", |a| {
+        Ok({
+            let entries = match a.get("shape") {
+                Some(Value::Array(v)) if !v.is_empty() => v,
+                Some(v) => {
+                    return Err(format!(
+                        "attribute `shape` must be a non-empty list of sizes, found {v}"
+                    ))
+                }
+                None => return Err("missing attribute `shape` (a list of sizes)".into()),
+            };
+            let shape = entries
+                .iter()
+                .map(|e| positive("shape", e))
+                .collect::<Result<Vec<u64>, String>>()?;
+            Op::Parameter { shape }
+        })
+    }),
 ];
 
 impl Op {

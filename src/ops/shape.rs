@@ -308,6 +308,16 @@ impl Op {
                     ));
                 }
             }
+            Op::Parameter { shape } => {
+                if x.rank() == 0 {
+                    return Err("the input must have a batch axis (its batch is what the parameter is broadcast over)".into());
+                }
+                out = Shape(
+                    std::iter::once(x.0[0])
+                        .chain(shape.iter().map(|&d| Dim::fixed(d)))
+                        .collect(),
+                );
+            }
             Op::PrependToken { dim } => {
                 expect_rank(&[3])?;
                 expect_last(*dim, "dim")?;

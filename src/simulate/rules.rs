@@ -665,7 +665,7 @@ pub(super) fn cpu_rule_at(graph: &Graph, k: usize, batch: u64, values: &Values, 
             let ak = b * tk * d * e;
             let sc = b * num_heads * tq * tk * e;
             let mut saved = vec![
-                Input(0),
+                InputContiguous(0),
                 Kept { what: "q (scaled, contiguous copy for bmm)", bytes: aq },
                 Kept { what: "k (contiguous copy for bmm)", bytes: ak },
                 Kept { what: "v (contiguous copy for bmm)", bytes: ak },
@@ -673,7 +673,7 @@ pub(super) fn cpu_rule_at(graph: &Graph, k: usize, batch: u64, values: &Values, 
                 Internal { what: "context (contiguous, out_proj input)", bytes: aq },
             ];
             if node.inputs.len() > 1 {
-                saved.push(Input(1));
+                saved.push(InputContiguous(1));
             }
             if *causal {
                 // A local of the harness's `if causal` block (gone by the end under no_grad).
@@ -740,7 +740,7 @@ pub(super) fn cpu_rule_at(graph: &Graph, k: usize, batch: u64, values: &Values, 
             let bytes = |elements: u64| elements * t * e;
             let o_proj = vec![node.op.parameter_tensors().len() - 1];
             let mut saved = vec![
-                Input(0),
+                InputContiguous(0),
                 Internal { what: "q_a output, its rms normalisation, rstd and rms output", bytes: bytes(q_path) },
                 Internal { what: "kv_a output (its split is normalised), rms normalisation, rstd and output", bytes: bytes(kv_path) },
             ];
@@ -792,7 +792,7 @@ pub(super) fn cpu_rule_at(graph: &Graph, k: usize, batch: u64, values: &Values, 
             let t = s.rows(*dim);
             let routed = t * top_k;
             let saved = vec![
-                Input(0),
+                InputContiguous(0),
                 Internal { what: "router softmax", bytes: t * num_experts * e },
                 Internal { what: "top-k values (saved by the renormalising div), their sum, int64 indices", bytes: routed * (e + 8) + t * e },
                 Internal { what: "routing positions (int64 nonzero)", bytes: routed * 16 },
@@ -913,6 +913,12 @@ pub(super) fn cpu_rule_at(graph: &Graph, k: usize, batch: u64, values: &Values, 
             .note("x + table[0..T]: saves nothing; the table's gradient is a batch sum (T x d) scattered into a table-size buffer"),
         Op::PrependToken { .. } => OpRule::new(Output::New(y), vec![], vec![Grad::OfOutput], Assumed)
             .note("cat(class token expanded, x): saves nothing; x's gradient is a slice of the output's"),
+        Op::Parameter { .. } => {
+            let mut rule = OpRule::new(Output::New(0), vec![], vec![Grad::None], Assumed)
+                .note("the parameter expanded over the batch: a stride-0 view (no new memory, not contiguous: a reader that needs a contiguous input copies it); its gradient is the incoming one summed over the batch, a parameter-sized buffer; the input gets none");
+            rule.output_contiguous = Some(false);
+            rule
+        }
     }
 }
 
@@ -1027,7 +1033,7 @@ fn sdpa_math_attention(
     let kv = b * tk * d * e;
     let tt = b * heads * tq * tk * e;
     let mut saved = vec![
-        Input(0),
+        InputContiguous(0),
         Internal {
             what: "q scaled, contiguous copy for bmm",
             bytes: q,
@@ -1059,7 +1065,7 @@ fn sdpa_math_attention(
     ];
     let mut grads = vec![Grad::New];
     if memory.is_some() {
-        saved.push(Input(1));
+        saved.push(InputContiguous(1));
         grads.push(Grad::New);
     }
     // Forward: the q, k and v projections (not saved: the math path copies them) and sdpa's
@@ -1118,7 +1124,7 @@ fn sdpa_attention(
     let (ks, vs) = if repeated { (q, q) } else { (kv, kv) };
     let lse = s.dim(0) * num_heads * s.dim(1) * 4;
     let mut saved = vec![
-        Input(0),
+        InputContiguous(0),
         Internal {
             what: "q projection",
             bytes: q,
@@ -1141,7 +1147,7 @@ fn sdpa_attention(
         },
     ];
     if cross {
-        saved.push(Input(1));
+        saved.push(InputContiguous(1));
     }
     let fwd = if repeated { 2 * kv } else { 0 };
     // sdpa's backward holds its per-thread scratch while q, k and v's gradients are made.
