@@ -128,22 +128,7 @@ pub fn graphs(models_dir: &Path) -> Result<Vec<GraphFile>> {
 /// One entry's graph.
 pub fn graph(models_dir: &Path, e: &Entry) -> Result<GraphFile> {
     let path = models_dir.join(&e.model).join("config.json");
-    let bytes = std::fs::read(&path).map_err(|source| Error::Io {
-        path: path.clone(),
-        source,
-    })?;
-    let value: Value = serde_json::from_slice(&bytes).map_err(|err| Error::Parse {
-        path: path.clone(),
-        what: "Hugging Face config",
-        message: err.to_string(),
-    })?;
-    let Some(mut map) = value.as_object().cloned() else {
-        return Err(Error::Parse {
-            path,
-            what: "Hugging Face config",
-            message: "not a JSON object".into(),
-        });
-    };
+    let mut map = super::read_config(&path)?;
     let reduce = e.reduce.clone().unwrap_or_default();
     for (k, v) in &reduce {
         map.insert(k.clone(), v.clone());
@@ -155,20 +140,13 @@ pub fn graph(models_dir: &Path, e: &Entry) -> Result<GraphFile> {
     };
     let imported = super::hf_fields(&path, &map, &options)?;
     let mut graph = imported.graph;
-    if !reduce.is_empty() {
-        let fields: Vec<String> = reduce.iter().map(|(k, v)| format!("{k} {v}")).collect();
-        graph.description = Some(format!(
-            "reduced from data/models/{}/config.json ({}); {}",
-            e.model,
-            fields.join(", "),
-            graph.description.unwrap_or_default()
-        ));
+    let config = format!("data/models/{}/config.json", e.model);
+    let from = if reduce.is_empty() {
+        format!("{config},")
     } else {
-        graph.description = Some(format!(
-            "data/models/{}/config.json, {}",
-            e.model,
-            graph.description.unwrap_or_default()
-        ));
-    }
+        let fields: Vec<String> = reduce.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        format!("reduced from {config} ({});", fields.join(", "))
+    };
+    graph.description = Some(format!("{from} {}", graph.description.unwrap_or_default()));
     Ok(graph)
 }

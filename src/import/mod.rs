@@ -377,6 +377,12 @@ impl Config<'_> {
 
 /// Reads `config.json` and builds its graph.
 pub fn hf(path: &Path, options: &Options) -> Result<Imported> {
+    hf_fields(path, &read_config(path)?, options)
+}
+
+/// A Hugging Face `config.json`'s fields; a file that is not a JSON object is an input error
+/// naming it.
+pub(crate) fn read_config(path: &Path) -> Result<Map<String, Value>> {
     let bytes = std::fs::read(path).map_err(|source| Error::Io {
         path: path.to_path_buf(),
         source,
@@ -386,29 +392,20 @@ pub fn hf(path: &Path, options: &Options) -> Result<Imported> {
         what: "Hugging Face config",
         message: format!("{e}; give the model's config.json as it is on the hub"),
     })?;
-    let Some(map) = value.as_object() else {
-        return Err(Error::Parse {
+    match value {
+        Value::Object(map) => Ok(map),
+        _ => Err(Error::Parse {
             path: path.to_path_buf(),
             what: "Hugging Face config",
             message: "not a JSON object; give the model's config.json".into(),
-        });
-    };
-    hf_fields(path, map, options)
+        }),
+    }
 }
 
 /// [`hf`] of a config already read: `map`'s fields, errors naming `path`.
 pub fn hf_fields(path: &Path, map: &Map<String, Value>, options: &Options) -> Result<Imported> {
-    let model_type = Config { path, map }.text_or("model_type", "")?.to_string();
-    let aliases = KINDS
-        .iter()
-        .find(|k| k.model_type == model_type)
-        .map_or(&[][..], |k| k.aliases);
-    let resolved = resolve_aliases(path, map, aliases)?;
-    let config = Config {
-        path,
-        map: &resolved,
-    };
-    let model_type = model_type.as_str();
+    let raw = Config { path, map };
+    let model_type = raw.text_or("model_type", "")?;
     let Some(kind) = KINDS.iter().find(|k| k.model_type == model_type) else {
         let found = if model_type.is_empty() {
             "missing".to_string()
@@ -420,6 +417,11 @@ pub fn hf_fields(path: &Path, map: &Map<String, Value>, options: &Options) -> Re
             "model_type",
             format!("{found}; memcal imports {} (others: write the graph by hand, docs/graph-format.md)", supported().join(", ")),
         ));
+    };
+    let resolved = resolve_aliases(path, map, kind.aliases)?;
+    let config = Config {
+        path,
+        map: &resolved,
     };
     let built = (kind.build)(&config, options)?;
     let mut graph = built.graph;

@@ -151,14 +151,8 @@ pub fn to_bytes(graph: &GraphFile) -> Vec<u8> {
     bytes
 }
 
-/// [`write_all`], refusing (unless `force`) to write over a file whose bytes differ from what
-/// it would write (see [`crate::outputs::changed_files`]): nothing is written then.
-pub fn write_all_checked(dir: &Path, force: bool) -> Result<Vec<PathBuf>> {
-    write_checked(dir, &all(), force)
-}
-
 /// [`write`] of `graphs`, refusing (unless `force`) to write over a file whose bytes differ
-/// from what it would write: nothing is written then.
+/// from what it would write (see [`crate::outputs::changed_files`]): nothing is written then.
 pub fn write_checked(dir: &Path, graphs: &[GraphFile], force: bool) -> Result<Vec<PathBuf>> {
     if !force {
         let files: Vec<(PathBuf, Vec<u8>)> = graphs
