@@ -28,10 +28,10 @@ import json
 import os
 import platform
 import socket
-import subprocess
 import sys
 
 from . import measure as M
+from .proof import run_tool
 
 SPEC = os.path.join("data", "models", "measured.json")
 SPEC_FORMAT = "memcal-measured-models/1"
@@ -92,16 +92,9 @@ def import_graph(memcal, repo, entry, config, tmp):
     cmd = [memcal, "import", "hf", cfg_path, "--name", entry["graph"], "--out", out, "--force"]
     if "seq" in entry:
         cmd += ["--seq", str(entry["seq"])]
-    run(cmd, cwd=repo)
+    run_tool(cmd, cwd=repo)
     with open(out) as f:
         return json.load(f)
-
-
-def run(cmd, cwd=None):
-    r = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd)
-    if r.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)}: exit {r.returncode}: {r.stderr.strip()}")
-    return r
 
 
 def make_inputs(graph, batch):
@@ -216,7 +209,7 @@ def graph_parameters(memcal, repo, graph_path):
 
     factors = os.path.abspath(os.path.join(repo, "data", "factors.json"))
     with tempfile.TemporaryDirectory() as elsewhere:
-        r = run([memcal, "plan", os.path.abspath(graph_path), "--batch", "1", "--precision", "fp32",
+        r = run_tool([memcal, "plan", os.path.abspath(graph_path), "--batch", "1", "--precision", "fp32",
                  "--factors", factors, "--json"], cwd=elsewhere)
     return json.loads(r.stdout)["parameters"]
 

@@ -291,7 +291,7 @@ def _graph_for(case, out_dir, memcal):
     config = case["config"]()
     cfg_path = os.path.join(out_dir, case["name"] + ".config.json")
     config.to_json_file(cfg_path)
-    _run([memcal, "import", "hf", cfg_path, "--seq", str(case["seq"]), "--name", case["name"], "--out", path, "--force"])
+    run_tool([memcal, "import", "hf", cfg_path, "--seq", str(case["seq"]), "--name", case["name"], "--out", path, "--force"])
     return path
 
 
@@ -299,14 +299,15 @@ def _harness(measure_bin, graph, batch, out_dir, name):
     out = os.path.join(out_dir, name + ".run.json")
     if os.path.exists(out):
         os.remove(out)  # memcal-measure never overwrites a row
-    _run([measure_bin, "run", "--graph", graph, "--batch", str(batch), "--device", "cpu",
+    run_tool([measure_bin, "run", "--graph", graph, "--batch", str(batch), "--device", "cpu",
           "--precision", "fp32", "--regime", "proof", "--output", out])
     with open(out) as f:
         row = json.load(f)
     return max(p["allocated_peak"] for p in row["phases"] if p.get("allocated_peak") is not None)
 
 
-def _run(cmd, cwd=None):
+def run_tool(cmd, cwd=None):
+    """Runs a memcal binary; a failure raises with its command, exit status and stderr."""
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd)
     if r.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)}: exit {r.returncode}: {r.stderr.strip()}")
@@ -314,7 +315,7 @@ def _run(cmd, cwd=None):
 
 
 def _simulated(memcal, repo, graph, batch):
-    r = _run([memcal, "plan", graph, "--batch", str(batch), "--precision", "fp32", "--json"], cwd=repo)
+    r = run_tool([memcal, "plan", graph, "--batch", str(batch), "--precision", "fp32", "--json"], cwd=repo)
     return json.loads(r.stdout)["simulated"]["bytes"]
 
 
