@@ -180,8 +180,13 @@ def _hf_bart():
     )
 
 
-def _hf_case(name, config, cls, seq, batch):
-    return {"name": name, "route": "import hf", "config": config, "cls": cls, "seq": seq, "batch": batch}
+def _hf_case(name, config, cls, seq, batch, route="import hf"):
+    return {"name": name, "route": route, "config": config, "cls": cls, "seq": seq, "batch": batch}
+
+
+def _hf_export(name, config, cls):
+    """The same real model drawn by this package's exporter (torch.export on the meta device)."""
+    return _hf_case(name, config, cls, 64, 4, route="torch.export")
 
 
 CASES = [
@@ -207,6 +212,13 @@ CASES = [
     _hf_case("transformers-t5-nodrop", lambda: _hf_t5(0.0), "T5ForConditionalGeneration", 64, 4),
     _hf_case("transformers-t5", lambda: _hf_t5(0.1), "T5ForConditionalGeneration", 64, 4),
     _hf_case("transformers-bart", _hf_bart, "BartForConditionalGeneration", 64, 4),
+    _hf_export("transformers-gpt2-nodrop-export", lambda: _hf_gpt2(0.0), "GPT2LMHeadModel"),
+    _hf_export("transformers-gpt2-export", lambda: _hf_gpt2(0.1), "GPT2LMHeadModel"),
+    _hf_export("transformers-bert-export", _hf_bert, "BertModel"),
+    _hf_export("transformers-llama-export", _hf_llama, "LlamaForCausalLM"),
+    _hf_export("transformers-qwen2-export", _hf_qwen2, "Qwen2ForCausalLM"),
+    _hf_export("transformers-gemma-export", _hf_gemma, "GemmaForCausalLM"),
+    _hf_export("transformers-t5-export", lambda: _hf_t5(0.1), "T5ForConditionalGeneration"),
 ]
 
 # The cases held to TOLERANCE by `--check` (the others are reported, with their gaps documented
@@ -222,6 +234,13 @@ CHECKED = [
     "transformers-gemma",
     "transformers-t5",
     "transformers-bart",
+    "transformers-gpt2-nodrop-export",
+    "transformers-gpt2-export",
+    "transformers-bert-export",
+    "transformers-llama-export",
+    "transformers-qwen2-export",
+    "transformers-gemma-export",
+    "transformers-t5-export",
 ]
 
 
@@ -279,6 +298,19 @@ def _real_hf(case, counter, config):
     return M.measure(counter, build, make_inputs, loss_of)
 
 
+def _hf_is_lm(case):
+    return "ConditionalGeneration" in case["cls"] or "CausalLM" in case["cls"] or "LMHead" in case["cls"]
+
+
+def _hf_inputs(case, config):
+    """The exporter's inputs for a transformers case: token ids (and the decoder's), by name."""
+    tokens = ["B", case["seq"]]
+    inputs = [("input_ids", tokens, ("int64", config.vocab_size))]
+    if "ConditionalGeneration" in case["cls"]:
+        inputs.append(("decoder_input_ids", tokens, ("int64", config.vocab_size)))
+    return inputs
+
+
 def _graph_for(case, out_dir, memcal):
     path = os.path.join(out_dir, case["name"] + ".graph.json")
     if case["route"] == "exporter":
@@ -289,6 +321,15 @@ def _graph_for(case, out_dir, memcal):
         write(export(module, case["inputs"], name=case["name"], family="proof", classes=case["classes"]), path)
         return path
     config = case["config"]()
+    if case["route"] == "torch.export":
+        import torch
+        import transformers
+
+        with torch.device("meta"):
+            module = getattr(transformers, case["cls"])(config)
+        write(export(module, _hf_inputs(case, config), name=case["name"], family="proof",
+                     loss="cross_entropy" if _hf_is_lm(case) else "mse"), path)
+        return path
     cfg_path = os.path.join(out_dir, case["name"] + ".config.json")
     config.to_json_file(cfg_path)
     run_tool([memcal, "import", "hf", cfg_path, "--seq", str(case["seq"]), "--name", case["name"], "--out", path, "--force"])
@@ -321,7 +362,7 @@ def _simulated(memcal, repo, graph, batch):
 
 def run_case(case, counter, args):
     graph = _graph_for(case, args.out, args.memcal)
-    if case["route"] == "exporter":
+    if "factory" in case:
         phases, params = _real_image(case, counter)
     else:
         phases, params = _real_hf(case, counter, case["config"]())

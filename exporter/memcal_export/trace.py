@@ -524,6 +524,10 @@ def _attr(gm, target):
     return obj
 
 
+def _is_transformers(module):
+    return any(c.__name__ == "PreTrainedModel" for c in type(module).__mro__)
+
+
 def export(
     module,
     inputs,
@@ -534,12 +538,36 @@ def export(
     classes=None,
     description="",
     leaf_modules=(),
+    tracer="auto",
+    kwargs=None,
+    output=None,
 ):
     """Traces `module` and returns the graph as a dict.
 
     `inputs`: a list of (name, shape, dtype) with shape entries "B" or ints and dtype
     "float32" or ("int64", classes). `loss`: "cross_entropy" (labels [B] or [B, T] int64 with
-    `classes`, added as an input `labels`) or "mse" (a target input of the output's shape)."""
+    `classes`, added as an input `labels`) or "mse" (a target input of the output's shape).
+    `tracer`: "fx" (torch.fx; the inputs are the forward's arguments in order), "export"
+    (torch.export, `program.py`: the inputs are passed by name, with `kwargs`, and `output`
+    names the field of the result the loss reads) or "auto" (export for transformers models,
+    fx otherwise)."""
+    if tracer == "auto":
+        tracer = "export" if _is_transformers(module) else "fx"
+    if tracer == "export":
+        from . import program
+
+        nodes, out_id, out_shape, extra = program.trace(module, inputs, kwargs=kwargs, output=output)
+        how = "torch.export"
+    elif tracer == "fx":
+        nodes, out_id, out_shape = _trace_fx(module, inputs, leaf_modules)
+        extra, how = [], "torch.fx"
+    else:
+        raise ExportError(f"tracer `{tracer}`: use fx, export or auto")
+    return _graph(nodes, out_id, out_shape, inputs, extra, loss=loss, classes=classes, name=name, family=family,
+                  description=description or f"{type(module).__name__}, exported by memcal_export ({how} on the meta device)")
+
+
+def _trace_fx(module, inputs, leaf_modules):
     import torch
     import torch.fx as fx
     from torch.fx.passes.shape_prop import ShapeProp
@@ -566,23 +594,29 @@ def export(
     ex.input_names = [i[0] for i in inputs]
     ex.used_ids.update(ex.input_names)
     ex.run()
-    out_id = ex.value(ex.output)
-    out_shape = ex.shape(ex.output)
+    return ex.nodes, ex.value(ex.output), ex.shape(ex.output)
+
+
+def _graph(nodes, out_id, out_shape, inputs, extra, *, loss, classes, name, family, description):
+    """The graph document: the inputs given, those the trace added (constant ids drawn as
+    inputs), the loss over the output."""
+    nodes = list(nodes)
     graph_inputs = []
     for iname, shape, dtype in inputs:
         entry = {"name": iname, "shape": list(shape), "dtype": dtype[0] if isinstance(dtype, tuple) else dtype}
         if isinstance(dtype, tuple):
             entry["classes"] = int(dtype[1])
         graph_inputs.append(entry)
+    graph_inputs.extend(extra)
     if loss == "cross_entropy":
         if classes is None:
             classes = out_shape[-1]
         label_shape = ["B"] + out_shape[1:-1]
         graph_inputs.append({"name": "labels", "shape": label_shape, "dtype": "int64", "classes": int(classes)})
-        ex.nodes.append({"id": "loss", "op": "cross_entropy", "inputs": [out_id, "labels"]})
+        nodes.append({"id": "loss", "op": "cross_entropy", "inputs": [out_id, "labels"]})
     elif loss == "mse":
         graph_inputs.append({"name": "target", "shape": ["B"] + out_shape[1:], "dtype": "float32"})
-        ex.nodes.append({"id": "loss", "op": "mse", "inputs": [out_id, "target"]})
+        nodes.append({"id": "loss", "op": "mse", "inputs": [out_id, "target"]})
     else:
         raise ExportError(f"loss `{loss}`: memcal knows cross_entropy and mse")
     return {
@@ -591,10 +625,10 @@ def export(
         "family": family,
         "variant": "exported",
         "cut_from": None,
-        "description": description or f"{type(module).__name__}, exported by memcal_export (torch.fx on the meta device)",
+        "description": description,
         "inputs": graph_inputs,
         "buffers": [],
-        "nodes": ex.nodes,
+        "nodes": nodes,
         "loss": "loss",
     }
 

@@ -1,0 +1,751 @@
+"""The torch.export route: draws a module that torch.fx cannot trace (transformers models, whose
+forward branches on its arguments) from the aten graph `torch.export` records on the meta device.
+
+How a node is drawn:
+- Every value is classed by what it is computed from: `value` (from an input: drawn), `param`
+  (a parameter), `pconst` (from parameters and constants only: a position table, T5's position
+  bias) or `const` (from buffers and literals only: position ids, rotary tables, the causal mask
+  transformers materializes while tracing). Only values are drawn; the others are read by the
+  ops that take them.
+- A module with a rule in `GROUPS` (attention classes, RMS norms, transformers' Conv1D) is drawn
+  as one or a few memcal ops from the values that enter it, whatever aten ops its code runs.
+- Every other aten op is drawn by `ATEN`, one entry per op (linear, embedding, layer_norm,
+  dropout, activations, elementwise arithmetic, views, mean, softmax, cat, select).
+- Anything else raises ExportError naming the aten node, its module and what to do.
+
+Transformers' masks: tracing makes transformers build its causal mask from constants, where an
+eager run without a padding mask passes none and sets `is_causal`. A mask computed from constants
+alone is therefore read as the module's `is_causal`; a mask computed from an input (a real
+padding mask) is refused.
+"""
+
+import functools
+
+from .trace import ExportError
+
+EXAMPLE_BATCH = 3
+
+
+def _name(target):
+    """`aten.linear.default` -> `linear`; operator.getitem -> `getitem`."""
+    packet = getattr(target, "_overloadpacket", None)
+    if packet is not None:
+        return packet.__name__.split(".")[-1]
+    return getattr(target, "__name__", str(target))
+
+
+def _arg(n, i, name, default=None):
+    if len(n.args) > i:
+        return n.args[i]
+    return n.kwargs.get(name, default)
+
+
+def _shape(n):
+    v = n.meta.get("val") if hasattr(n, "meta") else None
+    return [int(d) for d in v.shape] if hasattr(v, "shape") else None
+
+
+def _is_node(x):
+    return hasattr(x, "op") and hasattr(x, "meta")
+
+
+def _flat(args):
+    for a in args:
+        if isinstance(a, (list, tuple)):
+            yield from _flat(a)
+        else:
+            yield a
+
+
+# --- modules drawn whole -------------------------------------------------------------------------
+
+
+class Group:
+    """One call of a module drawn whole: its nodes, the values entering it and its module."""
+
+    def __init__(self, key, path, module):
+        self.key, self.path, self.module = key, path, module
+        self.nodes = []
+        self.inputs = []  # memcal ids of the values entering it, in order of first use
+        self.kind = None  # the exporter's classifier, set when drawn
+
+    def calls(self, op):
+        return [n for n in self.nodes if n.op == "call_function" and _name(n.target) == op]
+
+
+def _attention_core(grp, name):
+    """What the attention computation inside `grp` does: backend, dropout on the probabilities,
+    and whether a mask computed from an input (a padding mask) enters it."""
+    sdpa = grp.calls("scaled_dot_product_attention")
+    if sdpa:
+        n = sdpa[0]
+        mask = _arg(n, 3, "attn_mask")
+        if _is_node(mask) and grp.kind(mask) == "value":
+            raise ExportError(
+                f"module `{grp.path}` ({name}): its attention mask is computed from an input (a padding mask); "
+                "memcal draws causal and unmasked attention: export without attention_mask"
+            )
+        return {"backend": "sdpa", "dropout": float(_arg(n, 4, "dropout_p", 0.0) or 0.0),
+                "is_causal": bool(_arg(n, 5, "is_causal", False)), "enable_gqa": bool(_arg(n, 7, "enable_gqa", False))}
+    soft = grp.calls("softmax") + grp.calls("_softmax")
+    if not soft:
+        raise ExportError(f"module `{grp.path}` ({name}): no attention (sdpa or softmax) found inside it")
+    drops = [d for d in grp.calls("dropout") if _arg(d, 2, "train", True)]
+    after = [d for d in drops if grp.nodes.index(d) > grp.nodes.index(soft[0])]
+    p = float(_arg(after[0], 1, "p", 0.0)) if after else 0.0
+    return {"backend": "eager", "dropout": p, "is_causal": False, "enable_gqa": False}
+
+
+def _causal(m, core):
+    return bool(getattr(m, "is_causal", core["is_causal"]))
+
+
+def _mha_attrs(embed_dim, num_heads, causal, bias, core, backend=True):
+    attrs = {"embed_dim": int(embed_dim), "num_heads": int(num_heads), "causal": causal, "bias": bool(bias)}
+    if backend and core["backend"] == "sdpa":
+        attrs["backend"] = "sdpa"
+    if core["dropout"]:
+        attrs["dropout"] = core["dropout"]
+    return attrs
+
+
+def _dropout_step(suffix, module, training):
+    p = float(getattr(module, "p", 0.0)) if module is not None else 0.0
+    return [(suffix, "dropout", {"p": p}, ["prev"])] if p and training else []
+
+
+def _gpt2_attention(m, grp):
+    """transformers' GPT2Attention: one Conv1D for q, k and v, sdpa or eager, its output Conv1D,
+    then resid_dropout (drawn after the attention, like `memcal import hf`)."""
+    core = _attention_core(grp, "GPT2Attention")
+    if getattr(m, "is_cross_attention", False):
+        raise ExportError(f"module `{grp.path}`: GPT-2 cross-attention has no memcal mapping yet")
+    attrs = _mha_attrs(m.embed_dim, m.num_heads, _causal(m, core), True, core)
+    return [("", "multihead_attention", attrs, ["in0"])] + _dropout_step("dropout", m.resid_dropout, m.training)
+
+
+def _bert_attention(m, grp):
+    """transformers' BertAttention (and RoBERTa's): self-attention with its output dense, the
+    output's dropout, the residual add and its LayerNorm."""
+    core = _attention_core(grp, type(m).__name__)
+    s, o = m.self, m.output
+    attrs = _mha_attrs(s.all_head_size, s.num_attention_heads, _causal(s, core) if s.is_decoder else False,
+                       s.query.bias is not None, core)
+    if len(grp.inputs) != 1:
+        raise ExportError(f"module `{grp.path}`: BERT cross-attention has no memcal mapping yet")
+    ln = o.LayerNorm
+    return (
+        [("", "multihead_attention", attrs, ["in0"])]
+        + _dropout_step("dropout", o.dropout, m.training)
+        + [("add", "add", {}, ["in0", "prev"]),
+           ("layer_norm", "layer_norm", {"normalized_shape": int(ln.normalized_shape[0]), "bias": ln.bias is not None}, ["prev"])]
+    )
+
+
+def _gqa_attention(m, grp):
+    """Llama-family attention (q_proj, k_proj, v_proj, o_proj, a head_dim): Llama, Mistral,
+    Qwen2, Gemma. Rotary tables are constants (not drawn). K and V are repeated to every head
+    unless sdpa takes them unrepeated: transformers passes `enable_gqa` when no mask is given,
+    which is the eager run of a mask built from constants."""
+    core = _attention_core(grp, type(m).__name__)
+    hd = int(m.head_dim)
+    q, k, o = m.q_proj, m.k_proj, m.o_proj
+    heads, kv = q.out_features // hd, k.out_features // hd
+    attrs = {"embed_dim": int(q.in_features), "num_heads": heads, "num_kv_heads": kv}
+    if heads * hd != q.in_features:
+        attrs["head_dim"] = hd
+    if q.bias is not None:
+        attrs["bias"] = True if o.bias is not None else "qkv"
+    if not _causal(m, core):
+        attrs["causal"] = False
+    attrs["repeat_kv"] = core["backend"] != "sdpa"
+    if core["dropout"]:
+        attrs["dropout"] = core["dropout"]
+    if len(grp.inputs) != 1:
+        raise ExportError(f"module `{grp.path}`: gqa cross-attention has no memcal op")
+    return [("", "gqa_attention", attrs, ["in0"])]
+
+
+def _t5_attention(m, grp):
+    """transformers' T5Attention: no biases, relative position buckets in the first layer of
+    each stack (the later layers read its bias: a constant of the parameters, not drawn), a float
+    mask, so sdpa runs its math path on CPU: drawn as eager, like `memcal import hf`."""
+    core = _attention_core(grp, "T5Attention")
+    attrs = _mha_attrs(m.d_model, m.n_heads, bool(m.is_decoder) and len(grp.inputs) == 1, False, core, backend=False)
+    if m.has_relative_attention_bias:
+        attrs["relative_attention_buckets"] = int(m.relative_attention_num_buckets)
+    if m.inner_dim != m.d_model:
+        raise ExportError(f"module `{grp.path}`: T5 attention with inner_dim {m.inner_dim} != d_model {m.d_model}")
+    return [("", "multihead_attention", attrs, ["in0"] + (["in1"] if len(grp.inputs) > 1 else []))]
+
+
+def _rms(m, grp):
+    return [("", "rms_norm", {"dim": int(m.weight.shape[0])}, ["in0"])]
+
+
+def _conv1d(m, grp):
+    """transformers' Conv1D: a linear with its weight stored [in, out] (view, addmm, view)."""
+    return [("", "linear", {"in_features": int(m.weight.shape[0]), "out_features": int(m.nf), "bias": True}, ["in0"])]
+
+
+def _has(m, *names):
+    return all(hasattr(m, n) for n in names)
+
+
+# One table: how each module class drawn whole is recognised and drawn.
+GROUPS = [
+    ("GPT-2 attention", lambda m: type(m).__name__ == "GPT2Attention", _gpt2_attention),
+    ("BERT attention", lambda m: _has(m, "self", "output") and _has(getattr(m, "self"), "query", "key", "value")
+     and _has(getattr(m, "output"), "dense", "LayerNorm"), _bert_attention),
+    ("T5 attention", lambda m: type(m).__name__ == "T5Attention", _t5_attention),
+    ("Llama-family attention", lambda m: type(m).__name__.endswith("Attention")
+     and _has(m, "q_proj", "k_proj", "v_proj", "o_proj", "head_dim"), _gqa_attention),
+    ("RMS norm", lambda m: type(m).__name__.endswith("RMSNorm") or type(m).__name__ == "T5LayerNorm", _rms),
+    ("transformers Conv1D", lambda m: type(m).__name__ == "Conv1D" and _has(m, "nf", "weight"), _conv1d),
+]
+
+
+def _group_rule(m):
+    for _, match, draw in GROUPS:
+        if match(m):
+            return draw
+    return None
+
+
+# --- aten ops ------------------------------------------------------------------------------------
+
+UNARY = {"exp", "log", "sqrt", "rsqrt", "sigmoid", "neg", "abs", "sin", "cos", "erf", "reciprocal"}
+ACTIVATIONS = {"relu": "relu", "relu_": "relu", "silu": "silu", "silu_": "silu"}
+BINARY = {"add": "add", "add_": "add", "sub": "sub", "mul": "mul", "mul_": "mul", "div": "div"}
+RESHAPES = {"view", "reshape", "_unsafe_view", "unsqueeze", "squeeze", "flatten"}
+# Ops that return their input (or the same values): drawn as the input itself.
+ALIASES = {"alias", "contiguous", "clone", "detach", "lift_fresh_copy", "to", "_to_copy", "type_as"}
+# memcal ops named by the module that runs them alone (its path is the node id).
+OWN_OPS = {"linear", "embedding", "layer_norm", "dropout", "gelu", "relu", "silu", "tanh", "softmax"}
+# Ops with no tensor to draw.
+IGNORED = {"_assert_tensor_metadata", "sym_size", "_assert_scalar", "sym_constrain_range_for_size",
+           "_assert_async", "sym_numel", "sym_stride"}
+
+
+class _Program:
+    def __init__(self, ep, root, input_names):
+        self.ep, self.root = ep, root
+        self.input_names = input_names
+        self.nodes = []
+        self.extra_inputs = []
+        self.ids, self.kinds, self.alias = {}, {}, {}
+        self.params = {}  # placeholder -> parameter tensor
+        self.targets = {}  # placeholder -> state name
+        self.tables = {}  # embedding of constant indices -> its weight placeholder
+        self.embedded = {}  # weight placeholder -> the memcal id of the embedding that owns it
+        self.used = set(input_names)
+        self.groups = {}
+        self.group_of = {}
+        self.modules = dict(root.named_modules())
+
+    # classification --------------------------------------------------------------------------
+
+    def resolve(self, n):
+        while n in self.alias:
+            n = self.alias[n]
+        return n
+
+    def kind(self, x):
+        if not _is_node(x):
+            return "literal"
+        return self.kinds.get(self.resolve(x), "const")
+
+    def classify(self):
+        specs = {s.arg.name: s for s in self.ep.graph_signature.input_specs}
+        users = iter(self.input_names)
+        for n in self.ep.graph.nodes:
+            if n.op == "placeholder":
+                spec = specs[n.name]
+                kind = spec.kind.name
+                if kind == "PARAMETER":
+                    self.kinds[n] = "param"
+                    self.params[n] = self.root.get_parameter(spec.target)
+                elif kind == "USER_INPUT" and _shape(n) is not None:
+                    self.kinds[n] = "value"
+                    self.ids[n] = next(users)
+                else:
+                    self.kinds[n] = "const"
+                self.targets[n] = spec.target
+            elif n.op == "call_function":
+                ins = [self.kind(a) for a in _flat(list(n.args) + list(n.kwargs.values())) if _is_node(a)]
+                self.kinds[n] = ("value" if "value" in ins else "pconst" if ("param" in ins or "pconst" in ins) else "const")
+                if self.is_alias(n):
+                    self.alias[n] = n.args[0]
+
+    def is_alias(self, n):
+        name = _name(n.target)
+        x = n.args[0] if n.args else None
+        if not _is_node(x):
+            return False
+        same = _shape(x) is not None and _shape(x) == _shape(n)
+        if name in ALIASES:
+            v, u = n.meta.get("val"), x.meta.get("val")
+            if hasattr(v, "dtype") and hasattr(u, "dtype") and v.dtype != u.dtype and self.kind(x) == "value":
+                self.check_float(n, name)
+                raise ExportError(f"aten node `{n.name}` ({self.where(n)}): a cast from {u.dtype} to {v.dtype}; memcal draws one precision per graph")
+            return True
+        if name == "dropout":
+            return not _arg(n, 2, "train", True) or float(_arg(n, 1, "p", 0.5)) == 0.0
+        if name in ("slice", "expand") or name in RESHAPES:
+            return same and self.kind(x) != "param"
+        return False
+
+    def module_stack(self, n):
+        return list((n.meta.get("nn_module_stack") or {}).items())
+
+    def short(self, path):
+        parts = path.split(".")
+        return ".".join(parts[1:]) if parts and parts[0] == "model" else path
+
+    def innermost(self, n):
+        stack = self.module_stack(n)
+        return stack[-1][1][0] if stack else "model"
+
+    def where(self, n):
+        path = self.innermost(n)
+        m = self.modules.get(path)
+        if m is None or not self.short(path):
+            return f"the top module ({type(self.root.model).__name__})"
+        return f"module `{self.short(path)}` ({type(m).__name__})"
+
+    def assign_groups(self):
+        for n in self.ep.graph.nodes:
+            if n.op != "call_function":
+                continue
+            for key, (path, _) in self.module_stack(n):
+                m = self.modules.get(path)
+                if m is not None and _group_rule(m) is not None:
+                    grp = self.groups.setdefault(key, Group(key, self.short(path), m))
+                    grp.nodes.append(n)
+                    self.group_of[n] = grp
+                    break
+
+    # drawing ---------------------------------------------------------------------------------
+
+    def fresh(self, base):
+        i, cand = 1, base or "node"
+        while cand in self.used:
+            i += 1
+            cand = f"{base}.{i}"
+        self.used.add(cand)
+        return cand
+
+    def emit(self, base, op, attrs, inputs):
+        node_id = self.fresh(base)
+        entry = {"id": node_id, "op": op, "inputs": inputs}
+        if attrs:
+            entry["attributes"] = attrs
+        self.nodes.append(entry)
+        return node_id
+
+    def base_id(self, n, op):
+        path = self.innermost(n)
+        m = self.modules.get(path)
+        leaf = m is not None and not list(m.children())
+        short = self.short(path)
+        if leaf and short and op in OWN_OPS:
+            return short
+        return f"{short}.{op}" if short else op
+
+    def id_of(self, x, n):
+        r = self.resolve(x)
+        if r not in self.ids:
+            raise ExportError(f"aten node `{n.name}` ({self.where(n)}): its input `{r.name}` was not drawn")
+        return self.ids[r]
+
+    def run(self):
+        self.classify()
+        _mark_tables(self)
+        self.assign_groups()
+        last = {}
+        for n in self.ep.graph.nodes:
+            grp = self.group_of.get(n)
+            if grp is not None and self.kinds.get(n) == "value" and n not in self.alias:
+                last[grp.key] = n
+        for n in self.ep.graph.nodes:
+            if n.op == "output":
+                out = n.args[0]
+                while isinstance(out, (list, tuple)):
+                    out = out[0]
+                self.output = self.resolve(out)
+                continue
+            if n.op != "call_function" or n in self.alias or self.kinds.get(n) != "value":
+                continue
+            grp = self.group_of.get(n)
+            if grp is not None:
+                if last.get(grp.key) is n:
+                    self.draw_group(grp)
+                continue
+            name = _name(n.target)
+            if name in IGNORED:
+                continue
+            self.check_float(n, name)
+            handler = ATEN.get(name)
+            if handler is None:
+                raise ExportError(
+                    f"aten node `{n.name}` ({self.where(n)}): `{name}` has no memcal op; write it with ops memcal "
+                    "knows (docs/graph-format.md), or open an issue naming this op and module"
+                )
+            handler(self, n)
+
+    def check_float(self, n, name):
+        """memcal draws float values; integer and boolean ones computed from inputs are a mask
+        or ids derived from the inputs (a padding mask, position ids from a mask)."""
+        v = n.meta.get("val")
+        if name == "embedding" or not hasattr(v, "dtype") or v.dtype.is_floating_point:
+            return
+        raise ExportError(
+            f"aten node `{n.name}` ({self.where(n)}): computes a {v.dtype} tensor from the inputs (a padding mask, "
+            "or ids derived from the inputs); memcal draws attention as causal or unmasked: export without "
+            "attention_mask, and give computed ids as inputs of their own"
+        )
+
+    def draw_group(self, grp):
+        members = set(grp.nodes)
+        grp.kind = self.kind
+        for n in grp.nodes:
+            for a in _flat(list(n.args) + list(n.kwargs.values())):
+                if _is_node(a) and self.kind(a) == "value":
+                    r = self.resolve(a)
+                    if r not in members:
+                        i = self.id_of(r, n)
+                        if i not in grp.inputs:
+                            grp.inputs.append(i)
+        outputs = {self.resolve(u_in) for u in self.ep.graph.nodes if u not in members
+                   for u_in in _flat(list(u.args) + list(u.kwargs.values()))
+                   if _is_node(u_in) and self.resolve(u_in) in members and self.kind(u_in) == "value"}
+        if len(outputs) > 1:
+            raise ExportError(f"module `{grp.path}` ({type(grp.module).__name__}): more than one of its values is read outside it")
+        if not grp.inputs:
+            raise ExportError(f"module `{grp.path}` ({type(grp.module).__name__}): no drawn value enters it")
+        steps = _group_rule(grp.module)(grp.module, grp)
+        prev = None
+        for suffix, op, attrs, refs in steps:
+            ins = [prev if r == "prev" else grp.inputs[int(r[2:])] for r in refs]
+            prev = self.emit(f"{grp.path}.{suffix}" if suffix else grp.path, op, attrs, ins)
+        for o in outputs:
+            self.ids[o] = prev
+
+    def put(self, n, op, attrs, inputs, base=None):
+        self.ids[n] = self.emit(base or self.base_id(n, op), op, attrs, inputs)
+        return self.ids[n]
+
+
+def _embedding(ex, n):
+    w, idx = n.args[0], n.args[1]
+    wr = ex.resolve(w)
+    if wr not in ex.params:
+        raise ExportError(f"aten node `{n.name}` ({ex.where(n)}): an embedding whose table is not a parameter")
+    t = ex.params[wr]
+    attrs = {"num_embeddings": int(t.shape[0]), "embedding_dim": int(t.shape[1])}
+    if wr in ex.embedded:  # a second embedding of the same table (T5's decoder reads `shared`)
+        attrs["tie"] = ex.embedded[wr]
+    node_id = ex.put(n, "embedding", attrs, [ex.id_of(idx, n)])
+    ex.embedded.setdefault(wr, node_id)
+
+
+def _linear(ex, n):
+    x, w = n.args[0], n.args[1]
+    b = _arg(n, 2, "bias")
+    wr = ex.resolve(w)
+    if wr not in ex.params:
+        raise ExportError(f"aten node `{n.name}` ({ex.where(n)}): a linear whose weight is computed; memcal's linear owns its weight")
+    t = ex.params[wr]
+    attrs = {"in_features": int(t.shape[1]), "out_features": int(t.shape[0]), "bias": b is not None}
+    if wr in ex.embedded:
+        attrs["tie"] = ex.embedded[wr]
+    ex.put(n, "linear", attrs, [ex.id_of(x, n)])
+
+
+def _layer_norm(ex, n):
+    shape = list(n.args[1])
+    w, b = _arg(n, 2, "weight"), _arg(n, 3, "bias")
+    if len(shape) != 1 or w is None:
+        raise ExportError(f"aten node `{n.name}` ({ex.where(n)}): layer norm over {shape} (memcal's normalizes the last axis, with weights)")
+    ex.put(n, "layer_norm", {"normalized_shape": int(shape[0]), "bias": b is not None}, [ex.id_of(n.args[0], n)])
+
+
+def _dropout(ex, n):
+    ex.put(n, "dropout", {"p": float(_arg(n, 1, "p", 0.5))}, [ex.id_of(n.args[0], n)])
+
+
+def _gelu(ex, n):
+    attrs = {"approximate": "tanh"} if _arg(n, 1, "approximate", "none") == "tanh" else {}
+    ex.put(n, "gelu", attrs, [ex.id_of(n.args[0], n)])
+
+
+def _activation(op):
+    return lambda ex, n: ex.put(n, op, {}, [ex.id_of(n.args[0], n)])
+
+
+def _unary(fn):
+    return lambda ex, n: ex.put(n, "unary", {"fn": fn}, [ex.id_of(n.args[0], n)], base=ex.base_id(n, fn))
+
+
+def _tanh(ex, n):
+    # nn.Tanh (a pooler's activation) is memcal's tanh; torch.tanh in model code is `unary`.
+    m = ex.modules.get(ex.innermost(n))
+    if m is not None and type(m).__name__ == "Tanh":
+        ex.put(n, "tanh", {}, [ex.id_of(n.args[0], n)])
+    else:
+        ex.put(n, "unary", {"fn": "tanh"}, [ex.id_of(n.args[0], n)], base=ex.base_id(n, "tanh"))
+
+
+def _pow(ex, n):
+    e = n.args[1]
+    if _is_node(e):
+        raise ExportError(f"aten node `{n.name}` ({ex.where(n)}): pow with a tensor exponent")
+    ex.put(n, "unary", {"fn": "pow", "exponent": float(e)}, [ex.id_of(n.args[0], n)], base=ex.base_id(n, "pow"))
+
+
+def _scalar_of(ex, c, n):
+    """The value of a 0-d constant (Gemma's embed_scale buffer): read from the buffer when it has
+    data, else from the module's float of the same name (`scalar_<name>`)."""
+    r = ex.resolve(c)
+    while r.op == "call_function" and r.args and _is_node(r.args[0]):
+        r = ex.resolve(r.args[0])
+    target = ex.targets.get(r)
+    if target is not None:
+        owner, _, attr = target.rpartition(".")
+        m = ex.root.get_submodule(owner) if owner else ex.root
+        t = getattr(m, attr, None)
+        if t is not None and getattr(t, "device", None) is not None and t.device.type != "meta":
+            return float(t)
+        s = getattr(m, "scalar_" + attr, None)
+        if isinstance(s, (int, float)):
+            return float(s)
+    raise ExportError(
+        f"aten node `{n.name}` ({ex.where(n)}): multiplies by a 0-d constant whose value is not readable on the meta device"
+    )
+
+
+def _table_steps(ex, n, x, table, op):
+    """`x + table` where table is an embedding of constant indices: a learned position table
+    ([1, T, d] or [T, d], rows 0..T) or a per-token table of constant ids ([B, T, d]: BERT's
+    token_type_ids buffer), which is drawn as an embedding of an input of those ids."""
+    w = ex.params[ex.tables[table]]
+    shp, tshape, xs = _shape(n), _shape(table), _shape(x)
+    if op == "add" and tshape[-2:] == xs[-2:] and (len(tshape) == 2 or tshape[0] == 1):
+        ex.put(n, "learned_position", {"num_positions": int(w.shape[0]), "dim": int(w.shape[1])},
+               [ex.id_of(x, n)], base=ex.base_id(table, "position"))
+        return
+    if op == "add" and tshape == shp and tshape[0] == EXAMPLE_BATCH:
+        idx = table.args[1]
+        root = ex.resolve(idx)
+        while root.op == "call_function" and root.args and _is_node(root.args[0]):
+            root = ex.resolve(root.args[0])
+        name = ex.targets.get(root, "ids").rpartition(".")[2]
+        name = ex.fresh(name)
+        ex.extra_inputs.append({"name": name, "shape": ["B"] + tshape[1:-1], "dtype": "int64", "classes": int(w.shape[0])})
+        emb = ex.emit(ex.base_id(table, "embedding"), "embedding",
+                      {"num_embeddings": int(w.shape[0]), "embedding_dim": int(w.shape[1])}, [name])
+        ex.put(n, "add", {}, [ex.id_of(x, n), emb])
+        return
+    raise ExportError(f"aten node `{n.name}` ({ex.where(n)}): `{op}` with a table of shape {tshape}")
+
+
+def _binary(ex, n):
+    op = BINARY[_name(n.target)]
+    a, b = n.args[0], n.args[1]
+    ka, kb = ex.kind(a), ex.kind(b)
+    if ka == "value" and kb == "value":
+        if _shape(a) != _shape(b):
+            raise ExportError(
+                f"aten node `{n.name}` ({ex.where(n)}): `{op}` of shapes {_shape(a)} and {_shape(b)}: memcal's "
+                "elementwise ops take equal shapes (broadcasting is not drawn)"
+            )
+        ex.put(n, op, {}, [ex.id_of(a, n), ex.id_of(b, n)])
+        return
+    x, other = (a, b) if ka == "value" else (b, a)
+    first = ka == "value"
+    if isinstance(other, (int, float)) and not isinstance(other, bool):
+        s = float(other)
+    elif _is_node(other) and ex.resolve(other) in ex.tables:
+        _table_steps(ex, n, x, ex.resolve(other), op)
+        return
+    elif _is_node(other) and _shape(other) == [] and ex.kind(other) == "const":
+        s = _scalar_of(ex, other, n)
+    else:
+        raise ExportError(
+            f"aten node `{n.name}` ({ex.where(n)}): `{op}` of a value and a {ex.kind(other)} tensor of shape "
+            f"{_shape(other)}; memcal draws that only inside the modules it knows (attention, norms)"
+        )
+    if op == "add" or (op == "sub" and first):
+        ex.put(n, "unary", {"fn": "add_scalar", "scalar": s if op == "add" else -s}, [ex.id_of(x, n)], base=ex.base_id(n, "add_scalar"))
+    elif op == "mul" or (op == "div" and first):
+        ex.put(n, "unary", {"fn": "mul_scalar", "scalar": s if op == "mul" else 1.0 / s}, [ex.id_of(x, n)], base=ex.base_id(n, "mul_scalar"))
+    else:
+        raise ExportError(f"aten node `{n.name}` ({ex.where(n)}): a scalar {op} a tensor")
+
+
+def _reshape(ex, n):
+    out = _shape(n)
+    if not out or out[0] != EXAMPLE_BATCH:
+        raise ExportError(f"aten node `{n.name}` ({ex.where(n)}): a reshape that moves the batch axis ({out})")
+    ex.put(n, "reshape", {"shape": ["B"] + out[1:]}, [ex.id_of(n.args[0], n)])
+
+
+def _permute(ex, n):
+    rank = len(_shape(n.args[0]))
+    name = _name(n.target)
+    if name == "permute":
+        dims = [int(d) % rank for d in n.args[1]]
+    else:
+        a, b = (n.args[1], n.args[2]) if name == "transpose" else (0, 1)
+        dims = list(range(rank))
+        dims[a % rank], dims[b % rank] = dims[b % rank], dims[a % rank]
+    if dims[0] != 0:
+        raise ExportError(f"aten node `{n.name}` ({ex.where(n)}): a permute that moves the batch axis")
+    ex.put(n, "permute", {"dims": dims}, [ex.id_of(n.args[0], n)])
+
+
+def _select(ex, n):
+    x, dim, index = n.args[0], n.args[1], n.args[2]
+    if len(_shape(x)) != 3 or dim % 3 != 1:
+        raise ExportError(f"aten node `{n.name}` ({ex.where(n)}): select on axis {dim} (memcal draws x[:, i] of [B, T, d])")
+    ex.put(n, "select_token", {"index": int(index)}, [ex.id_of(x, n)], base=ex.base_id(n, "select_token"))
+
+
+def _slice(ex, n):
+    raise ExportError(f"aten node `{n.name}` ({ex.where(n)}): a slice that keeps part of an axis has no memcal op")
+
+
+def _mean(ex, n):
+    dims = _arg(n, 1, "dim")
+    if not isinstance(dims, (list, tuple)) or len(dims) != 1:
+        raise ExportError(f"aten node `{n.name}` ({ex.where(n)}): mean over {dims}; memcal's mean takes one axis")
+    ex.put(n, "mean", {"dim": int(dims[0]), "keepdim": bool(_arg(n, 2, "keepdim", False))}, [ex.id_of(n.args[0], n)])
+
+
+def _softmax(ex, n):
+    ex.put(n, "softmax", {"dim": int(n.args[1])}, [ex.id_of(n.args[0], n)])
+
+
+def _cat(ex, n):
+    parts = list(n.args[0])
+    if any(ex.kind(p) != "value" for p in parts):
+        raise ExportError(f"aten node `{n.name}` ({ex.where(n)}): concatenating a parameter or constant tensor")
+    ex.put(n, "concat", {"dim": int(_arg(n, 1, "dim", 0))}, [ex.id_of(p, n) for p in parts])
+
+
+def _expand(ex, n):
+    raise ExportError(f"aten node `{n.name}` ({ex.where(n)}): an expand that broadcasts a value (not drawn)")
+
+
+def _sdpa(ex, n):
+    raise ExportError(
+        f"aten node `{n.name}` ({ex.where(n)}): attention outside a module memcal knows; add its class to "
+        "program.GROUPS, or use the torch.fx route for nn.MultiheadAttention (tracer='fx')"
+    )
+
+
+ATEN = {
+    "embedding": _embedding,
+    "linear": _linear,
+    "layer_norm": _layer_norm,
+    "dropout": _dropout,
+    "gelu": _gelu,
+    "tanh": _tanh,
+    "pow": _pow,
+    "select": _select,
+    "slice": _slice,
+    "mean": _mean,
+    "softmax": _softmax,
+    "_softmax": _softmax,
+    "cat": _cat,
+    "expand": _expand,
+    "scaled_dot_product_attention": _sdpa,
+    "permute": _permute,
+    "transpose": _permute,
+    "t": _permute,
+}
+ATEN.update({k: _activation(v) for k, v in ACTIVATIONS.items()})
+ATEN.update({k: _unary(k) for k in UNARY})
+ATEN.update({k: _binary for k in BINARY})
+ATEN.update({k: _reshape for k in RESHAPES})
+
+
+def _mark_tables(ex):
+    """Embeddings of constant indices (position ids, a token-type buffer) are tables, read by
+    the op that adds them."""
+    for n in ex.ep.graph.nodes:
+        if n.op == "call_function" and _name(n.target) == "embedding" and ex.kinds.get(n) == "pconst":
+            if ex.kind(n.args[1]) == "const" and ex.resolve(n.args[0]) in ex.params:
+                ex.tables[n] = ex.resolve(n.args[0])
+
+
+def _pick(out, output):
+    if output is not None:
+        return out[output] if isinstance(out, dict) else getattr(out, output)
+    if hasattr(out, "shape"):
+        return out
+    for field in ("logits", "pooler_output", "last_hidden_state"):
+        v = getattr(out, field, None)
+        if v is not None:
+            return v
+    if isinstance(out, (tuple, list)):
+        return out[0]
+    raise ExportError(f"the forward returns a {type(out).__name__}; name its tensor with output=")
+
+
+@functools.lru_cache(maxsize=None)
+def _wrapper_class():
+    import torch.nn as nn
+
+    class Call(nn.Module):
+        """Calls the model with its inputs by name (and the fixed keyword arguments), and returns
+        the one tensor the loss reads."""
+
+        def __init__(self, model, names, kwargs, output):
+            super().__init__()
+            self.model = model
+            self.names, self.kw, self.out = names, kwargs, output
+
+        def forward(self, *xs):
+            return _pick(self.model(**dict(zip(self.names, xs)), **self.kw), self.out)
+
+    return Call
+
+
+def default_kwargs(module):
+    """transformers' generation cache is off in training; pass use_cache=False where the forward
+    takes it."""
+    import inspect
+
+    try:
+        params = inspect.signature(module.forward).parameters
+    except (TypeError, ValueError):
+        return {}
+    return {"use_cache": False} if "use_cache" in params else {}
+
+
+def trace(module, inputs, kwargs=None, output=None):
+    """Runs torch.export on the meta device; returns (nodes, output id, output shape, extra inputs)."""
+    import torch
+
+    names = [i[0] for i in inputs]
+    kwargs = default_kwargs(module) if kwargs is None else kwargs
+    examples = []
+    for _, shape, dtype in inputs:
+        dims = [EXAMPLE_BATCH if d == "B" else int(d) for d in shape]
+        dt = torch.int64 if isinstance(dtype, tuple) else torch.float32
+        examples.append(torch.zeros(dims, dtype=dt, device="meta"))
+    was_training = module.training
+    module.train()  # the training step is what memcal plans: dropout on, batch statistics
+    root = _wrapper_class()(module, names, kwargs, output)
+    try:
+        try:
+            ep = torch.export.export(root, tuple(examples), strict=False)
+        except Exception as e:  # torch.export's own errors name the line of model code that failed
+            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            raise ExportError(f"torch.export could not trace {type(module).__name__}: {type(e).__name__}: {first}") from e
+        ex = _Program(ep, root, names)
+        ex.run()
+    finally:
+        module.train(was_training)
+    return ex.nodes, ex.ids[ex.output], _shape(ex.output), ex.extra_inputs

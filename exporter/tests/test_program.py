@@ -1,0 +1,171 @@
+"""Tests of the torch.export route (`memcal_export/program.py`): transformers models built from
+their configs on the meta device, checked against `memcal import hf` (the other route) and
+against published parameter counts, by memcal itself (`memcal plan`).
+
+Run from the repository root (MEMCAL_BIN: the memcal binary):
+  PYTHONPATH=.libtorch:.libtorch/py:exporter python3 -m unittest discover -s exporter/tests
+"""
+
+import json
+import os
+import subprocess
+import tempfile
+import unittest
+
+import torch
+import torch.nn as nn
+
+from memcal_export import ExportError, export, write
+
+MEMCAL = os.environ.get("MEMCAL_BIN", "target/debug/memcal")
+
+try:
+    import transformers
+except ImportError:  # pragma: no cover - setup-pytorch.sh installs it
+    transformers = None
+
+
+def plan(graph, batch=2):
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "g.json")
+        write(graph, path)
+        r = subprocess.run([MEMCAL, "plan", path, "--batch", str(batch), "--precision", "fp32", "--json"],
+                           capture_output=True, text=True)
+    if r.returncode != 0:
+        raise AssertionError(f"memcal plan refused the graph: {r.stderr}")
+    d = json.loads(r.stdout)
+    return d["parameters"], d["simulated"]["bytes"]
+
+
+def imported(config, seq):
+    """The same model drawn by `memcal import hf` from its config.json."""
+    with tempfile.TemporaryDirectory() as d:
+        cfg, out = os.path.join(d, "config.json"), os.path.join(d, "g.json")
+        config.to_json_file(cfg)
+        r = subprocess.run([MEMCAL, "import", "hf", cfg, "--seq", str(seq), "--name", "imported", "--out", out],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            raise AssertionError(f"memcal import hf failed: {r.stderr}")
+        with open(out) as f:
+            return json.load(f)
+
+
+def exported(cls, config, seq, loss="cross_entropy", extra=()):
+    with torch.device("meta"):
+        m = getattr(transformers, cls)(config)
+    inputs = [("input_ids", ["B", seq], ("int64", config.vocab_size))] + list(extra)
+    return export(m, inputs, name="exported", family="test", loss=loss)
+
+
+def ops(graph):
+    return [n["op"] for n in graph["nodes"]]
+
+
+@unittest.skipIf(transformers is None, "transformers is not installed (scripts/setup-pytorch.sh)")
+class BothRoutes(unittest.TestCase):
+    """The exporter and `memcal import hf` draw the same model: the same ops, and memcal counts
+    the same parameters and simulates the same peak for both."""
+
+    def same(self, cls, config, seq=32, loss="cross_entropy", extra=(), drop_ops=()):
+        g = exported(cls, config, seq, loss, extra)
+        h = imported(config, seq)
+        self.assertEqual([o for o in ops(g) if o not in drop_ops], ops(h))
+        self.assertEqual(plan(g), plan(h))
+        return g
+
+    def test_gpt2_with_gelu_new_and_tied_head(self):
+        g = self.same("GPT2LMHeadModel", transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=500, n_positions=32))
+        self.assertEqual(g["nodes"][-2]["attributes"]["tie"], "transformer.wte")
+        attn = next(n for n in g["nodes"] if n["op"] == "multihead_attention")
+        self.assertEqual(attn["attributes"], {"embed_dim": 64, "num_heads": 4, "causal": True, "bias": True,
+                                              "backend": "sdpa", "dropout": 0.1})
+
+    def test_bert_draws_its_token_type_buffer_as_an_input(self):
+        g = self.same("BertModel", transformers.BertConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4,
+                                                           intermediate_size=128, vocab_size=500, max_position_embeddings=32),
+                      loss="mse")
+        self.assertEqual([i["name"] for i in g["inputs"]], ["input_ids", "token_type_ids", "target"])
+
+    def test_llama_gqa_without_repeat(self):
+        g = self.same("LlamaForCausalLM", transformers.LlamaConfig(
+            num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+            intermediate_size=128, vocab_size=500, max_position_embeddings=32))
+        attn = next(n for n in g["nodes"] if n["op"] == "gqa_attention")
+        self.assertEqual(attn["attributes"], {"embed_dim": 64, "num_heads": 4, "num_kv_heads": 2, "repeat_kv": False})
+
+    def test_t5_shares_its_embedding_between_the_stacks(self):
+        # T5's tied head scales by d_model ** -0.5 before lm_head: a mul_scalar import hf omits
+        # (it changes no peak: the product replaces the dropout output the head would save).
+        g = self.same("T5ForConditionalGeneration", transformers.T5Config(
+            num_layers=2, d_model=64, num_heads=4, d_kv=16, d_ff=128, vocab_size=500,
+            decoder_start_token_id=0, pad_token_id=0), extra=[("decoder_input_ids", ["B", 32], ("int64", 500))],
+            drop_ops=("unary",))
+        embeddings = [n for n in g["nodes"] if n["op"] == "embedding"]
+        self.assertEqual(embeddings[1]["attributes"]["tie"], embeddings[0]["id"])
+
+
+@unittest.skipIf(transformers is None, "transformers is not installed (scripts/setup-pytorch.sh)")
+class FullSize(unittest.TestCase):
+    """Published parameter counts, from configs built in code (no download), on the meta device."""
+
+    def test_gpt2_small(self):
+        self.assertEqual(plan(exported("GPT2LMHeadModel", transformers.GPT2Config(), 1024))[0], 124_439_808)
+
+    def test_llama_2_7b(self):
+        self.assertEqual(plan(exported("LlamaForCausalLM", transformers.LlamaConfig(), 256))[0], 6_738_415_616)
+
+
+@unittest.skipIf(transformers is None, "transformers is not installed (scripts/setup-pytorch.sh)")
+class Refusals(unittest.TestCase):
+    def test_a_padding_mask_is_refused_naming_the_node(self):
+        cfg = transformers.LlamaConfig(num_hidden_layers=1, hidden_size=64, num_attention_heads=4,
+                                       num_key_value_heads=2, intermediate_size=128, vocab_size=500)
+        with self.assertRaises(ExportError) as e:
+            exported("LlamaForCausalLM", cfg, 32, extra=[("attention_mask", ["B", 32], ("int64", 2))])
+        self.assertIn("aten node", str(e.exception))
+        self.assertIn("attention_mask", str(e.exception))
+
+
+class Cumsum(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+        return torch.cumsum(self.fc(x), dim=1)
+
+
+class Plain(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(16, 32), nn.Linear(32, 4)
+        self.norm = nn.LayerNorm(32)
+
+    def forward(self, x):
+        return self.fc2(torch.nn.functional.silu(self.norm(self.fc1(x))) * 0.5)
+
+
+class AnyModule(unittest.TestCase):
+    """tracer="export" takes any module, not only transformers'."""
+
+    def test_a_plain_module_through_export_equals_fx(self):
+        with torch.device("meta"):
+            m = Plain()
+        inputs = [("x", ["B", 16], "float32")]
+        a = export(m, inputs, name="p", family="t", tracer="export")
+        b = export(m, inputs, name="p", family="t", tracer="fx")
+        self.assertEqual(ops(a), ["linear", "layer_norm", "silu", "unary", "linear", "cross_entropy"])
+        self.assertEqual(ops(a), ops(b))
+        self.assertEqual(plan(a), plan(b))
+
+    def test_an_unknown_op_is_refused_naming_the_aten_node_and_module(self):
+        with torch.device("meta"):
+            m = Cumsum()
+        with self.assertRaises(ExportError) as e:
+            export(m, [("x", ["B", 4, 8], "float32")], name="c", family="t", tracer="export")
+        self.assertIn("cumsum", str(e.exception))
+        self.assertIn("top module", str(e.exception))
+
+
+if __name__ == "__main__":
+    unittest.main()
