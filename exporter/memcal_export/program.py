@@ -68,6 +68,20 @@ class Group:
         self.nodes = []
         self.inputs = []  # memcal ids of the values entering it, in order of first use
         self.kind = None  # the exporter's classifier, set when drawn
+        self.notes = []  # what the module computes that its memcal op does not draw
+        self.undrawn = set()  # children whose parameters its memcal op does not hold
+
+    def unread_children(self, *drawn):
+        """Children with parameters that the rule does not draw (Qwen3's q_norm and k_norm inside
+        the attention): their parameters are left out, and the exporter notes them."""
+        for child_name, child in self.module.named_children():
+            if child_name not in drawn and any(True for _ in child.parameters()):
+                self.undrawn.add(child_name)
+                self.notes.append(f"`{self.path}.{child_name}` ({type(child).__name__}) inside the attention is not drawn")
+
+    def drawn_parameters(self):
+        """The parameters its memcal ops hold (by identity: a tied parameter has two names)."""
+        return {id(p) for name, p in self.module.named_parameters() if name.split(".")[0] not in self.undrawn}
 
     def calls(self, op):
         return [n for n in self.nodes if n.op == "call_function" and _name(n.target) == op]
@@ -90,6 +104,8 @@ def _attention_core(grp, name):
     soft = grp.calls("softmax") + grp.calls("_softmax")
     if not soft:
         raise ExportError(f"module `{grp.path}` ({name}): no attention (sdpa or softmax) found inside it")
+    if grp.calls("tanh"):
+        grp.notes.append(f"`{grp.path}`: attention logit soft-capping (tanh on the scores) is not drawn")
     drops = [d for d in grp.calls("dropout") if _arg(d, 2, "train", True)]
     after = [d for d in drops if grp.nodes.index(d) > grp.nodes.index(soft[0])]
     p = float(_arg(after[0], 1, "p", 0.0)) if after else 0.0
@@ -163,7 +179,20 @@ def _gqa_attention(m, grp):
         attrs["dropout"] = core["dropout"]
     if len(grp.inputs) != 1:
         raise ExportError(f"module `{grp.path}`: gqa cross-attention has no memcal op")
+    grp.unread_children("q_proj", "k_proj", "v_proj", "o_proj")
     return [("", "gqa_attention", attrs, ["in0"])]
+
+
+def _bart_attention(m, grp):
+    """BART-family attention (q_proj, k_proj, v_proj, out_proj, embed_dim, num_heads): BART,
+    OPT, Whisper, Marian. Self-attention, or cross-attention on a second input."""
+    core = _attention_core(grp, type(m).__name__)
+    if m.k_proj.in_features != m.embed_dim:
+        raise ExportError(f"module `{grp.path}`: a memory of width {m.k_proj.in_features} != embed_dim {m.embed_dim}")
+    cross = len(grp.inputs) > 1
+    attrs = _mha_attrs(m.embed_dim, m.num_heads, bool(getattr(m, "is_causal", False)) and not cross,
+                       m.q_proj.bias is not None, core)
+    return [("", "multihead_attention", attrs, ["in0"] + (["in1"] if cross else []))]
 
 
 def _t5_attention(m, grp):
@@ -200,6 +229,8 @@ GROUPS = [
     ("T5 attention", lambda m: type(m).__name__ == "T5Attention", _t5_attention),
     ("Llama-family attention", lambda m: type(m).__name__.endswith("Attention")
      and _has(m, "q_proj", "k_proj", "v_proj", "o_proj", "head_dim"), _gqa_attention),
+    ("BART-family attention", lambda m: type(m).__name__.endswith("Attention")
+     and _has(m, "q_proj", "k_proj", "v_proj", "out_proj", "embed_dim", "num_heads"), _bart_attention),
     ("RMS norm", lambda m: type(m).__name__.endswith("RMSNorm") or type(m).__name__ == "T5LayerNorm", _rms),
     ("transformers Conv1D", lambda m: type(m).__name__ == "Conv1D" and _has(m, "nf", "weight"), _conv1d),
 ]
@@ -221,7 +252,7 @@ RESHAPES = {"view", "reshape", "_unsafe_view", "unsqueeze", "squeeze", "flatten"
 # Ops that return their input (or the same values): drawn as the input itself.
 ALIASES = {"alias", "contiguous", "clone", "detach", "lift_fresh_copy", "to", "_to_copy", "type_as"}
 # memcal ops named by the module that runs them alone (its path is the node id).
-OWN_OPS = {"linear", "embedding", "layer_norm", "dropout", "gelu", "relu", "silu", "tanh", "softmax"}
+OWN_OPS = {"linear", "conv2d", "embedding", "layer_norm", "dropout", "gelu", "relu", "silu", "tanh", "softmax"}
 # Ops with no tensor to draw.
 IGNORED = {"_assert_tensor_metadata", "sym_size", "_assert_scalar", "sym_constrain_range_for_size",
            "_assert_async", "sym_numel", "sym_stride"}
@@ -242,6 +273,8 @@ class _Program:
         self.groups = {}
         self.group_of = {}
         self.modules = dict(root.named_modules())
+        self.notes = []  # approximations: what the model computes that the graph does not draw
+        self.drawn = set()  # the parameters the graph's ops hold (ids of the tensors)
 
     # classification --------------------------------------------------------------------------
 
@@ -392,6 +425,18 @@ class _Program:
                     "knows (docs/graph-format.md), or open an issue naming this op and module"
                 )
             handler(self, n)
+        self.note_undrawn()
+
+    def note_undrawn(self):
+        """Every parameter of the model is held by a drawn op, or named in a note."""
+        left, count = [], 0
+        for name, p in self.root.named_parameters():  # tied parameters are listed once
+            if id(p) not in self.drawn:
+                left.append(self.short(name))
+                count += p.numel()
+        if left:
+            shown = ", ".join(left[:4]) + (f" and {len(left) - 4} more" if len(left) > 4 else "")
+            self.notes.append(f"{count:,} parameters no memcal op holds ({shown})")
 
     def check_float(self, n, name):
         """memcal draws float values; integer and boolean ones computed from inputs are a mask
@@ -424,6 +469,8 @@ class _Program:
         if not grp.inputs:
             raise ExportError(f"module `{grp.path}` ({type(grp.module).__name__}): no drawn value enters it")
         steps = _group_rule(grp.module)(grp.module, grp)
+        self.notes.extend(grp.notes)
+        self.drawn.update(grp.drawn_parameters())
         prev = None
         for suffix, op, attrs, refs in steps:
             ins = [prev if r == "prev" else grp.inputs[int(r[2:])] for r in refs]
@@ -432,6 +479,12 @@ class _Program:
             self.ids[o] = prev
 
     def put(self, n, op, attrs, inputs, base=None):
+        for a in _flat(list(n.args) + list(n.kwargs.values())):
+            r = self.resolve(a) if _is_node(a) else None
+            while r is not None and r.op == "call_function" and _name(r.target) == "expand":
+                r = self.resolve(r.args[0])  # a class token through its expand
+            if r in self.params:
+                self.drawn.add(id(self.params[r]))
         self.ids[n] = self.emit(base or self.base_id(n, op), op, attrs, inputs)
         return self.ids[n]
 
@@ -468,6 +521,31 @@ def _layer_norm(ex, n):
     if len(shape) != 1 or w is None:
         raise ExportError(f"aten node `{n.name}` ({ex.where(n)}): layer norm over {shape} (memcal's normalizes the last axis, with weights)")
     ex.put(n, "layer_norm", {"normalized_shape": int(shape[0]), "bias": b is not None}, [ex.id_of(n.args[0], n)])
+
+
+def _conv2d(ex, n):
+    x, w = n.args[0], n.args[1]
+    b = _arg(n, 2, "bias")
+    wr = ex.resolve(w)
+    if wr not in ex.params:
+        raise ExportError(f"aten node `{n.name}` ({ex.where(n)}): a convolution whose weight is computed")
+    t = ex.params[wr]
+    if t.shape[2] != t.shape[3]:
+        raise ExportError(f"aten node `{n.name}` ({ex.where(n)}): a {tuple(t.shape[2:])} kernel is not square")
+
+    def one(v, what):
+        v = list(v) if isinstance(v, (list, tuple)) else [v]
+        if len(set(v)) != 1:
+            raise ExportError(f"aten node `{n.name}` ({ex.where(n)}): {what} {v} is not square")
+        return int(v[0])
+
+    stride, padding, dilation = one(_arg(n, 3, "stride", 1), "stride"), _arg(n, 4, "padding", 0), one(_arg(n, 5, "dilation", 1), "dilation")
+    if isinstance(padding, str) or dilation != 1:
+        raise ExportError(f"aten node `{n.name}` ({ex.where(n)}): padding `{padding}` / dilation {dilation} has no memcal attribute")
+    groups = int(_arg(n, 6, "groups", 1))
+    attrs = {"in_channels": int(t.shape[1]) * groups, "out_channels": int(t.shape[0]), "kernel_size": int(t.shape[2]),
+             "stride": stride, "padding": one(padding, "padding"), "groups": groups, "bias": b is not None}
+    ex.put(n, "conv2d", attrs, [ex.id_of(x, n)])
 
 
 def _dropout(ex, n):
@@ -531,6 +609,7 @@ def _table_steps(ex, n, x, table, op):
     w = ex.params[ex.tables[table]]
     shp, tshape, xs = _shape(n), _shape(table), _shape(x)
     if op == "add" and tshape[-2:] == xs[-2:] and (len(tshape) == 2 or tshape[0] == 1):
+        ex.drawn.add(id(w))
         ex.put(n, "learned_position", {"num_positions": int(w.shape[0]), "dim": int(w.shape[1])},
                [ex.id_of(x, n)], base=ex.base_id(table, "position"))
         return
@@ -542,6 +621,7 @@ def _table_steps(ex, n, x, table, op):
         name = ex.targets.get(root, "ids").rpartition(".")[2]
         name = ex.fresh(name)
         ex.extra_inputs.append({"name": name, "shape": ["B"] + tshape[1:-1], "dtype": "int64", "classes": int(w.shape[0])})
+        ex.drawn.add(id(w))
         emb = ex.emit(ex.base_id(table, "embedding"), "embedding",
                       {"num_embeddings": int(w.shape[0]), "embedding_dim": int(w.shape[1])}, [name])
         ex.put(n, "add", {}, [ex.id_of(x, n), emb])
@@ -568,6 +648,14 @@ def _binary(ex, n):
     elif _is_node(other) and ex.resolve(other) in ex.tables:
         _table_steps(ex, n, x, ex.resolve(other), op)
         return
+    elif _is_node(other) and ex.resolve(other) in ex.params and op == "add":
+        p = ex.params[ex.resolve(other)]
+        if p.dim() == 3 and p.shape[0] == 1 and [int(d) for d in p.shape[1:]] == _shape(x)[1:]:
+            # A learned table added to every sequence (ViT's position_embeddings).
+            ex.put(n, "learned_position", {"num_positions": int(p.shape[1]), "dim": int(p.shape[2])},
+                   [ex.id_of(x, n)], base=ex.base_id(n, "position"))
+            return
+        raise ExportError(f"aten node `{n.name}` ({ex.where(n)}): `add` of a value and a parameter of shape {tuple(p.shape)}")
     elif _is_node(other) and _shape(other) == [] and ex.kind(other) == "const":
         s = _scalar_of(ex, other, n)
     else:
@@ -628,9 +716,19 @@ def _softmax(ex, n):
 
 def _cat(ex, n):
     parts = list(n.args[0])
+    dim = int(_arg(n, 1, "dim", 0))
+    if len(parts) == 2 and ex.kind(parts[0]) == "pconst" and ex.kind(parts[1]) == "value" and dim == 1:
+        # torch.cat([cls_token.expand(B, -1, -1), x], 1): a learned class token (ViT).
+        tok = ex.resolve(parts[0])
+        while tok not in ex.params and tok.op == "call_function" and _name(tok.target) == "expand":
+            tok = ex.resolve(tok.args[0])
+        p = ex.params.get(tok)
+        if p is not None and p.dim() == 3 and p.shape[0] == 1 and p.shape[1] == 1:
+            ex.put(n, "prepend_token", {"dim": int(p.shape[2])}, [ex.id_of(parts[1], n)], base=ex.base_id(n, "class_token"))
+            return
     if any(ex.kind(p) != "value" for p in parts):
         raise ExportError(f"aten node `{n.name}` ({ex.where(n)}): concatenating a parameter or constant tensor")
-    ex.put(n, "concat", {"dim": int(_arg(n, 1, "dim", 0))}, [ex.id_of(p, n) for p in parts])
+    ex.put(n, "concat", {"dim": dim}, [ex.id_of(p, n) for p in parts])
 
 
 def _expand(ex, n):
@@ -647,6 +745,7 @@ def _sdpa(ex, n):
 ATEN = {
     "embedding": _embedding,
     "linear": _linear,
+    "conv2d": _conv2d,
     "layer_norm": _layer_norm,
     "dropout": _dropout,
     "gelu": _gelu,
@@ -725,7 +824,8 @@ def default_kwargs(module):
 
 
 def trace(module, inputs, kwargs=None, output=None):
-    """Runs torch.export on the meta device; returns (nodes, output id, output shape, extra inputs)."""
+    """Runs torch.export on the meta device; returns (nodes, output id, output shape, extra
+    inputs, notes: what the model computes that the graph does not draw)."""
     import torch
 
     names = [i[0] for i in inputs]
@@ -748,4 +848,17 @@ def trace(module, inputs, kwargs=None, output=None):
         ex.run()
     finally:
         module.train(was_training)
-    return ex.nodes, ex.ids[ex.output], _shape(ex.output), ex.extra_inputs
+    return ex.nodes, ex.ids[ex.output], _shape(ex.output), ex.extra_inputs, _collapse(ex.notes)
+
+
+def _collapse(notes):
+    """One note per repeated block: `layers.0.x` and `layers.1.x` are `layers.*.x (2 places)`."""
+    import re
+
+    order, counts = [], {}
+    for note in notes:
+        key = re.sub(r"\.\d+\.", ".*.", note) if "`" in note else note
+        if key not in counts:
+            order.append(key)
+        counts[key] = counts.get(key, 0) + 1
+    return [k if counts[k] == 1 else f"{k} ({counts[k]} places)" for k in order]

@@ -9,6 +9,7 @@ functions and tensor methods. Adding a mapping touches one of them.
 
 import functools
 import json
+import warnings
 
 FORMAT = "memcal-graph/1"
 
@@ -556,15 +557,21 @@ def export(
     if tracer == "export":
         from . import program
 
-        nodes, out_id, out_shape, extra = program.trace(module, inputs, kwargs=kwargs, output=output)
+        nodes, out_id, out_shape, extra, notes = program.trace(module, inputs, kwargs=kwargs, output=output)
         how = "torch.export"
     elif tracer == "fx":
         nodes, out_id, out_shape = _trace_fx(module, inputs, leaf_modules)
-        extra, how = [], "torch.fx"
+        extra, notes, how = [], [], "torch.fx"
     else:
         raise ExportError(f"tracer `{tracer}`: use fx, export or auto")
+    if not description:
+        description = f"{type(module).__name__}, exported by memcal_export ({how} on the meta device)"
+        if notes:
+            description += ". Not drawn (the plan is low by what they keep): " + "; ".join(notes)
+    for note in notes:
+        warnings.warn(f"memcal_export: {note}", stacklevel=2)
     return _graph(nodes, out_id, out_shape, inputs, extra, loss=loss, classes=classes, name=name, family=family,
-                  description=description or f"{type(module).__name__}, exported by memcal_export ({how} on the meta device)")
+                  description=description)
 
 
 def _trace_fx(module, inputs, leaf_modules):

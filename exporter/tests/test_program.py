@@ -126,6 +126,22 @@ class Refusals(unittest.TestCase):
         self.assertIn("attention_mask", str(e.exception))
 
 
+@unittest.skipIf(transformers is None, "transformers is not installed (scripts/setup-pytorch.sh)")
+class Notes(unittest.TestCase):
+    """What a model computes that no memcal op draws is named, never dropped in silence."""
+
+    def test_qwen3_per_head_norms_are_noted_with_their_parameters(self):
+        cfg = transformers.Qwen3Config(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+                                       head_dim=16, intermediate_size=128, vocab_size=500)
+        with self.assertWarns(UserWarning) as w:
+            g = exported("Qwen3ForCausalLM", cfg, 32)
+        said = " ".join(str(x.message) for x in w.warnings)
+        self.assertIn("self_attn.q_norm` (Qwen3RMSNorm) inside the attention is not drawn (2 places)", said)
+        self.assertIn("64 parameters no memcal op holds", said)
+        self.assertIn("64 parameters no memcal op holds", g["description"])
+        self.assertEqual(plan(g)[0], sum(p.numel() for p in getattr(transformers, "Qwen3ForCausalLM")(cfg).parameters()) - 64)
+
+
 class Cumsum(nn.Module):
     def __init__(self):
         super().__init__()
