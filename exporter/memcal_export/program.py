@@ -21,7 +21,7 @@ padding mask) is refused.
 
 import functools
 
-from .trace import ExportError
+from .trace import ExportError, add_node
 
 EXAMPLE_BATCH = 3
 
@@ -360,21 +360,8 @@ class _Program:
 
     # drawing ---------------------------------------------------------------------------------
 
-    def fresh(self, base):
-        i, cand = 1, base or "node"
-        while cand in self.used:
-            i += 1
-            cand = f"{base}.{i}"
-        self.used.add(cand)
-        return cand
-
     def emit(self, base, op, attrs, inputs):
-        node_id = self.fresh(base)
-        entry = {"id": node_id, "op": op, "inputs": inputs}
-        if attrs:
-            entry["attributes"] = attrs
-        self.nodes.append(entry)
-        return node_id
+        return add_node(self.nodes, self.used, base, op, attrs, inputs)
 
     def base_id(self, n, op):
         path = self.innermost(n)
@@ -502,13 +489,17 @@ def _embedding(ex, n):
     ex.embedded.setdefault(wr, node_id)
 
 
-def _linear(ex, n):
-    x, w = n.args[0], n.args[1]
-    b = _arg(n, 2, "bias")
-    wr = ex.resolve(w)
+def _weight(ex, n, what):
+    """The parameter a linear or convolution reads as its weight: (placeholder, tensor)."""
+    wr = ex.resolve(n.args[1])
     if wr not in ex.params:
-        raise ExportError(f"aten node `{n.name}` ({ex.where(n)}): a linear whose weight is computed; memcal's linear owns its weight")
-    t = ex.params[wr]
+        raise ExportError(f"aten node `{n.name}` ({ex.where(n)}): a {what} whose weight is computed; memcal's {what} owns its weight")
+    return wr, ex.params[wr]
+
+
+def _linear(ex, n):
+    x, b = n.args[0], _arg(n, 2, "bias")
+    wr, t = _weight(ex, n, "linear")
     attrs = {"in_features": int(t.shape[1]), "out_features": int(t.shape[0]), "bias": b is not None}
     if wr in ex.embedded:
         attrs["tie"] = ex.embedded[wr]
@@ -524,12 +515,8 @@ def _layer_norm(ex, n):
 
 
 def _conv2d(ex, n):
-    x, w = n.args[0], n.args[1]
-    b = _arg(n, 2, "bias")
-    wr = ex.resolve(w)
-    if wr not in ex.params:
-        raise ExportError(f"aten node `{n.name}` ({ex.where(n)}): a convolution whose weight is computed")
-    t = ex.params[wr]
+    x, b = n.args[0], _arg(n, 2, "bias")
+    _, t = _weight(ex, n, "convolution")
     if t.shape[2] != t.shape[3]:
         raise ExportError(f"aten node `{n.name}` ({ex.where(n)}): a {tuple(t.shape[2:])} kernel is not square")
 
@@ -619,7 +606,11 @@ def _table_steps(ex, n, x, table, op):
         while root.op == "call_function" and root.args and _is_node(root.args[0]):
             root = ex.resolve(root.args[0])
         name = ex.targets.get(root, "ids").rpartition(".")[2]
-        name = ex.fresh(name)
+        i, base = 1, name
+        while name in ex.used:
+            i += 1
+            name = f"{base}.{i}"
+        ex.used.add(name)
         ex.extra_inputs.append({"name": name, "shape": ["B"] + tshape[1:-1], "dtype": "int64", "classes": int(w.shape[0])})
         ex.drawn.add(id(w))
         emb = ex.emit(ex.base_id(table, "embedding"), "embedding",

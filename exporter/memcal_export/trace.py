@@ -30,6 +30,21 @@ def _square(v, what, node):
     return int(v)
 
 
+def add_node(nodes, used, base, op, attrs, inputs):
+    """Appends a graph node with an id not yet in `used` (`base`, else `base.2`, `base.3`...)
+    and returns the id."""
+    i, node_id = 1, base or "node"
+    while node_id in used:
+        i += 1
+        node_id = f"{base}.{i}"
+    used.add(node_id)
+    entry = {"id": node_id, "op": op, "inputs": inputs}
+    if attrs:
+        entry["attributes"] = attrs
+    nodes.append(entry)
+    return node_id
+
+
 # --- known modules -------------------------------------------------------------------------------
 
 
@@ -285,21 +300,8 @@ class _Exporter:
             return None
         return self.ids.get(self.resolve(n))
 
-    def fresh_id(self, n):
-        base = str(n.target) if n.op == "call_module" else n.name
-        i, cand = 1, base
-        while cand in self.used_ids:
-            i += 1
-            cand = f"{base}.{i}"
-        self.used_ids.add(cand)
-        return cand
-
     def emit(self, n, op, attrs, inputs):
-        node_id = self.fresh_id(n)
-        entry = {"id": node_id, "op": op, "inputs": inputs}
-        if attrs:
-            entry["attributes"] = attrs
-        self.nodes.append(entry)
+        node_id = add_node(self.nodes, self.used_ids, str(n.target) if n.op == "call_module" else n.name, op, attrs, inputs)
         self.ids[n] = node_id
         return node_id
 
