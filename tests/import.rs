@@ -46,6 +46,13 @@ fn parameter_counts_are_the_published_ones() {
         // Qwen2-0.5B, tied: 151936 x 896 + 896 + 24 x (896² + 896 + 2 x (896 x 128 + 128) +
         // 896² + 3 x 896 x 4864 + 2 x 896) = 136,134,656 + 896 + 24 x 14,912,384.
         ("Qwen2-0.5B", 494_032_768),
+        // Qwen3 (modeling_qwen3.py: no biases, head_dim 128, q_norm and k_norm of head_dim):
+        // 0.6B, tied: 151936 x 1024 + 1024 + 28 x (1024 x 2048 + 2 x 1024 x 1024 + 2048 x 1024
+        // + 2 x 128 + 3 x 1024 x 3072 + 2 x 1024) = 155,582,464 + 1,024 + 28 x 15,730,944.
+        ("Qwen3-0.6B", 596_049_920),
+        // 8B, untied: 2 x 151936 x 4096 + 4096 + 36 x (2 x 4096² + 2 x 4096 x 1024 + 2 x 128 +
+        // 3 x 4096 x 12288 + 2 x 4096) = 1,244,659,712 + 4,096 + 36 x 192,946,432.
+        ("Qwen3-8B", 8_190_735_360),
         // Gemma (modeling_gemma.py): the Gemma technical report's (Table 2) non-embedding
         // counts, 1,981,884,416 (2B) and 7,751,248,896 (7B), plus the embedding at the hub
         // configs' vocabulary of 256,000 (the report counts 256,128 rows): 256000 x 2048 and

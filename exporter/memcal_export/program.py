@@ -179,7 +179,13 @@ def _gqa_attention(m, grp):
         attrs["dropout"] = core["dropout"]
     if len(grp.inputs) != 1:
         raise ExportError(f"module `{grp.path}`: gqa cross-attention has no memcal op")
-    grp.unread_children("q_proj", "k_proj", "v_proj", "o_proj")
+    drawn = ["q_proj", "k_proj", "v_proj", "o_proj"]
+    norms = [getattr(m, c, None) for c in ("q_norm", "k_norm")]
+    if all(n is not None and _rms_like(n) and int(n.weight.shape[0]) == hd for n in norms):
+        # Qwen3: q and k RMS-normalized per head over head_dim before rotary and attention.
+        attrs["qk_norm"] = True
+        drawn += ["q_norm", "k_norm"]
+    grp.unread_children(*drawn)
     return [("", "gqa_attention", attrs, ["in0"])]
 
 
@@ -217,6 +223,11 @@ def _conv1d(m, grp):
     return [("", "linear", {"in_features": int(m.weight.shape[0]), "out_features": int(m.nf), "bias": True}, ["in0"])]
 
 
+def _rms_like(m):
+    return (type(m).__name__.endswith("RMSNorm") or type(m).__name__ == "T5LayerNorm") and \
+        getattr(m, "weight", None) is not None and m.weight.dim() == 1
+
+
 def _has(m, *names):
     return all(hasattr(m, n) for n in names)
 
@@ -231,7 +242,7 @@ GROUPS = [
      and _has(m, "q_proj", "k_proj", "v_proj", "o_proj", "head_dim"), _gqa_attention),
     ("BART-family attention", lambda m: type(m).__name__.endswith("Attention")
      and _has(m, "q_proj", "k_proj", "v_proj", "out_proj", "embed_dim", "num_heads"), _bart_attention),
-    ("RMS norm", lambda m: type(m).__name__.endswith("RMSNorm") or type(m).__name__ == "T5LayerNorm", _rms),
+    ("RMS norm", _rms_like, _rms),
     ("transformers Conv1D", lambda m: type(m).__name__ == "Conv1D" and _has(m, "nf", "weight"), _conv1d),
 ]
 

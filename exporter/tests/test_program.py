@@ -93,6 +93,13 @@ class BothRoutes(unittest.TestCase):
         attn = next(n for n in g["nodes"] if n["op"] == "gqa_attention")
         self.assertEqual(attn["attributes"], {"embed_dim": 64, "num_heads": 4, "num_kv_heads": 2, "repeat_kv": False})
 
+    def test_qwen3_per_head_norms_are_qk_norm(self):
+        g = self.same("Qwen3ForCausalLM", transformers.Qwen3Config(
+            num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+            intermediate_size=128, vocab_size=500, max_position_embeddings=32))
+        attn = next(n for n in g["nodes"] if n["op"] == "gqa_attention")
+        self.assertEqual(attn["attributes"]["qk_norm"], True)
+
     def test_t5_shares_its_embedding_between_the_stacks(self):
         # T5's tied head scales by d_model ** -0.5 before lm_head: a mul_scalar import hf omits
         # (it changes no peak: the product replaces the dropout output the head would save).
@@ -130,16 +137,27 @@ class Refusals(unittest.TestCase):
 class Notes(unittest.TestCase):
     """What a model computes that no memcal op draws is named, never dropped in silence."""
 
-    def test_qwen3_per_head_norms_are_noted_with_their_parameters(self):
-        cfg = transformers.Qwen3Config(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
-                                       head_dim=16, intermediate_size=128, vocab_size=500)
+    def test_a_module_inside_an_attention_that_no_op_holds_is_noted_with_its_parameters(self):
+        cfg = transformers.LlamaConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4,
+                                       num_key_value_heads=2, intermediate_size=128, vocab_size=500)
+        with torch.device("meta"):
+            m = transformers.LlamaForCausalLM(cfg)
+            for layer in m.model.layers:
+                layer.self_attn.gate = nn.Linear(64, 4)  # in the module, read by nothing memcal draws
         with self.assertWarns(UserWarning) as w:
-            g = exported("Qwen3ForCausalLM", cfg, 32)
+            g = export(m, [("input_ids", ["B", 32], ("int64", 500))], name="n", family="t")
         said = " ".join(str(x.message) for x in w.warnings)
-        self.assertIn("self_attn.q_norm` (Qwen3RMSNorm) inside the attention is not drawn (2 places)", said)
-        self.assertIn("64 parameters no memcal op holds", said)
-        self.assertIn("64 parameters no memcal op holds", g["description"])
-        self.assertEqual(plan(g)[0], sum(p.numel() for p in getattr(transformers, "Qwen3ForCausalLM")(cfg).parameters()) - 64)
+        self.assertIn("`model.layers.*.self_attn.gate` (Linear) inside the attention is not drawn (2 places)", said)
+        self.assertIn("520 parameters no memcal op holds", said)
+        self.assertIn("520 parameters no memcal op holds", g["description"])
+        self.assertEqual(plan(g)[0], sum(p.numel() for p in m.parameters()) - 520)
+
+    def test_gemma2_soft_capping_is_noted(self):
+        cfg = transformers.Gemma2Config(num_hidden_layers=1, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+                                        head_dim=16, intermediate_size=128, vocab_size=500)
+        with self.assertWarns(UserWarning) as w:
+            exported("Gemma2ForCausalLM", cfg, 32)
+        self.assertIn("soft-capping", " ".join(str(x.message) for x in w.warnings))
 
 
 class Cumsum(nn.Module):

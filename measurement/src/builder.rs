@@ -118,6 +118,8 @@ pub(crate) enum Module {
         k: Lin,
         v: Lin,
         o: Lin,
+        /// Qwen3's per-head RMS norms of q and k (their weights), before the attention.
+        qk_norm: Option<(Tensor, Tensor)>,
         heads: i64,
         kv_heads: i64,
         head_dim: i64,
@@ -329,12 +331,19 @@ impl Model {
                     bias,
                     out_bias,
                     repeat_kv,
+                    qk_norm,
                 } => Module::Gqa {
                     repeat_kv: *repeat_kv,
                     q: Lin::new(&p, "q_proj", *d, num_heads * head_dim, *bias),
                     k: Lin::new(&p, "k_proj", *d, num_kv_heads * head_dim, *bias),
                     v: Lin::new(&p, "v_proj", *d, num_kv_heads * head_dim, *bias),
                     o: Lin::new(&p, "o_proj", num_heads * head_dim, *d, *out_bias),
+                    qk_norm: qk_norm.then(|| {
+                        (
+                            p.var("q_norm", &[i(*head_dim)], Init::Const(1.)),
+                            p.var("k_norm", &[i(*head_dim)], Init::Const(1.)),
+                        )
+                    }),
                     heads: i(*num_heads),
                     kv_heads: i(*num_kv_heads),
                     head_dim: i(*head_dim),
@@ -720,6 +729,7 @@ impl Model {
                     k,
                     v,
                     o,
+                    qk_norm,
                     heads,
                     kv_heads,
                     head_dim,
@@ -727,9 +737,18 @@ impl Model {
                 },
             ) => {
                 let (b, t) = (x.size()[0], x.size()[1]);
-                let qh = q.fwd(x).view([b, t, *heads, *head_dim]).transpose(1, 2);
+                // Qwen3: q_norm(q_proj(x).view(b, t, h, hd)), then the transpose to heads.
+                let norm = |y: Tensor, w: Option<&Tensor>| match w {
+                    Some(w) => y.rms_norm([*head_dim], Some(w), None),
+                    None => y,
+                };
+                let (qn, kn) = match qk_norm {
+                    Some((qw, kw)) => (Some(qw), Some(kw)),
+                    None => (None, None),
+                };
+                let qh = norm(q.fwd(x).view([b, t, *heads, *head_dim]), qn).transpose(1, 2);
                 let rep = heads / kv_heads;
-                let kh = k.fwd(x).view([b, t, *kv_heads, *head_dim]).transpose(1, 2);
+                let kh = norm(k.fwd(x).view([b, t, *kv_heads, *head_dim]), kn).transpose(1, 2);
                 let vh = v.fwd(x).view([b, t, *kv_heads, *head_dim]).transpose(1, 2);
                 let (kh, vh) = if rep > 1 && *repeat_kv {
                     (

@@ -77,6 +77,12 @@ const KINDS: &[Kind] = &[
         aliases: &[],
     },
     Kind {
+        model_type: "qwen3",
+        class: "Qwen3ForCausalLM",
+        build: qwen3,
+        aliases: &[],
+    },
+    Kind {
         model_type: "gemma",
         class: "GemmaForCausalLM",
         build: gemma,
@@ -733,6 +739,67 @@ fn qwen2(c: &Config, o: &Options) -> Result<Built> {
         approximations: std::iter::once(ROTARY.to_string()).chain(eager).collect(),
         drawn: vec![
             "attention projections: q, k and v with a bias, o_proj without (gqa_attention bias \"qkv\")".into(),
+            attention,
+            format!(
+                "LM head: {} (tie_word_embeddings = {tied})",
+                if tied { "the embedding's table" } else { "its own matrix" }
+            ),
+        ],
+    })
+}
+
+/// Qwen3 (`modeling_qwen3.py`): Qwen2's layers with `attention_bias` (Qwen3Config's default:
+/// false) on all four projections, `head_dim` from the config (default 128), and q and k
+/// RMS-normalized per head (`q_norm`, `k_norm` over head_dim: gqa_attention `qk_norm`).
+fn qwen3(c: &Config, o: &Options) -> Result<Built> {
+    let d = c.size("hidden_size")?;
+    let heads = c.size("num_attention_heads")?;
+    let kv_heads = c.size_or("num_key_value_heads", heads)?;
+    let head_dim = c.size_or("head_dim", 128)?;
+    c.require(
+        "hidden_act",
+        c.text_or("hidden_act", "silu")?,
+        "silu",
+        "a SwiGLU feed-forward",
+    )?;
+    c.require(
+        "use_sliding_window",
+        c.flag_or("use_sliding_window", false)?,
+        false,
+        "full causal attention in every layer",
+    )?;
+    let bias = c.flag_or("attention_bias", false)?;
+    let tied = c.flag_or("tie_word_embeddings", false)?;
+    let (seq, seq_source) = sequence(c, o, "max_position_embeddings", 4096, 40960)?;
+    let layers = c.size("num_hidden_layers")?;
+    let ff = c.size("intermediate_size")?;
+    let mut graph = crate::zoo::sized::qwen2(
+        c.size("vocab_size")?,
+        seq,
+        d,
+        layers,
+        [heads, kv_heads, head_dim],
+        ff,
+        tied,
+    );
+    for n in graph.nodes.iter_mut().filter(|n| n.op == "gqa_attention") {
+        n.attributes.insert("qk_norm".into(), Value::from(true));
+        n.attributes.insert("bias".into(), Value::from(bias));
+    }
+    graph.description = Some(format!(
+        "Qwen3 decoder: {layers} layers, d={d}, {heads} heads of {head_dim} ({kv_heads} kv heads, per-head q/k RMS norms{}), SwiGLU {ff}, RMSNorm, T={seq}, vocab {}, {} LM head",
+        if bias { ", biased projections" } else { "" },
+        c.size("vocab_size")?,
+        if tied { "tied" } else { "untied" }
+    ));
+    let (attention, eager) = gqa(&mut graph, o.attn);
+    Ok(Built {
+        graph,
+        seq,
+        seq_source,
+        approximations: std::iter::once(ROTARY.to_string()).chain(eager).collect(),
+        drawn: vec![
+            format!("attention projections: {} (attention_bias = {bias}); q_norm and k_norm per head (gqa_attention qk_norm)", if bias { "all four with a bias" } else { "without bias" }),
             attention,
             format!(
                 "LM head: {} (tie_word_embeddings = {tied})",

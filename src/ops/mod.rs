@@ -405,6 +405,9 @@ pub enum Op {
         /// with `enable_gqa=True` on the unrepeated k and v (transformers' sdpa path without a
         /// mask, torch >= 2.5).
         repeat_kv: bool,
+        /// Attribute `qk_norm` [false]: q and k are RMS-normalized per head over `head_dim`
+        /// before the attention, each with its own weight (Qwen3's `q_norm` and `k_norm`).
+        qk_norm: bool,
     },
     MlaAttention {
         embed_dim: u64,

@@ -104,6 +104,7 @@ impl Op {
                 head_dim,
                 bias,
                 out_bias,
+                qk_norm,
                 ..
             } => {
                 let q = num_heads.saturating_mul(*head_dim);
@@ -118,6 +119,11 @@ impl Op {
                     if b {
                         p.push(vec![o]);
                     }
+                }
+                if *qk_norm {
+                    // q_norm and k_norm: one weight of head_dim each, after the projections.
+                    p.push(vec![*head_dim]);
+                    p.push(vec![*head_dim]);
                 }
             }
             Op::MlaAttention {

@@ -323,6 +323,7 @@ static OPS: &[(OpKind, &str, Parser)] = &[
                 bias,
                 out_bias,
                 repeat_kv: a.flag_or("repeat_kv", true)?,
+                qk_norm: a.flag_or("qk_norm", false)?,
             }
         })
     }),

@@ -491,12 +491,13 @@ fn gqa(s: &Sizes, node: &Node) -> OpRule {
             bias,
             out_bias,
             repeat_kv,
+            qk_norm,
             ..
         } => flash(
             s,
             [*embed_dim, *num_heads, *num_kv_heads, *head_dim],
             (*bias, *out_bias),
-            *repeat_kv,
+            (*repeat_kv, *qk_norm),
         ),
         // backend "sdpa": self- or cross-attention, as many kv heads as heads.
         Op::MultiheadAttention {
@@ -509,7 +510,7 @@ fn gqa(s: &Sizes, node: &Node) -> OpRule {
             s,
             [*embed_dim, *num_heads, *num_heads, embed_dim / num_heads],
             (*bias, *bias),
-            true,
+            (true, false),
         ),
         _ => unreachable!("sdpa rule for another op"),
     }
@@ -517,11 +518,13 @@ fn gqa(s: &Sizes, node: &Node) -> OpRule {
 
 /// Attention through flash sdpa on CUDA: `[embed_dim, heads, kv_heads, head_dim]`.
 /// `(bias, out_bias)`: the q, k, v projections' biases and the output projection's.
+/// `qk_norm`: q and k through `_fused_rms_norm` first (the `rms_norm` rule: it saves its input
+/// and a float32 rstd per row); derived from torch's source, not measured on CUDA.
 fn flash(
     s: &Sizes,
     [embed_dim, h, kvh, hd]: [u64; 4],
     (bias, out_bias): (bool, bool),
-    repeat_kv: bool,
+    (repeat_kv, qk_norm): (bool, bool),
 ) -> OpRule {
     let (b, t) = (s.dim(0), s.dim(1));
     let ex = s.e_in(0);
@@ -567,6 +570,18 @@ fn flash(
             bytes: lse + 16,
         },
     ]);
+    if qk_norm {
+        saved.extend([
+            Saved::Internal {
+                what: "q projection (q_norm's input, bf16) and its float32 rstd",
+                bytes: q + b * t * h * F32,
+            },
+            Saved::Internal {
+                what: "k projection (k_norm's input, bf16) and its float32 rstd",
+                bytes: kv + b * tk * kvh * F32,
+            },
+        ]);
+    }
     let fwd = if repeated { 2 * kv } else { 0 };
     // FlashAttention-2 mha_bwd: dq, dk, dv, dq_accum (float32, T rounded to 128, head dim to 32)
     // and softmax_d (float32 B x H x T rounded to 128).

@@ -654,7 +654,7 @@ pub(super) fn cpu_rule_at(graph: &Graph, k: usize, batch: u64, values: &Values, 
             y,
             [*d, *num_heads, *num_heads, d / num_heads],
             (*bias, *bias),
-            true,
+            (true, false),
             "sdpa attention (backend \"sdpa\"): q, k, v projections (k and v of the memory for cross-attention), CPU flash sdpa: saves q, k, v, the output and B x H x Tq logsumexp, no B x H x Tq x Tk tensor; backward peaks in sdpa's backward with its per-thread scratch",
         ),
         Op::MultiheadAttention { embed_dim: d, num_heads, causal, relative_attention_buckets, bias, sdpa: false, dropout, .. } => {
@@ -708,12 +708,12 @@ pub(super) fn cpu_rule_at(graph: &Graph, k: usize, batch: u64, values: &Values, 
             r.backward_peak = Some(BackwardPeak { freed, held, params: o_proj });
             r
         }
-        Op::GqaAttention { embed_dim, num_heads, num_kv_heads, head_dim, bias, out_bias, repeat_kv, .. } => sdpa_attention(
+        Op::GqaAttention { embed_dim, num_heads, num_kv_heads, head_dim, bias, out_bias, repeat_kv, qk_norm, .. } => sdpa_attention(
             &s,
             y,
             [*embed_dim, *num_heads, *num_kv_heads, *head_dim],
             (*bias, *out_bias),
-            *repeat_kv,
+            (*repeat_kv, *qk_norm),
             "q, k, v projections, k/v repeated to all heads, CPU flash sdpa: saves q, k, v, the output and B x H x T logsumexp; backward peaks in sdpa's backward with its per-thread scratch",
         ),
         Op::MlaAttention {
@@ -1102,13 +1102,15 @@ fn sdpa_math_attention(
 /// every head when there are fewer kv heads, one sdpa call saving q, k, v, its output and a
 /// B x H x Tq float32 logsumexp; backward: out_proj (+ the context's gradient), then sdpa's
 /// backward (+ q, k, v gradients while the context's gradient is alive, less the incoming
-/// gradient). Checked on `sim-gqa`, `sim-mha-sdpa*` and `sim-mha-sdpa-cross`.
+/// gradient). Checked on `sim-gqa`, `sim-mha-sdpa*` and `sim-mha-sdpa-cross`. `qk_norm`:
+/// q and k each go through the composite RMS norm first (the `rms_norm` rule's saved set, per
+/// head: the projection, x*rstd and a float32 rstd per row of head_dim; forward holds x^2).
 fn sdpa_attention(
     s: &Sizes,
     y: u64,
     [embed_dim, num_heads, num_kv_heads, head_dim]: [u64; 4],
     (bias, out_bias): (bool, bool),
-    repeat_kv: bool,
+    (repeat_kv, qk_norm): (bool, bool),
     note: &'static str,
 ) -> OpRule {
     use Saved::*;
@@ -1149,7 +1151,38 @@ fn sdpa_attention(
     if cross {
         saved.push(InputContiguous(1));
     }
-    let fwd = if repeated { 2 * kv } else { 0 };
+    let mut fwd = if repeated { 2 * kv } else { 0 };
+    if qk_norm {
+        let rows_q = t * num_heads * 4;
+        let rows_k = s.dim(0) * tk * num_kv_heads * 4;
+        saved.extend([
+            Internal {
+                what: "q projection (q_norm's input)",
+                bytes: q,
+            },
+            Internal {
+                what: "q*rstd (q_norm)",
+                bytes: q,
+            },
+            Internal {
+                what: "q_norm's rstd, float32 per head",
+                bytes: rows_q,
+            },
+            Internal {
+                what: "k projection (k_norm's input)",
+                bytes: kv,
+            },
+            Internal {
+                what: "k*rstd (k_norm)",
+                bytes: kv,
+            },
+            Internal {
+                what: "k_norm's rstd, float32 per head",
+                bytes: rows_k,
+            },
+        ]);
+        fwd = fwd.max(q + 2 * rows_q);
+    }
     // sdpa's backward holds its per-thread scratch while q, k and v's gradients are made.
     let scratch = flash_backward_scratch(s.dim(1), tk);
     let freed = q.max((2 * q + ks + vs).saturating_sub(y) + scratch);
