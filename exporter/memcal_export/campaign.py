@@ -46,6 +46,7 @@ CLASSES = {
     "mistral": "MistralForCausalLM",
     "mixtral": "MixtralForCausalLM",
     "qwen2": "Qwen2ForCausalLM",
+    "qwen3": "Qwen3ForCausalLM",
     "gemma": "GemmaForCausalLM",
     "bert": "BertModel",
     "roberta": "RobertaModel",
@@ -141,6 +142,8 @@ def measure_entry(counter, entry, config, graph, batch):
     import torch
     import transformers
 
+    if config.get("model_type") not in CLASSES:
+        raise ValueError(f"model_type `{config.get('model_type')}`: the campaign measures {', '.join(sorted(CLASSES))} (campaign.CLASSES)")
     cls_name = CLASSES[config["model_type"]]
     cls = getattr(transformers, cls_name)
     model_type = config["model_type"]
