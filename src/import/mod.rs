@@ -698,10 +698,25 @@ fn mixtral(c: &Config, o: &Options) -> Result<Built> {
 const ROTARY: &str =
     "rotary position tables and the causal mask are not drawn (a few [T, head_dim] and [T, T] tensors)";
 
-/// Qwen2 (`modeling_qwen2.py`): LLaMA's layers with `bias=True` on q_proj, k_proj and v_proj
-/// and `bias=False` on o_proj, `head_dim` from the config or hidden_size / heads, the LM head
-/// tied to the embedding when `tie_word_embeddings` (Qwen2Config's default: false).
-fn qwen2(c: &Config, o: &Options) -> Result<Built> {
+/// A Qwen decoder as transformers builds it: a SwiGLU feed-forward, full causal attention in
+/// every layer, `head_dim` from the config (else `head_dim_default`), the LM head tied when
+/// `tie_word_embeddings`; Qwen2's biased q, k and v (o_proj unbiased) until the caller redraws
+/// the projections.
+struct Qwen {
+    graph: GraphFile,
+    seq: u64,
+    seq_source: String,
+    tied: bool,
+    /// layers, d, heads, kv heads, head_dim, feed-forward, vocabulary.
+    sizes: [u64; 7],
+}
+
+fn qwen_decoder(
+    c: &Config,
+    o: &Options,
+    head_dim_default: Option<u64>,
+    seq_fallback: u64,
+) -> Result<Qwen> {
     let d = c.size("hidden_size")?;
     let heads = c.size("num_attention_heads")?;
     c.require(
@@ -717,96 +732,86 @@ fn qwen2(c: &Config, o: &Options) -> Result<Built> {
         "full causal attention in every layer",
     )?;
     let tied = c.flag_or("tie_word_embeddings", false)?;
-    let (seq, seq_source) = sequence(c, o, "max_position_embeddings", 4096, 32768)?;
-    let mut graph = crate::zoo::sized::qwen2(
-        c.size("vocab_size")?,
-        seq,
-        d,
+    let (seq, seq_source) = sequence(c, o, "max_position_embeddings", 4096, seq_fallback)?;
+    let sizes = [
         c.size("num_hidden_layers")?,
-        [
-            heads,
-            c.size_or("num_key_value_heads", heads)?,
-            c.size_or("head_dim", d / heads)?,
-        ],
+        d,
+        heads,
+        c.size_or("num_key_value_heads", heads)?,
+        c.size_or("head_dim", head_dim_default.unwrap_or(d / heads))?,
         c.size("intermediate_size")?,
-        tied,
-    );
-    let (attention, eager) = gqa(&mut graph, o.attn);
-    Ok(Built {
+        c.size("vocab_size")?,
+    ];
+    let [layers, _, _, kv_heads, head_dim, ff, vocab] = sizes;
+    let graph =
+        crate::zoo::sized::qwen2(vocab, seq, d, layers, [heads, kv_heads, head_dim], ff, tied);
+    Ok(Qwen {
         graph,
         seq,
         seq_source,
-        approximations: std::iter::once(ROTARY.to_string()).chain(eager).collect(),
-        drawn: vec![
-            "attention projections: q, k and v with a bias, o_proj without (gqa_attention bias \"qkv\")".into(),
-            attention,
-            format!(
-                "LM head: {} (tie_word_embeddings = {tied})",
-                if tied { "the embedding's table" } else { "its own matrix" }
-            ),
-        ],
+        tied,
+        sizes,
     })
+}
+
+impl Qwen {
+    /// What the import says: its projections (`projections`), the attention, the head.
+    fn built(mut self, o: &Options, projections: String) -> Built {
+        let (attention, eager) = gqa(&mut self.graph, o.attn);
+        let tied = self.tied;
+        Built {
+            graph: self.graph,
+            seq: self.seq,
+            seq_source: self.seq_source,
+            approximations: std::iter::once(ROTARY.to_string()).chain(eager).collect(),
+            drawn: vec![
+                projections,
+                attention,
+                format!(
+                    "LM head: {} (tie_word_embeddings = {tied})",
+                    if tied {
+                        "the embedding's table"
+                    } else {
+                        "its own matrix"
+                    }
+                ),
+            ],
+        }
+    }
+}
+
+/// Qwen2 (`modeling_qwen2.py`): LLaMA's layers with `bias=True` on q_proj, k_proj and v_proj
+/// and `bias=False` on o_proj, `head_dim` from the config or hidden_size / heads, the LM head
+/// tied to the embedding when `tie_word_embeddings` (Qwen2Config's default: false).
+fn qwen2(c: &Config, o: &Options) -> Result<Built> {
+    Ok(qwen_decoder(c, o, None, 32768)?.built(
+        o,
+        "attention projections: q, k and v with a bias, o_proj without (gqa_attention bias \"qkv\")".into(),
+    ))
 }
 
 /// Qwen3 (`modeling_qwen3.py`): Qwen2's layers with `attention_bias` (Qwen3Config's default:
 /// false) on all four projections, `head_dim` from the config (default 128), and q and k
 /// RMS-normalized per head (`q_norm`, `k_norm` over head_dim: gqa_attention `qk_norm`).
 fn qwen3(c: &Config, o: &Options) -> Result<Built> {
-    let d = c.size("hidden_size")?;
-    let heads = c.size("num_attention_heads")?;
-    let kv_heads = c.size_or("num_key_value_heads", heads)?;
-    let head_dim = c.size_or("head_dim", 128)?;
-    c.require(
-        "hidden_act",
-        c.text_or("hidden_act", "silu")?,
-        "silu",
-        "a SwiGLU feed-forward",
-    )?;
-    c.require(
-        "use_sliding_window",
-        c.flag_or("use_sliding_window", false)?,
-        false,
-        "full causal attention in every layer",
-    )?;
     let bias = c.flag_or("attention_bias", false)?;
-    let tied = c.flag_or("tie_word_embeddings", false)?;
-    let (seq, seq_source) = sequence(c, o, "max_position_embeddings", 4096, 40960)?;
-    let layers = c.size("num_hidden_layers")?;
-    let ff = c.size("intermediate_size")?;
-    let mut graph = crate::zoo::sized::qwen2(
-        c.size("vocab_size")?,
-        seq,
-        d,
-        layers,
-        [heads, kv_heads, head_dim],
-        ff,
-        tied,
-    );
-    for n in graph.nodes.iter_mut().filter(|n| n.op == "gqa_attention") {
+    let mut q = qwen_decoder(c, o, Some(128), 40960)?;
+    for n in q.graph.nodes.iter_mut().filter(|n| n.op == "gqa_attention") {
         n.attributes.insert("qk_norm".into(), Value::from(true));
         n.attributes.insert("bias".into(), Value::from(bias));
     }
-    graph.description = Some(format!(
-        "Qwen3 decoder: {layers} layers, d={d}, {heads} heads of {head_dim} ({kv_heads} kv heads, per-head q/k RMS norms{}), SwiGLU {ff}, RMSNorm, T={seq}, vocab {}, {} LM head",
+    let [layers, d, heads, kv_heads, head_dim, ff, vocab] = q.sizes;
+    q.graph.description = Some(format!(
+        "Qwen3 decoder: {layers} layers, d={d}, {heads} heads of {head_dim} ({kv_heads} kv heads, per-head q/k RMS norms{}), SwiGLU {ff}, RMSNorm, T={}, vocab {vocab}, {} LM head",
         if bias { ", biased projections" } else { "" },
-        c.size("vocab_size")?,
-        if tied { "tied" } else { "untied" }
+        q.seq,
+        if q.tied { "tied" } else { "untied" }
     ));
-    let (attention, eager) = gqa(&mut graph, o.attn);
-    Ok(Built {
-        graph,
-        seq,
-        seq_source,
-        approximations: std::iter::once(ROTARY.to_string()).chain(eager).collect(),
-        drawn: vec![
-            format!("attention projections: {} (attention_bias = {bias}); q_norm and k_norm per head (gqa_attention qk_norm)", if bias { "all four with a bias" } else { "without bias" }),
-            attention,
-            format!(
-                "LM head: {} (tie_word_embeddings = {tied})",
-                if tied { "the embedding's table" } else { "its own matrix" }
-            ),
-        ],
-    })
+    let projections = format!(
+        "attention projections: {} (attention_bias = {bias}); q_norm and k_norm per head (gqa_attention qk_norm)",
+        if bias { "all four with a bias" } else { "without bias" }
+    );
+    Ok(q.built(o, projections))
 }
 
 /// Gemma (`modeling_gemma.py`): the embedding's output times sqrt(hidden_size), `head_dim`
