@@ -21,7 +21,7 @@ padding mask) is refused.
 
 import functools
 
-from .trace import ExportError, add_node
+from .trace import ExportError, add_node, fresh_id
 
 EXAMPLE_BATCH = 3
 
@@ -476,11 +476,24 @@ class _Program:
         for o in outputs:
             self.ids[o] = prev
 
+    def through_expand(self, n):
+        """The tensor an expand broadcasts (a class token's parameter), else `n` resolved."""
+        r = self.resolve(n)
+        while r not in self.params and r.op == "call_function" and _name(r.target) == "expand":
+            r = self.resolve(r.args[0])
+        return r
+
+    def origin(self, n):
+        """The placeholder a chain of first arguments starts from (a buffer behind its casts,
+        slices and expands)."""
+        r = self.resolve(n)
+        while r.op == "call_function" and r.args and _is_node(r.args[0]):
+            r = self.resolve(r.args[0])
+        return r
+
     def put(self, n, op, attrs, inputs, base=None):
         for a in _flat(list(n.args) + list(n.kwargs.values())):
-            r = self.resolve(a) if _is_node(a) else None
-            while r is not None and r.op == "call_function" and _name(r.target) == "expand":
-                r = self.resolve(r.args[0])  # a class token through its expand
+            r = self.through_expand(a) if _is_node(a) else None
             if r in self.params:
                 self.drawn.add(id(self.params[r]))
         self.ids[n] = self.emit(base or self.base_id(n, op), op, attrs, inputs)
@@ -582,10 +595,7 @@ def _pow(ex, n):
 def _scalar_of(ex, c, n):
     """The value of a 0-d constant (Gemma's embed_scale buffer): read from the buffer when it has
     data, else from the module's float of the same name (`scalar_<name>`)."""
-    r = ex.resolve(c)
-    while r.op == "call_function" and r.args and _is_node(r.args[0]):
-        r = ex.resolve(r.args[0])
-    target = ex.targets.get(r)
+    target = ex.targets.get(ex.origin(c))
     if target is not None:
         owner, _, attr = target.rpartition(".")
         m = ex.root.get_submodule(owner) if owner else ex.root
@@ -612,16 +622,7 @@ def _table_steps(ex, n, x, table, op):
                [ex.id_of(x, n)], base=ex.base_id(table, "position"))
         return
     if op == "add" and tshape == shp and tshape[0] == EXAMPLE_BATCH:
-        idx = table.args[1]
-        root = ex.resolve(idx)
-        while root.op == "call_function" and root.args and _is_node(root.args[0]):
-            root = ex.resolve(root.args[0])
-        name = ex.targets.get(root, "ids").rpartition(".")[2]
-        i, base = 1, name
-        while name in ex.used:
-            i += 1
-            name = f"{base}.{i}"
-        ex.used.add(name)
+        name = fresh_id(ex.used, ex.targets.get(ex.origin(table.args[1]), "ids").rpartition(".")[2])
         ex.extra_inputs.append({"name": name, "shape": ["B"] + tshape[1:-1], "dtype": "int64", "classes": int(w.shape[0])})
         ex.drawn.add(id(w))
         emb = ex.emit(ex.base_id(table, "embedding"), "embedding",
@@ -721,10 +722,7 @@ def _cat(ex, n):
     dim = int(_arg(n, 1, "dim", 0))
     if len(parts) == 2 and ex.kind(parts[0]) == "pconst" and ex.kind(parts[1]) == "value" and dim == 1:
         # torch.cat([cls_token.expand(B, -1, -1), x], 1): a learned class token (ViT).
-        tok = ex.resolve(parts[0])
-        while tok not in ex.params and tok.op == "call_function" and _name(tok.target) == "expand":
-            tok = ex.resolve(tok.args[0])
-        p = ex.params.get(tok)
+        p = ex.params.get(ex.through_expand(parts[0]))
         if p is not None and p.dim() == 3 and p.shape[0] == 1 and p.shape[1] == 1:
             ex.put(n, "prepend_token", {"dim": int(p.shape[2])}, [ex.id_of(parts[1], n)], base=ex.base_id(n, "class_token"))
             return

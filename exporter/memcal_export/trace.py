@@ -30,14 +30,19 @@ def _square(v, what, node):
     return int(v)
 
 
-def add_node(nodes, used, base, op, attrs, inputs):
-    """Appends a graph node with an id not yet in `used` (`base`, else `base.2`, `base.3`...)
-    and returns the id."""
-    i, node_id = 1, base or "node"
-    while node_id in used:
+def fresh_id(used, base):
+    """A name not yet in `used` (`base`, else `base.2`, `base.3`...), added to it."""
+    i, name = 1, base or "node"
+    while name in used:
         i += 1
-        node_id = f"{base}.{i}"
-    used.add(node_id)
+        name = f"{base}.{i}"
+    used.add(name)
+    return name
+
+
+def add_node(nodes, used, base, op, attrs, inputs):
+    """Appends a graph node with an id not yet in `used` and returns the id."""
+    node_id = fresh_id(used, base)
     entry = {"id": node_id, "op": op, "inputs": inputs}
     if attrs:
         entry["attributes"] = attrs

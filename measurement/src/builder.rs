@@ -742,10 +742,8 @@ impl Model {
                     Some(w) => y.rms_norm([*head_dim], Some(w), None),
                     None => y,
                 };
-                let (qn, kn) = match qk_norm {
-                    Some((qw, kw)) => (Some(qw), Some(kw)),
-                    None => (None, None),
-                };
+                let qn = qk_norm.as_ref().map(|(w, _)| w);
+                let kn = qk_norm.as_ref().map(|(_, w)| w);
                 let qh = norm(q.fwd(x).view([b, t, *heads, *head_dim]), qn).transpose(1, 2);
                 let rep = heads / kv_heads;
                 let kh = norm(k.fwd(x).view([b, t, *kv_heads, *head_dim]), kn).transpose(1, 2);
