@@ -190,7 +190,12 @@ pub fn textbook(graph: &Graph, batch: u64) -> Result<Textbook, NotApplicable> {
             | Op::Mse
             | Op::LearnedPosition { .. }
             | Op::PrependToken { .. }
-            | Op::Parameter { .. } => {}
+            | Op::Parameter { .. }
+            | Op::Matmul
+            | Op::Slice { .. }
+            | Op::Sdpa { .. }
+            | Op::Constant { .. }
+            | Op::Expand { .. } => {}
         }
     }
     if mixed {

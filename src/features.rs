@@ -278,7 +278,12 @@ fn contribution(graph: &Graph, k: usize, batch: u64) -> NodeContribution {
         | Op::Mse
         | Op::LearnedPosition { .. }
         | Op::PrependToken { .. }
-        | Op::Parameter { .. } => {}
+        | Op::Parameter { .. }
+        | Op::Matmul
+        | Op::Slice { .. }
+        | Op::Sdpa { .. }
+        | Op::Constant { .. }
+        | Op::Expand { .. } => {}
     }
     let internal = c
         .intermediate_tensors

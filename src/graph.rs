@@ -441,6 +441,9 @@ impl Graph {
         } = resolved;
         let args_of = |i: usize| &args[starts[i] as usize..starts[i + 1] as usize];
         let mut outputs: Vec<Option<Shape>> = vec![None; file.nodes.len()];
+        // Nodes computed from `constant` nodes alone (no gradient reaches them): only these
+        // may be broadcast by a binary op.
+        let mut constant = vec![false; file.nodes.len()];
         for &i in &order {
             let nf = &file.nodes[i];
             let op = &ops[i];
@@ -471,6 +474,24 @@ impl Graph {
                 }
             }
             let output = op.infer(&ins).map_err(|m| Error::node(path, &nf.id, m))?;
+            let of_constants = |v: u32| (v as usize) >= n_inputs && constant[v as usize - n_inputs];
+            let made_of_constants = matches!(op, Op::Constant { .. })
+                || (op.parameters() == 0 && args_of(i).iter().all(|&v| of_constants(v)));
+            if matches!(op, Op::Add | Op::Mul | Op::Sub | Op::Div) {
+                for (k, (&v, s)) in args_of(i).iter().zip(&ins).enumerate() {
+                    if **s != output && !of_constants(v) {
+                        return Err(Error::node(
+                            path,
+                            &nf.id,
+                            format!(
+                                "input `{}` {s} is broadcast to {output}: only a tensor made from `constant` nodes (no gradient) may be broadcast; give both inputs the shape {output}",
+                                nf.inputs[k]
+                            ),
+                        ));
+                    }
+                }
+            }
+            constant[i] = made_of_constants;
             outputs[i] = Some(output);
         }
         let node_op = |name: &str| match index.get(name) {

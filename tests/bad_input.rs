@@ -128,6 +128,7 @@ mod graphs {
         trailing_bytes,
         two_graphs_in_one_file,
         activation_overflow,
+        broadcast_value,
     );
 }
 

@@ -169,6 +169,18 @@ fn path_name(id: &str) -> String {
     id.replace('.', "_")
 }
 
+/// A shape of `"B"` entries and sizes at `batch`.
+fn sizes(shape: &[ReshapeDim], batch: u64) -> Vec<i64> {
+    shape
+        .iter()
+        .map(|d| match d {
+            ReshapeDim::Batch => i(batch),
+            ReshapeDim::Fixed(n) => i(*n),
+            ReshapeDim::Infer => -1,
+        })
+        .collect()
+}
+
 fn i(v: u64) -> i64 {
     v as i64
 }
@@ -835,6 +847,24 @@ impl Model {
                 size.extend(w.size());
                 w.unsqueeze(0).expand(size, false)
             }
+            (Op::Matmul, _) => x.matmul(a[1]),
+            (Op::Slice { dim, start, end }, _) => x.slice(*dim, i(*start), i(*end), 1),
+            (Op::Sdpa { causal, enable_gqa }, _) => Tensor::scaled_dot_product_attention::<Tensor>(
+                x,
+                a[1],
+                a[2],
+                None,
+                0.0,
+                *causal,
+                None,
+                *enable_gqa,
+            ),
+            (Op::Constant { shape }, _) => {
+                // Made from constants in every forward, outside autograd (rotary tables,
+                // masks): float32, as transformers builds them.
+                Tensor::ones(sizes(shape, batch).as_slice(), (Kind::Float, x.device()))
+            }
+            (Op::Expand { shape }, _) => x.expand(sizes(shape, batch).as_slice(), false),
             (op, _) => panic!(
                 "node {k}: op `{}` has no module built for it (harness bug)",
                 op.name()

@@ -269,11 +269,16 @@ pub enum OpKind {
     LearnedPosition,
     PrependToken,
     Parameter,
+    Matmul,
+    Slice,
+    Sdpa,
+    Constant,
+    Expand,
 }
 
 impl OpKind {
     /// The last kind (the table's length less one).
-    pub const LAST: OpKind = OpKind::Parameter;
+    pub const LAST: OpKind = OpKind::Expand;
 }
 
 impl std::fmt::Display for Op {
@@ -441,6 +446,38 @@ pub enum Op {
     Parameter {
         shape: Vec<u64>,
     },
+    /// `a @ b` of two values (`torch.matmul`, batched): `[..., n, k] x [..., k, m] -> [..., n,
+    /// m]` with equal leading axes (eager attention's `q @ k.transpose(-2, -1)` and `p @ v`,
+    /// written out op by op).
+    Matmul,
+    /// `x[..., start:end, ...]` on one axis `dim` (`aten.slice`, step 1): a strided view.
+    /// `chunk` and `split` are one slice per piece; partial rotary's `q[..., :rot]`.
+    Slice {
+        dim: i64,
+        start: u64,
+        end: u64,
+    },
+    /// `torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal,
+    /// enable_gqa=enable_gqa)` of three values `[B, h, Tq, hd]`, `[B, kv, Tk, hd]`, `[B, kv,
+    /// Tk, hdv]`, no mask and no dropout: what transformers' sdpa attention calls, written out
+    /// op by op. Output `[B, h, Tq, hdv]`.
+    Sdpa {
+        causal: bool,
+        enable_gqa: bool,
+    },
+    /// A tensor made from constants in every forward and never trained (rotary cos/sin tables,
+    /// attention masks): `shape` entries are `"B"` or sizes; its one input (any value) is not
+    /// read but for its batch. No gradient flows through it. It may be broadcast by `add`,
+    /// `mul`, `sub` and `div`.
+    Constant {
+        shape: Vec<ReshapeDim>,
+    },
+    /// `x.expand(shape)`: axes of size 1 broadcast to `shape` (entries `"B"` or sizes), a
+    /// stride-0 view (transformers' `repeat_kv` expands `[B, kv, 1, T, hd]` to `[B, kv, n, T,
+    /// hd]` before its reshape copies it). Its gradient is the incoming one summed back.
+    Expand {
+        shape: Vec<ReshapeDim>,
+    },
 }
 
 impl Op {
@@ -493,6 +530,11 @@ impl Op {
             Op::LearnedPosition { .. } => OpKind::LearnedPosition,
             Op::PrependToken { .. } => OpKind::PrependToken,
             Op::Parameter { .. } => OpKind::Parameter,
+            Op::Matmul => OpKind::Matmul,
+            Op::Slice { .. } => OpKind::Slice,
+            Op::Sdpa { .. } => OpKind::Sdpa,
+            Op::Constant { .. } => OpKind::Constant,
+            Op::Expand { .. } => OpKind::Expand,
         }
     }
 
@@ -540,7 +582,12 @@ impl Op {
             | Op::Mse
             | Op::LearnedPosition { .. }
             | Op::PrependToken { .. }
-            | Op::Parameter { .. } => None,
+            | Op::Parameter { .. }
+            | Op::Matmul
+            | Op::Slice { .. }
+            | Op::Sdpa { .. }
+            | Op::Constant { .. }
+            | Op::Expand { .. } => None,
         }
     }
 
@@ -553,6 +600,8 @@ impl Op {
                 | Op::Permute { .. }
                 | Op::SelectToken { .. }
                 | Op::Parameter { .. }
+                | Op::Slice { .. }
+                | Op::Expand { .. }
         )
     }
 
@@ -564,7 +613,10 @@ impl Op {
     /// How many inputs the op takes: (min, max).
     pub fn arity(&self) -> (usize, usize) {
         match self {
-            Op::Add | Op::Mul | Op::Sub | Op::Div | Op::CrossEntropy | Op::Mse => (2, 2),
+            Op::Add | Op::Mul | Op::Sub | Op::Div | Op::CrossEntropy | Op::Mse | Op::Matmul => {
+                (2, 2)
+            }
+            Op::Sdpa { .. } => (3, 3),
             Op::Concat { .. } => (2, usize::MAX),
             Op::MultiheadAttention { .. } => (1, 2),
             Op::Linear { .. }
@@ -596,7 +648,10 @@ impl Op {
             | Op::Gru(_)
             | Op::LearnedPosition { .. }
             | Op::PrependToken { .. }
-            | Op::Parameter { .. } => (1, 1),
+            | Op::Parameter { .. }
+            | Op::Slice { .. }
+            | Op::Constant { .. }
+            | Op::Expand { .. } => (1, 1),
         }
     }
 }

@@ -207,7 +207,12 @@ impl Op {
             | Op::Softmax { .. }
             | Op::Mean { .. }
             | Op::CrossEntropy
-            | Op::Mse => {}
+            | Op::Mse
+            | Op::Matmul
+            | Op::Slice { .. }
+            | Op::Sdpa { .. }
+            | Op::Constant { .. }
+            | Op::Expand { .. } => {}
         }
         p
     }
@@ -262,7 +267,12 @@ impl Op {
             | Op::Gru(_)
             | Op::LearnedPosition { .. }
             | Op::PrependToken { .. }
-            | Op::Parameter { .. } => Vec::new(),
+            | Op::Parameter { .. }
+            | Op::Matmul
+            | Op::Slice { .. }
+            | Op::Sdpa { .. }
+            | Op::Constant { .. }
+            | Op::Expand { .. } => Vec::new(),
         }
     }
 }

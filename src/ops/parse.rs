@@ -387,7 +387,58 @@ static OPS: &[(OpKind, &str, Parser)] = &[
             Op::Parameter { shape }
         })
     }),
+    (OpKind::Matmul, "matmul", |_| Ok(Op::Matmul)),
+    (OpKind::Slice, "slice", |a| {
+        Ok({
+            let dim = a.int("dim")?;
+            let start = a.count_or("start", 0)?;
+            let end = a.size("end")?;
+            if end <= start {
+                return Err(format!("`end` = {end} must exceed `start` = {start}"));
+            }
+            Op::Slice { dim, start, end }
+        })
+    }),
+    (OpKind::Sdpa, "sdpa", |a| {
+        Ok(Op::Sdpa {
+            causal: a.flag_or("causal", false)?,
+            enable_gqa: a.flag_or("enable_gqa", false)?,
+        })
+    }),
+    (OpKind::Constant, "constant", |a| {
+        Ok(Op::Constant {
+            shape: batch_or_sizes(a)?,
+        })
+    }),
+    (OpKind::Expand, "expand", |a| {
+        Ok(Op::Expand {
+            shape: batch_or_sizes(a)?,
+        })
+    }),
 ];
+
+/// Attribute `shape`: a non-empty list of `"B"` and positive sizes.
+fn batch_or_sizes(a: &mut Attrs) -> Result<Vec<ReshapeDim>, String> {
+    let entries = match a.get("shape") {
+        Some(Value::Array(v)) if !v.is_empty() => v,
+        Some(v) => {
+            return Err(format!(
+                "attribute `shape` must be a non-empty list of \"B\" and sizes, found {v}"
+            ))
+        }
+        None => return Err("missing attribute `shape` (a list of \"B\" and sizes)".into()),
+    };
+    let mut shape = Vec::with_capacity(entries.len());
+    for e in entries {
+        shape.push(match e {
+            Value::String(s) if s == "B" => ReshapeDim::Batch,
+            v => ReshapeDim::Fixed(positive("shape", v).map_err(|_| {
+                format!("`shape` entries must be \"B\" or a positive integer, found {v}")
+            })?),
+        });
+    }
+    Ok(shape)
+}
 
 impl Op {
     /// Parses an op from its name and attribute map. The error text names the attribute.

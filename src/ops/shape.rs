@@ -137,10 +137,67 @@ impl Op {
                 axis(*dim, x.rank())?;
             }
             Op::Add | Op::Mul | Op::Sub | Op::Div => {
-                if inputs[1] != x {
+                out = broadcast(x, inputs[1])?;
+            }
+            Op::Matmul => {
+                let w = inputs[1];
+                let r = x.rank();
+                if r < 2
+                    || w.rank() != r
+                    || x.0[..r - 2] != w.0[..r - 2]
+                    || x.0[r - 1] != w.0[r - 2]
+                {
                     return Err(format!(
-                        "both inputs must have the same shape: expected {x}, found {}",
-                        inputs[1]
+                        "expected [..., n, k] and [..., k, m] with the same leading dimensions, found {x} and {w}"
+                    ));
+                }
+                out.0[r - 1] = w.0[r - 1];
+            }
+            Op::Slice { dim, start, end } => {
+                let a = axis(*dim, x.rank())?;
+                let len = fixed(x.0[a], "the sliced dimension")?;
+                if *end > len {
+                    return Err(format!("slice end {end} exceeds dimension {a} of {x}"));
+                }
+                out.0[a] = Dim::fixed(end - start);
+            }
+            Op::Sdpa { enable_gqa, .. } => {
+                let (k, v) = (inputs[1], inputs[2]);
+                let ok = x.rank() == 4
+                    && k.rank() == 4
+                    && v.rank() == 4
+                    && k.0[0] == x.0[0]
+                    && v.0[..3] == k.0[..3]
+                    && k.0[3] == x.0[3];
+                if !ok {
+                    return Err(format!(
+                        "expected q [B, h, Tq, hd], k [B, kv, Tk, hd] and v [B, kv, Tk, hdv], found {x}, {k} and {v}"
+                    ));
+                }
+                let heads_match = if *enable_gqa {
+                    x.0[1].divided_by(k.0[1]).is_some()
+                } else {
+                    x.0[1] == k.0[1]
+                };
+                if !heads_match {
+                    return Err(format!(
+                        "k and v have {} heads and q {}: they must be equal, or divide q's with enable_gqa",
+                        k.0[1], x.0[1]
+                    ));
+                }
+                out.0[3] = v.0[3];
+            }
+            Op::Constant { shape } => out = sizes(shape),
+            Op::Expand { shape } => {
+                out = sizes(shape);
+                let fits = out.rank() == x.rank()
+                    && x.0
+                        .iter()
+                        .zip(&out.0)
+                        .all(|(a, b)| a == b || *a == Dim::fixed(1));
+                if !fits {
+                    return Err(format!(
+                        "cannot expand {x} to {out}: only axes of size 1 broadcast"
                     ));
                 }
             }
@@ -328,4 +385,46 @@ impl Op {
         }
         Ok(out)
     }
+}
+
+/// A shape of `"B"` entries and sizes.
+fn sizes(shape: &[ReshapeDim]) -> Shape {
+    Shape(
+        shape
+            .iter()
+            .map(|d| match d {
+                ReshapeDim::Batch => Dim::batch(),
+                ReshapeDim::Fixed(n) => Dim::fixed(*n),
+                ReshapeDim::Infer => Dim::fixed(1),
+            })
+            .collect(),
+    )
+}
+
+/// The shape of two operands broadcast together (numpy's rule: aligned from the last axis,
+/// each pair equal or one of them 1).
+pub fn broadcast(a: &Shape, b: &Shape) -> Result<Shape, String> {
+    let r = a.rank().max(b.rank());
+    let at = |s: &Shape, i: usize| -> Dim {
+        let pad = r - s.rank();
+        if i < pad {
+            Dim::fixed(1)
+        } else {
+            s.0[i - pad]
+        }
+    };
+    let mut out = Vec::with_capacity(r);
+    for i in 0..r {
+        let (x, y) = (at(a, i), at(b, i));
+        out.push(if x == y || y == Dim::fixed(1) {
+            x
+        } else if x == Dim::fixed(1) {
+            y
+        } else {
+            return Err(format!(
+                "the inputs' shapes {a} and {b} do not broadcast (dimension {i}: {x} and {y})"
+            ));
+        });
+    }
+    Ok(Shape(out))
 }

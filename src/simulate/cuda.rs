@@ -83,6 +83,8 @@ pub fn output_element(node: &Node, inputs: &[u64]) -> u64 {
         Op::RmsNorm { .. } => F32,
         // x + table slice (fp32).
         Op::LearnedPosition { .. } => F32,
+        // Made in float32 (rotary tables, masks), outside autocast's lists.
+        Op::Constant { .. } => F32,
         // zeros like the (fp32-promoted) input; experts' outputs are cast to it.
         Op::Moe { .. } => input(0),
         // autocast's fp32 list (AT_FORALL_FP32: exp, log, reciprocal, rsqrt, pow).
@@ -189,6 +191,28 @@ pub fn rule(graph: &Graph, k: usize, batch: u64, values: &Values) -> OpRule {
         .note("CUDA native_dropout: saves a bool mask (1 byte per element)"),
         Op::Upsample { .. } | Op::Softmax { .. } | Op::CrossEntropy | Op::Mse => fp32_policy(&s),
         Op::Unary(f) if fp32_listed(*f) && ex != F32 => unary_fp32(&s, *f, graph, k, batch, values),
+        Op::Matmul | Op::Sdpa { .. } => {
+            // lower_precision_fp: each fp32 operand is cast to a bf16 copy, which the op saves
+            // and whose gradient comes back through the cast; bf16 operands are read as they
+            // are (derived from the autocast lists and the CPU rule; not measured).
+            let mut r = cpu_rule_at(graph, k, batch, values, BF16);
+            for i in 0..node.inputs.len() {
+                if s.e_in(i) == F32 {
+                    let n = s.n_in(i);
+                    r.saved.retain(|x| !matches!(x, InputFolded(a, _) | Input(a) if *a == i));
+                    r.saved.push(Internal { what: "bf16 cast of an operand (autocast)", bytes: n * BF16 });
+                    r.grads[i] = Grad::ViaCast(n * BF16);
+                }
+            }
+            if matches!(node.op, Op::Sdpa { .. }) {
+                // The flash kernel on sm90 (no CPU scratch); its Philox RNG state is not counted.
+                r.backward_transient = 0;
+            }
+            r.cublas = matches!(node.op, Op::Matmul);
+            r.source = TorchSource;
+            r.note = "lower_precision_fp: fp32 operands cast to bf16 copies (saved); the CPU rule's tensors at bf16 (not measured on a GPU)";
+            r
+        }
         Op::MultiheadAttention { sdpa: true, .. } => gqa(&s, node),
         Op::MultiheadAttention { .. } => mha(&s, node),
         Op::GqaAttention { .. } => gqa(&s, node),
@@ -639,6 +663,8 @@ pub fn runs_in_bf16(op: &Op) -> bool {
             | Op::MlaAttention { .. }
             | Op::Lstm(_)
             | Op::Gru(_)
+            | Op::Matmul
+            | Op::Sdpa { .. }
     )
 }
 

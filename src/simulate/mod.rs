@@ -324,6 +324,10 @@ impl Mem {
 struct Value {
     buf: BufId,
     contiguous: bool,
+    /// Its axis order where it is a dense permuted view of a contiguous tensor (identity when
+    /// contiguous), else None: whether `matmul` folds it without a copy, and whether permuting
+    /// it back makes it contiguous.
+    perm: Option<rules::Perm>,
     requires_grad: bool,
 }
 
@@ -636,7 +640,10 @@ impl<'a> Sim<'a> {
                 .args(k)
                 .iter()
                 .any(|&v| values.as_node(v as usize).is_some_and(|j| requires_grad[j]));
-            requires_grad[k] = from_inputs || !node_params[k].is_empty() || leaf[k];
+            // A `constant` (rotary tables, masks) is made without autograd from its input's
+            // batch alone.
+            let constant = matches!(graph.nodes[k].op, Op::Constant { .. });
+            requires_grad[k] = (from_inputs && !constant) || !node_params[k].is_empty() || leaf[k];
         }
         let mut rules = Vec::new();
         let mut rule_of = Vec::with_capacity(n);
@@ -765,6 +772,7 @@ impl<'a> Sim<'a> {
             inputs.push(Value {
                 buf,
                 contiguous: true,
+                perm: rules::Perm::identity(i.shape.rank()),
                 requires_grad: false,
             });
         }
@@ -950,6 +958,15 @@ impl<'a> Sim<'a> {
                 }
             }
         };
+        let (out_contig, out_perm) = match (&node.op, rule.output_contiguous) {
+            (Op::Permute { dims }, _) => match x0.perm.and_then(|p| p.then(dims)) {
+                Some(p) => (p.is_identity(), Some(p)),
+                None => (out_contig, None),
+            },
+            _ if out_contig => (true, rules::Perm::identity(node.output.rank())),
+            (_, None) => (out_contig, x0.perm),
+            _ => (false, rule.output_perm),
+        };
         // A contiguous working copy of a non-contiguous input, for ops that need one.
         if rule.needs_contiguous_input && !x0.contiguous {
             scratch
@@ -995,6 +1012,17 @@ impl<'a> Sim<'a> {
                                 .push(self.mem.alloc(in_bytes(*i), Kind::SavedActivations));
                         }
                     }
+                    Saved::InputFolded(i, j) if ins[*j].requires_grad => {
+                        if ins[*i].perm.is_some_and(|p| p.folds()) {
+                            self.mem.retain(ins[*i].buf);
+                            saved.bufs.push(ins[*i].buf);
+                        } else {
+                            saved
+                                .bufs
+                                .push(self.mem.alloc(in_bytes(*i), Kind::SavedActivations));
+                        }
+                    }
+                    Saved::InputFolded(..) => {}
                     Saved::Out => {
                         self.mem.retain(out_buf);
                         saved.bufs.push(out_buf);
@@ -1024,6 +1052,7 @@ impl<'a> Sim<'a> {
         env[self.values.node_value(k)] = Some(Value {
             buf: out_buf,
             contiguous: out_contig,
+            perm: out_perm,
             requires_grad: grad_mode && self.requires_grad[k],
         });
         high

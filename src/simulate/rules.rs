@@ -104,6 +104,10 @@ pub enum Saved {
     InputFor(usize, usize),
     /// Input `i`, or a new contiguous copy of it when it is not contiguous (linear after permute).
     InputContiguous(usize),
+    /// `matmul`'s operand `i` folded to 3-d, if input `j` requires grad: the input itself when
+    /// its batch axes merge into one without a copy (contiguous, or only its last two axes
+    /// swapped), else a new contiguous copy (a head view `[B, h, T, hd]` of `[B, T, h, hd]`).
+    InputFolded(usize, usize),
     /// The node's own output.
     Out,
     /// A tensor made inside the op and kept for backward (statistics, masks, indices, copies,
@@ -163,6 +167,9 @@ pub struct OpRule {
     pub output: Output,
     /// Whether the output is contiguous; `None`: as input 0 (elementwise ops keep its layout).
     pub output_contiguous: Option<bool>,
+    /// A non-contiguous output's axis order, where it is a dense permuted view (CPU flash
+    /// sdpa's output is `[B, Tq, h, hd]` returned transposed).
+    pub output_perm: Option<Perm>,
     pub saved: Vec<Saved>,
     /// Bytes held only while the forward op runs, on top of its output and saved tensors.
     pub forward_transient: u64,
@@ -209,6 +216,7 @@ impl OpRule {
         OpRule {
             output,
             output_contiguous: Some(true),
+            output_perm: None,
             saved,
             forward_transient: 0,
             forward_transient_no_grad: None,
@@ -913,12 +921,97 @@ pub(super) fn cpu_rule_at(graph: &Graph, k: usize, batch: u64, values: &Values, 
             .note("x + table[0..T]: saves nothing; the table's gradient is a batch sum (T x d) scattered into a table-size buffer"),
         Op::PrependToken { .. } => OpRule::new(Output::New(y), vec![], vec![Grad::OfOutput], Assumed)
             .note("cat(class token expanded, x): saves nothing; x's gradient is a slice of the output's"),
+        Op::Matmul => OpRule::new(Output::New(y), vec![InputFolded(0, 1), InputFolded(1, 0)], vec![Grad::New, Grad::New], TorchSource)
+            .note("torch.matmul of batched operands (LinearAlgebra.cpp `_matmul_impl`): each is expanded and reshaped to 3-d, a copy where its batch axes do not merge (a transposed head view), and bmm saves each for the other's gradient (derivatives.yaml `bmm`); backward makes both gradients new"),
+        Op::Slice { dim, .. } => {
+            let r = s.shape_in(0).map_or(1, |x| x.rank()) as i64;
+            let first_axis = (if *dim < 0 { dim + r } else { *dim }) == 0;
+            let mut rule = OpRule::new(Output::View, vec![], one, TorchSource)
+                .note("a strided view; saves nothing; backward (derivatives.yaml `slice_backward`) makes a zero tensor of the input's size and copies the gradient in");
+            rule.output_contiguous = if first_axis { None } else { Some(false) };
+            rule
+        }
+        Op::Sdpa { .. } => {
+            let (b, h, tq) = (s.dim(0), s.dim(1), s.dim(2));
+            let tk = s.shape_in(1).map_or(tq, |k| k.0[2].at(batch));
+            let mut rule = OpRule::new(
+                Output::New(y),
+                vec![Input(0), Input(1), Input(2), Out, Internal { what: "logsumexp B x H x Tq float32", bytes: b * h * tq * 4 }],
+                vec![Grad::New; 3],
+                TorchSource,
+            )
+            .bwd(flash_backward_scratch(tq, tk))
+            .note("CPU flash sdpa (FlashAttentionKernel.cpp): the output is made [B, Tq, h, hd] and returned transposed; saves q, k, v, the output and a B x H x Tq logsumexp, never the scores; backward makes q, k and v's gradients contiguous (not in a transposed view's layout) and holds its per-thread scratch");
+            rule.output_contiguous = Some(false);
+            rule.output_perm = Perm::new(&[0, 2, 1, 3]);
+            rule
+        }
+        Op::Expand { .. } => {
+            let mut rule = OpRule::new(Output::View, vec![], one, TorchSource)
+                .note("a stride-0 view (no new memory, not contiguous: a reshape after it copies); backward sums the gradient back to the input's size (derivatives.yaml `expand`: `at::sum_to(grad, self.sym_sizes())`), a new buffer");
+            rule.output_contiguous = Some(false);
+            rule
+        }
+        Op::Constant { .. } => OpRule::new(Output::New(y), vec![], vec![Grad::None], TorchSource)
+            .note("made from constants outside autograd: saves nothing, takes no gradient; freed after its last reader (or kept by one that saves it, a product's other factor)"),
         Op::Parameter { .. } => {
             let mut rule = OpRule::new(Output::New(0), vec![], vec![Grad::None], Assumed)
                 .note("the parameter expanded over the batch: a stride-0 view (no new memory, not contiguous: a reader that needs a contiguous input copies it); its gradient is the incoming one summed over the batch, a parameter-sized buffer; the input gets none");
             rule.output_contiguous = Some(false);
             rule
         }
+    }
+}
+
+/// The axis order of a dense view: the value is `c.permute(p)` of a contiguous tensor `c`
+/// (rank up to 8). A value is contiguous when its order is the identity; `matmul` folds it to
+/// 3-d without a copy when every axis but the last two is in place (`k.transpose(-2, -1)`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Perm {
+    len: u8,
+    p: [u8; 8],
+}
+
+impl Perm {
+    /// The order `p` (axis `i` of the view is axis `p[i]` of the contiguous tensor).
+    pub fn new(p: &[usize]) -> Option<Perm> {
+        if p.len() > 8 {
+            return None;
+        }
+        let mut a = [0u8; 8];
+        for (i, &d) in p.iter().enumerate() {
+            a[i] = d as u8;
+        }
+        Some(Perm {
+            len: p.len() as u8,
+            p: a,
+        })
+    }
+
+    pub fn identity(rank: usize) -> Option<Perm> {
+        Perm::new(&(0..rank).collect::<Vec<_>>())
+    }
+
+    /// The order after `permute(dims)`: axis `i` is this view's axis `dims[i]`.
+    pub fn then(self, dims: &[i64]) -> Option<Perm> {
+        let r = self.len as i64;
+        let mut out = Vec::with_capacity(dims.len());
+        for &d in dims {
+            let a = if d < 0 { d + r } else { d };
+            out.push(*self.p.get(usize::try_from(a).ok()?)? as usize);
+        }
+        (out.len() == self.len as usize)
+            .then(|| Perm::new(&out))
+            .flatten()
+    }
+
+    pub fn is_identity(self) -> bool {
+        (0..self.len as usize).all(|i| self.p[i] as usize == i)
+    }
+
+    /// Every axis but the last two in place: its batch axes merge without a copy.
+    pub fn folds(self) -> bool {
+        (0..(self.len as usize).saturating_sub(2)).all(|i| self.p[i] as usize == i)
     }
 }
 
