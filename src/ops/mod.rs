@@ -617,7 +617,7 @@ impl Op {
                 (2, 2)
             }
             Op::Sdpa { .. } => (3, 3),
-            Op::Concat { .. } => (2, usize::MAX),
+            Op::Concat { .. } => (1, usize::MAX),
             Op::MultiheadAttention { .. } => (1, 2),
             Op::Linear { .. }
             | Op::Embedding { .. }

@@ -319,6 +319,20 @@ impl Mem {
     }
 }
 
+/// Where a reshape of a view split at axis `d` (contiguous within axes `..d` and within `d..`)
+/// keeps the two groups apart: the output axis its second group starts at.
+fn regrouped(input: &[u64], output: &[u64], d: usize) -> Option<usize> {
+    let head: u64 = input[..d.min(input.len())].iter().product();
+    let mut acc = 1u64;
+    for (k, &n) in output.iter().enumerate() {
+        if acc == head && k > 0 {
+            return Some(k);
+        }
+        acc = acc.saturating_mul(n);
+    }
+    None
+}
+
 /// A graph value in the forward pass.
 #[derive(Clone, Copy)]
 struct Value {
@@ -328,6 +342,10 @@ struct Value {
     /// contiguous), else None: whether `matmul` folds it without a copy, and whether permuting
     /// it back makes it contiguous.
     perm: Option<rules::Perm>,
+    /// Where it is a slice of a contiguous tensor along an axis other than the first: that
+    /// axis. The view is contiguous within the axes before it and within the axes from it on,
+    /// so a reshape that keeps those two groups apart is a view (torch's `computeStride`).
+    split: Option<usize>,
     requires_grad: bool,
 }
 
@@ -773,6 +791,7 @@ impl<'a> Sim<'a> {
                 buf,
                 contiguous: true,
                 perm: rules::Perm::identity(i.shape.rank()),
+                split: None,
                 requires_grad: false,
             });
         }
@@ -939,6 +958,25 @@ impl<'a> Sim<'a> {
             self.rec.high_plus(&node.id, &self.mem, extra)
         });
         scratch.transients.clear();
+        // A reshape of a slice is a view where it keeps the slice's two groups of axes apart.
+        let batch = self.batch;
+        let dims =
+            |sh: &crate::shape::Shape| -> Vec<u64> { sh.0.iter().map(|d| d.at(batch)).collect() };
+        let out_split = match &node.op {
+            Op::Slice { dim, .. } if x0.contiguous => {
+                let r = node.output.rank() as i64;
+                let d = if *dim < 0 { dim + r } else { *dim };
+                (d > 0).then_some(d as usize)
+            }
+            Op::Reshape { .. } | Op::Flatten { .. } if !x0.contiguous => x0.split.and_then(|d| {
+                regrouped(
+                    &dims(self.values.shape(args[0] as usize)),
+                    &dims(&node.output),
+                    d,
+                )
+            }),
+            _ => None,
+        };
         // The output.
         let (out_buf, out_contig) = match rule.output {
             Output::New(bytes) => (
@@ -950,9 +988,9 @@ impl<'a> Sim<'a> {
                 (x0.buf, rule.output_contiguous.unwrap_or(x0.contiguous))
             }
             Output::ReshapeView => {
-                if x0.contiguous {
+                if x0.contiguous || out_split.is_some() {
                     self.mem.retain(x0.buf);
-                    (x0.buf, true)
+                    (x0.buf, x0.contiguous)
                 } else {
                     (self.mem.alloc(in_bytes(0), Kind::SavedActivations), true)
                 }
@@ -963,6 +1001,12 @@ impl<'a> Sim<'a> {
                 Some(p) => (p.is_identity(), Some(p)),
                 None => (out_contig, None),
             },
+            _ if rule.output_like_input && x0.contiguous => {
+                (true, rules::Perm::identity(node.output.rank()))
+            }
+            _ if rule.output_like_input && x0.perm.is_some_and(|p| p.last_innermost()) => {
+                (x0.perm.is_some_and(|p| p.is_identity()), x0.perm)
+            }
             _ if out_contig => (true, rules::Perm::identity(node.output.rank())),
             (_, None) => (out_contig, x0.perm),
             _ => (false, rule.output_perm),
@@ -1053,6 +1097,7 @@ impl<'a> Sim<'a> {
             buf: out_buf,
             contiguous: out_contig,
             perm: out_perm,
+            split: out_split,
             requires_grad: grad_mode && self.requires_grad[k],
         });
         high

@@ -170,6 +170,10 @@ pub struct OpRule {
     /// A non-contiguous output's axis order, where it is a dense permuted view (CPU flash
     /// sdpa's output is `[B, Tq, h, hd]` returned transposed).
     pub output_perm: Option<Perm>,
+    /// The output is allocated like input 0 (`empty_like`): contiguous when it is, in its axis
+    /// order when that is known and keeps the last axis innermost; `output_contiguous` and
+    /// `output_perm` give the layout otherwise.
+    pub output_like_input: bool,
     pub saved: Vec<Saved>,
     /// Bytes held only while the forward op runs, on top of its output and saved tensors.
     pub forward_transient: u64,
@@ -217,6 +221,7 @@ impl OpRule {
             output,
             output_contiguous: Some(true),
             output_perm: None,
+            output_like_input: false,
             saved,
             forward_transient: 0,
             forward_transient_no_grad: None,
@@ -941,9 +946,10 @@ pub(super) fn cpu_rule_at(graph: &Graph, k: usize, batch: u64, values: &Values, 
                 TorchSource,
             )
             .bwd(flash_backward_scratch(tq, tk))
-            .note("CPU flash sdpa (FlashAttentionKernel.cpp): the output is made [B, Tq, h, hd] and returned transposed; saves q, k, v, the output and a B x H x Tq logsumexp, never the scores; backward makes q, k and v's gradients contiguous (not in a transposed view's layout) and holds its per-thread scratch");
+            .note("CPU flash sdpa (FlashAttentionKernel.cpp): the output is made like q (`empty_like`, _meta_registrations.py: contiguous for a contiguous q, [B, Tq, h, hd] returned transposed for q a transposed head view); saves q, k, v, the output and a B x H x Tq logsumexp, never the scores; backward makes q, k and v's gradients contiguous (not in a transposed view's layout) and holds its per-thread scratch");
             rule.output_contiguous = Some(false);
             rule.output_perm = Perm::new(&[0, 2, 1, 3]);
+            rule.output_like_input = true;
             rule
         }
         Op::Expand { .. } => {
@@ -1003,6 +1009,11 @@ impl Perm {
         (out.len() == self.len as usize)
             .then(|| Perm::new(&out))
             .flatten()
+    }
+
+    /// The last axis is the innermost (stride 1) of the dense tensor this view orders.
+    pub fn last_innermost(self) -> bool {
+        self.len > 0 && self.p[self.len as usize - 1] == self.len - 1
     }
 
     pub fn is_identity(self) -> bool {
