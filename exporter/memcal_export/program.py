@@ -104,12 +104,17 @@ def _attention_core(grp, name):
     soft = grp.calls("softmax") + grp.calls("_softmax")
     if not soft:
         raise ExportError(f"module `{grp.path}` ({name}): no attention (sdpa or softmax) found inside it")
-    if grp.calls("tanh"):
-        grp.notes.append(f"`{grp.path}`: attention logit soft-capping (tanh on the scores) is not drawn")
     drops = [d for d in grp.calls("dropout") if _arg(d, 2, "train", True)]
     after = [d for d in drops if grp.nodes.index(d) > grp.nodes.index(soft[0])]
     p = float(_arg(after[0], 1, "p", 0.0)) if after else 0.0
     return {"backend": "eager", "dropout": p, "is_causal": False, "enable_gqa": False}
+
+
+def _whole(grp):
+    """Whether the module's memcal op stands for its code: an eager attention whose scores pass
+    through tanh (Gemma 2's logit soft-capping) is not, and is drawn op by op."""
+    eager = grp.calls("softmax") or grp.calls("_softmax")
+    return not (eager and grp.calls("tanh") and not grp.calls("scaled_dot_product_attention"))
 
 
 def _causal(m, core):
@@ -270,15 +275,21 @@ IGNORED = {"_assert_tensor_metadata", "sym_size", "_assert_scalar", "sym_constra
 
 
 class _Program:
-    def __init__(self, ep, root, input_names):
+    def __init__(self, ep, root, input_names, index_lists=None):
         self.ep, self.root = ep, root
         self.input_names = input_names
+        self.index_lists = index_lists  # lifted constant -> the Python list it was made from
         self.nodes = []
         self.extra_inputs = []
         self.ids, self.kinds, self.alias = {}, {}, {}
         self.params = {}  # placeholder -> parameter tensor
         self.targets = {}  # placeholder -> state name
         self.tables = {}  # embedding of constant indices -> its weight placeholder
+        self.splits = {}  # split node -> (its input, axis, piece bounds), read by getitem
+        self.constants = {}  # constant tensor node -> the memcal id of its `constant` node
+        self.empty = set()  # value nodes with no elements (an empty slice), read only by a cat
+        self.gqa = {}  # sdpa node -> (k, v) before transformers' repeat_kv, which the eager run skips
+        self.skipped = set()  # the repeat_kv nodes of those: not drawn
         self.embedded = {}  # weight placeholder -> the memcal id of the embedding that owns it
         self.used = set(input_names)
         self.groups = {}
@@ -358,16 +369,26 @@ class _Program:
         return f"module `{self.short(path)}` ({type(m).__name__})"
 
     def assign_groups(self):
-        for n in self.ep.graph.nodes:
-            if n.op != "call_function":
-                continue
-            for key, (path, _) in self.module_stack(n):
-                m = self.modules.get(path)
-                if m is not None and _group_rule(m) is not None:
-                    grp = self.groups.setdefault(key, Group(key, self.short(path), m))
-                    grp.nodes.append(n)
-                    self.group_of[n] = grp
-                    break
+        """Each aten node joins the outermost module drawn whole that runs it. A module whose code
+        its memcal op cannot stand for (`_whole`) is drawn op by op: its children are grouped
+        again."""
+        declined = set()
+        while True:
+            self.groups, self.group_of = {}, {}
+            for n in self.ep.graph.nodes:
+                if n.op != "call_function":
+                    continue
+                for key, (path, _) in self.module_stack(n):
+                    m = self.modules.get(path)
+                    if key not in declined and m is not None and _group_rule(m) is not None:
+                        grp = self.groups.setdefault(key, Group(key, self.short(path), m))
+                        grp.nodes.append(n)
+                        self.group_of[n] = grp
+                        break
+            more = {key for key, grp in self.groups.items() if not _whole(grp)}
+            if not more:
+                return
+            declined |= more
 
     # drawing ---------------------------------------------------------------------------------
 
@@ -392,6 +413,7 @@ class _Program:
     def run(self):
         self.classify()
         _mark_tables(self)
+        _mark_repeat_kv(self)
         self.assign_groups()
         last = {}
         for n in self.ep.graph.nodes:
@@ -405,7 +427,7 @@ class _Program:
                     out = out[0]
                 self.output = self.resolve(out)
                 continue
-            if n.op != "call_function" or n in self.alias or self.kinds.get(n) != "value":
+            if n.op != "call_function" or n in self.alias or self.kinds.get(n) != "value" or n in self.skipped:
                 continue
             grp = self.group_of.get(n)
             if grp is not None:
@@ -661,6 +683,10 @@ def _binary(ex, n):
         raise ExportError(f"aten node `{n.name}` ({ex.where(n)}): `add` of a value and a parameter of shape {tuple(p.shape)}")
     elif _is_node(other) and _shape(other) == [] and ex.kind(other) == "const":
         s = _scalar_of(ex, other, n)
+    elif _is_node(other) and ex.kind(other) == "const":
+        c = _constant(ex, n, other, x)
+        ex.put(n, op, {}, [ex.id_of(x, n), c] if first else [c, ex.id_of(x, n)])
+        return
     else:
         raise ExportError(
             f"aten node `{n.name}` ({ex.where(n)}): `{op}` of a value and a {ex.kind(other)} tensor of shape "
@@ -674,11 +700,44 @@ def _binary(ex, n):
         raise ExportError(f"aten node `{n.name}` ({ex.where(n)}): a scalar {op} a tensor")
 
 
+VIEWS = {"unsqueeze", "view", "reshape", "_unsafe_view", "expand", "squeeze"}
+
+
+def _broadcasts(shape, onto):
+    """Whether `shape` broadcasts to `onto` (numpy's rule) without growing it."""
+    if len(shape) > len(onto):
+        return False
+    pad = [1] * (len(onto) - len(shape)) + list(shape)
+    return all(a == b or a == 1 for a, b in zip(pad, onto))
+
+
+def _constant(ex, n, c, x):
+    """The memcal `constant` node of a tensor made from constants (a rotary table, a causal mask
+    built while tracing) that `n` combines with the value `x`: one node per tensor, drawn at the
+    shape it is stored at (through the unsqueezes, views and expands that only broadcast it) and
+    shared by every op that reads it."""
+    xs = _shape(x)
+    r = ex.resolve(c)
+    if not _broadcasts(_shape(r), xs):
+        raise ExportError(f"aten node `{n.name}` ({ex.where(n)}): a constant of shape {_shape(r)} broadcasts the value {xs}")
+    while (r.op == "call_function" and _name(r.target) in VIEWS and _is_node(r.args[0])
+           and _broadcasts(_shape(ex.resolve(r.args[0])), xs)):
+        r = ex.resolve(r.args[0])
+    if r not in ex.constants:
+        ex.constants[r] = ex.emit(ex.base_id(r, "constant"), "constant", {"shape": _batched(_shape(r), xs)},
+                                  [ex.id_of(x, n)])
+    return ex.constants[r]
+
+
 def _reshape(ex, n):
     out = _shape(n)
-    if not out or out[0] != EXAMPLE_BATCH:
+    if out and out[0] == EXAMPLE_BATCH:
+        shape = ["B"] + out[1:]
+    elif out and out[0] % EXAMPLE_BATCH == 0 and _shape(n.args[0])[0] == EXAMPLE_BATCH:
+        shape = [-1] + out[1:]  # the batch merged with the next axes (OPT's [B*T, d])
+    else:
         raise ExportError(f"aten node `{n.name}` ({ex.where(n)}): a reshape that moves the batch axis ({out})")
-    ex.put(n, "reshape", {"shape": ["B"] + out[1:]}, [ex.id_of(n.args[0], n)])
+    ex.put(n, "reshape", {"shape": shape}, [ex.id_of(n.args[0], n)])
 
 
 def _permute(ex, n):
@@ -703,7 +762,111 @@ def _select(ex, n):
 
 
 def _slice(ex, n):
-    raise ExportError(f"aten node `{n.name}` ({ex.where(n)}): a slice that keeps part of an axis has no memcal op")
+    """`x[..., start:end]` on one axis (step 1), the batch axis kept whole: memcal's slice."""
+    x = n.args[0]
+    shape = _shape(x)
+    dim = int(_arg(n, 1, "dim", 0)) % len(shape)
+    start, end, step = _arg(n, 2, "start"), _arg(n, 3, "end"), _arg(n, 4, "step", 1)
+    if int(step) != 1 or dim == 0 or any(_is_node(v) for v in (start, end)):
+        raise ExportError(
+            f"aten node `{n.name}` ({ex.where(n)}): a slice of axis {dim} with step {step}; memcal's slice "
+            "keeps a contiguous range (step 1) of a fixed axis other than the batch"
+        )
+    lo, hi, _ = slice(start, end).indices(shape[dim])
+    if hi <= lo:
+        ex.empty.add(n)  # read by a cat only (`_cat`)
+        return
+    ex.put(n, "slice", _range(shape[dim], start, end, dim), [ex.id_of(x, n)])
+
+
+def _range(size, start, end, dim):
+    """Python's slice bounds (None, negative, past the end) as memcal's `start` and `end`."""
+    lo, hi, _ = slice(start, end).indices(size)
+    if hi <= lo:
+        raise ExportError(f"an empty slice [{start}:{end}] of an axis of {size}")
+    return {"dim": dim, "start": lo, "end": hi} if lo else {"dim": dim, "end": hi}
+
+
+def _split(ex, n):
+    """`torch.split` / `chunk` (aten split, split_with_sizes, chunk): each piece read by a getitem is a
+    slice; the split itself draws nothing."""
+    x = n.args[0]
+    shape = _shape(x)
+    size_or_sizes = n.args[1]
+    dim = int(_arg(n, 2, "dim", 0)) % len(shape)
+    if dim == 0:
+        raise ExportError(f"aten node `{n.name}` ({ex.where(n)}): a split of the batch axis")
+    if isinstance(size_or_sizes, (list, tuple)):
+        sizes = [int(s) for s in size_or_sizes]
+    elif _name(n.target) == "chunk":
+        step = -(-shape[dim] // int(size_or_sizes))
+        sizes = [min(step, shape[dim] - s) for s in range(0, shape[dim], step)]
+    else:
+        step = int(size_or_sizes)
+        sizes = [min(step, shape[dim] - s) for s in range(0, shape[dim], step)]
+    bounds, at = [], 0
+    for s in sizes:
+        bounds.append((at, at + s))
+        at += s
+    ex.splits[n] = (x, dim, bounds)
+
+
+def _getitem(ex, n):
+    parent, i = n.args[0], int(n.args[1])
+    if parent not in ex.splits:
+        raise ExportError(f"aten node `{n.name}` ({ex.where(n)}): item {i} of `{parent.name}`, which memcal does not draw")
+    x, dim, bounds = ex.splits[parent]
+    lo, hi = bounds[i]
+    if (lo, hi) == (0, _shape(x)[dim]):
+        ex.ids[n] = ex.id_of(x, n)
+        return
+    ex.put(n, "slice", _range(_shape(x)[dim], lo, hi, dim), [ex.id_of(x, n)], base=ex.base_id(n, "slice"))
+
+
+def _matmul(ex, n):
+    """`a @ b` of two values with the same leading axes (eager attention's scores and output)."""
+    a, b = n.args[0], n.args[1]
+    sa, sb = _shape(a), _shape(b)
+    w = ex.resolve(b)
+    if ex.kind(a) == "value" and w.op == "call_function" and _name(w.target) in ("t", "numpy_T", "permute", "transpose") \
+            and ex.resolve(w.args[0]) in ex.params and len(sb) == 2:
+        # `x @ weight.T` (Falcon's FalconLinear): a linear without bias.
+        t = ex.params[ex.resolve(w.args[0])]
+        ex.drawn.add(id(t))
+        ex.put(n, "linear", {"in_features": int(t.shape[1]), "out_features": int(t.shape[0]), "bias": False},
+               [ex.id_of(a, n)], base=ex.base_id(n, "linear"))
+        return
+    if ex.kind(a) != "value" or ex.kind(b) != "value":
+        raise ExportError(
+            f"aten node `{n.name}` ({ex.where(n)}): a matmul with a {ex.kind(a)} and a {ex.kind(b)} operand; memcal "
+            "draws a product with a weight as `linear` (nn.Linear), and matmul of two values"
+        )
+    if len(sa) < 3 or len(sa) != len(sb) or sa[:-2] != sb[:-2]:
+        raise ExportError(f"aten node `{n.name}` ({ex.where(n)}): a matmul of {sa} and {sb} (memcal's matmul takes equal leading axes)")
+    ex.put(n, "matmul", {}, [ex.id_of(a, n), ex.id_of(b, n)])
+
+
+def _index(ex, n):
+    """`x[..., [i, i+1, ...], :]`: advanced indexing of one non-batch axis by a list of
+    consecutive positions (Falcon's key and value heads) copies that range: memcal's slice and a
+    copy (`add_scalar` of 0), whose backward is the slice's, a zero tensor of the input's shape."""
+    x, index = n.args[0], list(n.args[1])
+    shape = _shape(x)
+    axes = [d for d, i in enumerate(index) if i is not None]
+    lists = ex.index_lists or {}
+    if len(axes) != 1 or axes[0] == 0 or ex.kind(index[axes[0]]) != "const":
+        raise ExportError(f"aten node `{n.name}` ({ex.where(n)}): an index of several axes, of the batch axis or by a computed tensor")
+    dim, ids = axes[0], lists.get(ex.targets.get(ex.resolve(index[axes[0]])))
+    if ids is None:
+        raise ExportError(
+            f"aten node `{n.name}` ({ex.where(n)}): an index by a tensor whose values are not readable on the meta "
+            "device (memcal reads the lists of positions a model indexes with, x[..., [i, j]]); write it as a slice"
+        )
+    at = [i % shape[dim] for i in ids]
+    if at != list(range(at[0], at[0] + len(at))):
+        raise ExportError(f"aten node `{n.name}` ({ex.where(n)}): an index by positions {ids}, which are not one range")
+    piece = ex.emit(ex.base_id(n, "slice"), "slice", _range(shape[dim], at[0], at[-1] + 1, dim), [ex.id_of(x, n)])
+    ex.put(n, "unary", {"fn": "add_scalar", "scalar": 0.0}, [piece], base=ex.base_id(n, "index"))
 
 
 def _mean(ex, n):
@@ -728,18 +891,83 @@ def _cat(ex, n):
             return
     if any(ex.kind(p) != "value" for p in parts):
         raise ExportError(f"aten node `{n.name}` ({ex.where(n)}): concatenating a parameter or constant tensor")
+    # Empty pieces (Phi-3's `q[..., rotary_dim:]` when the rotary covers the head) are skipped;
+    # a cat of the one piece left is still a contiguous copy.
+    parts = [p for p in parts if ex.resolve(p) not in ex.empty]
     ex.put(n, "concat", {"dim": dim}, [ex.id_of(p, n) for p in parts])
 
 
+def _batched(shape, like):
+    """A shape with its first axis `"B"` where it is the example batch of `like`'s first axis."""
+    if shape and like and shape[0] == EXAMPLE_BATCH and like[0] == EXAMPLE_BATCH:
+        return ["B"] + list(shape[1:])
+    return list(shape)
+
+
 def _expand(ex, n):
-    raise ExportError(f"aten node `{n.name}` ({ex.where(n)}): an expand that broadcasts a value (not drawn)")
+    x = n.args[0]
+    out, shape = _shape(n), _shape(x)
+    if len(out) != len(shape) or out[0] != shape[0]:
+        raise ExportError(f"aten node `{n.name}` ({ex.where(n)}): an expand of {shape} to {out} (memcal expands axes of size 1, batch kept)")
+    ex.put(n, "expand", {"shape": _batched(out, shape)}, [ex.id_of(x, n)])
+
+
+def _sdpa_math(ex, n, ids, mask, causal):
+    """sdpa with one key/value head broadcast over the query heads (Falcon's multi-query
+    attention): torch's flash kernel takes equal head counts only, so sdpa runs its math path
+    (`_scaled_dot_product_attention_math`, attention.cpp), drawn op by op: q and k^T each times
+    sqrt(scale), k and v expanded to the heads (matmul copies them), scores plus the mask (a
+    constant: the model's boolean mask, or the causal one torch builds), softmax, @ v."""
+    q, k, v = n.args[0], n.args[1], n.args[2]
+    b, h, tq, d = _shape(q)
+    tk = _shape(k)[2]
+    root = float(_arg(n, 6, "scale", None) or d ** -0.5) ** 0.5
+    base = ex.short(ex.innermost(n))
+    name = (lambda op: f"{base}.{op}") if base else (lambda op: op)
+    qs = ex.emit(name("q_scaled"), "unary", {"fn": "mul_scalar", "scalar": root}, [ids[0]])
+    kt = ex.emit(name("k_t"), "permute", {"dims": [0, 1, 3, 2]}, [ids[1]])
+    kts = ex.emit(name("k_scaled"), "unary", {"fn": "mul_scalar", "scalar": root}, [kt])
+    ke = ex.emit(name("k_heads"), "expand", {"shape": ["B", h, d, tk]}, [kts])
+    scores = ex.emit(name("scores"), "matmul", {}, [qs, ke])
+    if mask is not None or causal:
+        shape = _batched(_shape(mask), [b]) if mask is not None else [tq, tk]
+        c = ex.emit(name("mask"), "constant", {"shape": shape}, [scores])
+        scores = ex.emit(name("masked"), "add", {}, [scores, c])
+    probs = ex.emit(name("probs"), "softmax", {"dim": -1}, [scores])
+    ve = ex.emit(name("v_heads"), "expand", {"shape": ["B", h, tk, _shape(v)[3]]}, [ids[2]])
+    ex.put(n, "matmul", {}, [probs, ve], base=name("context"))
 
 
 def _sdpa(ex, n):
-    raise ExportError(
-        f"aten node `{n.name}` ({ex.where(n)}): attention outside a module memcal knows; add its class to "
-        "program.GROUPS, or use the torch.fx route for nn.MultiheadAttention (tracer='fx')"
-    )
+    """F.scaled_dot_product_attention of three values, no mask computed from an input, no
+    dropout: memcal's sdpa (transformers' sdpa attention, written out op by op)."""
+    q, k, v = n.args[0], n.args[1], n.args[2]
+    mask, p = _arg(n, 3, "attn_mask"), float(_arg(n, 4, "dropout_p", 0.0) or 0.0)
+    causal, gqa = bool(_arg(n, 5, "is_causal", False)), bool(_arg(n, 7, "enable_gqa", False))
+    if n in ex.gqa:
+        (k, v), gqa = ex.gqa[n], True
+    if any(ex.kind(t) != "value" for t in (q, k, v)):
+        raise ExportError(f"aten node `{n.name}` ({ex.where(n)}): attention of a parameter or constant tensor")
+    if _is_node(mask):
+        # Tracing builds transformers' causal mask from constants where an eager run without a
+        # padding mask passes none and sets is_causal: read as the module's is_causal.
+        m = ex.modules.get(ex.innermost(n))
+        if ex.kind(mask) == "value" or getattr(m, "is_causal", None) is None:
+            raise ExportError(
+                f"aten node `{n.name}` ({ex.where(n)}): attention with a mask tensor; memcal's sdpa is causal or "
+                "unmasked: export without attention_mask"
+            )
+        causal = bool(m.is_causal)
+    if p:
+        raise ExportError(f"aten node `{n.name}` ({ex.where(n)}): attention dropout {p} inside sdpa has no memcal attribute")
+    attrs = {"causal": causal} if causal else {}
+    if gqa:
+        attrs["enable_gqa"] = True
+    ids = [ex.id_of(t, n) for t in (q, k, v)]
+    if not gqa and _shape(k)[1] == _shape(v)[1] == 1 < _shape(q)[1]:
+        _sdpa_math(ex, n, ids, mask if _is_node(mask) else None, causal)
+        return
+    ex.put(n, "sdpa", attrs, ids)
 
 
 ATEN = {
@@ -753,6 +981,13 @@ ATEN = {
     "pow": _pow,
     "select": _select,
     "slice": _slice,
+    "split": _split,
+    "split_with_sizes": _split,
+    "chunk": _split,
+    "getitem": _getitem,
+    "matmul": _matmul,
+    "bmm": _matmul,
+    "index": _index,
     "mean": _mean,
     "softmax": _softmax,
     "_softmax": _softmax,
@@ -767,6 +1002,36 @@ ATEN.update({k: _activation(v) for k, v in ACTIVATIONS.items()})
 ATEN.update({k: _unary(k) for k in UNARY})
 ATEN.update({k: _binary for k in BINARY})
 ATEN.update({k: _reshape for k in RESHAPES})
+
+
+def _repeat_kv_source(ex, t):
+    """The [B, kv_heads, T, D] tensor that transformers' repeat_kv (`x[:, :, None]`, expand,
+    reshape) repeats into `t`, with the nodes it adds, or None (then `t` is drawn as it is)."""
+    chain, r = [], ex.resolve(t)
+    for names in (("reshape", "view", "_unsafe_view"), ("expand",), ("unsqueeze",)):
+        if r.op != "call_function" or _name(r.target) not in names or len(r.users) != 1:
+            return None
+        chain.append(r)
+        r = ex.resolve(r.args[0])
+    return (r, chain) if int(chain[-1].args[1]) == 2 else None
+
+
+def _mark_repeat_kv(ex):
+    """Tracing builds transformers' causal mask from constants, so the traced sdpa attention
+    repeats K and V (repeat_kv); the eager run without a padding mask passes no mask and calls
+    sdpa with enable_gqa instead (`use_gqa_in_sdpa`: head dims equal and at most 256). Those
+    repeats are not drawn: the sdpa reads the kv heads with enable_gqa."""
+    for n in ex.ep.graph.nodes:
+        if n.op != "call_function" or _name(n.target) != "scaled_dot_product_attention":
+            continue
+        mask = _arg(n, 3, "attn_mask")
+        if not _is_node(mask) or ex.kind(mask) == "value" or bool(_arg(n, 7, "enable_gqa", False)):
+            continue
+        k, v = _repeat_kv_source(ex, n.args[1]), _repeat_kv_source(ex, n.args[2])
+        if k is None or v is None or not (_shape(k[0])[-1] == _shape(v[0])[-1] <= 256):
+            continue
+        ex.gqa[n] = (k[0], v[0])
+        ex.skipped.update(k[1] + v[1])
 
 
 def _mark_tables(ex):
@@ -823,6 +1088,36 @@ def default_kwargs(module):
     return {"use_cache": False} if "use_cache" in params else {}
 
 
+def _IndexLists():
+    """A torch function mode that records the Python lists a model indexes tensors with
+    (`x[..., [-2], :]`): torch.export lifts each into a constant tensor, which on the meta device
+    holds no values. `by_constant(ep)` maps each lifted constant to its list, by order of
+    creation, or returns None when the counts differ (then the values stay unknown)."""
+    import re
+
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    class Mode(TorchFunctionMode):
+        def __init__(self):
+            super().__init__()
+            self.seen = []
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            if func is torch.Tensor.__getitem__ and len(args) > 1:
+                index = args[1] if isinstance(args[1], tuple) else (args[1],)
+                self.seen.extend(list(i) for i in index if isinstance(i, list) and all(isinstance(v, int) for v in i))
+            return func(*args, **(kwargs or {}))
+
+        def by_constant(self, ep):
+            lifted = sorted((int(m.group(1)), k) for k in ep.constants if (m := re.search(r"lifted_tensor_(\d+)$", k)))
+            if len(lifted) != len(self.seen):
+                return None
+            return {k: v for (_, k), v in zip(lifted, self.seen)}
+
+    return Mode()
+
+
 def trace(module, inputs, kwargs=None, output=None):
     """Runs torch.export on the meta device; returns (nodes, output id, output shape, extra
     inputs, notes: what the model computes that the graph does not draw)."""
@@ -839,12 +1134,14 @@ def trace(module, inputs, kwargs=None, output=None):
     module.train()  # the training step is what memcal plans: dropout on, batch statistics
     root = _wrapper_class()(module, names, kwargs, output)
     try:
+        lists = _IndexLists()
         try:
-            ep = torch.export.export(root, tuple(examples), strict=False)
+            with lists:
+                ep = torch.export.export(root, tuple(examples), strict=False)
         except Exception as e:  # torch.export's own errors name the line of model code that failed
             first = str(e).strip().splitlines()[0] if str(e).strip() else ""
             raise ExportError(f"torch.export could not trace {type(module).__name__}: {type(e).__name__}: {first}") from e
-        ex = _Program(ep, root, names)
+        ex = _Program(ep, root, names, lists.by_constant(ep))
         ex.run()
     finally:
         module.train(was_training)

@@ -207,6 +207,64 @@ def _hf_gemma2():
     )
 
 
+def _hf_gpt_neox():
+    from transformers import GPTNeoXConfig
+
+    return GPTNeoXConfig(
+        num_hidden_layers=2, hidden_size=128, num_attention_heads=4, intermediate_size=256,
+        vocab_size=1000, max_position_embeddings=64,
+    )
+
+
+def _hf_opt():
+    from transformers import OPTConfig
+
+    return OPTConfig(
+        num_hidden_layers=2, hidden_size=128, num_attention_heads=4, ffn_dim=256,
+        word_embed_proj_dim=128, vocab_size=1000, max_position_embeddings=64,
+    )
+
+
+def _hf_phi3():
+    from transformers import Phi3Config
+
+    return Phi3Config(
+        num_hidden_layers=2, hidden_size=128, num_attention_heads=4, num_key_value_heads=2,
+        intermediate_size=256, vocab_size=1000, max_position_embeddings=64, pad_token_id=0,
+        bos_token_id=0, eos_token_id=0,
+    )
+
+
+def _hf_gpt_neo():
+    from transformers import GPTNeoConfig
+
+    # One global and one local layer; the local window (256) is wider than the 64 tokens.
+    return GPTNeoConfig(
+        num_layers=2, hidden_size=128, num_heads=4, attention_types=[[["global", "local"], 1]],
+        intermediate_size=256, vocab_size=1000, max_position_embeddings=64, window_size=256,
+        bos_token_id=0, eos_token_id=0,
+    )
+
+
+def _hf_falcon():
+    from transformers import FalconConfig
+
+    return FalconConfig(
+        num_hidden_layers=2, hidden_size=128, num_attention_heads=4, vocab_size=1000,
+        max_position_embeddings=64,
+    )
+
+
+def _hf_bigcode():
+    from transformers import GPTBigCodeConfig
+
+    # attn_pdrop 0: dropout inside F.scaled_dot_product_attention has no memcal attribute.
+    return GPTBigCodeConfig(
+        n_layer=2, n_embd=128, n_head=4, n_inner=256, vocab_size=1000, n_positions=64,
+        attn_pdrop=0.0,
+    )
+
+
 def _hf_vit():
     import transformers
 
@@ -256,11 +314,22 @@ CASES = [
     _hf_export("transformers-qwen2-export", _hf_qwen2, "Qwen2ForCausalLM"),
     _hf_export("transformers-gemma-export", _hf_gemma, "GemmaForCausalLM"),
     _hf_export("transformers-t5-export", lambda: _hf_t5(0.1), "T5ForConditionalGeneration"),
-    # Mistral, transformers' ViT and Gemma 2 have no rule of their own: the exporter draws them
-    # with the Llama family's; Qwen3 adds gqa_attention's qk_norm (its per-head q and k norms).
+    # Mistral and transformers' ViT have no rule of their own: the exporter draws them with the
+    # Llama family's; Qwen3 adds gqa_attention's qk_norm (its per-head q and k norms); Gemma 2's
+    # soft-capped eager attention is drawn op by op.
     _hf_export("transformers-mistral-export", _hf_mistral, "MistralForCausalLM"),
     _hf_export("transformers-qwen3-export", _hf_qwen3, "Qwen3ForCausalLM"),
     _hf_export("transformers-gemma2-export", _hf_gemma2, "Gemma2ForCausalLM"),
+    # Families drawn op by op where they leave transformers' shared attention code: GPT-NeoX's
+    # partial rotary, OPT's [B*T, d] reshape, Phi-3's fused qkv and gate_up projections sliced
+    # apart, GPT-Neo's unscaled eager attention, Falcon's x @ W.T linears and multi-query heads,
+    # GPT-BigCode's multi-query sdpa. Falcon's broadcast kv head is sdpa's math path.
+    _hf_export("transformers-gpt-neox-export", _hf_gpt_neox, "GPTNeoXForCausalLM"),
+    _hf_export("transformers-opt-export", _hf_opt, "OPTForCausalLM"),
+    _hf_export("transformers-phi3-export", _hf_phi3, "Phi3ForCausalLM"),
+    _hf_export("transformers-gpt-neo-export", _hf_gpt_neo, "GPTNeoForCausalLM"),
+    _hf_export("transformers-falcon-export", _hf_falcon, "FalconForCausalLM"),
+    _hf_export("transformers-gpt-bigcode-export", _hf_bigcode, "GPTBigCodeForCausalLM"),
     dict(_image_case("transformers-vit-export", _hf_vit, 32, 10, 4), route="torch.export",
          inputs=[("pixel_values", ["B", 3, 32, 32], "float32")]),
 ]
@@ -289,6 +358,13 @@ CHECKED = [
     "transformers-t5-export",
     "transformers-mistral-export",
     "transformers-vit-export",
+    "transformers-gemma2-export",
+    "transformers-gpt-neox-export",
+    "transformers-opt-export",
+    "transformers-phi3-export",
+    "transformers-gpt-neo-export",
+    "transformers-falcon-export",
+    "transformers-gpt-bigcode-export",
 ]
 
 

@@ -152,12 +152,66 @@ class Notes(unittest.TestCase):
         self.assertIn("520 parameters no memcal op holds", g["description"])
         self.assertEqual(plan(g)[0], sum(p.numel() for p in m.parameters()) - 520)
 
-    def test_gemma2_soft_capping_is_noted(self):
+
+@unittest.skipIf(transformers is None, "transformers is not installed (scripts/setup-pytorch.sh)")
+class OpByOp(unittest.TestCase):
+    """Attention code no memcal op stands for, drawn with matmul, slice, sdpa, constant, expand."""
+
+    def test_gemma2_soft_capped_attention_is_drawn_op_by_op(self):
         cfg = transformers.Gemma2Config(num_hidden_layers=1, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
                                         head_dim=16, intermediate_size=128, vocab_size=500)
-        with self.assertWarns(UserWarning) as w:
-            exported("Gemma2ForCausalLM", cfg, 32)
-        self.assertIn("soft-capping", " ".join(str(x.message) for x in w.warnings))
+        g = exported("Gemma2ForCausalLM", cfg, 32)
+        self.assertNotIn("gqa_attention", ops(g))
+        for op in ("matmul", "softmax", "constant", "expand", "slice"):
+            self.assertIn(op, ops(g))
+        self.assertIn({"fn": "tanh"}, [n.get("attributes") for n in g["nodes"] if n["op"] == "unary"])
+
+    def test_phi3_reads_kv_heads_with_enable_gqa_and_its_fused_projections_as_slices(self):
+        cfg = transformers.Phi3Config(num_hidden_layers=1, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+                                      intermediate_size=128, vocab_size=500, pad_token_id=0, bos_token_id=0, eos_token_id=0)
+        g = exported("Phi3ForCausalLM", cfg, 32)
+        sdpa = [n for n in g["nodes"] if n["op"] == "sdpa"]
+        self.assertEqual([n["attributes"] for n in sdpa], [{"causal": True, "enable_gqa": True}])
+        self.assertNotIn("expand", ops(g))  # transformers' repeat_kv: the traced path only
+        self.assertEqual(len([n for n in g["nodes"] if n["op"] == "slice" and n["inputs"][0].endswith("qkv_proj")]), 3)
+        # The rotary covers the head: cat(q_embed, q[..., 32:]) is a concat of one piece.
+        self.assertIn(1, [len(n["inputs"]) for n in g["nodes"] if n["op"] == "concat"])
+        self.assertEqual(plan(g)[0], sum(p.numel() for p in transformers.Phi3ForCausalLM(cfg).parameters()))
+
+    def test_falcon_broadcast_kv_head_is_sdpa_math_path(self):
+        cfg = transformers.FalconConfig(num_hidden_layers=1, hidden_size=64, num_attention_heads=4, vocab_size=500)
+        g = exported("FalconForCausalLM", cfg, 32)
+        # One kv head broadcast over 4: torch's flash kernel refuses it, sdpa runs its math path.
+        self.assertNotIn("sdpa", ops(g))
+        for op in ("matmul", "softmax", "expand", "constant"):
+            self.assertIn(op, ops(g))
+        # FalconLinear's x @ W.T is a linear; k and v (x[..., [-2], :]) a slice and its copy.
+        self.assertEqual(plan(g)[0], sum(p.numel() for p in transformers.FalconForCausalLM(cfg).parameters()))
+
+    def test_opt_reshape_with_the_batch_merged_into_the_first_axis(self):
+        cfg = transformers.OPTConfig(num_hidden_layers=1, hidden_size=64, num_attention_heads=4, ffn_dim=128,
+                                     word_embed_proj_dim=64, vocab_size=500, max_position_embeddings=32)
+        g = exported("OPTForCausalLM", cfg, 32)
+        self.assertIn([-1, 64], [n["attributes"]["shape"] for n in g["nodes"] if n["op"] == "reshape"])
+        plan(g)
+
+
+class Heads(nn.Module):
+    """A fused qkv split by chunk, a constant table multiplied in, eager attention by matmul,
+    then sdpa over the same heads."""
+
+    def __init__(self):
+        super().__init__()
+        self.qkv, self.out = nn.Linear(32, 96), nn.Linear(32, 32)
+        self.register_buffer("table", torch.ones(16, 16))
+
+    def forward(self, x):
+        b = x.shape[0]
+        q, k, v = (t.view(b, 16, 2, 16).transpose(1, 2) for t in self.qkv(x).chunk(3, dim=-1))
+        q = q * self.table
+        a = torch.softmax(q @ k.transpose(-1, -2), dim=-1) @ v
+        a = torch.nn.functional.scaled_dot_product_attention(a, k, v, is_causal=True)
+        return self.out(a.transpose(1, 2).reshape(b, 16, 32))[:, :, 8:24]
 
 
 class Cumsum(nn.Module):
@@ -191,6 +245,15 @@ class AnyModule(unittest.TestCase):
         self.assertEqual(ops(a), ["linear", "layer_norm", "silu", "unary", "linear", "cross_entropy"])
         self.assertEqual(ops(a), ops(b))
         self.assertEqual(plan(a), plan(b))
+
+    def test_chunks_matmuls_a_constant_table_and_sdpa(self):
+        with torch.device("meta"):
+            m = Heads()
+        g = export(m, [("x", ["B", 16, 32], "float32")], name="h", family="t", tracer="export", loss="mse")
+        self.assertEqual(sorted(set(ops(g))), ["constant", "linear", "matmul", "mse", "mul", "permute", "reshape",
+                                               "sdpa", "slice", "softmax"])
+        self.assertEqual([n["attributes"] for n in g["nodes"] if n["op"] == "slice"][-1], {"dim": 2, "start": 8, "end": 24})
+        self.assertEqual(plan(g)[0], 32 * 96 + 96 + 32 * 32 + 32)
 
     def test_an_unknown_op_is_refused_naming_the_aten_node_and_module(self):
         with torch.device("meta"):
