@@ -460,7 +460,10 @@ impl Graph {
                 let int_input = (v as usize) < n_inputs && inputs[v as usize].dtype == DType::Int64;
                 let wants_int = matches!(op, Op::Embedding { .. })
                     || (k == 1 && matches!(op, Op::CrossEntropy));
-                if int_input != wants_int {
+                // A `constant` reads its input only for its batch: an int64 one is the padding
+                // mask its attention mask is built from.
+                let reads_batch = matches!(op, Op::Constant { .. });
+                if int_input != wants_int && !(int_input && reads_batch) {
                     let name = &nf.inputs[k];
                     return Err(Error::node(
                         path,
@@ -468,7 +471,7 @@ impl Graph {
                         if wants_int {
                             format!("input `{name}` {s} must be an int64 graph input")
                         } else {
-                            format!("input `{name}` is an int64 graph input; only embedding and cross_entropy labels take one")
+                            format!("input `{name}` is an int64 graph input; only embedding, cross_entropy labels and constant (for its batch) take one")
                         },
                     ));
                 }
@@ -486,6 +489,20 @@ impl Graph {
                             format!(
                                 "input `{}` {s} is broadcast to {output}: only a tensor made from `constant` nodes (no gradient) may be broadcast; give both inputs the shape {output}",
                                 nf.inputs[k]
+                            ),
+                        ));
+                    }
+                }
+            }
+            if matches!(op, Op::Sdpa { .. }) {
+                if let Some(&v) = args_of(i).get(3) {
+                    if !of_constants(v) {
+                        return Err(Error::node(
+                            path,
+                            &nf.id,
+                            format!(
+                                "input `{}` is sdpa's mask: it must be made from `constant` nodes (a mask takes no gradient)",
+                                nf.inputs[3]
                             ),
                         ));
                     }

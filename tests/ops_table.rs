@@ -12,7 +12,7 @@ const EXAMPLES: &[(&str, &str)] = &[
         ("avg_pool", "{\"kernel_size\": 2}"),
         ("batch_norm", "{\"num_features\": 64}"),
         ("concat", "{\"dim\": 1}"),
-        ("constant", "{\"shape\": [\"B\", 1, 64, 64]}"),
+        ("constant", "{\"shape\": [\"B\", 1, 64, 64], \"dtype\": \"bool\"}"),
         ("conv1d", "{\"bias\": false, \"in_channels\": 12, \"kernel_size\": 7, \"out_channels\": 64, \"padding\": 3}"),
         ("conv2d", "{\"bias\": false, \"in_channels\": 3, \"kernel_size\": 3, \"out_channels\": 32, \"padding\": 1, \"stride\": 2}"),
         ("conv_transpose2d", "{\"in_channels\": 1024, \"kernel_size\": 2, \"out_channels\": 512, \"stride\": 2}"),
@@ -236,4 +236,58 @@ fn grouped_query_attention_may_bias_q_k_and_v_only() {
     assert_eq!(params(&qkv) - params(&none), 64 + 32 + 32);
     let err = parse(&format!("{{{base}, \"bias\": \"o\"}}")).unwrap_err();
     assert!(err.contains("\"qkv\""), "{err}");
+}
+
+#[test]
+fn sdpa_takes_a_mask_made_from_constants() {
+    let parse = |json: &str| Op::parse("constant", &serde_json::from_str(json).unwrap());
+    assert!(matches!(
+        parse("{\"shape\": [\"B\", 1, 8, 8], \"dtype\": \"bool\"}").unwrap(),
+        Op::Constant {
+            dtype: memcal::ops::ConstantDType::Bool,
+            ..
+        }
+    ));
+    assert!(matches!(
+        parse("{\"shape\": [\"B\", 1, 8, 8]}").unwrap(),
+        Op::Constant {
+            dtype: memcal::ops::ConstantDType::Float32,
+            ..
+        }
+    ));
+    assert!(parse("{\"shape\": [8], \"dtype\": \"int8\"}").is_err());
+    // q, k, v [B, 4, 8, 16] from x; the mask a bool constant built from an int64 padding mask
+    // (or, wrongly, from a value that takes a gradient, or shaped beyond the scores).
+    let graph = |mask_from: &str, mask_shape: Value, causal: bool| {
+        let file: memcal::graph::GraphFile = serde_json::from_value(json!({
+            "format": "memcal-graph/1", "name": "t", "family": "t", "variant": "op",
+            "inputs": [
+                {"name": "x", "shape": ["B", 4, 8, 16], "dtype": "float32"},
+                {"name": "pad", "shape": ["B", 8], "dtype": "int64", "classes": 2},
+                {"name": "y", "shape": ["B", 4, 8, 16], "dtype": "float32"}
+            ],
+            "nodes": [
+                {"id": "q", "op": "linear", "inputs": ["x"], "attributes": {"in_features": 16, "out_features": 16}},
+                {"id": "mask", "op": "constant", "inputs": ["pad"], "attributes": {"shape": mask_shape, "dtype": "bool"}},
+                {"id": "qt", "op": "permute", "inputs": ["q"], "attributes": {"dims": [0, 1, 3, 2]}},
+                {"id": "grad_mask", "op": "matmul", "inputs": ["q", "qt"]},
+                {"id": "att", "op": "sdpa", "inputs": ["q", "q", "q", mask_from], "attributes": {"causal": causal}},
+                {"id": "loss", "op": "mse", "inputs": ["att", "y"]}
+            ],
+            "loss": "loss"
+        }))
+        .unwrap();
+        memcal::graph::Graph::check(&file, std::path::Path::new("t.json"))
+            .map_err(|e| e.to_string())
+    };
+    assert!(graph("mask", json!(["B", 1, 8, 8]), false).is_ok());
+    assert!(graph("mask", json!([1, 1, 8, 8]), false).is_ok());
+    let err = |m: &str, s: Value, c: bool| graph(m, s, c).unwrap_err();
+    assert!(
+        err("mask", json!(["B", 1, 8, 8]), true).contains("causal: false"),
+        "mask with is_causal"
+    );
+    assert!(err("mask", json!(["B", 1, 8, 9]), false).contains("must broadcast to the scores"));
+    let e = err("grad_mask", json!(["B", 1, 8, 8]), false);
+    assert!(e.contains("made from `constant` nodes"), "{e}");
 }

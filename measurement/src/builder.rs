@@ -14,7 +14,7 @@
 //!   locals; autograd keeps what backward needs.
 
 use memcal::graph::{DType, Graph};
-use memcal::ops::{Activation, Op, ReshapeDim, UnaryFn};
+use memcal::ops::{Activation, ConstantDType, Op, ReshapeDim, UnaryFn};
 use std::collections::HashMap;
 use tch::nn::{self, Init};
 use tch::{Device, Kind, Reduction, Tensor};
@@ -849,20 +849,27 @@ impl Model {
             }
             (Op::Matmul, _) => x.matmul(a[1]),
             (Op::Slice { dim, start, end }, _) => x.slice(*dim, i(*start), i(*end), 1),
-            (Op::Sdpa { causal, enable_gqa }, _) => Tensor::scaled_dot_product_attention::<Tensor>(
-                x,
-                a[1],
-                a[2],
-                None,
-                0.0,
-                *causal,
-                None,
-                *enable_gqa,
-            ),
-            (Op::Constant { shape }, _) => {
+            (Op::Sdpa { causal, enable_gqa }, _) => {
+                Tensor::scaled_dot_product_attention::<&Tensor>(
+                    x,
+                    a[1],
+                    a[2],
+                    a.get(3).copied(),
+                    0.0,
+                    *causal,
+                    None,
+                    *enable_gqa,
+                )
+            }
+            (Op::Constant { shape, dtype }, _) => {
                 // Made from constants in every forward, outside autograd (rotary tables,
-                // masks): float32, as transformers builds them.
-                Tensor::ones(sizes(shape, batch).as_slice(), (Kind::Float, x.device()))
+                // masks): float32 or bool, as transformers builds them (an all-true bool mask
+                // hides nothing; its memory is a padding mask's).
+                let kind = match dtype {
+                    ConstantDType::Float32 => Kind::Float,
+                    ConstantDType::Bool => Kind::Bool,
+                };
+                Tensor::ones(sizes(shape, batch).as_slice(), (kind, x.device()))
             }
             (Op::Expand { shape }, _) => x.expand(sizes(shape, batch).as_slice(), false),
             (op, _) => panic!(

@@ -216,6 +216,24 @@ impl Rnn {
     }
 }
 
+/// The element type of a `constant`: float32 (rotary tables, additive masks) or bool (the
+/// boolean attention masks transformers builds from a padding mask), 1 byte per element.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+pub enum ConstantDType {
+    Float32,
+    Bool,
+}
+
+impl ConstantDType {
+    /// Bytes per element.
+    pub fn bytes(self) -> u64 {
+        match self {
+            ConstantDType::Float32 => 4,
+            ConstantDType::Bool => 1,
+        }
+    }
+}
+
 /// One entry of a `reshape` target.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub enum ReshapeDim {
@@ -457,10 +475,11 @@ pub enum Op {
         start: u64,
         end: u64,
     },
-    /// `torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal,
+    /// `torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask, is_causal=causal,
     /// enable_gqa=enable_gqa)` of three values `[B, h, Tq, hd]`, `[B, kv, Tk, hd]`, `[B, kv,
-    /// Tk, hdv]`, no mask and no dropout: what transformers' sdpa attention calls, written out
-    /// op by op. Output `[B, h, Tq, hdv]`.
+    /// Tk, hdv]` and an optional fourth, the mask (made from `constant` nodes, broadcast to
+    /// `[B, h, Tq, Tk]`: a padding mask), no dropout: what transformers' sdpa attention calls,
+    /// written out op by op. Output `[B, h, Tq, hdv]`.
     Sdpa {
         causal: bool,
         enable_gqa: bool,
@@ -471,6 +490,7 @@ pub enum Op {
     /// `mul`, `sub` and `div`.
     Constant {
         shape: Vec<ReshapeDim>,
+        dtype: ConstantDType,
     },
     /// `x.expand(shape)`: axes of size 1 broadcast to `shape` (entries `"B"` or sizes), a
     /// stride-0 view (transformers' `repeat_kv` expands `[B, kv, 1, T, hd]` to `[B, kv, n, T,
@@ -616,7 +636,7 @@ impl Op {
             Op::Add | Op::Mul | Op::Sub | Op::Div | Op::CrossEntropy | Op::Mse | Op::Matmul => {
                 (2, 2)
             }
-            Op::Sdpa { .. } => (3, 3),
+            Op::Sdpa { .. } => (3, 4),
             Op::Concat { .. } => (1, usize::MAX),
             Op::MultiheadAttention { .. } => (1, 2),
             Op::Linear { .. }

@@ -406,8 +406,19 @@ static OPS: &[(OpKind, &str, Parser)] = &[
         })
     }),
     (OpKind::Constant, "constant", |a| {
+        let dtype = match a.get("dtype") {
+            None => ConstantDType::Float32,
+            Some(Value::String(s)) if s == "float32" => ConstantDType::Float32,
+            Some(Value::String(s)) if s == "bool" => ConstantDType::Bool,
+            Some(v) => {
+                return Err(format!(
+                    "attribute `dtype` must be \"float32\" or \"bool\", found {v}"
+                ))
+            }
+        };
         Ok(Op::Constant {
             shape: batch_or_sizes(a)?,
+            dtype,
         })
     }),
     (OpKind::Expand, "expand", |a| {

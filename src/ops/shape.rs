@@ -161,7 +161,7 @@ impl Op {
                 }
                 out.0[a] = Dim::fixed(end - start);
             }
-            Op::Sdpa { enable_gqa, .. } => {
+            Op::Sdpa { causal, enable_gqa } => {
                 let (k, v) = (inputs[1], inputs[2]);
                 let ok = x.rank() == 4
                     && k.rank() == 4
@@ -186,8 +186,25 @@ impl Op {
                     ));
                 }
                 out.0[3] = v.0[3];
+                if let Some(m) = inputs.get(3) {
+                    if *causal {
+                        return Err("an sdpa with a mask takes causal: false (torch refuses an explicit attn_mask with is_causal; put causality in the mask)".into());
+                    }
+                    let scores = [x.0[0], x.0[1], x.0[2], k.0[2]];
+                    let fits = m.rank() == 4
+                        && m.0
+                            .iter()
+                            .zip(&scores)
+                            .all(|(a, b)| a == b || *a == Dim::fixed(1));
+                    if !fits {
+                        return Err(format!(
+                            "the mask {m} must broadcast to the scores [B, h, Tq, Tk] = [{}, {}, {}, {}] (each axis equal or 1)",
+                            scores[0], scores[1], scores[2], scores[3]
+                        ));
+                    }
+                }
             }
-            Op::Constant { shape } => out = sizes(shape),
+            Op::Constant { shape, .. } => out = sizes(shape),
             Op::Expand { shape } => {
                 out = sizes(shape);
                 let fits = out.rank() == x.rank()

@@ -84,7 +84,7 @@ pub fn output_element(node: &Node, inputs: &[u64]) -> u64 {
         // x + table slice (fp32).
         Op::LearnedPosition { .. } => F32,
         // Made in float32 (rotary tables, masks), outside autocast's lists.
-        Op::Constant { .. } => F32,
+        Op::Constant { dtype, .. } => dtype.bytes(),
         // zeros like the (fp32-promoted) input; experts' outputs are cast to it.
         Op::Moe { .. } => input(0),
         // autocast's fp32 list (AT_FORALL_FP32: exp, log, reciprocal, rsqrt, pow).
@@ -94,6 +94,37 @@ pub fn output_element(node: &Node, inputs: &[u64]) -> u64 {
         // class token cast to the input's kind).
         _ => input(0),
     }
+}
+
+/// sdpa with a mask on CUDA (read off torch 2.11's attention.cpp, not measured): the flash
+/// kernel takes no mask, so the memory-efficient one runs. Autocast casts a float32 mask to
+/// bf16 and `convert_boolean_attn_mask` makes a bool one additive at bf16; `preprocess_mask`
+/// pads its last axis to a multiple of 16 (a new tensor when Tk is not one); the kernel saves
+/// that bias and a logsumexp whose query axis is rounded up to 32 (`kAlignLSE`).
+fn sdpa_mask(s: &Sizes, r: &mut OpRule) {
+    use super::rules::{SDPA_BOOL_MASK, SDPA_LOGSUMEXP};
+    let (b, h, tq) = (s.dim(0), s.dim(1), s.dim(2));
+    let tk = s.shape_in(3).map_or(1, |m| m.0[3].at(s.batch));
+    let rows = s.n_in(3) / tk.max(1);
+    let padded = tk.div_ceil(16) * 16;
+    let ready = s.e_in(3) == BF16 && padded == tk;
+    r.saved.retain(|x| match x {
+        Saved::Input(3) => false,
+        Saved::Internal { what, .. } => *what != SDPA_BOOL_MASK && *what != SDPA_LOGSUMEXP,
+        _ => true,
+    });
+    r.saved.push(if ready {
+        Saved::Input(3)
+    } else {
+        Saved::Internal {
+            what: "the mask at bf16, its last axis padded to a multiple of 16",
+            bytes: rows * padded * BF16,
+        }
+    });
+    r.saved.push(Saved::Internal {
+        what: SDPA_LOGSUMEXP,
+        bytes: b * h * tq.div_ceil(32) * 32 * F32,
+    });
 }
 
 /// The rule for `node` at `batch` under bf16 autocast on CUDA.
@@ -196,7 +227,8 @@ pub fn rule(graph: &Graph, k: usize, batch: u64, values: &Values) -> OpRule {
             // and whose gradient comes back through the cast; bf16 operands are read as they
             // are (derived from the autocast lists and the CPU rule; not measured).
             let mut r = cpu_rule_at(graph, k, batch, values, BF16);
-            for i in 0..node.inputs.len() {
+            // sdpa's mask (input 3) takes no gradient: `sdpa_mask` below.
+            for i in 0..node.inputs.len().min(3) {
                 if s.e_in(i) == F32 {
                     let n = s.n_in(i);
                     r.saved.retain(|x| !matches!(x, InputFolded(a, _) | Input(a) if *a == i));
@@ -207,6 +239,9 @@ pub fn rule(graph: &Graph, k: usize, batch: u64, values: &Values) -> OpRule {
             if matches!(node.op, Op::Sdpa { .. }) {
                 // The flash kernel on sm90 (no CPU scratch); its Philox RNG state is not counted.
                 r.backward_transient = 0;
+                if node.inputs.len() > 3 {
+                    sdpa_mask(&s, &mut r);
+                }
             }
             r.cublas = matches!(node.op, Op::Matmul);
             r.source = TorchSource;

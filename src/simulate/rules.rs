@@ -384,9 +384,10 @@ impl<'g> Values<'g> {
             }
             starts.push(args.len() as u32);
             shapes.push(&n.output);
-            elems.push(match backend {
-                Backend::CpuFp32 => 4,
-                Backend::CudaBf16Autocast => {
+            elems.push(match (&n.op, backend) {
+                (Op::Constant { dtype, .. }, _) => dtype.bytes(),
+                (_, Backend::CpuFp32) => 4,
+                (_, Backend::CudaBf16Autocast) => {
                     input_elems.clear();
                     input_elems.extend(args[first..].iter().map(|&v| elems[v as usize]));
                     super::cuda::output_element(n, &input_elems)
@@ -939,12 +940,20 @@ pub(super) fn cpu_rule_at(graph: &Graph, k: usize, batch: u64, values: &Values, 
         Op::Sdpa { .. } => {
             let (b, h, tq) = (s.dim(0), s.dim(1), s.dim(2));
             let tk = s.shape_in(1).map_or(tq, |k| k.0[2].at(batch));
-            let mut rule = OpRule::new(
-                Output::New(y),
-                vec![Input(0), Input(1), Input(2), Out, Internal { what: "logsumexp B x H x Tq float32", bytes: b * h * tq * 4 }],
-                vec![Grad::New; 3],
-                TorchSource,
-            )
+            let mut saved = vec![Input(0), Input(1), Input(2), Out, Internal { what: SDPA_LOGSUMEXP, bytes: b * h * tq * 4 }];
+            let mut grads = vec![Grad::New; 3];
+            if node.inputs.len() > 3 {
+                // The mask: sdpa turns a bool one into an additive one of q's dtype
+                // (attention.cpp `convert_boolean_attn_mask`, a new tensor per call); the flash
+                // kernel's backward takes it (derivatives.yaml), so it is saved.
+                saved.push(if s.e_in(3) == 1 {
+                    Internal { what: SDPA_BOOL_MASK, bytes: s.n_in(3) * e }
+                } else {
+                    Input(3)
+                });
+                grads.push(Grad::None);
+            }
+            let mut rule = OpRule::new(Output::New(y), saved, grads, TorchSource)
             .bwd(flash_backward_scratch(tq, tk))
             .note("CPU flash sdpa (FlashAttentionKernel.cpp): the output is made like q (`empty_like`, _meta_registrations.py: contiguous for a contiguous q, [B, Tq, h, hd] returned transposed for q a transposed head view); saves q, k, v, the output and a B x H x Tq logsumexp, never the scores; backward makes q, k and v's gradients contiguous (not in a transposed view's layout) and holds its per-thread scratch");
             rule.output_contiguous = Some(false);
@@ -1090,6 +1099,12 @@ fn unary(f: crate::ops::UnaryFn, x: u64, y: u64) -> OpRule {
         .bwd(temporaries * x)
         .note(note)
 }
+
+/// What sdpa's rules call its logsumexp and a bool mask's additive copy (the CUDA table
+/// resizes both).
+pub(super) const SDPA_LOGSUMEXP: &str = "logsumexp B x H x Tq float32";
+pub(super) const SDPA_BOOL_MASK: &str =
+    "the bool mask made additive at q's dtype (convert_boolean_attn_mask)";
 
 /// The threads the harness runs CPU torch with (every CPU row records them: `device.cores`).
 pub const HARNESS_CPU_THREADS: u64 = 2;
