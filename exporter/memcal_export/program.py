@@ -2,11 +2,13 @@
 forward branches on its arguments) from the aten graph `torch.export` records on the meta device.
 
 How a node is drawn:
-- Every value is classed by what it is computed from: `value` (from an input: drawn), `param`
-  (a parameter), `pconst` (from parameters and constants only: a position table, T5's position
-  bias) or `const` (from buffers and literals only: position ids, rotary tables, the causal mask
-  transformers materializes while tracing). Only values are drawn; the others are read by the
-  ops that take them.
+- Every value is classed by what it is computed from: `value` (from an input, taking a
+  gradient: drawn), `ivalue` (from an int64 input alone: the attention mask transformers builds
+  from a padding mask), `param` (a parameter), `pconst` (from parameters and constants only: a
+  position table, T5's position bias) or `const` (from buffers and literals only: position ids,
+  rotary tables, the causal mask transformers materializes while tracing). Only values are
+  drawn; the others are read by the ops that take them (an `ivalue` or `const` as a memcal
+  `constant`, one node per tensor).
 - A module with a rule in `GROUPS` (attention classes, RMS norms, transformers' Conv1D) is drawn
   as one or a few memcal ops from the values that enter it, whatever aten ops its code runs.
 - Every other aten op is drawn by `ATEN`, one entry per op (linear, embedding, layer_norm,
@@ -15,8 +17,12 @@ How a node is drawn:
 
 Transformers' masks: tracing makes transformers build its causal mask from constants, where an
 eager run without a padding mask passes none and sets `is_causal`. A mask computed from constants
-alone is therefore read as the module's `is_causal`; a mask computed from an input (a real
-padding mask) is refused.
+alone is therefore read as the module's `is_causal`. A mask computed from an input (an
+`attention_mask` input: a padded batch) is one bool `constant` of its shape, computed from that
+input and read by every layer's sdpa (its mask input); an attention module that reads one is
+drawn op by op, as the eager run does: the Llama family then repeats k and v (transformers'
+`use_gqa_in_sdpa` is false with a mask), and sdpa with dropout (BERT in training) runs its math
+path.
 """
 
 import functools
@@ -43,6 +49,14 @@ def _arg(n, i, name, default=None):
 def _shape(n):
     v = n.meta.get("val") if hasattr(n, "meta") else None
     return [int(d) for d in v.shape] if hasattr(v, "shape") else None
+
+
+def _floating(n):
+    """Whether node `n` makes a float tensor (or a tuple of them: split); true when unknown."""
+    v = n.meta.get("val")
+    if isinstance(v, (list, tuple)):
+        return any(getattr(t, "dtype", None) is None or t.dtype.is_floating_point for t in v)
+    return getattr(v, "dtype", None) is None or v.dtype.is_floating_point
 
 
 def _is_node(x):
@@ -94,10 +108,13 @@ def _attention_core(grp, name):
     if sdpa:
         n = sdpa[0]
         mask = _arg(n, 3, "attn_mask")
-        if _is_node(mask) and grp.kind(mask) == "value":
+        if _is_node(mask) and grp.kind(mask) in ("value", "ivalue"):
+            # An ivalue mask (a padding mask alone) declines the module (`_whole`): this is a mask
+            # that also takes a gradient, T5's position bias plus its padding mask.
             raise ExportError(
-                f"module `{grp.path}` ({name}): its attention mask is computed from an input (a padding mask); "
-                "memcal draws causal and unmasked attention: export without attention_mask"
+                f"module `{grp.path}` ({name}): its attention mask is computed from an input and from parameters "
+                "(a learned position bias plus a padding mask), which no memcal op draws yet: export without "
+                "attention_mask (an unpadded batch)"
             )
         return {"backend": "sdpa", "dropout": float(_arg(n, 4, "dropout_p", 0.0) or 0.0),
                 "is_causal": bool(_arg(n, 5, "is_causal", False)), "enable_gqa": bool(_arg(n, 7, "enable_gqa", False))}
@@ -110,11 +127,16 @@ def _attention_core(grp, name):
     return {"backend": "eager", "dropout": p, "is_causal": False, "enable_gqa": False}
 
 
-def _whole(grp):
+def _whole(grp, kind):
     """Whether the module's memcal op stands for its code: an eager attention whose scores pass
-    through tanh (Gemma 2's logit soft-capping) is not, and is drawn op by op."""
+    through tanh (Gemma 2's logit soft-capping) is not, nor one whose mask is computed from an
+    input (a padding mask: memcal's attention ops take none); each is drawn op by op."""
     eager = grp.calls("softmax") or grp.calls("_softmax")
-    return not (eager and grp.calls("tanh") and not grp.calls("scaled_dot_product_attention"))
+    if eager and grp.calls("tanh") and not grp.calls("scaled_dot_product_attention"):
+        return False
+    masks = [_arg(n, 3, "attn_mask") for n in grp.calls("scaled_dot_product_attention")]
+    masks += [a for n in grp.calls("add") + grp.calls("add_") + grp.calls("masked_fill") for a in n.args[:2]]
+    return not any(_is_node(m) and kind(m) == "ivalue" for m in masks)
 
 
 def _causal(m, core):
@@ -327,8 +349,18 @@ class _Program:
                     self.kinds[n] = "const"
                 self.targets[n] = spec.target
             elif n.op == "call_function":
-                ins = [self.kind(a) for a in _flat(list(n.args) + list(n.kwargs.values())) if _is_node(a)]
-                self.kinds[n] = ("value" if "value" in ins else "pconst" if ("param" in ins or "pconst" in ins) else "const")
+                args = [a for a in _flat(list(n.args) + list(n.kwargs.values())) if _is_node(a)]
+                ins = [self.kind(a) for a in args]
+                params = "param" in ins or "pconst" in ins
+                if "value" in ins or "ivalue" in ins:
+                    # Computed from the inputs: a value that takes a gradient when a float value
+                    # or a parameter enters it (an embedding of the ids), else an "ivalue": a
+                    # mask or ids computed from an int64 input (transformers' attention mask
+                    # from a padding mask), drawn only where an op reads it, as a constant.
+                    grad = params or any(k == "value" and _floating(a) for k, a in zip(ins, args))
+                    self.kinds[n] = "value" if grad else "ivalue"
+                else:
+                    self.kinds[n] = "pconst" if params else "const"
                 if self.is_alias(n):
                     self.alias[n] = n.args[0]
 
@@ -341,6 +373,8 @@ class _Program:
         if name in ALIASES:
             v, u = n.meta.get("val"), x.meta.get("val")
             if hasattr(v, "dtype") and hasattr(u, "dtype") and v.dtype != u.dtype and self.kind(x) == "value":
+                if self.kinds.get(n) == "ivalue":
+                    return False  # a padding mask cast to bool: a new tensor, drawn where it is read
                 self.check_float(n, name)
                 raise ExportError(f"aten node `{n.name}` ({self.where(n)}): a cast from {u.dtype} to {v.dtype}; memcal draws one precision per graph")
             return True
@@ -385,7 +419,7 @@ class _Program:
                         grp.nodes.append(n)
                         self.group_of[n] = grp
                         break
-            more = {key for key, grp in self.groups.items() if not _whole(grp)}
+            more = {key for key, grp in self.groups.items() if not _whole(grp, self.kind)}
             if not more:
                 return
             declined |= more
@@ -459,15 +493,15 @@ class _Program:
             self.notes.append(f"{count:,} parameters no memcal op holds ({shown})")
 
     def check_float(self, n, name):
-        """memcal draws float values; integer and boolean ones computed from inputs are a mask
-        or ids derived from the inputs (a padding mask, position ids from a mask)."""
+        """memcal draws float values that take a gradient; an integer or boolean one computed
+        from them (an argmax, a routing index) has no memcal op."""
         v = n.meta.get("val")
         if name == "embedding" or not hasattr(v, "dtype") or v.dtype.is_floating_point:
             return
         raise ExportError(
-            f"aten node `{n.name}` ({self.where(n)}): computes a {v.dtype} tensor from the inputs (a padding mask, "
-            "or ids derived from the inputs); memcal draws attention as causal or unmasked: export without "
-            "attention_mask, and give computed ids as inputs of their own"
+            f"aten node `{n.name}` ({self.where(n)}): computes a {v.dtype} tensor from the model's float values; "
+            "memcal draws masks computed from an int64 input where attention reads them, and no other "
+            "integer or boolean tensor: write this part with ops memcal knows (docs/graph-format.md)"
         )
 
     def draw_group(self, grp):
@@ -531,6 +565,11 @@ def _embedding(ex, n):
     attrs = {"num_embeddings": int(t.shape[0]), "embedding_dim": int(t.shape[1])}
     if wr in ex.embedded:  # a second embedding of the same table (T5's decoder reads `shared`)
         attrs["tie"] = ex.embedded[wr]
+    if ex.kind(idx) == "ivalue":
+        raise ExportError(
+            f"aten node `{n.name}` ({ex.where(n)}): an embedding of ids computed from the inputs (RoBERTa's "
+            "position ids from the padding); give the computed ids as an input of their own"
+        )
     node_id = ex.put(n, "embedding", attrs, [ex.id_of(idx, n)])
     ex.embedded.setdefault(wr, node_id)
 
@@ -683,7 +722,7 @@ def _binary(ex, n):
         raise ExportError(f"aten node `{n.name}` ({ex.where(n)}): `add` of a value and a parameter of shape {tuple(p.shape)}")
     elif _is_node(other) and _shape(other) == [] and ex.kind(other) == "const":
         s = _scalar_of(ex, other, n)
-    elif _is_node(other) and ex.kind(other) == "const":
+    elif _is_node(other) and ex.kind(other) in ("const", "ivalue"):
         c = _constant(ex, n, other, x)
         ex.put(n, op, {}, [ex.id_of(x, n), c] if first else [c, ex.id_of(x, n)])
         return
@@ -711,12 +750,13 @@ def _broadcasts(shape, onto):
     return all(a == b or a == 1 for a, b in zip(pad, onto))
 
 
-def _constant(ex, n, c, x):
+def _constant(ex, n, c, x, onto=None):
     """The memcal `constant` node of a tensor made from constants (a rotary table, a causal mask
     built while tracing) that `n` combines with the value `x`: one node per tensor, drawn at the
     shape it is stored at (through the unsqueezes, views and expands that only broadcast it) and
-    shared by every op that reads it."""
-    xs = _shape(x)
+    shared by every op that reads it. `onto`: the shape it broadcasts to, when not x's (a
+    mask onto the scores)."""
+    xs = onto or _shape(x)
     r = ex.resolve(c)
     if not _broadcasts(_shape(r), xs):
         raise ExportError(f"aten node `{n.name}` ({ex.where(n)}): a constant of shape {_shape(r)} broadcasts the value {xs}")
@@ -724,9 +764,30 @@ def _constant(ex, n, c, x):
            and _broadcasts(_shape(ex.resolve(r.args[0])), xs)):
         r = ex.resolve(r.args[0])
     if r not in ex.constants:
-        ex.constants[r] = ex.emit(ex.base_id(r, "constant"), "constant", {"shape": _batched(_shape(r), xs)},
-                                  [ex.id_of(x, n)])
+        attrs = {"shape": _batched(_shape(r), xs)}
+        v = r.meta.get("val")
+        if getattr(v, "dtype", None) is not None and str(v.dtype) == "torch.bool":
+            attrs["dtype"] = "bool"
+        elif not _floating(r):
+            raise ExportError(f"aten node `{n.name}` ({ex.where(n)}): reads a {v.dtype} tensor computed from the inputs")
+        ex.constants[r] = ex.emit(ex.base_id(r, "constant"), "constant", attrs, [_batch_source(ex, r, x, n)])
     return ex.constants[r]
+
+
+def _batch_source(ex, r, x, n):
+    """What a constant made from the inputs reads for its batch: the graph input it is computed
+    from (an attention mask of the padding mask), else the value `x` beside it."""
+    if ex.kind(r) == "ivalue":
+        seen, todo = set(), [r]
+        while todo:
+            m = todo.pop()
+            if m in seen or not _is_node(m):
+                continue
+            seen.add(m)
+            if m.op == "placeholder" and m in ex.ids:
+                return ex.ids[m]
+            todo.extend(a for a in _flat(list(m.args) + list(m.kwargs.values())) if _is_node(a))
+    return ex.id_of(x, n)
 
 
 def _reshape(ex, n):
@@ -912,12 +973,14 @@ def _expand(ex, n):
     ex.put(n, "expand", {"shape": _batched(out, shape)}, [ex.id_of(x, n)])
 
 
-def _sdpa_math(ex, n, ids, mask, causal):
+def _sdpa_math(ex, n, ids, mask, causal, p=0.0, padded=None):
     """sdpa with one key/value head broadcast over the query heads (Falcon's multi-query
-    attention): torch's flash kernel takes equal head counts only, so sdpa runs its math path
-    (`_scaled_dot_product_attention_math`, attention.cpp), drawn op by op: q and k^T each times
-    sqrt(scale), k and v expanded to the heads (matmul copies them), scores plus the mask (a
-    constant: the model's boolean mask, or the causal one torch builds), softmax, @ v."""
+    attention), or with dropout `p`: torch's flash kernel takes equal head counts only and no
+    dropout, so sdpa runs its math path (`_scaled_dot_product_attention_math`, attention.cpp),
+    drawn op by op: q and k^T each times sqrt(scale), k and v expanded to the heads (matmul
+    copies them), scores plus the mask (a constant: the model's boolean mask made additive on
+    each call, reading `padded`, the shared one computed from a padding mask; or the causal one
+    torch builds), softmax, dropout, @ v."""
     q, k, v = n.args[0], n.args[1], n.args[2]
     b, h, tq, d = _shape(q)
     tk = _shape(k)[2]
@@ -931,16 +994,23 @@ def _sdpa_math(ex, n, ids, mask, causal):
     scores = ex.emit(name("scores"), "matmul", {}, [qs, ke])
     if mask is not None or causal:
         shape = _batched(_shape(mask), [b]) if mask is not None else [tq, tk]
-        c = ex.emit(name("mask"), "constant", {"shape": shape}, [scores])
+        if padded is not None and _floating(ex.resolve(mask)):
+            c = padded  # an additive mask, added as it is (no copy per call)
+        else:
+            c = ex.emit(name("mask"), "constant", {"shape": shape}, [padded or scores])
         scores = ex.emit(name("masked"), "add", {}, [scores, c])
     probs = ex.emit(name("probs"), "softmax", {"dim": -1}, [scores])
+    if p:
+        probs = ex.emit(name("probs_dropout"), "dropout", {"p": p}, [probs])
     ve = ex.emit(name("v_heads"), "expand", {"shape": ["B", h, tk, _shape(v)[3]]}, [ids[2]])
     ex.put(n, "matmul", {}, [probs, ve], base=name("context"))
 
 
 def _sdpa(ex, n):
-    """F.scaled_dot_product_attention of three values, no mask computed from an input, no
-    dropout: memcal's sdpa (transformers' sdpa attention, written out op by op)."""
+    """F.scaled_dot_product_attention of three values: memcal's sdpa (transformers' sdpa
+    attention, written out op by op). A mask computed from an input (transformers' attention
+    mask from a padding mask) is a constant read by every layer; with dropout, or one kv head
+    broadcast, sdpa runs its math path, drawn op by op."""
     q, k, v = n.args[0], n.args[1], n.args[2]
     mask, p = _arg(n, 3, "attn_mask"), float(_arg(n, 4, "dropout_p", 0.0) or 0.0)
     causal, gqa = bool(_arg(n, 5, "is_causal", False)), bool(_arg(n, 7, "enable_gqa", False))
@@ -948,6 +1018,14 @@ def _sdpa(ex, n):
         (k, v), gqa = ex.gqa[n], True
     if any(ex.kind(t) != "value" for t in (q, k, v)):
         raise ExportError(f"aten node `{n.name}` ({ex.where(n)}): attention of a parameter or constant tensor")
+    ids = [ex.id_of(t, n) for t in (q, k, v)]
+    if _is_node(mask) and ex.kind(mask) == "ivalue":
+        padded = _constant(ex, n, mask, q, onto=_shape(q)[:3] + [_shape(k)[2]])
+        if p or (not gqa and _shape(k)[1] == _shape(v)[1] == 1 < _shape(q)[1]):
+            _sdpa_math(ex, n, ids, mask, False, p, padded)
+            return
+        ex.put(n, "sdpa", {"enable_gqa": True} if gqa else {}, ids + [padded])
+        return
     if _is_node(mask):
         # Tracing builds transformers' causal mask from constants where an eager run without a
         # padding mask passes none and sets is_causal: read as the module's is_causal.
@@ -963,7 +1041,6 @@ def _sdpa(ex, n):
     attrs = {"causal": causal} if causal else {}
     if gqa:
         attrs["enable_gqa"] = True
-    ids = [ex.id_of(t, n) for t in (q, k, v)]
     if not gqa and _shape(k)[1] == _shape(v)[1] == 1 < _shape(q)[1]:
         _sdpa_math(ex, n, ids, mask if _is_node(mask) else None, causal)
         return
@@ -1020,12 +1097,13 @@ def _mark_repeat_kv(ex):
     """Tracing builds transformers' causal mask from constants, so the traced sdpa attention
     repeats K and V (repeat_kv); the eager run without a padding mask passes no mask and calls
     sdpa with enable_gqa instead (`use_gqa_in_sdpa`: head dims equal and at most 256). Those
-    repeats are not drawn: the sdpa reads the kv heads with enable_gqa."""
+    repeats are not drawn: the sdpa reads the kv heads with enable_gqa. With a mask computed from
+    an input (a padding mask) the eager run repeats them too: they are drawn."""
     for n in ex.ep.graph.nodes:
         if n.op != "call_function" or _name(n.target) != "scaled_dot_product_attention":
             continue
         mask = _arg(n, 3, "attn_mask")
-        if not _is_node(mask) or ex.kind(mask) == "value" or bool(_arg(n, 7, "enable_gqa", False)):
+        if not _is_node(mask) or ex.kind(mask) in ("value", "ivalue") or bool(_arg(n, 7, "enable_gqa", False)):
             continue
         k, v = _repeat_kv_source(ex, n.args[1]), _repeat_kv_source(ex, n.args[2])
         if k is None or v is None or not (_shape(k[0])[-1] == _shape(v[0])[-1] <= 256):

@@ -278,9 +278,11 @@ def _hf_case(name, config, cls, seq, batch, route="import hf"):
     return {"name": name, "route": route, "config": config, "cls": cls, "seq": seq, "batch": batch}
 
 
-def _hf_export(name, config, cls):
-    """The same real model drawn by this package's exporter (torch.export on the meta device)."""
-    return _hf_case(name, config, cls, 64, 4, route="torch.export")
+def _hf_export(name, config, cls, padding=False):
+    """The same real model drawn by this package's exporter (torch.export on the meta device).
+    `padding`: the batch is padded, and an attention_mask (1 for a token, 0 for padding) is
+    given; the real run's samples each end in a different number of padding tokens."""
+    return dict(_hf_case(name, config, cls, 64, 4, route="torch.export"), padding=padding)
 
 
 CASES = [
@@ -330,6 +332,13 @@ CASES = [
     _hf_export("transformers-gpt-neo-export", _hf_gpt_neo, "GPTNeoForCausalLM"),
     _hf_export("transformers-falcon-export", _hf_falcon, "FalconForCausalLM"),
     _hf_export("transformers-gpt-bigcode-export", _hf_bigcode, "GPTBigCodeForCausalLM"),
+    # Padded batches: transformers builds a bool [B, 1, T, T] mask from the attention_mask (a
+    # constant read by every layer); with a mask, the Llama family repeats k and v, and sdpa
+    # with dropout (BERT) runs its math path, drawn op by op.
+    _hf_export("transformers-llama-padded-export", _hf_llama, "LlamaForCausalLM", padding=True),
+    _hf_export("transformers-bert-padded-export", _hf_bert, "BertModel", padding=True),
+    _hf_export("transformers-gpt2-padded-export", lambda: _hf_gpt2(0.1), "GPT2LMHeadModel", padding=True),
+    _hf_export("transformers-gemma2-padded-export", _hf_gemma2, "Gemma2ForCausalLM", padding=True),
     dict(_image_case("transformers-vit-export", _hf_vit, 32, 10, 4), route="torch.export",
          inputs=[("pixel_values", ["B", 3, 32, 32], "float32")]),
 ]
@@ -365,6 +374,10 @@ CHECKED = [
     "transformers-gpt-neo-export",
     "transformers-falcon-export",
     "transformers-gpt-bigcode-export",
+    "transformers-llama-padded-export",
+    "transformers-bert-padded-export",
+    "transformers-gpt2-padded-export",
+    "transformers-gemma2-padded-export",
 ]
 
 
@@ -402,10 +415,16 @@ def _real_hf(case, counter, config):
         i = {"x": torch.randint(vocab, (b, t)), "y": torch.randint(vocab, (b, t))}
         if "ConditionalGeneration" in case["cls"]:
             i["dx"] = torch.randint(vocab, (b, t))
+        if case.get("padding"):
+            # Sample s ends in 8 * s padding tokens (sample 0 has none).
+            i["mask"] = (torch.arange(t)[None, :] < (t - 8 * torch.arange(b))[:, None]).long()
         return i
 
     def loss_of(m, i):
-        if "ConditionalGeneration" in case["cls"]:
+        if "mask" in i:
+            kw = {"use_cache": False} if "CausalLM" in case["cls"] or "LMHead" in case["cls"] else {}
+            out = m(input_ids=i["x"], attention_mask=i["mask"], **kw)
+        elif "ConditionalGeneration" in case["cls"]:
             # memcal's t5 graph: encoder tokens, decoder tokens of the same length, labels.
             out = m(input_ids=i["x"], decoder_input_ids=i["dx"], use_cache=False)
         elif "CausalLM" in case["cls"] or "LMHead" in case["cls"]:
@@ -431,6 +450,8 @@ def _hf_inputs(case, config):
     """The exporter's inputs for a transformers case: token ids (and the decoder's), by name."""
     tokens = ["B", case["seq"]]
     inputs = [("input_ids", tokens, ("int64", config.vocab_size))]
+    if case.get("padding"):
+        inputs.append(("attention_mask", tokens, ("int64", 2)))
     if "ConditionalGeneration" in case["cls"]:
         inputs.append(("decoder_input_ids", tokens, ("int64", config.vocab_size)))
     return inputs

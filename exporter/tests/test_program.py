@@ -123,14 +123,53 @@ class FullSize(unittest.TestCase):
 
 
 @unittest.skipIf(transformers is None, "transformers is not installed (scripts/setup-pytorch.sh)")
-class Refusals(unittest.TestCase):
-    def test_a_padding_mask_is_refused_naming_the_node(self):
-        cfg = transformers.LlamaConfig(num_hidden_layers=1, hidden_size=64, num_attention_heads=4,
-                                       num_key_value_heads=2, intermediate_size=128, vocab_size=500)
+class PaddingMasks(unittest.TestCase):
+    """An attention_mask input: transformers builds one bool [B, 1, T, T] mask from it, which
+    every layer's sdpa reads; with it, the Llama family repeats k and v (no enable_gqa)."""
+
+    def cfg(self):
+        return transformers.LlamaConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4,
+                                        num_key_value_heads=2, intermediate_size=128, vocab_size=500)
+
+    def test_the_mask_is_one_bool_constant_read_by_every_sdpa(self):
+        g = exported("LlamaForCausalLM", self.cfg(), 32, extra=[("attention_mask", ["B", 32], ("int64", 2))])
+        masks = [n for n in g["nodes"] if n["op"] == "constant" and n["attributes"].get("dtype") == "bool"]
+        self.assertEqual(len(masks), 1)
+        self.assertEqual(masks[0]["inputs"], ["attention_mask"])
+        self.assertEqual(masks[0]["attributes"]["shape"], ["B", 1, 32, 32])
+        sdpas = [n for n in g["nodes"] if n["op"] == "sdpa"]
+        self.assertEqual(len(sdpas), 2)
+        for n in sdpas:
+            self.assertEqual(n["inputs"][3], masks[0]["id"])
+            self.assertNotIn("enable_gqa", n.get("attributes", {}))
+        self.assertEqual(sum(n["op"] == "expand" for n in g["nodes"]), 4)  # repeat_kv of k and v, per layer
+
+    def test_a_padded_batch_plans_more_than_an_unpadded_one(self):
+        padded = plan(exported("LlamaForCausalLM", self.cfg(), 32, extra=[("attention_mask", ["B", 32], ("int64", 2))]))
+        plain = plan(exported("LlamaForCausalLM", self.cfg(), 32))
+        self.assertEqual(padded[0], plain[0])
+        self.assertGreater(padded[1], plain[1])
+
+    def test_t5s_position_bias_plus_a_padding_mask_is_refused_naming_the_module(self):
+        cfg = transformers.T5Config(num_layers=1, num_decoder_layers=1, d_model=64, d_kv=16, d_ff=128,
+                                    num_heads=4, vocab_size=500)
+        with torch.device("meta"):
+            m = transformers.T5ForConditionalGeneration(cfg)
+        inputs = [("input_ids", ["B", 16], ("int64", 500)), ("attention_mask", ["B", 16], ("int64", 2)),
+                  ("decoder_input_ids", ["B", 16], ("int64", 500))]
         with self.assertRaises(ExportError) as e:
-            exported("LlamaForCausalLM", cfg, 32, extra=[("attention_mask", ["B", 32], ("int64", 2))])
-        self.assertIn("aten node", str(e.exception))
-        self.assertIn("attention_mask", str(e.exception))
+            export(m, inputs, name="t5", family="test")
+        self.assertIn("T5Attention", str(e.exception))
+        self.assertIn("position bias plus a padding mask", str(e.exception))
+
+    def test_bert_with_attention_dropout_and_a_mask_is_the_math_path(self):
+        cfg = transformers.BertConfig(num_hidden_layers=1, hidden_size=64, num_attention_heads=4,
+                                      intermediate_size=128, vocab_size=500, max_position_embeddings=32)
+        g = exported("BertModel", cfg, 32, loss="mse", extra=[("attention_mask", ["B", 32], ("int64", 2))])
+        drops = [n for n in g["nodes"] if n["op"] == "dropout" and n["id"].endswith("probs_dropout")]
+        self.assertEqual(len(drops), 1)
+        self.assertFalse(any(n["op"] in ("sdpa", "multihead_attention") for n in g["nodes"]))
+        plan(g)
 
 
 @unittest.skipIf(transformers is None, "transformers is not installed (scripts/setup-pytorch.sh)")
