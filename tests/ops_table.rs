@@ -291,3 +291,36 @@ fn sdpa_takes_a_mask_made_from_constants() {
     let e = err("grad_mask", json!(["B", 1, 8, 8]), false);
     assert!(e.contains("made from `constant` nodes"), "{e}");
 }
+
+#[test]
+fn attention_may_name_torchs_own_implementation() {
+    let parse = |json: &str| Op::parse("multihead_attention", &serde_json::from_str(json).unwrap());
+    assert!(matches!(
+        parse("{\"embed_dim\": 64, \"num_heads\": 4, \"backend\": \"sdpa\", \"impl\": \"torch\"}")
+            .unwrap(),
+        Op::MultiheadAttention {
+            torch_impl: true,
+            ..
+        }
+    ));
+    assert!(matches!(
+        parse("{\"embed_dim\": 64, \"num_heads\": 4}").unwrap(),
+        Op::MultiheadAttention {
+            torch_impl: false,
+            ..
+        }
+    ));
+    let eager = parse("{\"embed_dim\": 64, \"num_heads\": 4, \"impl\": \"torch\"}").unwrap_err();
+    assert!(eager.contains("backend \"sdpa\""), "{eager}");
+    assert!(parse(
+        "{\"embed_dim\": 64, \"num_heads\": 4, \"backend\": \"sdpa\", \"impl\": \"jax\"}"
+    )
+    .is_err());
+    // The same parameter count either way: in_proj [3d, d] + [3d], out_proj.
+    let torch =
+        parse("{\"embed_dim\": 64, \"num_heads\": 4, \"backend\": \"sdpa\", \"impl\": \"torch\"}")
+            .unwrap();
+    let separate = parse("{\"embed_dim\": 64, \"num_heads\": 4, \"backend\": \"sdpa\"}").unwrap();
+    assert_eq!(torch.parameters(), separate.parameters());
+    assert_eq!(torch.parameters(), 4 * 64 * 64 + 4 * 64);
+}

@@ -241,6 +241,36 @@ def _t5_attention(m, grp):
     return [("", "multihead_attention", attrs, ["in0"] + (["in1"] if len(grp.inputs) > 1 else []))]
 
 
+def _torch_mha(m, grp):
+    """torch's nn.MultiheadAttention (batch_first): self-attention, or cross-attention on a
+    memory that is both key and value (kdim = vdim, the memory's width). need_weights=False is
+    sdpa (nn.TransformerEncoderLayer's call); dropout on the probabilities in training. Masks
+    other than causal have no memcal attribute."""
+    if not m.batch_first:
+        raise ExportError(f"module `{grp.path}` (MultiheadAttention): batch_first=False; memcal draws [B, T, E] "
+                          "values: build it with batch_first=True")
+    if m.kdim != m.vdim:
+        raise ExportError(f"module `{grp.path}` (MultiheadAttention): kdim {m.kdim} != vdim {m.vdim}; memcal's op "
+                          "takes one memory as key and value")
+    if len(grp.inputs) > 2:
+        raise ExportError(f"module `{grp.path}` (MultiheadAttention): attention with different key and value inputs")
+    for n in grp.calls("scaled_dot_product_attention") + grp.calls("baddbmm"):
+        mask = _arg(n, 3, "attn_mask") if _name(n.target) == "scaled_dot_product_attention" else n.args[0]
+        if _is_node(mask) and grp.kind(mask) != "literal":
+            raise ExportError(f"module `{grp.path}` (MultiheadAttention): an attn_mask or key_padding_mask; memcal's "
+                              "multihead_attention takes none (is_causal without a mask tensor is causal)")
+    core = _attention_core(grp, "MultiheadAttention")
+    cross = len(grp.inputs) > 1
+    attrs = _mha_attrs(m.embed_dim, m.num_heads, core["is_causal"], m.in_proj_bias is not None, core)
+    if m.kdim != m.embed_dim:
+        if not cross:
+            raise ExportError(f"module `{grp.path}` (MultiheadAttention): kdim {m.kdim} but the key is the query")
+        attrs["kdim"] = int(m.kdim)
+    if attrs.get("backend") == "sdpa":
+        attrs["impl"] = "torch"  # its own forward: projections of [T, B, E] views, packed q, k, v
+    return [("", "multihead_attention", attrs, ["in0"] + (["in1"] if cross else []))]
+
+
 def _rms(m, grp):
     return [("", "rms_norm", {"dim": int(m.weight.shape[0])}, ["in0"])]
 
@@ -269,6 +299,8 @@ GROUPS = [
      and _has(m, "q_proj", "k_proj", "v_proj", "o_proj", "head_dim"), _gqa_attention),
     ("BART-family attention", lambda m: type(m).__name__.endswith("Attention")
      and _has(m, "q_proj", "k_proj", "v_proj", "out_proj", "embed_dim", "num_heads"), _bart_attention),
+    ("torch MultiheadAttention", lambda m: type(m).__name__ == "MultiheadAttention"
+     and type(m).__module__.startswith("torch.nn"), _torch_mha),
     ("RMS norm", _rms_like, _rms),
     ("transformers Conv1D", lambda m: type(m).__name__ == "Conv1D" and _has(m, "nf", "weight"), _conv1d),
 ]

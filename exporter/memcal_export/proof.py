@@ -83,6 +83,40 @@ def _perceiver():
     return Perceiver()
 
 
+def _torch_encoder(norm_first, activation):
+    """torch's own nn.TransformerEncoder (2 layers of nn.TransformerEncoderLayer, d 64, 4 heads,
+    feed-forward 128, dropout 0.1, batch_first) over 32 tokens 48 wide projected to 64,
+    mean-pooled into 10 classes; torch.export traces it (its forward branches on tensor
+    properties, which torch.fx cannot)."""
+    import torch.nn as nn
+
+    class Encoder(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = nn.Linear(48, 64)
+            layer = nn.TransformerEncoderLayer(64, 4, 128, dropout=0.1, activation=activation,
+                                               batch_first=True, norm_first=norm_first)
+            self.encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+            self.head = nn.Linear(64, 10)
+
+        def forward(self, x):
+            return self.head(self.encoder(self.proj(x)).mean(1))
+
+    return Encoder()
+
+
+def _sequence_case(name, factory, batch):
+    return {
+        "name": name,
+        "route": "torch.export",
+        "factory": factory,
+        "batch": batch,
+        "inputs": [("x", ["B", 32, 48], "float32")],
+        "classes": 10,
+        "make_inputs": lambda torch: {"x": torch.randn(batch, 32, 48), "y": torch.randint(10, (batch,))},
+    }
+
+
 def _cross_case(name, need_weights, batch):
     return {
         "name": name,
@@ -299,6 +333,10 @@ CASES = [
         "classes": 10,
         "make_inputs": lambda torch: {"x": torch.randn(4, 96, 48), "y": torch.randint(10, (4,))},
     },
+    # torch's own transformer layers (nn.TransformerEncoderLayer: nn.MultiheadAttention with
+    # need_weights=False, so sdpa; dropout 0.1 in training).
+    _sequence_case("torch-transformer-encoder", lambda: _torch_encoder(False, "relu"), 4),
+    _sequence_case("torch-transformer-encoder-prenorm-gelu", lambda: _torch_encoder(True, "gelu"), 4),
     _hf_case("transformers-gpt2-nodrop", lambda: _hf_gpt2(0.0), "GPT2LMHeadModel", 64, 4),
     _hf_case("transformers-gpt2", lambda: _hf_gpt2(0.1), "GPT2LMHeadModel", 64, 4),
     _hf_case("transformers-bert", _hf_bert, "BertModel", 64, 4),
@@ -348,6 +386,10 @@ CASES = [
 CHECKED = [
     "torchvision-resnet18",
     "torchvision-vit",
+    "torch-cross-attention-kdim-sdpa",
+    "torch-perceiver-latents",
+    "torch-transformer-encoder",
+    "torch-transformer-encoder-prenorm-gelu",
     "transformers-gpt2-nodrop",
     "transformers-gpt2",
     "transformers-bert",

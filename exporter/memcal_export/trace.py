@@ -164,7 +164,9 @@ def _mha(m, ctx):
             raise ExportError(f"node `{ctx.name}`: kdim {m.kdim} differs from embed_dim, but the key is the query")
         attrs["kdim"] = m.kdim
     if not need_weights:
+        # torch's own forward (F.multi_head_attention_forward): memcal's impl "torch".
         attrs["backend"] = "sdpa"
+        attrs["impl"] = "torch"
     if m.dropout:
         # Training: dropout on the probabilities (sdpa's dropout_p: on CPU its math path).
         attrs["dropout"] = float(m.dropout)
@@ -536,6 +538,15 @@ def _is_transformers(module):
     return any(c.__name__ == "PreTrainedModel" for c in type(module).__mro__)
 
 
+def _needs_export(module):
+    """transformers models, and modules holding torch's own transformer layers (whose forward
+    branches on its tensors' properties, which torch.fx cannot trace), go through torch.export."""
+    import torch.nn as nn
+
+    layers = (nn.TransformerEncoderLayer, nn.TransformerDecoderLayer)
+    return _is_transformers(module) or any(isinstance(m, layers) for m in module.modules())
+
+
 def export(
     module,
     inputs,
@@ -557,10 +568,10 @@ def export(
     `classes`, added as an input `labels`) or "mse" (a target input of the output's shape).
     `tracer`: "fx" (torch.fx; the inputs are the forward's arguments in order), "export"
     (torch.export, `program.py`: the inputs are passed by name, with `kwargs`, and `output`
-    names the field of the result the loss reads) or "auto" (export for transformers models,
-    fx otherwise)."""
+    names the field of the result the loss reads) or "auto" (export for transformers models and
+    modules with torch's nn.TransformerEncoderLayer or DecoderLayer, fx otherwise)."""
     if tracer == "auto":
-        tracer = "export" if _is_transformers(module) else "fx"
+        tracer = "export" if _needs_export(module) else "fx"
     if tracer == "export":
         from . import program
 

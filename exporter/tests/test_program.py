@@ -294,6 +294,32 @@ class AnyModule(unittest.TestCase):
         self.assertEqual([n["attributes"] for n in g["nodes"] if n["op"] == "slice"][-1], {"dim": 2, "start": 8, "end": 24})
         self.assertEqual(plan(g)[0], 32 * 96 + 96 + 32 * 32 + 32)
 
+    def test_torchs_transformer_encoder_goes_through_export_with_its_own_attention(self):
+        class Encoder(nn.Module):
+            def __init__(self, batch_first=True):
+                super().__init__()
+                layer = nn.TransformerEncoderLayer(32, 4, 64, dropout=0.1, batch_first=batch_first)
+                self.encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+                self.head = nn.Linear(32, 5)
+
+            def forward(self, x):
+                return self.head(self.encoder(x).mean(1))
+
+        with torch.device("meta"):
+            m = Encoder()
+        g = export(m, [("x", ["B", 16, 32], "float32")], name="e", family="t", classes=5)  # auto: export
+        attn = [n for n in g["nodes"] if n["op"] == "multihead_attention"]
+        self.assertEqual(len(attn), 2)
+        self.assertEqual(attn[0]["attributes"],
+                         {"embed_dim": 32, "num_heads": 4, "causal": False, "bias": True, "backend": "sdpa",
+                          "dropout": 0.1, "impl": "torch"})
+        self.assertEqual(plan(g)[0], sum(p.numel() for p in m.parameters()))
+        with torch.device("meta"):
+            seq_first = Encoder(batch_first=False)
+        with self.assertRaises(ExportError) as e:
+            export(seq_first, [("x", [16, "B", 32], "float32")], name="e", family="t", classes=5)
+        self.assertIn("batch_first=False", str(e.exception))
+
     def test_an_unknown_op_is_refused_naming_the_aten_node_and_module(self):
         with torch.device("meta"):
             m = Cumsum()

@@ -111,6 +111,17 @@ pub(crate) enum Module {
         /// sdpa's dropout_p (attribute `dropout`).
         dropout: f64,
     },
+    /// torch.nn.MultiheadAttention's own forward (`impl: "torch"`, batch_first, sdpa).
+    TorchMha {
+        /// `in_proj_weight` [3E, E] (kdim = E), else q, k and v weights of their own.
+        packed: Option<Tensor>,
+        separate: Option<(Tensor, Tensor, Tensor)>,
+        in_bias: Option<Tensor>,
+        o: Lin,
+        heads: i64,
+        causal: bool,
+        dropout: f64,
+    },
     Gqa {
         /// Repeat k and v to every head (else sdpa's `enable_gqa`).
         repeat_kv: bool,
@@ -310,10 +321,41 @@ impl Model {
                     num_heads,
                     causal,
                     bias,
+                    dropout,
+                    kdim,
+                    torch_impl: true,
+                    ..
+                } => {
+                    let (d, kd) = (i(*d), i(*kdim));
+                    let w = |name: &str, rows: i64, cols: i64| {
+                        p.var(name, &[rows, cols], nn::init::DEFAULT_KAIMING_UNIFORM)
+                    };
+                    Module::TorchMha {
+                        packed: (d == kd).then(|| w("in_proj_weight", 3 * d, d)),
+                        separate: (d != kd).then(|| {
+                            (
+                                w("q_proj_weight", d, d),
+                                w("k_proj_weight", d, kd),
+                                w("v_proj_weight", d, kd),
+                            )
+                        }),
+                        in_bias: bias.then(|| p.var("in_proj_bias", &[3 * d], Init::Const(0.))),
+                        o: Lin::new(&p, "out_proj", d as u64, d as u64, *bias),
+                        heads: i(*num_heads),
+                        causal: *causal,
+                        dropout: *dropout,
+                    }
+                }
+                Op::MultiheadAttention {
+                    embed_dim: d,
+                    num_heads,
+                    causal,
+                    bias,
                     relative_attention_buckets: nb,
                     sdpa,
                     dropout,
                     kdim,
+                    ..
                 } => Module::Mha {
                     sdpa: *sdpa,
                     dropout: *dropout,
@@ -734,6 +776,26 @@ impl Model {
                 }
             }
             (
+                Op::MultiheadAttention { .. },
+                Module::TorchMha {
+                    packed,
+                    separate,
+                    in_bias,
+                    o,
+                    heads,
+                    causal,
+                    dropout,
+                },
+            ) => torch_mha(
+                x,
+                a.get(1).copied(),
+                (packed.as_ref(), separate.as_ref(), in_bias.as_ref()),
+                o,
+                *heads,
+                *causal,
+                *dropout,
+            ),
+            (
                 Op::GqaAttention { .. },
                 Module::Gqa {
                     repeat_kv,
@@ -929,6 +991,87 @@ fn mha(
     }
     let y = weights.matmul(&vh);
     o.fwd(&y.transpose(1, 2).reshape([b, tq, d]))
+}
+
+/// torch.nn.MultiheadAttention's forward, batch_first, need_weights=False, no masks, read off
+/// `F.multi_head_attention_forward` (torch 2.11, `torch/nn/functional.py`): the inputs are
+/// transposed to `[T, B, E]` views and projected (`_in_projection_packed`: self-attention one
+/// packed linear whose `[3, T, B, E]` contiguous copy q, k and v view; a memory that is key and
+/// value one linear for q and one packed for k and v; `_in_projection` with a kdim of its own:
+/// three), heads as `[B * h, T, hd]` views, sdpa, the context permuted to `[T, B, E]` and made
+/// contiguous for out_proj, returned transposed to `[B, T, E]`.
+#[allow(clippy::type_complexity)]
+fn torch_mha(
+    x: &Tensor,
+    memory: Option<&Tensor>,
+    (packed, separate, in_bias): (
+        Option<&Tensor>,
+        Option<&(Tensor, Tensor, Tensor)>,
+        Option<&Tensor>,
+    ),
+    o: &Lin,
+    heads: i64,
+    causal: bool,
+    dropout: f64,
+) -> Tensor {
+    let (b, tq, e) = (x.size()[0], x.size()[1], x.size()[2]);
+    let hd = e / heads;
+    let q_in = x.transpose(0, 1);
+    let split_bias = |sizes: &[i64]| -> Vec<Option<Tensor>> {
+        match in_bias {
+            Some(bias) => bias
+                .split_with_sizes(sizes, 0)
+                .into_iter()
+                .map(Some)
+                .collect(),
+            None => sizes.iter().map(|_| None).collect(),
+        }
+    };
+    // `proj.unflatten(-1, (n, E)).unsqueeze(0).transpose(0, -2).squeeze(-2).contiguous()`.
+    let unpack = |proj: Tensor, n: i64| {
+        proj.unflatten(-1, [n, e])
+            .unsqueeze(0)
+            .transpose(0, -2)
+            .squeeze_dim(-2)
+            .contiguous()
+    };
+    let (q, k, v, s) = match (memory, packed, separate) {
+        (None, Some(w), _) => {
+            let bias = in_bias;
+            let proj = unpack(q_in.linear(w, bias), 3);
+            (proj.get(0), proj.get(1), proj.get(2), tq)
+        }
+        (Some(m), Some(w), _) => {
+            let m_in = m.transpose(0, 1);
+            let ws = w.split_with_sizes([e, 2 * e], 0);
+            let bs = split_bias(&[e, 2 * e]);
+            let q = q_in.linear(&ws[0], bs[0].as_ref());
+            let kv = unpack(m_in.linear(&ws[1], bs[1].as_ref()), 2);
+            (q, kv.get(0), kv.get(1), m.size()[1])
+        }
+        (Some(m), None, Some((wq, wk, wv))) => {
+            let m_in = m.transpose(0, 1);
+            let bs = split_bias(&[e, e, e]);
+            let q = q_in.linear(wq, bs[0].as_ref());
+            let k = m_in.linear(wk, bs[1].as_ref());
+            let v = m_in.linear(wv, bs[2].as_ref());
+            (q, k, v, m.size()[1])
+        }
+        _ => panic!(
+            "multihead_attention impl torch: a kdim of its own needs the memory (harness bug)"
+        ),
+    };
+    let heads_of = |t: Tensor, len: i64| {
+        t.view([len, b * heads, hd])
+            .transpose(0, 1)
+            .view([b, heads, len, hd])
+    };
+    let (q, k, v) = (heads_of(q, tq), heads_of(k, s), heads_of(v, s));
+    let y = Tensor::scaled_dot_product_attention::<Tensor>(
+        &q, &k, &v, None, dropout, causal, None, false,
+    );
+    let y = y.permute([2, 0, 1, 3]).contiguous().view([b * tq, e]);
+    o.fwd(&y).view([tq, b, e]).transpose(0, 1)
 }
 
 /// Mixture of experts: softmax router, top-k (renormalised), SwiGLU experts on routed tokens.

@@ -411,6 +411,14 @@ pub enum Op {
         /// and v projections take to `embed_dim` (torch.nn.MultiheadAttention's kdim = vdim:
         /// one memory input is both key and value).
         kdim: u64,
+        /// Attribute `impl` [`"separate"`]: `"separate"` projects q, k and v of the `[B, T, E]`
+        /// input each with its own linear (transformers' attention modules, memcal's harness);
+        /// `"torch"` is torch.nn.MultiheadAttention's own forward (batch_first,
+        /// `F.multi_head_attention_forward`): the projections read `[T, B, E]` views, so each
+        /// saves a contiguous copy of its input (the memory once, or twice with a kdim of its
+        /// own); self-attention's q, k and v are views of one packed `[3, T, B, E]` buffer;
+        /// the output is a transposed view. Backend sdpa only.
+        torch_impl: bool,
     },
     GqaAttention {
         embed_dim: u64,

@@ -80,6 +80,28 @@ impl Op {
             }
             Op::MultiheadAttention {
                 embed_dim: d,
+                bias,
+                kdim,
+                torch_impl: true,
+                ..
+            } => {
+                // torch.nn.MultiheadAttention's own: in_proj_weight [3d, d] (or q, k and v
+                // weights when kdim is not d), in_proj_bias [3d], out_proj.
+                if kdim == d {
+                    p.push(vec![3 * d, *d]);
+                } else {
+                    p.extend([vec![*d, *d], vec![*d, *kdim], vec![*d, *kdim]]);
+                }
+                if *bias {
+                    p.push(vec![3 * d]);
+                }
+                p.push(vec![*d, *d]);
+                if *bias {
+                    p.push(vec![*d]);
+                }
+            }
+            Op::MultiheadAttention {
+                embed_dim: d,
                 num_heads,
                 bias,
                 relative_attention_buckets,

@@ -276,6 +276,19 @@ static OPS: &[(OpKind, &str, Parser)] = &[
                 None => embed_dim,
                 Some(_) => a.size("kdim")?,
             };
+            let torch_impl = match a.get("impl") {
+                None => false,
+                Some(Value::String(s)) if s == "separate" => false,
+                Some(Value::String(s)) if s == "torch" => true,
+                Some(v) => {
+                    return Err(format!(
+                        "attribute `impl` must be \"separate\" or \"torch\", found {v}"
+                    ))
+                }
+            };
+            if torch_impl && !sdpa {
+                return Err("impl \"torch\" takes backend \"sdpa\" (torch.nn.MultiheadAttention with need_weights=False; its eager path is not drawn yet)".into());
+            }
             Op::MultiheadAttention {
                 embed_dim,
                 num_heads,
@@ -285,6 +298,7 @@ static OPS: &[(OpKind, &str, Parser)] = &[
                 sdpa,
                 dropout,
                 kdim,
+                torch_impl,
             }
         })
     }),

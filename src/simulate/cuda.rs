@@ -248,6 +248,17 @@ pub fn rule(graph: &Graph, k: usize, batch: u64, values: &Values) -> OpRule {
             r.note = "lower_precision_fp: fp32 operands cast to bf16 copies (saved); the CPU rule's tensors at bf16 (not measured on a GPU)";
             r
         }
+        Op::MultiheadAttention { sdpa: true, torch_impl: true, embed_dim, kdim, bias, .. } => {
+            // torch.nn.MultiheadAttention's own forward: not derived for CUDA; the
+            // separate-projection rule, with out_proj found in its packed parameter list.
+            let mut r = gqa(&s, node);
+            if let Some(peak) = r.backward_peak.as_mut() {
+                let o = if kdim == embed_dim { 1 } else { 3 } + usize::from(*bias);
+                peak.params = if *bias { vec![o, o + 1] } else { vec![o] };
+            }
+            r.source = Assumed;
+            r
+        }
         Op::MultiheadAttention { sdpa: true, .. } => gqa(&s, node),
         Op::MultiheadAttention { .. } => mha(&s, node),
         Op::GqaAttention { .. } => gqa(&s, node),

@@ -659,6 +659,15 @@ pub(super) fn cpu_rule_at(graph: &Graph, k: usize, batch: u64, values: &Values, 
         )
         .fwd(x + 12)
         .note("saves prediction and target; the loss keeps an input-sized buffer alive until it is dropped; forward holds one more input-sized temporary"),
+        Op::MultiheadAttention { embed_dim: d, num_heads, bias, dropout, kdim, torch_impl: true, .. } => {
+            let base = if *dropout > 0.0 {
+                let tk = s.shape_in(1).map(|m| m.0[1].at(batch));
+                sdpa_math_attention(&s, y, *d, *num_heads, *bias, tk)
+            } else {
+                sdpa_attention(&s, y, [*d, *num_heads, *num_heads, d / num_heads], (*bias, *bias), (true, false), "")
+            };
+            torch_mha_attention(&s, base, [*d, *kdim, *num_heads], *bias, *dropout > 0.0)
+        }
         Op::MultiheadAttention { embed_dim: d, num_heads, bias, sdpa: true, dropout, .. } if *dropout > 0.0 => {
             let tk = s.shape_in(1).map(|m| m.0[1].at(batch));
             sdpa_math_attention(&s, y, *d, *num_heads, *bias, tk)
@@ -1123,6 +1132,141 @@ fn flash_backward_scratch(tq: u64, tk: u64) -> u64 {
     .min(tq);
     let kv_split = 512.min(tk);
     HARNESS_CPU_THREADS * (2 * q_split * kv_split + q_split) * 4
+}
+
+/// torch.nn.MultiheadAttention's own forward (`impl: "torch"`, batch_first, sdpa), from
+/// `F.multi_head_attention_forward` and the saved-tensor hooks of one call: the separate-
+/// projection rule's stages (`base`: flash, or the math path with dropout) with torch's saved
+/// set. Each projection reads a `[T, B, E]` view, so its fold saves a contiguous copy of its
+/// input (the query's, and the memory's once with packed k and v, twice with a kdim of its
+/// own) instead of the input itself. Self-attention's q, k and v are views of one packed
+/// `[3, T, B, E]` buffer, which flash saves through them and the math path through v; a memory
+/// that is key and value has one packed `[2, S, B, E]` k/v buffer. Flash's output is laid out
+/// `[T, B, h, hd]`, so out_proj's input is it (no copy); the math path's context is copied.
+/// The output is a transposed view of out_proj's `[T, B, E]`.
+fn torch_mha_attention(
+    s: &Sizes,
+    base: OpRule,
+    [d, kdim, heads]: [u64; 3],
+    bias: bool,
+    math: bool,
+) -> OpRule {
+    use Saved::*;
+    let e = s.e;
+    let (b, tq) = (s.dim(0), s.dim(1));
+    let tk = s.shape_in(1).map(|m| m.0[1].at(s.batch));
+    let q = b * tq * d * e;
+    let lse = b * heads * tq * 4;
+    let mut saved = vec![Internal {
+        what: "contiguous copy of the query's [T, B, E] view (q projection's fold)",
+        bytes: q,
+    }];
+    match tk {
+        None => saved.push(Internal {
+            what: "packed q, k, v [3, T, B, E]",
+            bytes: 3 * q,
+        }),
+        Some(tk) => {
+            let m = b * tk * d * e;
+            let copy = Internal {
+                what: "contiguous copy of the memory's [S, B, kdim] view (k/v projection's fold)",
+                bytes: b * tk * kdim * e,
+            };
+            if kdim == d {
+                saved.push(copy);
+                saved.push(Internal {
+                    what: "packed k, v [2, S, B, E]",
+                    bytes: 2 * m,
+                });
+            } else {
+                saved.push(copy.clone());
+                saved.push(copy);
+                saved.push(Internal {
+                    what: "v projection",
+                    bytes: m,
+                });
+                if !math {
+                    saved.push(Internal {
+                        what: "k projection",
+                        bytes: m,
+                    });
+                }
+            }
+            if !math {
+                saved.push(Internal {
+                    what: "q projection",
+                    bytes: q,
+                });
+            }
+        }
+    }
+    if math {
+        // q and k^T scaled (new), softmax, dropout's mask and output, the context copy.
+        let tt = b * heads * tq * tk.unwrap_or(tq) * e;
+        let m = b * tk.unwrap_or(tq) * d * e;
+        saved.extend([
+            Internal {
+                what: "q scaled",
+                bytes: q,
+            },
+            Internal {
+                what: "k scaled and transposed",
+                bytes: m,
+            },
+            Internal {
+                what: "softmax output B x H x Tq x Tk",
+                bytes: tt,
+            },
+            Internal {
+                what: "dropout mask B x H x Tq x Tk (float)",
+                bytes: tt,
+            },
+            Internal {
+                what: "dropout output B x H x Tq x Tk",
+                bytes: tt,
+            },
+            Internal {
+                what: "context copy (out_proj input)",
+                bytes: q,
+            },
+        ]);
+    } else {
+        saved.extend([
+            Internal {
+                what: "sdpa output, [T, B, h, hd] laid out (out_proj input)",
+                bytes: q,
+            },
+            Internal {
+                what: "logsumexp B x H x T float32",
+                bytes: lse,
+            },
+        ]);
+    }
+    let mut r = base;
+    r.saved = saved;
+    // out_proj's weight (and bias) among the parameters (`ops/parameters.rs`). Under flash
+    // the backward peaks one q-sized tensor higher than the separate-projection rule's (read as
+    // the output's gradient, which arrives transposed, reshaped to out_proj's `[T * B, E]` by
+    // its view's backward: a contiguous copy; found on the fixtures, so calibrated on them).
+    if let Some(peak) = r.backward_peak.as_mut() {
+        let o = if kdim == d { 1 } else { 3 } + usize::from(bias);
+        peak.params = if bias { vec![o, o + 1] } else { vec![o] };
+        if !math {
+            peak.freed += q;
+            peak.held += q;
+        }
+    }
+    r.source = Source::Calibrated("calibrated on sim-mha-torch, sim-mha-torch-kdim");
+    if math {
+        // The math path's forward holds less than the separate-projection rule's (whose q, k
+        // and v projections are the harness's locals): one q-sized tensor over what it saves.
+        r.forward_transient = q;
+        r.source = Source::Calibrated("calibrated on sim-mha-torch-dropout");
+    }
+    r.output_contiguous = Some(false);
+    r.output_perm = Perm::new(&[1, 0, 2]);
+    r.note = "torch.nn.MultiheadAttention's own forward (impl torch, batch_first, sdpa): projections of [T, B, E] views, each saving a contiguous copy of its input; q, k, v views of a packed buffer; output a transposed view";
+    r
 }
 
 /// Multi-head attention through sdpa with dropout in training, on CPU: torch's flash
