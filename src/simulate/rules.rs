@@ -1213,23 +1213,8 @@ fn torch_mha_attention(
                 what: "k scaled and transposed",
                 bytes: m,
             },
-            Internal {
-                what: "softmax output B x H x Tq x Tk",
-                bytes: tt,
-            },
-            Internal {
-                what: "dropout mask B x H x Tq x Tk (float)",
-                bytes: tt,
-            },
-            Internal {
-                what: "dropout output B x H x Tq x Tk",
-                bytes: tt,
-            },
-            Internal {
-                what: "context copy (out_proj input)",
-                bytes: q,
-            },
         ]);
+        saved.extend(math_path_tail(tt, q));
     } else {
         saved.extend([
             Internal {
@@ -1267,6 +1252,29 @@ fn torch_mha_attention(
     r.output_perm = Perm::new(&[1, 0, 2]);
     r.note = "torch.nn.MultiheadAttention's own forward (impl torch, batch_first, sdpa): projections of [T, B, E] views, each saving a contiguous copy of its input; q, k, v views of a packed buffer; output a transposed view";
     r
+}
+
+/// What sdpa's math path with dropout saves after q and k: the softmax output, dropout's float
+/// mask and its output (each `tt` bytes), and the context's copy for out_proj (`q` bytes).
+fn math_path_tail(tt: u64, q: u64) -> [Saved; 4] {
+    [
+        Saved::Internal {
+            what: "softmax output B x H x Tq x Tk",
+            bytes: tt,
+        },
+        Saved::Internal {
+            what: "dropout mask B x H x Tq x Tk (float)",
+            bytes: tt,
+        },
+        Saved::Internal {
+            what: "dropout output B x H x Tq x Tk",
+            bytes: tt,
+        },
+        Saved::Internal {
+            what: "context copy (out_proj input)",
+            bytes: q,
+        },
+    ]
 }
 
 /// Multi-head attention through sdpa with dropout in training, on CPU: torch's flash
@@ -1309,23 +1317,8 @@ fn sdpa_math_attention(
             what: "v, contiguous copy for bmm",
             bytes: kv,
         },
-        Internal {
-            what: "softmax output B x H x Tq x Tk",
-            bytes: tt,
-        },
-        Internal {
-            what: "dropout mask B x H x Tq x Tk (float)",
-            bytes: tt,
-        },
-        Internal {
-            what: "dropout output B x H x Tq x Tk",
-            bytes: tt,
-        },
-        Internal {
-            what: "context copy (out_proj input)",
-            bytes: q,
-        },
     ];
+    saved.extend(math_path_tail(tt, q));
     let mut grads = vec![Grad::New];
     if memory.is_some() {
         saved.push(InputContiguous(1));
