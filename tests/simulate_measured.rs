@@ -62,9 +62,6 @@ fn tolerance(graph: &str) -> f64 {
         // Dense block: +1 feature map in the backward of the linear reading the last concat
         // slice (the simulator copies a last-axis slice gradient that torch can view).
         "sim-dense" => 0.035,
-        // torch.nn.MultiheadAttention's own cross-attention with packed k and v (impl torch):
-        // the forward peaks one q-sized tensor less a logsumexp under the run (not understood).
-        "sim-mha-torch-cross" => 0.06,
         _ => 0.001,
     }
 }

@@ -105,6 +105,28 @@ def _torch_encoder(norm_first, activation):
     return Encoder()
 
 
+def _torch_decoder():
+    """torch's own nn.TransformerDecoder (2 layers, d 64, 4 heads, feed-forward 128, dropout
+    0.1, batch_first): 32 target tokens attend to themselves and to a memory of 48 tokens (both
+    48 wide, projected to 64), mean-pooled into 10 classes. The cross-attention's memory is key
+    and value: its k and v come from one packed projection."""
+    import torch.nn as nn
+
+    class Decoder(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = nn.Linear(48, 64)
+            self.mem = nn.Linear(48, 64)
+            layer = nn.TransformerDecoderLayer(64, 4, 128, dropout=0.1, batch_first=True)
+            self.decoder = nn.TransformerDecoder(layer, 2)
+            self.head = nn.Linear(64, 10)
+
+        def forward(self, x, m):
+            return self.head(self.decoder(self.proj(x), self.mem(m)).mean(1))
+
+    return Decoder()
+
+
 def _sequence_case(name, factory, batch):
     return {
         "name": name,
@@ -337,6 +359,10 @@ CASES = [
     # need_weights=False, so sdpa; dropout 0.1 in training).
     _sequence_case("torch-transformer-encoder", lambda: _torch_encoder(False, "relu"), 4),
     _sequence_case("torch-transformer-encoder-prenorm-gelu", lambda: _torch_encoder(True, "gelu"), 4),
+    dict(_sequence_case("torch-transformer-decoder", _torch_decoder, 4),
+         inputs=[("x", ["B", 32, 48], "float32"), ("m", ["B", 48, 48], "float32")],
+         make_inputs=lambda torch: {"x": torch.randn(4, 32, 48), "m": torch.randn(4, 48, 48),
+                                    "y": torch.randint(10, (4,))}),
     _hf_case("transformers-gpt2-nodrop", lambda: _hf_gpt2(0.0), "GPT2LMHeadModel", 64, 4),
     _hf_case("transformers-gpt2", lambda: _hf_gpt2(0.1), "GPT2LMHeadModel", 64, 4),
     _hf_case("transformers-bert", _hf_bert, "BertModel", 64, 4),

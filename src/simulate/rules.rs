@@ -1248,6 +1248,16 @@ fn torch_mha_attention(
         r.forward_transient = q;
         r.source = Source::Calibrated("calibrated on sim-mha-torch-dropout");
     }
+    // The packed projection's output and its contiguous copy (`unflatten ... .contiguous()`)
+    // are alive at once before sdpa runs: the forward's highest point over the level before
+    // the op (self: the query's copy, proj 3q and its copy 3q; a memory that is key and value:
+    // the query's copy, q, the memory's copy, kv 2m and its copy 2m). With a kdim of its own
+    // the three projections make no packed copy.
+    r.forward_peak = match tk {
+        None => Some(7 * q),
+        Some(tk) if kdim == d => Some(2 * q + 5 * b * tk * d * e),
+        Some(_) => None,
+    };
     r.output_contiguous = Some(false);
     r.output_perm = Perm::new(&[1, 0, 2]);
     r.note = "torch.nn.MultiheadAttention's own forward (impl torch, batch_first, sdpa): projections of [T, B, E] views, each saving a contiguous copy of its input; q, k, v views of a packed buffer; output a transposed view";
