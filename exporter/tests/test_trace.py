@@ -100,8 +100,10 @@ class TestExport(unittest.TestCase):
         ops = {n["op"] for n in g["nodes"]}
         self.assertTrue({"prepend_token", "learned_position", "select_token"} <= ops)
         attn = [n for n in g["nodes"] if n["op"] == "multihead_attention"]
-        # torchvision calls attention with need_weights=False: torch runs sdpa.
+        # torchvision calls attention with need_weights=False: torch runs sdpa, through
+        # nn.MultiheadAttention's own forward (memcal's impl "torch").
         self.assertEqual([a["attributes"]["backend"] for a in attn], ["sdpa", "sdpa"])
+        self.assertEqual([a["attributes"]["impl"] for a in attn], ["torch", "torch"])
         self.assertEqual(plan(g)[0], parameters(m))
 
     def test_cross_attention_with_a_narrower_memory_takes_kdim(self):
@@ -115,6 +117,7 @@ class TestExport(unittest.TestCase):
             (attn,) = [n for n in g["nodes"] if n["op"] == "multihead_attention"]
             self.assertEqual(attn["attributes"]["kdim"], 48)
             self.assertEqual(attn["attributes"].get("backend"), backend)
+            self.assertEqual(attn["attributes"].get("impl"), "torch" if backend else None)
             self.assertEqual(len(attn["inputs"]), 2)
             self.assertEqual(plan(g, batch=4)[0], parameters(m))
 
