@@ -324,3 +324,17 @@ fn attention_may_name_torchs_own_implementation() {
     assert_eq!(torch.parameters(), separate.parameters());
     assert_eq!(torch.parameters(), 4 * 64 * 64 + 4 * 64);
 }
+
+#[test]
+fn torchs_own_attention_may_keep_its_default_sequence_first_layout() {
+    let parse = |json: &str| Op::parse("multihead_attention", &serde_json::from_str(json).unwrap());
+    assert!(matches!(
+        parse("{\"embed_dim\": 64, \"num_heads\": 4, \"backend\": \"sdpa\", \"impl\": \"torch\", \"batch_first\": false}").unwrap(),
+        Op::MultiheadAttention { batch_first: false, torch_impl: true, .. }
+    ));
+    let separate = parse(
+        "{\"embed_dim\": 64, \"num_heads\": 4, \"backend\": \"sdpa\", \"batch_first\": false}",
+    )
+    .unwrap_err();
+    assert!(separate.contains("impl \"torch\""), "{separate}");
+}

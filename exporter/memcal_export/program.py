@@ -246,9 +246,6 @@ def _torch_mha(m, grp):
     memory that is both key and value (kdim = vdim, the memory's width). need_weights=False is
     sdpa (nn.TransformerEncoderLayer's call); dropout on the probabilities in training. Masks
     other than causal have no memcal attribute."""
-    if not m.batch_first:
-        raise ExportError(f"module `{grp.path}` (MultiheadAttention): batch_first=False; memcal draws [B, T, E] "
-                          "values: build it with batch_first=True")
     if m.kdim != m.vdim:
         raise ExportError(f"module `{grp.path}` (MultiheadAttention): kdim {m.kdim} != vdim {m.vdim}; memcal's op "
                           "takes one memory as key and value")
@@ -268,6 +265,11 @@ def _torch_mha(m, grp):
         attrs["kdim"] = int(m.kdim)
     if attrs.get("backend") == "sdpa":
         attrs["impl"] = "torch"  # its own forward: projections of [T, B, E] views, packed q, k, v
+        if not m.batch_first:
+            attrs["batch_first"] = False  # torch's default layout: [T, B, E] values
+    elif not m.batch_first:
+        raise ExportError(f"module `{grp.path}` (MultiheadAttention): batch_first=False with need_weights=True; "
+                          "memcal draws torch's [T, B, E] layout under sdpa only (need_weights=False)")
     return [("", "multihead_attention", attrs, ["in0"] + (["in1"] if cross else []))]
 
 

@@ -83,6 +83,25 @@ def _perceiver():
     return Perceiver()
 
 
+def _torch_encoder_seq_first():
+    """The same nn.TransformerEncoder in torch's default layout (batch_first=False): the input
+    is [32, B, 48], the mean is over axis 0."""
+    import torch.nn as nn
+
+    class Encoder(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = nn.Linear(48, 64)
+            layer = nn.TransformerEncoderLayer(64, 4, 128, dropout=0.1)
+            self.encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+            self.head = nn.Linear(64, 10)
+
+        def forward(self, x):
+            return self.head(self.encoder(self.proj(x)).mean(0))
+
+    return Encoder()
+
+
 def _torch_encoder(norm_first, activation):
     """torch's own nn.TransformerEncoder (2 layers of nn.TransformerEncoderLayer, d 64, 4 heads,
     feed-forward 128, dropout 0.1, batch_first) over 32 tokens 48 wide projected to 64,
@@ -359,6 +378,9 @@ CASES = [
     # need_weights=False, so sdpa; dropout 0.1 in training).
     _sequence_case("torch-transformer-encoder", lambda: _torch_encoder(False, "relu"), 4),
     _sequence_case("torch-transformer-encoder-prenorm-gelu", lambda: _torch_encoder(True, "gelu"), 4),
+    dict(_sequence_case("torch-transformer-encoder-seq-first", _torch_encoder_seq_first, 4),
+         inputs=[("x", [32, "B", 48], "float32")],
+         make_inputs=lambda torch: {"x": torch.randn(32, 4, 48), "y": torch.randint(10, (4,))}),
     dict(_sequence_case("torch-transformer-decoder", _torch_decoder, 4),
          inputs=[("x", ["B", 32, 48], "float32"), ("m", ["B", 48, 48], "float32")],
          make_inputs=lambda torch: {"x": torch.randn(4, 32, 48), "m": torch.randn(4, 48, 48),
@@ -416,6 +438,7 @@ CHECKED = [
     "torch-perceiver-latents",
     "torch-transformer-encoder",
     "torch-transformer-encoder-prenorm-gelu",
+    "torch-transformer-encoder-seq-first",
     "transformers-gpt2-nodrop",
     "transformers-gpt2",
     "transformers-bert",

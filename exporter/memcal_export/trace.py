@@ -137,8 +137,9 @@ def _softmax(m, ctx):
 
 
 def _mha(m, ctx):
-    if not m.batch_first:
-        raise ExportError(f"node `{ctx.name}`: nn.MultiheadAttention needs batch_first=True")
+    if not m.batch_first and ctx.kwargs.get("need_weights", True):
+        raise ExportError(f"node `{ctx.name}`: nn.MultiheadAttention with batch_first=False draws under "
+                          "need_weights=False (sdpa) only")
     if m.kdim != m.vdim:
         raise ExportError(
             f"node `{ctx.name}`: nn.MultiheadAttention with kdim {m.kdim} != vdim {m.vdim}: memcal's op takes one memory as key and value"
@@ -167,6 +168,8 @@ def _mha(m, ctx):
         # torch's own forward (F.multi_head_attention_forward): memcal's impl "torch".
         attrs["backend"] = "sdpa"
         attrs["impl"] = "torch"
+        if not m.batch_first:
+            attrs["batch_first"] = False  # torch's default [T, B, E] layout
     if m.dropout:
         # Training: dropout on the probabilities (sdpa's dropout_p: on CPU its math path).
         attrs["dropout"] = float(m.dropout)

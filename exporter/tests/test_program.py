@@ -314,11 +314,17 @@ class AnyModule(unittest.TestCase):
                          {"embed_dim": 32, "num_heads": 4, "causal": False, "bias": True, "backend": "sdpa",
                           "dropout": 0.1, "impl": "torch"})
         self.assertEqual(plan(g)[0], sum(p.numel() for p in m.parameters()))
+        # torch's default layout, [T, B, E]: the same op with batch_first false, the mean over T.
+        class SeqFirst(Encoder):
+            def forward(self, x):
+                return self.head(self.encoder(x).mean(0))
+
         with torch.device("meta"):
-            seq_first = Encoder(batch_first=False)
-        with self.assertRaises(ExportError) as e:
-            export(seq_first, [("x", [16, "B", 32], "float32")], name="e", family="t", classes=5)
-        self.assertIn("batch_first=False", str(e.exception))
+            seq_first = SeqFirst(batch_first=False)
+        g = export(seq_first, [("x", [16, "B", 32], "float32")], name="e", family="t", classes=5)
+        attn = [n for n in g["nodes"] if n["op"] == "multihead_attention"]
+        self.assertEqual([a["attributes"].get("batch_first") for a in attn], [False, False])
+        self.assertEqual(plan(g)[0], sum(p.numel() for p in seq_first.parameters()))
 
     def test_an_unknown_op_is_refused_naming_the_aten_node_and_module(self):
         with torch.device("meta"):

@@ -121,6 +121,8 @@ pub(crate) enum Module {
         heads: i64,
         causal: bool,
         dropout: f64,
+        /// False: torch's default `[T, B, E]` layout (no transposes).
+        batch_first: bool,
     },
     Gqa {
         /// Repeat k and v to every head (else sdpa's `enable_gqa`).
@@ -324,6 +326,7 @@ impl Model {
                     dropout,
                     kdim,
                     torch_impl: true,
+                    batch_first,
                     ..
                 } => {
                     let (d, kd) = (i(*d), i(*kdim));
@@ -344,6 +347,7 @@ impl Model {
                         heads: i(*num_heads),
                         causal: *causal,
                         dropout: *dropout,
+                        batch_first: *batch_first,
                     }
                 }
                 Op::MultiheadAttention {
@@ -785,15 +789,14 @@ impl Model {
                     heads,
                     causal,
                     dropout,
+                    batch_first,
                 },
             ) => torch_mha(
                 x,
                 a.get(1).copied(),
                 (packed.as_ref(), separate.as_ref(), in_bias.as_ref()),
                 o,
-                *heads,
-                *causal,
-                *dropout,
+                (*heads, *causal, *dropout, *batch_first),
             ),
             (
                 Op::GqaAttention { .. },
@@ -1010,13 +1013,19 @@ fn torch_mha(
         Option<&Tensor>,
     ),
     o: &Lin,
-    heads: i64,
-    causal: bool,
-    dropout: f64,
+    (heads, causal, dropout, batch_first): (i64, bool, f64, bool),
 ) -> Tensor {
-    let (b, tq, e) = (x.size()[0], x.size()[1], x.size()[2]);
+    // `[T, B, E]` views of batch-first inputs; torch's default layout is read as it is.
+    let seq_first = |t: &Tensor| {
+        if batch_first {
+            t.transpose(0, 1)
+        } else {
+            t.shallow_clone()
+        }
+    };
+    let q_in = seq_first(x);
+    let (tq, b, e) = (q_in.size()[0], q_in.size()[1], q_in.size()[2]);
     let hd = e / heads;
-    let q_in = x.transpose(0, 1);
     let split_bias = |sizes: &[i64]| -> Vec<Option<Tensor>> {
         match in_bias {
             Some(bias) => bias
@@ -1042,20 +1051,20 @@ fn torch_mha(
             (proj.get(0), proj.get(1), proj.get(2), tq)
         }
         (Some(m), Some(w), _) => {
-            let m_in = m.transpose(0, 1);
+            let m_in = seq_first(m);
             let ws = w.split_with_sizes([e, 2 * e], 0);
             let bs = split_bias(&[e, 2 * e]);
             let q = q_in.linear(&ws[0], bs[0].as_ref());
             let kv = unpack(m_in.linear(&ws[1], bs[1].as_ref()), 2);
-            (q, kv.get(0), kv.get(1), m.size()[1])
+            (q, kv.get(0), kv.get(1), m_in.size()[0])
         }
         (Some(m), None, Some((wq, wk, wv))) => {
-            let m_in = m.transpose(0, 1);
+            let m_in = seq_first(m);
             let bs = split_bias(&[e, e, e]);
             let q = q_in.linear(wq, bs[0].as_ref());
             let k = m_in.linear(wk, bs[1].as_ref());
             let v = m_in.linear(wv, bs[2].as_ref());
-            (q, k, v, m.size()[1])
+            (q, k, v, m_in.size()[0])
         }
         _ => panic!(
             "multihead_attention impl torch: a kdim of its own needs the memory (harness bug)"
@@ -1071,7 +1080,12 @@ fn torch_mha(
         &q, &k, &v, None, dropout, causal, None, false,
     );
     let y = y.permute([2, 0, 1, 3]).contiguous().view([b * tq, e]);
-    o.fwd(&y).view([tq, b, e]).transpose(0, 1)
+    let y = o.fwd(&y).view([tq, b, e]);
+    if batch_first {
+        y.transpose(0, 1)
+    } else {
+        y
+    }
 }
 
 /// Mixture of experts: softmax router, top-k (renormalised), SwiGLU experts on routed tokens.

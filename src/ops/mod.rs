@@ -419,6 +419,10 @@ pub enum Op {
         /// own); self-attention's q, k and v are views of one packed `[3, T, B, E]` buffer;
         /// the output is a transposed view. Backend sdpa only.
         torch_impl: bool,
+        /// Attribute `batch_first` [true] (impl `"torch"` only): false is torch's default
+        /// layout, values `[T, B, E]` (the memory `[S, B, kdim]`): the projections read the
+        /// inputs as they are (no copies), and the output is contiguous `[T, B, E]`.
+        batch_first: bool,
     },
     GqaAttention {
         embed_dim: u64,

@@ -286,6 +286,10 @@ static OPS: &[(OpKind, &str, Parser)] = &[
                     ))
                 }
             };
+            let batch_first = a.flag_or("batch_first", true)?;
+            if !batch_first && !torch_impl {
+                return Err("batch_first: false takes impl \"torch\" (torch.nn.MultiheadAttention's own [T, B, E] layout)".into());
+            }
             if torch_impl && !sdpa {
                 return Err("impl \"torch\" takes backend \"sdpa\" (torch.nn.MultiheadAttention with need_weights=False; its eager path is not drawn yet)".into());
             }
@@ -299,6 +303,7 @@ static OPS: &[(OpKind, &str, Parser)] = &[
                 dropout,
                 kdim,
                 torch_impl,
+                batch_first,
             }
         })
     }),

@@ -342,18 +342,27 @@ impl Op {
                 out = Shape::default();
             }
             Op::MultiheadAttention {
-                embed_dim: d, kdim, ..
+                embed_dim: d,
+                kdim,
+                batch_first,
+                ..
             } => {
                 expect_rank(&[3])?;
                 expect_last(*d, "embed_dim")?;
+                // The batch axis: 0, or 1 in torch's default [T, B, E] layout.
+                let b = usize::from(!*batch_first);
                 match inputs.get(1) {
                     Some(kv)
-                        if kv.rank() != 3 || kv.0[0] != x.0[0] || kv.0[2] != Dim::fixed(*kdim) =>
+                        if kv.rank() != 3 || kv.0[b] != x.0[b] || kv.0[2] != Dim::fixed(*kdim) =>
                     {
-                        return Err(format!(
-                            "memory must be [{}, Tk, {kdim}] (kdim), found {kv}",
-                            x.0[0]
-                        ));
+                        return Err(if *batch_first {
+                            format!("memory must be [{}, Tk, {kdim}] (kdim), found {kv}", x.0[0])
+                        } else {
+                            format!(
+                                "memory must be [Tk, {}, {kdim}] (batch_first: false), found {kv}",
+                                x.0[1]
+                            )
+                        });
                     }
                     None if kdim != d => {
                         return Err(format!("kdim = {kdim} differs from embed_dim = {d}: give the memory (a second input {kdim} wide)"));

@@ -659,14 +659,16 @@ pub(super) fn cpu_rule_at(graph: &Graph, k: usize, batch: u64, values: &Values, 
         )
         .fwd(x + 12)
         .note("saves prediction and target; the loss keeps an input-sized buffer alive until it is dropped; forward holds one more input-sized temporary"),
-        Op::MultiheadAttention { embed_dim: d, num_heads, bias, dropout, kdim, torch_impl: true, .. } => {
+        Op::MultiheadAttention { embed_dim: d, num_heads, bias, dropout, kdim, torch_impl: true, batch_first, .. } => {
             let base = if *dropout > 0.0 {
-                let tk = s.shape_in(1).map(|m| m.0[1].at(batch));
+                // The key length (torch's default layout: axis 0; self-attention: the query's).
+                let (t, m) = if *batch_first { (None, 1) } else { (Some(s.dim(0)), 0) };
+                let tk = s.shape_in(1).map(|mem| mem.0[m].at(batch)).or(t);
                 sdpa_math_attention(&s, y, *d, *num_heads, *bias, tk)
             } else {
                 sdpa_attention(&s, y, [*d, *num_heads, *num_heads, d / num_heads], (*bias, *bias), (true, false), "")
             };
-            torch_mha_attention(&s, base, [*d, *kdim, *num_heads], *bias, *dropout > 0.0)
+            torch_mha_attention(&s, base, [*d, *kdim, *num_heads], (*bias, *batch_first), *dropout > 0.0)
         }
         Op::MultiheadAttention { embed_dim: d, num_heads, bias, sdpa: true, dropout, .. } if *dropout > 0.0 => {
             let tk = s.shape_in(1).map(|m| m.0[1].at(batch));
@@ -1148,18 +1150,27 @@ fn torch_mha_attention(
     s: &Sizes,
     base: OpRule,
     [d, kdim, heads]: [u64; 3],
-    bias: bool,
+    (bias, batch_first): (bool, bool),
     math: bool,
 ) -> OpRule {
     use Saved::*;
     let e = s.e;
-    let (b, tq) = (s.dim(0), s.dim(1));
-    let tk = s.shape_in(1).map(|m| m.0[1].at(s.batch));
+    // torch's default layout (batch_first false) is `[T, B, E]`, read without copies.
+    let (b, tq, m_len) = if batch_first {
+        (s.dim(0), s.dim(1), 1)
+    } else {
+        (s.dim(1), s.dim(0), 0)
+    };
+    let tk = s.shape_in(1).map(|m| m.0[m_len].at(s.batch));
     let q = b * tq * d * e;
     let lse = b * heads * tq * 4;
-    let mut saved = vec![Internal {
-        what: "contiguous copy of the query's [T, B, E] view (q projection's fold)",
-        bytes: q,
+    let mut saved = vec![if batch_first {
+        Internal {
+            what: "contiguous copy of the query's [T, B, E] view (q projection's fold)",
+            bytes: q,
+        }
+    } else {
+        InputContiguous(0)
     }];
     match tk {
         None => saved.push(Internal {
@@ -1172,15 +1183,19 @@ fn torch_mha_attention(
                 what: "contiguous copy of the memory's [S, B, kdim] view (k/v projection's fold)",
                 bytes: b * tk * kdim * e,
             };
+            // Read as it is in torch's default layout: saved once, by both projections.
+            let copies = if batch_first {
+                vec![copy; 1 + usize::from(kdim != d)]
+            } else {
+                vec![InputContiguous(1)]
+            };
+            saved.extend(copies);
             if kdim == d {
-                saved.push(copy);
                 saved.push(Internal {
                     what: "packed k, v [2, S, B, E]",
                     bytes: 2 * m,
                 });
             } else {
-                saved.push(copy.clone());
-                saved.push(copy);
                 saved.push(Internal {
                     what: "v projection",
                     bytes: m,
@@ -1230,17 +1245,27 @@ fn torch_mha_attention(
     let mut r = base;
     r.saved = saved;
     // out_proj's weight (and bias) among the parameters (`ops/parameters.rs`). Under flash
-    // the backward peaks one q-sized tensor higher than the separate-projection rule's (read as
-    // the output's gradient, which arrives transposed, reshaped to out_proj's `[T * B, E]` by
-    // its view's backward: a contiguous copy; found on the fixtures, so calibrated on them).
+    // the backward peaks one q-sized tensor higher than the separate-projection rule's (found
+    // on sim-mha-torch and -kdim, so calibrated on them; first read as the transposed output's
+    // gradient copied by out_proj's view, which the [T, B, E] fixtures measured after refuted:
+    // they need the same q with a contiguous output, so it is inside the attention's backward).
     if let Some(peak) = r.backward_peak.as_mut() {
         let o = if kdim == d { 1 } else { 3 } + usize::from(bias);
         peak.params = if bias { vec![o, o + 1] } else { vec![o] };
-        if !math {
+        if !math && batch_first {
             peak.freed += q;
             peak.held += q;
+        } else if !math {
+            // The separate-projection rule's stages at this layout's sizes (its base read the
+            // batch and the lengths off the batch-first axes).
+            let kv = tk.map_or(q, |tk| b * tk * d * e);
+            let scratch = flash_backward_scratch(tq, tk.unwrap_or(tq));
+            let y = q;
+            peak.freed = q.max((2 * q + 2 * kv).saturating_sub(y) + scratch) + q;
+            peak.held = q.max(2 * q + 2 * kv + scratch) + q;
         }
     }
+    r.grads.truncate(s.node.inputs.len());
     r.source = Source::Calibrated("calibrated on sim-mha-torch, sim-mha-torch-kdim");
     if math {
         // The math path's forward holds less than the separate-projection rule's (whose q, k
@@ -1253,14 +1278,23 @@ fn torch_mha_attention(
     // the op (self: the query's copy, proj 3q and its copy 3q; a memory that is key and value:
     // the query's copy, q, the memory's copy, kv 2m and its copy 2m). With a kdim of its own
     // the three projections make no packed copy.
+    // In torch's default layout there is no query or memory copy: 6 q, or q + 4 m.
+    let copy_q = if batch_first { q } else { 0 };
     r.forward_peak = match tk {
-        None => Some(7 * q),
-        Some(tk) if kdim == d => Some(2 * q + 5 * b * tk * d * e),
+        None => Some(6 * q + copy_q),
+        Some(tk) if kdim == d => {
+            Some(q + copy_q + b * tk * d * e * if batch_first { 5 } else { 4 })
+        }
         Some(_) => None,
     };
-    r.output_contiguous = Some(false);
-    r.output_perm = Perm::new(&[1, 0, 2]);
-    r.note = "torch.nn.MultiheadAttention's own forward (impl torch, batch_first, sdpa): projections of [T, B, E] views, each saving a contiguous copy of its input; q, k, v views of a packed buffer; output a transposed view";
+    if batch_first {
+        r.output_contiguous = Some(false);
+        r.output_perm = Perm::new(&[1, 0, 2]);
+        r.note = "torch.nn.MultiheadAttention's own forward (impl torch, batch_first, sdpa): projections of [T, B, E] views, each saving a contiguous copy of its input; q, k, v views of a packed buffer; output a transposed view";
+    } else {
+        r.output_contiguous = Some(true);
+        r.note = "torch.nn.MultiheadAttention's own forward (impl torch, its default [T, B, E] layout, sdpa): projections of the inputs as they are; q, k, v views of a packed buffer; a contiguous output";
+    }
     r
 }
 
