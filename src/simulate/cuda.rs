@@ -253,8 +253,7 @@ pub fn rule(graph: &Graph, k: usize, batch: u64, values: &Values) -> OpRule {
             // separate-projection rule, with out_proj found in its packed parameter list.
             let mut r = gqa(&s, node);
             if let Some(peak) = r.backward_peak.as_mut() {
-                let o = if kdim == embed_dim { 1 } else { 3 } + usize::from(*bias);
-                peak.params = if *bias { vec![o, o + 1] } else { vec![o] };
+                peak.params = super::rules::torch_mha_out_proj(*embed_dim, *kdim, *bias);
             }
             r.source = Assumed;
             r

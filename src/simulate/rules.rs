@@ -660,15 +660,7 @@ pub(super) fn cpu_rule_at(graph: &Graph, k: usize, batch: u64, values: &Values, 
         .fwd(x + 12)
         .note("saves prediction and target; the loss keeps an input-sized buffer alive until it is dropped; forward holds one more input-sized temporary"),
         Op::MultiheadAttention { embed_dim: d, num_heads, bias, dropout, kdim, torch_impl: true, batch_first, .. } => {
-            let base = if *dropout > 0.0 {
-                // The key length (torch's default layout: axis 0; self-attention: the query's).
-                let (t, m) = if *batch_first { (None, 1) } else { (Some(s.dim(0)), 0) };
-                let tk = s.shape_in(1).map(|mem| mem.0[m].at(batch)).or(t);
-                sdpa_math_attention(&s, y, *d, *num_heads, *bias, tk)
-            } else {
-                sdpa_attention(&s, y, [*d, *num_heads, *num_heads, d / num_heads], (*bias, *bias), (true, false), "")
-            };
-            torch_mha_attention(&s, base, [*d, *kdim, *num_heads], (*bias, *batch_first), *dropout > 0.0)
+            torch_mha_attention(&s, y, [*d, *kdim, *num_heads], (*bias, *batch_first), *dropout > 0.0)
         }
         Op::MultiheadAttention { embed_dim: d, num_heads, bias, sdpa: true, dropout, .. } if *dropout > 0.0 => {
             let tk = s.shape_in(1).map(|m| m.0[1].at(batch));
@@ -1136,19 +1128,20 @@ fn flash_backward_scratch(tq: u64, tk: u64) -> u64 {
     HARNESS_CPU_THREADS * (2 * q_split * kv_split + q_split) * 4
 }
 
-/// torch.nn.MultiheadAttention's own forward (`impl: "torch"`, batch_first, sdpa), from
-/// `F.multi_head_attention_forward` and the saved-tensor hooks of one call: the separate-
-/// projection rule's stages (`base`: flash, or the math path with dropout) with torch's saved
-/// set. Each projection reads a `[T, B, E]` view, so its fold saves a contiguous copy of its
-/// input (the query's, and the memory's once with packed k and v, twice with a kdim of its
-/// own) instead of the input itself. Self-attention's q, k and v are views of one packed
-/// `[3, T, B, E]` buffer, which flash saves through them and the math path through v; a memory
-/// that is key and value has one packed `[2, S, B, E]` k/v buffer. Flash's output is laid out
-/// `[T, B, h, hd]`, so out_proj's input is it (no copy); the math path's context is copied.
-/// The output is a transposed view of out_proj's `[T, B, E]`.
+/// torch.nn.MultiheadAttention's own forward (`impl: "torch"`, sdpa), from
+/// `F.multi_head_attention_forward` and the saved-tensor hooks of one call, with the stages of
+/// the separate-projection rules (flash, or the math path with dropout). Batch-first, each
+/// projection reads a `[T, B, E]` view, so its fold saves a contiguous copy of its input (the
+/// query's, and the memory's once with packed k and v, twice with a kdim of its own) instead of
+/// the input itself; in torch's default `[T, B, E]` layout the inputs are read as they are.
+/// Self-attention's q, k and v are views of one packed `[3, T, B, E]` buffer, which flash saves
+/// through them and the math path through v; a memory that is key and value has one packed
+/// `[2, S, B, E]` k/v buffer. Flash's output is laid out `[T, B, h, hd]`, so out_proj's input
+/// is it (no copy); the math path's context is copied. Batch-first, the output is a transposed
+/// view of out_proj's `[T, B, E]`.
 fn torch_mha_attention(
     s: &Sizes,
-    base: OpRule,
+    y: u64,
     [d, kdim, heads]: [u64; 3],
     (bias, batch_first): (bool, bool),
     math: bool,
@@ -1162,7 +1155,9 @@ fn torch_mha_attention(
         (s.dim(1), s.dim(0), 0)
     };
     let tk = s.shape_in(1).map(|m| m.0[m_len].at(s.batch));
+    let keys = tk.unwrap_or(tq);
     let q = b * tq * d * e;
+    let m = b * keys * d * e;
     let lse = b * heads * tq * 4;
     let mut saved = vec![if batch_first {
         Internal {
@@ -1178,7 +1173,6 @@ fn torch_mha_attention(
             bytes: 3 * q,
         }),
         Some(tk) => {
-            let m = b * tk * d * e;
             let copy = Internal {
                 what: "contiguous copy of the memory's [S, B, kdim] view (k/v projection's fold)",
                 bytes: b * tk * kdim * e,
@@ -1215,10 +1209,9 @@ fn torch_mha_attention(
             }
         }
     }
+    let tt = b * heads * tq * keys * e;
     if math {
         // q and k^T scaled (new), softmax, dropout's mask and output, the context copy.
-        let tt = b * heads * tq * tk.unwrap_or(tq) * e;
-        let m = b * tk.unwrap_or(tq) * d * e;
         saved.extend([
             Internal {
                 what: "q scaled",
@@ -1242,49 +1235,45 @@ fn torch_mha_attention(
             },
         ]);
     }
-    let mut r = base;
-    r.saved = saved;
-    // out_proj's weight (and bias) among the parameters (`ops/parameters.rs`). Under flash
-    // the backward peaks one q-sized tensor higher than the separate-projection rule's (found
-    // on sim-mha-torch and -kdim, so calibrated on them; first read as the transposed output's
-    // gradient copied by out_proj's view, which the [T, B, E] fixtures measured after refuted:
-    // they need the same q with a contiguous output, so it is inside the attention's backward).
-    if let Some(peak) = r.backward_peak.as_mut() {
-        let o = if kdim == d { 1 } else { 3 } + usize::from(bias);
-        peak.params = if bias { vec![o, o + 1] } else { vec![o] };
-        if !math && batch_first {
-            peak.freed += q;
-            peak.held += q;
-        } else if !math {
-            // The separate-projection rule's stages at this layout's sizes (its base read the
-            // batch and the lengths off the batch-first axes).
-            let kv = tk.map_or(q, |tk| b * tk * d * e);
-            let scratch = flash_backward_scratch(tq, tk.unwrap_or(tq));
-            let y = q;
-            peak.freed = q.max((2 * q + 2 * kv).saturating_sub(y) + scratch) + q;
-            peak.held = q.max(2 * q + 2 * kv + scratch) + q;
-        }
-    }
-    r.grads.truncate(s.node.inputs.len());
-    r.source = Source::Calibrated("calibrated on sim-mha-torch, sim-mha-torch-kdim");
-    if math {
-        // The math path's forward holds less than the separate-projection rule's (whose q, k
-        // and v projections are the harness's locals): one q-sized tensor over what it saves.
-        r.forward_transient = q;
-        r.source = Source::Calibrated("calibrated on sim-mha-torch-dropout");
-    }
+    // Backward: the math path's stages (one B x H x Tq x Tk gradient over the level, as
+    // `sdpa_math_attention`); flash's (as `sdpa_attention`, k and v unrepeated) one q-sized
+    // tensor higher (found on sim-mha-torch and -kdim, so calibrated on them; first read as the
+    // transposed output's gradient copied by out_proj's view, which the [T, B, E] fixtures
+    // measured after refuted: they need the same q with a contiguous output). The math path's
+    // forward holds one q-sized tensor over what it saves (calibrated on sim-mha-torch-dropout).
+    let (freed, held, fwd, source) = if math {
+        (
+            tt,
+            tt + q,
+            q,
+            Source::Calibrated("calibrated on sim-mha-torch-dropout"),
+        )
+    } else {
+        let (freed, held) = flash_backward_peak(q, [m, m], y, flash_backward_scratch(tq, keys));
+        (
+            freed + q,
+            held + q,
+            0,
+            Source::Calibrated("calibrated on sim-mha-torch, sim-mha-torch-kdim"),
+        )
+    };
+    let grads = vec![Grad::New; s.node.inputs.len()];
+    let mut r = OpRule::new(Output::New(y), saved, grads, source).fwd(fwd);
+    r.backward_peak = Some(BackwardPeak {
+        freed,
+        held,
+        params: torch_mha_out_proj(d, kdim, bias),
+    });
     // The packed projection's output and its contiguous copy (`unflatten ... .contiguous()`)
     // are alive at once before sdpa runs: the forward's highest point over the level before
     // the op (self: the query's copy, proj 3q and its copy 3q; a memory that is key and value:
     // the query's copy, q, the memory's copy, kv 2m and its copy 2m). With a kdim of its own
-    // the three projections make no packed copy.
-    // In torch's default layout there is no query or memory copy: 6 q, or q + 4 m.
+    // the three projections make no packed copy. In torch's default layout there is no query
+    // or memory copy: 6 q, or q + 4 m.
     let copy_q = if batch_first { q } else { 0 };
     r.forward_peak = match tk {
         None => Some(6 * q + copy_q),
-        Some(tk) if kdim == d => {
-            Some(q + copy_q + b * tk * d * e * if batch_first { 5 } else { 4 })
-        }
+        Some(_) if kdim == d => Some(q + copy_q + m * if batch_first { 5 } else { 4 }),
         Some(_) => None,
     };
     if batch_first {
@@ -1296,6 +1285,27 @@ fn torch_mha_attention(
         r.note = "torch.nn.MultiheadAttention's own forward (impl torch, its default [T, B, E] layout, sdpa): projections of the inputs as they are; q, k, v views of a packed buffer; a contiguous output";
     }
     r
+}
+
+/// The indices of out_proj's weight (and bias) among torch.nn.MultiheadAttention's parameters
+/// (`ops/parameters.rs`: in_proj_weight, or q, k and v weights with a kdim of their own; then
+/// in_proj_bias; then out_proj).
+pub(super) fn torch_mha_out_proj(d: u64, kdim: u64, bias: bool) -> Vec<usize> {
+    let o = if kdim == d { 1 } else { 3 } + usize::from(bias);
+    if bias {
+        vec![o, o + 1]
+    } else {
+        vec![o]
+    }
+}
+
+/// Flash attention's backward peak over the level before it, (incoming gradient freed, still
+/// held): q, k and v's gradients and the output's (`y` bytes, freed when nothing else holds
+/// it) with the kernel's per-thread scratch.
+fn flash_backward_peak(q: u64, [ks, vs]: [u64; 2], y: u64, scratch: u64) -> (u64, u64) {
+    let freed = q.max((2 * q + ks + vs).saturating_sub(y) + scratch);
+    let held = q.max(2 * q + ks + vs + scratch);
+    (freed, held)
 }
 
 /// What sdpa's math path with dropout saves after q and k: the softmax output, dropout's float
@@ -1485,8 +1495,7 @@ fn sdpa_attention(
     }
     // sdpa's backward holds its per-thread scratch while q, k and v's gradients are made.
     let scratch = flash_backward_scratch(s.dim(1), tk);
-    let freed = q.max((2 * q + ks + vs).saturating_sub(y) + scratch);
-    let held = q.max(2 * q + ks + vs + scratch);
+    let (freed, held) = flash_backward_peak(q, [ks, vs], y, scratch);
     // out_proj's weight (and bias) among the parameters: q, k, v weights, each with its bias.
     let o = if bias { 6 } else { 3 };
     let o_proj = if out_bias { vec![o, o + 1] } else { vec![o] };
