@@ -74,6 +74,26 @@ impl<'a> Attrs<'a> {
         }
     }
 
+    /// A string attribute naming one of `choices` (its value for each), `default` when absent.
+    pub(super) fn one_of<T: Copy>(
+        &mut self,
+        key: &'static str,
+        choices: &[(&str, T)],
+        default: T,
+    ) -> Result<T, String> {
+        let Some(v) = self.get(key) else {
+            return Ok(default);
+        };
+        if let Some((_, t)) = choices.iter().find(|(name, _)| v.as_str() == Some(name)) {
+            return Ok(*t);
+        }
+        let names: Vec<String> = choices.iter().map(|(n, _)| format!("\"{n}\"")).collect();
+        Err(format!(
+            "attribute `{key}` must be {}, found {v}",
+            names.join(" or ")
+        ))
+    }
+
     pub(super) fn finish(self) -> Result<(), String> {
         let unknown: Vec<&String> = self
             .map

@@ -250,16 +250,7 @@ static OPS: &[(OpKind, &str, Parser)] = &[
                 ));
             }
             let relative_attention_buckets = a.count_or("relative_attention_buckets", 0)?;
-            let sdpa = match a.get("backend") {
-                None => false,
-                Some(Value::String(s)) if s == "eager" => false,
-                Some(Value::String(s)) if s == "sdpa" => true,
-                Some(v) => {
-                    return Err(format!(
-                        "attribute `backend` must be \"eager\" or \"sdpa\", found {v}"
-                    ))
-                }
-            };
+            let sdpa = a.one_of("backend", &[("eager", false), ("sdpa", true)], false)?;
             if sdpa && relative_attention_buckets > 0 {
                 return Err("backend \"sdpa\" takes no relative_attention_buckets (a relative position bias is added to materialised scores: eager)".into());
             }
@@ -276,16 +267,7 @@ static OPS: &[(OpKind, &str, Parser)] = &[
                 None => embed_dim,
                 Some(_) => a.size("kdim")?,
             };
-            let torch_impl = match a.get("impl") {
-                None => false,
-                Some(Value::String(s)) if s == "separate" => false,
-                Some(Value::String(s)) if s == "torch" => true,
-                Some(v) => {
-                    return Err(format!(
-                        "attribute `impl` must be \"separate\" or \"torch\", found {v}"
-                    ))
-                }
-            };
+            let torch_impl = a.one_of("impl", &[("separate", false), ("torch", true)], false)?;
             let batch_first = a.flag_or("batch_first", true)?;
             if !batch_first && !torch_impl {
                 return Err("batch_first: false takes impl \"torch\" (torch.nn.MultiheadAttention's own [T, B, E] layout)".into());
@@ -425,16 +407,14 @@ static OPS: &[(OpKind, &str, Parser)] = &[
         })
     }),
     (OpKind::Constant, "constant", |a| {
-        let dtype = match a.get("dtype") {
-            None => ConstantDType::Float32,
-            Some(Value::String(s)) if s == "float32" => ConstantDType::Float32,
-            Some(Value::String(s)) if s == "bool" => ConstantDType::Bool,
-            Some(v) => {
-                return Err(format!(
-                    "attribute `dtype` must be \"float32\" or \"bool\", found {v}"
-                ))
-            }
-        };
+        let dtype = a.one_of(
+            "dtype",
+            &[
+                ("float32", ConstantDType::Float32),
+                ("bool", ConstantDType::Bool),
+            ],
+            ConstantDType::Float32,
+        )?;
         Ok(Op::Constant {
             shape: batch_or_sizes(a)?,
             dtype,
