@@ -27,7 +27,7 @@ path.
 
 import functools
 
-from .trace import ExportError, add_node, fresh_id
+from .trace import ExportError, add_node, fresh_id, torch_mha_attrs
 
 EXAMPLE_BATCH = 3
 
@@ -242,15 +242,9 @@ def _t5_attention(m, grp):
 
 
 def _torch_mha(m, grp):
-    """torch's nn.MultiheadAttention (batch_first): self-attention, or cross-attention on a
-    memory that is both key and value (kdim = vdim, the memory's width). need_weights=False is
-    sdpa (nn.TransformerEncoderLayer's call); dropout on the probabilities in training. Masks
-    other than causal have no memcal attribute."""
-    if m.kdim != m.vdim:
-        raise ExportError(f"module `{grp.path}` (MultiheadAttention): kdim {m.kdim} != vdim {m.vdim}; memcal's op "
-                          "takes one memory as key and value")
-    if len(grp.inputs) > 2:
-        raise ExportError(f"module `{grp.path}` (MultiheadAttention): attention with different key and value inputs")
+    """torch's nn.MultiheadAttention drawn whole (`torch_mha_attrs`, shared with the fx route):
+    need_weights=False is sdpa (nn.TransformerEncoderLayer's call), read off the aten graph with
+    its dropout and is_causal. Masks other than causal have no memcal attribute."""
     for n in grp.calls("scaled_dot_product_attention") + grp.calls("baddbmm"):
         mask = _arg(n, 3, "attn_mask") if _name(n.target) == "scaled_dot_product_attention" else n.args[0]
         if _is_node(mask) and grp.kind(mask) != "literal":
@@ -258,18 +252,10 @@ def _torch_mha(m, grp):
                               "multihead_attention takes none (is_causal without a mask tensor is causal)")
     core = _attention_core(grp, "MultiheadAttention")
     cross = len(grp.inputs) > 1
-    attrs = _mha_attrs(m.embed_dim, m.num_heads, core["is_causal"], m.in_proj_bias is not None, core)
-    if m.kdim != m.embed_dim:
-        if not cross:
-            raise ExportError(f"module `{grp.path}` (MultiheadAttention): kdim {m.kdim} but the key is the query")
-        attrs["kdim"] = int(m.kdim)
-    if attrs.get("backend") == "sdpa":
-        attrs["impl"] = "torch"  # its own forward: projections of [T, B, E] views, packed q, k, v
-        if not m.batch_first:
-            attrs["batch_first"] = False  # torch's default layout: [T, B, E] values
-    elif not m.batch_first:
-        raise ExportError(f"module `{grp.path}` (MultiheadAttention): batch_first=False with need_weights=True; "
-                          "memcal draws torch's [T, B, E] layout under sdpa only (need_weights=False)")
+    attrs = torch_mha_attrs(m, f"module `{grp.path}`", cross=cross, sdpa=core["backend"] == "sdpa",
+                            causal=core["is_causal"], dropout=core["dropout"])
+    if len(grp.inputs) > 2:
+        raise ExportError(f"module `{grp.path}` (MultiheadAttention): attention with different key and value inputs")
     return [("", "multihead_attention", attrs, ["in0"] + (["in1"] if cross else []))]
 
 

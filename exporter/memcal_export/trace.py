@@ -136,44 +136,44 @@ def _softmax(m, ctx):
     return "softmax", {"dim": m.dim}
 
 
-def _mha(m, ctx):
-    if not m.batch_first and ctx.kwargs.get("need_weights", True):
-        raise ExportError(f"node `{ctx.name}`: nn.MultiheadAttention with batch_first=False draws under "
-                          "need_weights=False (sdpa) only")
+def torch_mha_attrs(m, where, *, cross, sdpa, causal, dropout):
+    """The `multihead_attention` attributes of torch's nn.MultiheadAttention `m`, for both
+    tracers (`where` names it in errors): self-attention, or cross-attention (`cross`) on a
+    memory that is key and value (kdim = vdim, the memory's width); under sdpa
+    (need_weights=False) torch's own forward, memcal's impl "torch" (batch_first or its default
+    [T, B, E] layout); `dropout` on the probabilities in training (sdpa's dropout_p: on CPU
+    its math path)."""
     if m.kdim != m.vdim:
-        raise ExportError(
-            f"node `{ctx.name}`: nn.MultiheadAttention with kdim {m.kdim} != vdim {m.vdim}: memcal's op takes one memory as key and value"
-        )
+        raise ExportError(f"{where}: nn.MultiheadAttention with kdim {m.kdim} != vdim {m.vdim}: memcal's op takes "
+                          "one memory as key and value")
+    if not m.batch_first and not sdpa:
+        raise ExportError(f"{where}: nn.MultiheadAttention with batch_first=False draws under need_weights=False "
+                          "(sdpa) only")
+    attrs = {"embed_dim": int(m.embed_dim), "num_heads": int(m.num_heads), "causal": bool(causal),
+             "bias": m.in_proj_bias is not None}
+    if m.kdim != m.embed_dim:
+        if not cross:
+            raise ExportError(f"{where}: kdim {m.kdim} differs from embed_dim, but the key is the query")
+        attrs["kdim"] = int(m.kdim)
+    if sdpa:
+        attrs.update(backend="sdpa", impl="torch")
+        if not m.batch_first:
+            attrs["batch_first"] = False
+    if dropout:
+        attrs["dropout"] = float(dropout)
+    return attrs
+
+
+def _mha(m, ctx):
     if ctx.kwargs.get("attn_mask") is not None or ctx.kwargs.get("key_padding_mask") is not None:
         raise ExportError(f"node `{ctx.name}`: attention masks have no memcal attribute yet (is_causal does)")
     args = ctx.tensor_args
-    if len(args) >= 2 and not (args[0] is args[1] and (len(args) < 3 or args[1] is args[2])):
-        if len(args) >= 3 and args[1] is not args[2]:
-            raise ExportError(f"node `{ctx.name}`: attention with different key and value inputs")
-        inputs = [args[0], args[1]]
-    else:
-        inputs = [args[0]]
-    need_weights = ctx.kwargs.get("need_weights", True)
-    attrs = {
-        "embed_dim": m.embed_dim,
-        "num_heads": m.num_heads,
-        "causal": bool(ctx.kwargs.get("is_causal", False)),
-        "bias": m.in_proj_bias is not None,
-    }
-    if m.kdim != m.embed_dim:
-        if len(inputs) < 2:
-            raise ExportError(f"node `{ctx.name}`: kdim {m.kdim} differs from embed_dim, but the key is the query")
-        attrs["kdim"] = m.kdim
-    if not need_weights:
-        # torch's own forward (F.multi_head_attention_forward): memcal's impl "torch".
-        attrs["backend"] = "sdpa"
-        attrs["impl"] = "torch"
-        if not m.batch_first:
-            attrs["batch_first"] = False  # torch's default [T, B, E] layout
-    if m.dropout:
-        # Training: dropout on the probabilities (sdpa's dropout_p: on CPU its math path).
-        attrs["dropout"] = float(m.dropout)
-    ctx.inputs_override = inputs
+    cross = len(args) >= 2 and not (args[0] is args[1] and (len(args) < 3 or args[1] is args[2]))
+    attrs = torch_mha_attrs(m, f"node `{ctx.name}`", cross=cross, sdpa=not ctx.kwargs.get("need_weights", True),
+                            causal=ctx.kwargs.get("is_causal", False), dropout=m.dropout)
+    if cross and len(args) >= 3 and args[1] is not args[2]:
+        raise ExportError(f"node `{ctx.name}`: attention with different key and value inputs")
+    ctx.inputs_override = args[:2] if cross else args[:1]
     ctx.tuple_output = True
     return "multihead_attention", attrs
 
