@@ -1046,8 +1046,7 @@ fn torch_mha(
     };
     let (q, k, v, s) = match (memory, packed, separate) {
         (None, Some(w), _) => {
-            let bias = in_bias;
-            let proj = unpack(q_in.linear(w, bias), 3);
+            let proj = unpack(q_in.linear(w, in_bias), 3);
             (proj.get(0), proj.get(1), proj.get(2), tq)
         }
         (Some(m), Some(w), _) => {
