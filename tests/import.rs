@@ -58,6 +58,19 @@ fn parameter_counts_are_the_published_ones() {
         // configs' vocabulary of 256,000 (the report counts 256,128 rows): 256000 x 2048 and
         // 256000 x 3072; the LM head is tied.
         ("gemma-2b", 2_506_172_416),
+        // The GPU campaign's models (measurement/campaigns/gpu-real.json): the model cards'
+        // counts, and what transformers 5.17's `num_parameters()` gave for the models built on
+        // an H200 from these configs (data/gpu/). Llama 3.2 ties its LM head to the embedding:
+        // 1B 128256 x 2048 + 2048 + 16 x (2048² + 2 x 2048 x 512 + 2048² + 3 x 2048 x 8192 +
+        // 2 x 2048) = 262,670,336 + 16 x 60,821,504.
+        ("Llama-3.2-1B", 1_235_814_400),
+        ("Llama-3.2-3B", 3_212_749_824),
+        ("Llama-3.1-8B", 8_030_261_248),
+        ("Mistral-7B-v0.3", 7_248_023_552),
+        ("Qwen2.5-1.5B", 1_543_714_304),
+        ("Qwen2.5-3B", 3_085_938_688),
+        ("Qwen3-1.7B", 1_720_574_976),
+        ("Qwen3-4B", 4_022_468_096),
         ("gemma-7b", 8_537_680_896),
         // BART (modeling_bart.py), `num_parameters()` of BartForConditionalGeneration (the
         // final_logits_bias buffer is not a parameter): shared 50265 x d, two position tables
@@ -177,7 +190,7 @@ fn bad_configs_exit_2_naming_the_file_and_the_field() {
         (
             write(
                 "tied.json",
-                r#"{"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "tie_word_embeddings": true}"#,
+                r#"{"model_type": "mixtral", "hidden_size": 64, "num_attention_heads": 4, "tie_word_embeddings": true}"#,
             ),
             "field `tie_word_embeddings`: is true",
         ),

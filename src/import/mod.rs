@@ -605,7 +605,7 @@ fn gpt2(c: &Config, o: &Options) -> Result<Built> {
 }
 
 /// The attention and head choices a LLaMA-family config may make that the graph cannot.
-fn decoder_checks(c: &Config, d: u64, heads: u64) -> Result<()> {
+fn decoder_checks(c: &Config, d: u64, heads: u64, tied_allowed: bool) -> Result<()> {
     c.require(
         "attention_bias",
         c.flag_or("attention_bias", false)?,
@@ -618,12 +618,14 @@ fn decoder_checks(c: &Config, d: u64, heads: u64) -> Result<()> {
         false,
         "a feed-forward without bias",
     )?;
-    c.require(
-        "tie_word_embeddings",
-        c.flag_or("tie_word_embeddings", false)?,
-        false,
-        "an untied LM head",
-    )?;
+    if !tied_allowed {
+        c.require(
+            "tie_word_embeddings",
+            c.flag_or("tie_word_embeddings", false)?,
+            false,
+            "an untied LM head",
+        )?;
+    }
     c.require(
         "hidden_act",
         c.text_or("hidden_act", "silu")?,
@@ -641,31 +643,44 @@ fn decoder_checks(c: &Config, d: u64, heads: u64) -> Result<()> {
 fn llama(c: &Config, o: &Options) -> Result<Built> {
     let d = c.size("hidden_size")?;
     let heads = c.size("num_attention_heads")?;
-    decoder_checks(c, d, heads)?;
+    decoder_checks(c, d, heads, true)?;
     let (seq, seq_source) = sequence(c, o, "max_position_embeddings", 4096, 2048)?;
-    let mut graph = crate::zoo::sized::llama(
+    // Llama 3.2 (1B, 3B) ties the LM head to the embedding (LlamaConfig's default: false).
+    let tied = c.flag_or("tie_word_embeddings", false)?;
+    let sizes = (
         c.size("vocab_size")?,
-        seq,
-        d,
         c.size("num_hidden_layers")?,
-        heads,
         c.size_or("num_key_value_heads", heads)?,
         c.size("intermediate_size")?,
     );
+    let (vocab, layers, kv_heads, ff) = sizes;
+    let mut graph = if tied {
+        crate::zoo::sized::llama_tied(vocab, seq, d, layers, [heads, kv_heads], ff)
+    } else {
+        crate::zoo::sized::llama(vocab, seq, d, layers, heads, kv_heads, ff)
+    };
     let (drawn, eager) = gqa(&mut graph, o.attn);
+    let head = format!(
+        "LM head: {} (tie_word_embeddings = {tied})",
+        if tied {
+            "the embedding's table"
+        } else {
+            "its own matrix"
+        }
+    );
     Ok(Built {
         graph,
         seq,
         seq_source,
         approximations: std::iter::once(ROTARY.to_string()).chain(eager).collect(),
-        drawn: vec![drawn],
+        drawn: vec![drawn, head],
     })
 }
 
 fn mixtral(c: &Config, o: &Options) -> Result<Built> {
     let d = c.size("hidden_size")?;
     let heads = c.size("num_attention_heads")?;
-    decoder_checks(c, d, heads)?;
+    decoder_checks(c, d, heads, false)?;
     let (seq, seq_source) = sequence(c, o, "max_position_embeddings", 4096, 4096)?;
     let mut graph = crate::zoo::sized::mixtral(
         c.size("vocab_size")?,

@@ -743,6 +743,27 @@ pub(crate) mod sized {
         )
     }
 
+    /// LLaMA with the LM head tied to the embedding (Llama 3.2 1B and 3B).
+    pub(crate) fn llama_tied(
+        vocab: u64,
+        t: u64,
+        d: u64,
+        layers: u64,
+        [heads, kv_heads]: [u64; 2],
+        ff: u64,
+    ) -> GraphFile {
+        let attn = Attn::Gqa { heads, kv_heads };
+        let desc = format!(
+            "LLaMA-style decoder: {layers} layers, d={d}, {heads} heads ({kv_heads} kv heads, sdpa), SwiGLU {ff}, RMSNorm, T={t}, vocab {vocab}, tied LM head"
+        );
+        let style = Style {
+            tied: true,
+            ..Style::LLAMA
+        };
+        let c = Decoder::uniform(vocab, t, d, layers, attn, Ffn::Dense(ff));
+        styled_decoder("llama", "full", "llama-full", desc, c, style)
+    }
+
     /// Qwen2: LLaMA with biased q, k and v projections (o_proj unbiased), the LM head tied
     /// to the embedding when `tied`.
     #[allow(clippy::too_many_arguments)]
