@@ -14,6 +14,14 @@ cargo build -q -p memcal --bin memcal
 cargo build -q -p memcal-measure
 export PYTHONPATH="$root/.libtorch:$root/.libtorch/py:$root/exporter"
 MEMCAL_BIN=target/debug/memcal python3 -m unittest discover -s exporter/tests
+# The GPU campaign (issue 42): its plans' running time from the shipped GPU measurements, and its
+# dry run on the CPU (tiny sizes, the same code paths: fixtures through the harness, real
+# transformers classes, allocator settings, caps, generate, LoRA).
+for plan in measurement/campaigns/gpu-real.json measurement/campaigns/gpu-real-2.json; do
+  python3 -m memcal_export.gpu --plan "$plan" --estimate data/gpu
+done
+rm -rf target/gpu-dry
+measurement/campaigns/gpu-all.sh --dry-run target/gpu-dry 400
 python3 -m memcal_export.proof --repo . --memcal target/debug/memcal \
   --measure target/debug/memcal-measure --out target/proof --check
 echo "ci-exporter: ok"

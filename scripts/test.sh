@@ -7,7 +7,18 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-step() { printf '\n==> %s\n' "$*"; }
+# Each step prints its duration when the next begins (and the total so far).
+started=$(date +%s)
+last=""
+step() {
+  local now
+  now=$(date +%s)
+  if [ -n "$last" ]; then
+    printf '(step took %d s; %d s in all)\n' $((now - last)) $((now - started))
+  fi
+  last=$now
+  printf '\n==> %s\n' "$*"
+}
 
 step "format and lints"
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
@@ -41,5 +52,6 @@ if [ -x scripts/browser-check.sh ] && [ -f site/index.html ]; then
   step "the site in headless Chromium"
   scripts/browser-check.sh site target/site-screenshot.png
 fi
+step "done"
 echo
 echo "all checks passed"

@@ -95,11 +95,20 @@ else
 fi
 
 # (b-e) the real models, in the time left.
+dry_flag=()
+[ "$dry" = 1 ] && dry_flag=(--dry-run)
 (cd "$root" && python3 -u -m memcal_export.gpu --repo "$root" --plan "${PLAN:-$root/measurement/campaigns/gpu-real.json}" --out "$out_dir/real" \
-  --budget-s $((budget - $(elapsed) - 15)) ${dry:+$([ "$dry" = 1 ] && echo --dry-run)})
-echo "real models: done ($(elapsed) s)"
+  --budget-s $((budget - $(elapsed) - 15)) "${dry_flag[@]}")
+real_rc=$?
+echo "real models: done, exit $real_rc ($(elapsed) s)"
 pack
 
-for pid in "${fixture_pids[@]}"; do wait "$pid"; done
-echo "fixtures: $(find "$out_dir/fixtures" -path '*shard-*' -name '*.json' | wc -l) rows ($(elapsed) s)"
+fixture_rc=0
+for pid in "${fixture_pids[@]}"; do wait "$pid" || fixture_rc=1; done
+echo "fixtures: $(find "$out_dir/fixtures" -path '*shard-*' -name 'b*.json' | wc -l) rows, exit $fixture_rc ($(elapsed) s)"
 tail -n 2 "$out_dir"/fixtures/shard-*.log 2>/dev/null | grep -v '^$' | tail -n 12
+# The dry run (CI) fails when any part did; on a GPU the rows so far are kept and a rerun resumes.
+if [ "$dry" = 1 ] && { [ "$real_rc" != 0 ] || [ "$fixture_rc" != 0 ]; }; then
+  echo "gpu-all --dry-run: FAILED (real models exit $real_rc, fixtures exit $fixture_rc)"
+  exit 1
+fi
