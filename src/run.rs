@@ -104,6 +104,10 @@ pub struct DeviceInfo {
     pub emulated_capacity_bytes: Option<u64>,
     /// Allocator backend, e.g. `cuda-caching-allocator` or `cpu-counting-allocator`.
     pub allocator: String,
+    /// The CUDA caching allocator's settings the run was started with
+    /// (`PYTORCH_CUDA_ALLOC_CONF`, e.g. `expandable_segments:True`); absent: torch's defaults.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allocator_settings: Option<String>,
     /// True on CPU, where the counting allocator has no cache: reserved equals allocated.
     pub reserved_equals_allocated: bool,
     /// torch version, e.g. `2.11.0`.

@@ -43,6 +43,7 @@ fn row(graph: &Graph, batch: u64, peak: u64) -> RunRow {
             capacity_bytes: 1 << 34,
             emulated_capacity_bytes: None,
             allocator: "cpu-counting-allocator".into(),
+            allocator_settings: None,
             reserved_equals_allocated: true,
             torch: "2.11.0".into(),
             cuda: None,

@@ -304,7 +304,9 @@ def main(argv=None):
     args = ap.parse_args(argv)
     args.memcal = os.path.abspath(args.memcal)
     runs = args.runs or os.path.join(args.repo, "data", "runs", REGIME)
-    entries = [e for e in load_spec(args.repo) if not args.only or e["graph"] in args.only]
+    # Entries measured on a GPU are the GPU campaign's (memcal_export.gpu, memcal_export.gpu_stamp).
+    entries = [e for e in load_spec(args.repo)
+               if e.get("device", "cpu") == "cpu" and (not args.only or e["graph"] in args.only)]
     total = sum(len(e["batches"]) for e in entries)
     counter = None
     done = 0

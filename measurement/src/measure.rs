@@ -375,6 +375,11 @@ pub fn run_command(a: &RunArgs) -> Result<i32, Exit> {
             capacity_bytes: env.capacity_bytes,
             emulated_capacity_bytes: cap_bytes,
             allocator: env.allocator.clone(),
+            // c10's CUDA allocator reads its settings from this variable at its first use.
+            allocator_settings: (env.kind == "cuda")
+                .then(|| std::env::var("PYTORCH_CUDA_ALLOC_CONF").ok())
+                .flatten()
+                .filter(|s| !s.is_empty()),
             reserved_equals_allocated: env.reserved_equals_allocated,
             torch: env.torch.clone(),
             cuda: env.cuda.clone(),

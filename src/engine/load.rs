@@ -151,6 +151,8 @@ struct DeviceRef<'a> {
     emulated_capacity_bytes: Option<u64>,
     #[serde(borrow)]
     allocator: Cow<'a, str>,
+    #[serde(default, borrow)]
+    allocator_settings: Option<Cow<'a, str>>,
     reserved_equals_allocated: bool,
     #[serde(borrow)]
     torch: Cow<'a, str>,
@@ -632,6 +634,11 @@ fn join<'g>(
             .as_ref()
             .map(|i| names.name(&format!("{} {}", i.library, i.class))),
         torch_version: names.name(&row.device.torch),
+        allocator_settings: row
+            .device
+            .allocator_settings
+            .as_deref()
+            .map(|s| names.name(s)),
     })
 }
 

@@ -122,6 +122,8 @@ pub struct Row {
     /// class, e.g. `transformers 5.24.0 GPT2LMHeadModel`); None: the graph built by the harness.
     pub implementation: Option<Name>,
     pub torch_version: Name,
+    /// The CUDA caching allocator's settings (`device.allocator_settings`); None: defaults.
+    pub allocator_settings: Option<Name>,
 }
 
 /// What the engine knows of a graph.

@@ -6,9 +6,9 @@
 
 use super::{Calibration, Dataset, Method};
 use crate::run::RunStatus;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
-/// One real model's rows and every method's error on them.
+/// One real model's rows under one allocator setting, and every method's error on them.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct RealModel {
     pub graph: String,
@@ -17,12 +17,19 @@ pub struct RealModel {
     pub implementation: String,
     pub parameters: u64,
     pub regime: String,
-    /// The batches measured (completed rows), ascending.
+    /// The device the rows ran on (the CPU model or the GPU).
+    pub device: String,
+    /// CUDA rows: the caching allocator's settings (`defaults` when none were set); None on CPU.
+    pub allocator: Option<String>,
+    /// The batches measured (completed rows at the device's own capacity), ascending.
     pub batches: Vec<u64>,
     pub min_measured_bytes: u64,
     pub max_measured_bytes: u64,
     /// Per method that predicts these rows: signed errors (predicted / measured - 1) ...
     pub errors: BTreeMap<Method, Errors>,
+    /// CUDA rows: the simulator's reserved peak (its caching-allocator replay) against the
+    /// measured reserved peak.
+    pub reserved: Option<Errors>,
 }
 
 /// A method's errors on one real model's completed rows.
@@ -42,57 +49,170 @@ pub const METHODS: [Method; 3] = [
     Method::Accelerate,
 ];
 
-/// Every graph with real-implementation rows (completed, usable), by graph name.
+/// The label of a CUDA row's allocator settings.
+pub const DEFAULT_ALLOCATOR: &str = "defaults";
+
+/// One group's signed errors while they are gathered.
+#[derive(Default)]
+struct Gathered {
+    errors: BTreeMap<Method, Vec<f64>>,
+    reserved: Vec<f64>,
+}
+
+/// Every real model with real-implementation rows (completed, usable, uncapped), by graph and
+/// allocator setting.
 pub fn real_models(ds: &Dataset, cal: &Calibration) -> Vec<RealModel> {
-    let implementations: BTreeMap<&str, &str> = ds
+    let facts: BTreeMap<&str, &super::Row> = ds
         .rows
         .iter()
-        .filter_map(|r| Some((r.run_id.as_str(), r.implementation.as_ref()?.as_str())))
+        .filter(|r| r.implementation.is_some() && !r.capped)
+        .map(|r| (r.run_id.as_str(), r))
         .collect();
-    let mut by_graph: BTreeMap<&str, (RealModel, BTreeMap<Method, Vec<f64>>)> = BTreeMap::new();
+    let mut groups: BTreeMap<(&str, Option<&str>), (RealModel, Gathered)> = BTreeMap::new();
     for r in &cal.rows {
-        let Some(implementation) = implementations.get(r.run_id.as_str()) else {
+        let Some(row) = facts.get(r.run_id.as_str()) else {
             continue;
         };
         let (Some(measured), RunStatus::Completed) = (r.measured_bytes, r.status) else {
             continue;
         };
-        let parameters = ds.graphs.get(r.graph.as_str()).map_or(0, |g| g.parameters);
-        let (model, errors) = by_graph.entry(r.graph.as_str()).or_insert_with(|| {
-            (
-                RealModel {
-                    graph: r.graph.to_string(),
-                    family: r.family.to_string(),
-                    implementation: implementation.to_string(),
-                    parameters,
-                    regime: r.regime.to_string(),
-                    batches: Vec::new(),
-                    min_measured_bytes: measured,
-                    max_measured_bytes: measured,
-                    errors: BTreeMap::new(),
-                },
-                BTreeMap::new(),
-            )
+        let cuda = row.device_kind.as_str() == "cuda";
+        let allocator = cuda.then(|| {
+            row.allocator_settings
+                .as_ref()
+                .map_or(DEFAULT_ALLOCATOR, |a| a.as_str())
         });
+        let parameters = ds.graphs.get(r.graph.as_str()).map_or(0, |g| g.parameters);
+        let (model, gathered) = groups
+            .entry((r.graph.as_str(), allocator))
+            .or_insert_with(|| {
+                (
+                    RealModel {
+                        graph: r.graph.to_string(),
+                        family: r.family.to_string(),
+                        implementation: row
+                            .implementation
+                            .as_ref()
+                            .map_or("", |i| i.as_str())
+                            .to_string(),
+                        parameters,
+                        regime: r.regime.to_string(),
+                        device: row.device.to_string(),
+                        allocator: allocator.map(str::to_string),
+                        batches: Vec::new(),
+                        min_measured_bytes: measured,
+                        max_measured_bytes: measured,
+                        errors: BTreeMap::new(),
+                        reserved: None,
+                    },
+                    Gathered::default(),
+                )
+            });
         model.batches.push(r.batch);
         model.min_measured_bytes = model.min_measured_bytes.min(measured);
         model.max_measured_bytes = model.max_measured_bytes.max(measured);
         for m in METHODS {
             if let Some(p) = r.predictions.get(&m) {
-                errors.entry(m).or_default().push(p / measured as f64 - 1.0);
+                gathered
+                    .errors
+                    .entry(m)
+                    .or_default()
+                    .push(p / measured as f64 - 1.0);
+            }
+        }
+        if let (true, Some(m), Some(s)) = (
+            cuda,
+            row.measured_reserved_bytes,
+            row.simulated_reserved_bytes,
+        ) {
+            if m > 0 {
+                gathered.reserved.push(s as f64 / m as f64 - 1.0);
             }
         }
     }
-    by_graph
+    groups
         .into_values()
-        .map(|(mut model, errors)| {
+        .map(|(mut model, gathered)| {
             model.batches.sort_unstable();
             model.batches.dedup();
-            model.errors = errors
+            model.errors = gathered
+                .errors
                 .into_iter()
                 .map(|(m, e)| (m, summarise(&e)))
                 .collect();
+            model.reserved = (!gathered.reserved.is_empty()).then(|| summarise(&gathered.reserved));
             model
+        })
+        .collect()
+}
+
+/// The held-out GPU errors of the real rows under one allocator setting: the simulator's
+/// allocated and reserved peaks and the plan's held-out answer, over every real model's
+/// uncapped completed CUDA rows.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct AllocatorErrors {
+    pub allocator: String,
+    pub models: usize,
+    pub allocated: Option<Errors>,
+    pub reserved: Option<Errors>,
+    pub plan: Option<Errors>,
+    /// The measured reserved / allocated peak: median and largest.
+    pub reserved_over_allocated: (f64, f64),
+}
+
+/// [`AllocatorErrors`] per allocator setting of the real CUDA rows, defaults first.
+pub fn gpu_by_allocator(ds: &Dataset, cal: &Calibration) -> Vec<AllocatorErrors> {
+    let facts: BTreeMap<&str, &super::Row> = ds
+        .rows
+        .iter()
+        .filter(|r| r.implementation.is_some() && !r.capped && r.device_kind.as_str() == "cuda")
+        .map(|r| (r.run_id.as_str(), r))
+        .collect();
+    // (set by the user, name) -> (the graphs, [simulated allocated, simulated reserved, plan
+    // held out, measured reserved / allocated]).
+    type Group = (BTreeSet<String>, [Vec<f64>; 4]);
+    let mut by: BTreeMap<(bool, String), Group> = BTreeMap::new();
+    for r in &cal.rows {
+        let (Some(row), Some(measured), RunStatus::Completed) =
+            (facts.get(r.run_id.as_str()), r.measured_bytes, r.status)
+        else {
+            continue;
+        };
+        let name = row
+            .allocator_settings
+            .as_ref()
+            .map_or(DEFAULT_ALLOCATOR, |a| a.as_str())
+            .to_string();
+        let (models, e) = by
+            .entry((row.allocator_settings.is_some(), name))
+            .or_default();
+        models.insert(r.graph.to_string());
+        if let Some(p) = r.predictions.get(&Method::Simulated) {
+            e[0].push(p / measured as f64 - 1.0);
+        }
+        if let (Some(m), Some(s)) = (row.measured_reserved_bytes, row.simulated_reserved_bytes) {
+            e[1].push(s as f64 / m as f64 - 1.0);
+        }
+        if let Some(p) = r.predictions.get(&Method::PlanHeldOutRegime) {
+            e[2].push(p / measured as f64 - 1.0);
+        }
+        if let Some(m) = row.measured_reserved_bytes {
+            e[3].push(m as f64 / measured as f64);
+        }
+    }
+    let some = |e: &[f64]| (!e.is_empty()).then(|| summarise(e));
+    by.into_iter()
+        .map(|((_, allocator), (models, mut e))| {
+            let largest = e[3].iter().copied().fold(0.0, f64::max);
+            let ratio = super::metrics::median(&mut e[3]).unwrap_or(0.0);
+            AllocatorErrors {
+                allocator,
+                models: models.len(),
+                allocated: some(&e[0]),
+                reserved: some(&e[1]),
+                plan: some(&e[2]),
+                reserved_over_allocated: (ratio, largest),
+            }
         })
         .collect()
 }

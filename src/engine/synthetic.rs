@@ -127,6 +127,7 @@ pub fn row(
         harness_version: "synthetic".into(),
         implementation: None,
         torch_version: "-".into(),
+        allocator_settings: None,
     }
 }
 
@@ -419,6 +420,7 @@ pub fn write_data_folder_as(
         capacity_bytes: 64 * gib,
         emulated_capacity_bytes: cap,
         allocator: "cpu-counting-allocator".into(),
+        allocator_settings: None,
         reserved_equals_allocated: true,
         torch: "2.11.0".into(),
         cuda: None,

@@ -44,6 +44,10 @@ pub struct Entry {
     /// Config fields replaced (a reduced model): name -> value.
     #[serde(default)]
     pub reduce: Option<Map<String, Value>>,
+    /// Where the campaign measures it: `cpu` (default: `python3 -m memcal_export.campaign`) or
+    /// `cuda` (the GPU campaign, `python3 -m memcal_export.gpu`; its batches are that plan's).
+    #[serde(default)]
+    pub device: Option<String>,
 }
 
 /// The entries of `models_dir/measured.json`, checked; none without the file.
@@ -107,6 +111,17 @@ pub fn entries(models_dir: &Path) -> Result<Vec<Entry>> {
                 &path,
                 &at("batches"),
                 "must list positive batches",
+            ));
+        }
+        if let Some(d) = e
+            .device
+            .as_deref()
+            .filter(|d| !matches!(*d, "cpu" | "cuda"))
+        {
+            return Err(Error::field(
+                &path,
+                &at("device"),
+                format!("is `{d}`; must be `cpu` or `cuda`"),
             ));
         }
         if e.seq == Some(0) {

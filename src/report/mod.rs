@@ -99,9 +99,10 @@ fn add_plan_sections(
     site.index.cards = Some(cards::view(&evidence, &lines, &outcomes));
     let strategies = crate::strategy::evidence::evidence_from(ds, &graphs);
     site.index.strategies = Some(build::strategies::view(&strategies));
-    site.index.real = Some(build::real::view(&crate::engine::real::real_models(
-        ds, cal,
-    )));
+    site.index.real = Some(build::real::view(
+        &crate::engine::real::real_models(ds, cal),
+        &crate::engine::real::gpu_by_allocator(ds, cal),
+    ));
     let models = load::import_models(data_dir)?;
     let jobs: Vec<(&crate::graph::Graph, String)> = graphs
         .iter()

@@ -5,7 +5,7 @@
 //! formats them.
 
 use super::*;
-use crate::engine::real::{Errors, RealModel, METHODS};
+use crate::engine::real::{AllocatorErrors, Errors, RealModel, METHODS};
 use crate::engine::Method;
 
 /// The section's view.
@@ -13,6 +13,8 @@ use crate::engine::Method;
 pub struct RealView {
     pub intro: String,
     pub table: Table,
+    pub gpu_intro: String,
+    pub gpu_table: Table,
 }
 
 fn signed_pct(x: f64) -> Cell {
@@ -27,10 +29,12 @@ fn error_cells(e: Option<&Errors>) -> [Cell; 2] {
 }
 
 /// The section, from the real models' evidence.
-pub fn view(models: &[RealModel]) -> RealView {
+pub fn view(models: &[RealModel], gpu: &[AllocatorErrors]) -> RealView {
     let mut columns = vec![
         col("Graph", false),
         col("Code measured", false),
+        col("Device", false),
+        col("Allocator settings", false),
         col("Parameters", true),
         col("Batches", true),
         col("Measured peak", true),
@@ -44,6 +48,8 @@ pub fn view(models: &[RealModel]) -> RealView {
         columns.push(col(&format!("{short} median |error|"), true));
         columns.push(col(&format!("{short} worst"), true));
     }
+    columns.push(col("Simulator reserved median |error|", true));
+    columns.push(col("Simulator reserved worst", true));
     let mut table = table(
         "real-models-table",
         "Each real model against memcal's answer from its imported graph (out of sample; worst error signed: negative is under the measured peak)",
@@ -55,6 +61,8 @@ pub fn view(models: &[RealModel]) -> RealView {
         let mut row = vec![
             Cell::text(&r.graph),
             Cell::text(&r.implementation),
+            Cell::text(&r.device),
+            Cell::text(r.allocator.as_deref().unwrap_or(fmt::MISSING)),
             count_cell(r.parameters),
             Cell::num(batches.join(", "), r.batches.len().to_string()),
             Cell::num(
@@ -69,12 +77,13 @@ pub fn view(models: &[RealModel]) -> RealView {
         for m in METHODS {
             row.extend(error_cells(r.errors.get(&m)));
         }
+        row.extend(error_cells(r.reserved.as_ref()));
         table.rows.push(row);
     }
     let rows: usize = models.iter().map(|m| m.batches.len()).sum();
     RealView {
         intro: format!(
-            "The zoo's graphs are replayed by the harness, which builds each as its own torch model. These rows are not: each trained the model class a library builds from a Hugging Face config (data/models/measured.json; full-size where a CPU holds it, reduced otherwise, its replaced fields named in the graph's description), with random weights, three AdamW steps on the CPU in float32, measured in Python with the harness's counting allocator under its protocol (python3 -m memcal_export.campaign). Each is planned from the graph memcal import hf draws from the same config (data/graphs/). They are a regime of their own that no fit sees. The simulator has no fitted factor; the plan's columns are its held-out answer on them (the factors fitted on the training regimes' rows, the zoo's, only). {}",
+            "The zoo's graphs are replayed by the harness, which builds each as its own torch model. These rows are not: each trained the model class a library builds from a Hugging Face config (data/models/measured.json; full-size where the device holds it, reduced otherwise, its replaced fields named in the graph's description), with random weights, three AdamW steps under the harness's protocol, measured in Python: on the CPU in float32 with the harness's counting allocator (python3 -m memcal_export.campaign, regime cpu-real), or on the GPU under brain-float autocast with the CUDA caching allocator's own statistics, allocated and reserved (python3 -m memcal_export.gpu, regime cuda-real; one row per model, batch and allocator setting; the rows capped at an emulated capacity are left out of this table). Each is planned from the graph memcal import hf draws from the same config (data/graphs/). They are a regime of their own that no fit sees. The simulator has no fitted factor; the plan's columns are its held-out answer on them (the factors fitted on the training regimes' rows, the zoo's, only). {}",
             match models.len() {
                 0 => "No real implementation has been measured yet.".to_string(),
                 1 => format!("{} over one real model.", fmt::runs(rows as u64)),
@@ -82,5 +91,52 @@ pub fn view(models: &[RealModel]) -> RealView {
             }
         ),
         table,
+        gpu_intro: gpu_intro(gpu),
+        gpu_table: gpu_table(gpu),
     }
+}
+
+fn gpu_intro(gpu: &[AllocatorErrors]) -> String {
+    let rows: usize = gpu.iter().filter_map(|g| g.allocated.map(|e| e.rows)).sum();
+    format!(
+        "Held-out GPU errors per allocator setting: the real models' uncapped completed CUDA rows ({}), none of which any rule or factor was fitted on. The allocated columns are the simulator's allocated peak and the plan's held-out answer against the measured allocated peak; the reserved columns are the simulator's caching-allocator replay (which models torch's default settings only) against the measured reserved peak. The last columns are the measured reserved peak over the allocated one.",
+        fmt::runs(rows as u64)
+    )
+}
+
+fn gpu_table(gpu: &[AllocatorErrors]) -> Table {
+    let columns = vec![
+        col("Allocator settings (PYTORCH_CUDA_ALLOC_CONF)", false),
+        col("Real models", true),
+        col("Rows", true),
+        col("Simulator allocated median |error|", true),
+        col("Simulator allocated worst", true),
+        col("Simulator reserved median |error|", true),
+        col("Simulator reserved worst", true),
+        col("Plan (held out) median |error|", true),
+        col("Plan (held out) worst", true),
+        col("Reserved / allocated, median", true),
+        col("Reserved / allocated, largest", true),
+    ];
+    let mut table = table(
+        "real-gpu-allocators-table",
+        "Held-out GPU errors of the real models, per allocator setting (worst error signed: negative is under the measured peak)",
+        columns,
+        "No real implementation has been measured on a GPU yet (measurement/campaigns/gpu-all.sh).",
+    );
+    for g in gpu {
+        let mut row = vec![
+            Cell::text(&g.allocator),
+            count_cell(g.models as u64),
+            count_cell(g.allocated.map_or(0, |e| e.rows) as u64),
+        ];
+        row.extend(error_cells(g.allocated.as_ref()));
+        row.extend(error_cells(g.reserved.as_ref()));
+        row.extend(error_cells(g.plan.as_ref()));
+        let (median, largest) = g.reserved_over_allocated;
+        row.push(Cell::num(format!("{median:.3}"), format!("{median:.6}")));
+        row.push(Cell::num(format!("{largest:.3}"), format!("{largest:.6}")));
+        table.rows.push(row);
+    }
+    table
 }
