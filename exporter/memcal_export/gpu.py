@@ -40,11 +40,12 @@ import gc
 import glob
 import json
 import os
-import platform
 import socket
 import subprocess
 import sys
 import time
+
+from .campaign import cpu_name, host_memory
 
 PLAN_FORMAT = "memcal-gpu-plan/1"
 RAW_FORMAT = "memcal-gpu-measurement/1"
@@ -563,25 +564,6 @@ def driver_version():
                               capture_output=True, text=True, timeout=20).stdout.strip().splitlines()[0]
     except Exception:  # noqa: BLE001
         return "unknown"
-
-
-def cpu_name():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
-
-
-def host_memory():
-    with open("/proc/meminfo") as f:
-        for line in f:
-            if line.startswith("MemTotal:"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError("/proc/meminfo has no MemTotal")
 
 
 def main(argv=None):

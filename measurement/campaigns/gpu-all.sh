@@ -53,13 +53,8 @@ else
   device=cuda:0 precision=bf16-autocast batches="[4, 8]" regime=cuda-fixture
   export PYTHONPATH="$root/exporter${PYTHONPATH:+:$PYTHONPATH}"
   # The harness runs against python3's torch and the pip CUDA libraries beside it.
-  site=$(python3 -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))') || {
-    echo "gpu-all: python3 has no torch" >&2
-    exit 3
-  }
-  libs="$site/torch/lib"
-  for d in $(find "$site/nvidia" -maxdepth 3 -type d -name lib 2>/dev/null | sort); do libs="$libs:$d"; done
-  export LD_LIBRARY_PATH="$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  # shellcheck source=measurement/campaigns/cuda-libs.sh
+  . "$root/measurement/campaigns/cuda-libs.sh"
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
   # Assumed or source-only CUDA rules first (RNNs, MoE, MLA, convolutions, masked sdpa).
   fixtures=$(ls "$root"/tests/fixtures/sim/sim-*.json | awk '/lstm|gru|moe|mla|conv|mask|sdpa/ {print "0 " $0; next} {print "1 " $0}' | sort -s -k1,1 | cut -d' ' -f2)

@@ -16,13 +16,8 @@ bin="${BIN:-.cuda-bin/memcal-measure}"
 started=$(date +%s)
 
 # The torch libraries, and the pip CUDA libraries beside them, from the machine's python3.
-site=$(python3 -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))') || {
-  echo "run-cuda: python3 has no torch" >&2
-  exit 3
-}
-libs="$site/torch/lib"
-for d in $(find "$site/nvidia" -maxdepth 3 -type d -name lib 2>/dev/null | sort); do libs="$libs:$d"; done
-export LD_LIBRARY_PATH="$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# shellcheck source=measurement/campaigns/cuda-libs.sh
+. "$(dirname "$0")/cuda-libs.sh"
 python3 -c 'import torch; print("python torch", torch.__version__, "cuda", torch.version.cuda)'
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
 
