@@ -68,10 +68,15 @@ pub fn render(p: &Plan) -> String {
             if let Some(r) = &sim.reserved {
                 let _ = writeln!(
                     s,
-                    "            {} reserved   (peak in {} at `{}`; CUDA caching-allocator replay)",
+                    "            {} reserved   (peak in {} at `{}`; CUDA caching-allocator replay{})",
                     both(r.bytes as f64),
                     r.phase,
-                    r.node
+                    r.node,
+                    r.allocator_settings
+                        .as_deref()
+                        .map_or(String::new(), |c| format!(
+                            " under PYTORCH_CUDA_ALLOC_CONF={c}"
+                        ))
                 );
             }
         }

@@ -197,12 +197,32 @@ pub fn max_batch_verdict(
     cards: Cards,
     evidence: Option<&Evidence>,
 ) -> Vec<Option<u64>> {
+    max_batch_verdict_with(
+        graph,
+        precision,
+        factors,
+        cards,
+        evidence,
+        &crate::simulate::AllocatorSettings::default(),
+    )
+}
+
+/// [`max_batch_verdict`] with the simulator's allocator replay under `settings`.
+pub fn max_batch_verdict_with(
+    graph: &Graph,
+    precision: Precision,
+    factors: &FactorsFile,
+    cards: Cards,
+    evidence: Option<&Evidence>,
+    settings: &crate::simulate::AllocatorSettings,
+) -> Vec<Option<u64>> {
     let memo = std::cell::RefCell::new(std::collections::HashMap::<u64, Vec<bool>>::new());
     let fits = |b: u64| -> Vec<bool> {
         if let Some(v) = memo.borrow().get(&b) {
             return v.clone();
         }
-        let sim = crate::simulate::simulate_peak(graph, b, precision);
+        let sim = crate::simulate::simulate_peak(graph, b, precision)
+            .map(|s| s.with_allocator_settings(settings));
         let v: Vec<bool> =
             plan_with_simulation(graph, b, precision, factors, cards, &sim, evidence)
                 .map(|p| p.cards.iter().map(|v| v.verdict == Decided::Fits).collect())
@@ -431,6 +451,10 @@ pub struct SimulatedReserved {
     pub bytes: u64,
     pub phase: String,
     pub node: String,
+    /// The allocator settings replayed (`PYTORCH_CUDA_ALLOC_CONF`, canonical; `memcal plan
+    /// --allocator-settings`); absent: torch's defaults.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub allocator_settings: Option<String>,
 }
 
 impl SimulatedPeak {
@@ -445,6 +469,7 @@ impl SimulatedPeak {
                     bytes: d.reserved_peak,
                     phase: d.reserved_peak_phase.clone(),
                     node: d.reserved_peak_node.clone(),
+                    allocator_settings: d.allocator_settings.clone(),
                 }),
             },
             None => SimulatedPeak {

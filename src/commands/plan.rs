@@ -69,6 +69,16 @@ pub struct Args {
     /// Context length (prompt plus generated tokens) for --inference.
     #[arg(long, requires = "inference")]
     context: Option<u64>,
+    /// The CUDA caching allocator's settings the simulator's reserved peak is replayed under,
+    /// as PYTORCH_CUDA_ALLOC_CONF writes them: comma-separated `expandable_segments:True|False`,
+    /// `max_split_size_mb:N` (N >= 20), `max_non_split_rounding_mb:N` (N >= 20),
+    /// `garbage_collection_threshold:F` (0 < F < 1; acts only under a memory fraction, so not
+    /// on an uncapped plan), e.g. `expandable_segments:True`. Default: torch's defaults. Printed
+    /// with the reserved estimate and in --json (`simulated.reserved.allocator_settings`). An
+    /// unknown key, a malformed value, or a setting the replay does not model
+    /// (`roundup_power2_divisions`, `backend:cudaMallocAsync`) exits 2.
+    #[arg(long, value_name = "STRING")]
+    allocator_settings: Option<String>,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -87,6 +97,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         recommend,
         inference,
         context,
+        allocator_settings,
     } = args;
     if batch == 0 {
         return Err(memcal::Error::Invalid("--batch must be at least 1".into()).into());
@@ -105,6 +116,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if context == Some(0) {
         return Err(memcal::Error::Invalid("--context must be at least 1".into()).into());
     }
+    let settings = match &allocator_settings {
+        Some(conf) => memcal::simulate::AllocatorSettings::parse(conf)
+            .map_err(|m| memcal::Error::Invalid(format!("--allocator-settings `{conf}`: {m}")))?,
+        None => memcal::simulate::AllocatorSettings::default(),
+    };
     let (g, f, evidence, strategy_evidence) = load(&graph, seq, &factors, data)?;
     let cards = match &regime {
         None => f.cards.clone(),
@@ -130,7 +146,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         memcal::simulate::simulate(&g, batch, precision)
     } else {
         memcal::simulate::simulate_peak(&g, batch, precision)
-    };
+    }
+    .map(|s| s.with_allocator_settings(&settings));
     let cards = memcal::plan::Cards { seed: &cards, real };
     let p = memcal::plan::plan_with_simulation(
         &g,
@@ -166,12 +183,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             memcal::plan::max_batch(&g, precision, &f, &cards.all())
                 .map_err(memcal::Error::Invalid)?
                 .into_iter()
-                .zip(memcal::plan::max_batch_verdict(
+                .zip(memcal::plan::max_batch_verdict_with(
                     &g,
                     precision,
                     &f,
                     cards,
                     evidence.as_ref(),
+                    &settings,
                 ))
                 .map(|(m, v)| memcal::plan::MaxBatch {
                     verdict: Some(v),

@@ -443,6 +443,7 @@ fn check(row: &RowRef, path: &Path) -> Result<()> {
     if row.regime.trim().is_empty() {
         return Err(field(path, "regime", "must not be empty"));
     }
+    allocator_settings(row, path)?;
     if let Some(m) = &row.marker {
         if m != AFTER_FIT {
             return Err(field(
@@ -526,7 +527,11 @@ fn check(row: &RowRef, path: &Path) -> Result<()> {
 /// only on CUDA, from the caching-allocator replay).
 type Computed = (Features, u64, Option<u64>, Option<(u64, Option<u64>)>);
 
-type Keyed<'g> = HashMap<(&'g str, u64, Precision), Computed, super::FastHash>;
+/// (graph, batch, precision, the allocator settings' canonical string: None for torch's
+/// defaults), so that rows under different settings are not mixed.
+type Key<'g> = (&'g str, u64, Precision, Option<String>);
+
+type Keyed<'g> = HashMap<Key<'g>, Computed, super::FastHash>;
 
 /// [`Computed`] per (graph, batch, precision): each loading thread's own map in front of one
 /// shared by the threads, so that each key is computed about once (the simulator dominates).
@@ -536,7 +541,12 @@ struct FeatureCache<'g, 's> {
 }
 
 impl<'g> FeatureCache<'g, '_> {
-    fn get(&mut self, key: (&'g str, u64, Precision), g: &Graph) -> Computed {
+    fn get(
+        &mut self,
+        key: Key<'g>,
+        settings: &crate::simulate::AllocatorSettings,
+        g: &Graph,
+    ) -> Computed {
         if let Some(c) = self.own.get(&key) {
             return *c;
         }
@@ -550,16 +560,27 @@ impl<'g> FeatureCache<'g, '_> {
                 baselines::textbook(g, batch).ok().map(|t| t.total_bytes),
                 crate::simulate::simulate_peak(g, batch, precision)
                     .ok()
+                    .map(|s| s.with_allocator_settings(settings))
                     .map(|s| {
                         let p = crate::plan::SimulatedPeak::of(&s);
                         (p.bytes, p.reserved.map(|r| r.bytes))
                     }),
             );
-            lock().insert(key, c);
+            lock().insert(key.clone(), c);
             c
         });
         self.own.insert(key, c);
         c
+    }
+}
+
+/// The row's `device.allocator_settings` (its `PYTORCH_CUDA_ALLOC_CONF`), parsed; absent:
+/// torch's defaults.
+fn allocator_settings(row: &RowRef, path: &Path) -> Result<crate::simulate::AllocatorSettings> {
+    match row.device.allocator_settings.as_deref() {
+        None => Ok(Default::default()),
+        Some(conf) => crate::simulate::AllocatorSettings::parse(conf)
+            .map_err(|m| field(path, "device.allocator_settings", format!("`{conf}`: {m}"))),
     }
 }
 
@@ -584,8 +605,12 @@ fn join<'g>(
         ));
     };
     let precision: Precision = row.precision.parse().expect("validated in parse_row");
-    let (features, accelerate_bytes, textbook_bytes, simulated) =
-        cache.get((name.as_str(), row.batch, precision), g);
+    let settings = allocator_settings(&row, path)?;
+    let (features, accelerate_bytes, textbook_bytes, simulated) = cache.get(
+        (name.as_str(), row.batch, precision, settings.canonical()),
+        &settings,
+        g,
+    );
     if features.as_array().contains(&u64::MAX) {
         return Err(field(
             path,

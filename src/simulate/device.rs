@@ -4,7 +4,7 @@
 //! end levels of `allocated_bytes` and `reserved_bytes`). Comparable to a GPU row's
 //! `allocated_*` and `reserved_*`.
 
-use super::allocator::CachingAllocator;
+use super::allocator::{AllocatorSettings, CachingAllocator};
 use super::{Simulation, TraceOp};
 use serde::Serialize;
 use std::collections::HashMap;
@@ -39,6 +39,10 @@ pub struct ReplayOom {
 pub struct Replay {
     /// The cap on reserved bytes (`setMemoryFraction` x the device's memory), if any.
     pub limit: Option<u64>,
+    /// The allocator settings replayed (`PYTORCH_CUDA_ALLOC_CONF`, canonical); absent: torch's
+    /// defaults.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub allocator_settings: Option<String>,
     pub allocated_peak: u64,
     pub allocated_peak_phase: String,
     pub allocated_peak_node: String,
@@ -97,9 +101,16 @@ fn malloc(
     }
 }
 
-/// Replays `sim`'s trace with reserved bytes capped at `limit` (None: no cap).
+/// Replays `sim`'s trace with reserved bytes capped at `limit` (None: no cap), under torch's
+/// default allocator settings.
 pub fn replay(sim: &Simulation, limit: Option<u64>) -> Replay {
-    let mut a = CachingAllocator::new(limit.unwrap_or(u64::MAX / 4));
+    replay_with(sim, limit, &AllocatorSettings::default())
+}
+
+/// Replays `sim`'s trace with reserved bytes capped at `limit` (None: no cap; a cap is a
+/// memory fraction's, which garbage collection needs) under `settings`.
+pub fn replay_with(sim: &Simulation, limit: Option<u64>, settings: &AllocatorSettings) -> Replay {
+    let mut a = CachingAllocator::with_settings(limit, settings);
     let mut addr: HashMap<u32, u64> = HashMap::new();
     let mut phases: Vec<DevicePhase> = Vec::new();
     let mut open: Option<Open> = None;
@@ -181,6 +192,7 @@ pub fn replay(sim: &Simulation, limit: Option<u64>) -> Replay {
         top(|p| p.reserved_peak, |p| &p.reserved_peak_node);
     Replay {
         limit,
+        allocator_settings: settings.canonical(),
         allocated_peak,
         allocated_peak_phase,
         allocated_peak_node,

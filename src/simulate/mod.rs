@@ -27,6 +27,7 @@ use crate::ops::Op;
 use rules::{Backend, Grad, Output, Saved};
 use serde::Serialize;
 
+pub use allocator::AllocatorSettings;
 pub use render::render_timeline;
 
 /// Number of training steps simulated (the harness's protocol).
@@ -202,6 +203,28 @@ impl Simulation {
     /// `setMemoryFraction`): where it runs out of memory, if it does.
     pub fn replay(&self, limit: Option<u64>) -> device::Replay {
         device::replay(self, limit)
+    }
+
+    /// The allocator replay under `settings` (a run's `PYTORCH_CUDA_ALLOC_CONF`), capped at
+    /// `limit` as [`Simulation::replay`].
+    pub fn replay_with(
+        &self,
+        limit: Option<u64>,
+        settings: &allocator::AllocatorSettings,
+    ) -> device::Replay {
+        device::replay_with(self, limit, settings)
+    }
+
+    /// The simulation with its uncapped replay (`device`, CUDA only) redone under `settings`;
+    /// unchanged under the defaults or where there is no replay.
+    pub fn with_allocator_settings(
+        mut self,
+        settings: &allocator::AllocatorSettings,
+    ) -> Simulation {
+        if self.device.is_some() && !settings.is_default() {
+            self.device = Some(device::replay_with(&self, None, settings));
+        }
+        self
     }
 
     /// The summary of a phase by name.

@@ -131,7 +131,10 @@ fn truncate(text: &str, n: usize) -> String {
 fn render_device(s: &mut String, d: &super::device::Replay) {
     let _ = writeln!(
         s,
-        "\nCUDA caching-allocator replay (torch 2.11 rules, default config): allocated peak {} in {} at `{}`, reserved peak {} in {} at `{}`",
+        "\nCUDA caching-allocator replay (torch 2.11 rules, {}): allocated peak {} in {} at `{}`, reserved peak {} in {} at `{}`",
+        d.allocator_settings
+            .as_deref()
+            .map_or("default config".to_string(), |c| format!("PYTORCH_CUDA_ALLOC_CONF={c}")),
         units::both(d.allocated_peak as f64),
         d.allocated_peak_phase,
         d.allocated_peak_node,
