@@ -34,6 +34,9 @@ fn fixtures_cover_every_op_of_the_format() {
     assert!(missing.is_empty(), "ops without a fixture: {missing:?}");
 }
 
+/// Graphs above this many parameters (2 GB of float32 weights) are not built on the CPU here.
+const MAX_CPU_PARAMETERS: u64 = 500_000_000;
+
 #[test]
 fn built_parameters_equal_the_graphs() {
     let mut paths = fixtures();
@@ -49,9 +52,17 @@ fn built_parameters_equal_the_graphs() {
     }
     paths.sort();
     let mut checked = Vec::new();
+    let mut skipped = Vec::new();
     for p in &paths {
         let g = Graph::load(p).unwrap_or_else(|e| panic!("{e}"));
         if g.variant == "full" {
+            continue;
+        }
+        // The GPU campaign's full-size real models (1.2-7.2B parameters, data/models/measured.json
+        // entries with device cuda) do not fit this machine in float32; their built counts
+        // are the rows' `parameters.built` (data/runs/cuda-real), equal to the graphs'.
+        if g.parameters() > MAX_CPU_PARAMETERS {
+            skipped.push(g.name.clone());
             continue;
         }
         let m = Model::build(&g, Device::Cpu).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
@@ -67,9 +78,10 @@ fn built_parameters_equal_the_graphs() {
         }
     }
     eprintln!(
-        "checked {} graphs ({zoo_count} from data/graphs): {}",
+        "checked {} graphs ({zoo_count} from data/graphs): {}; too large for a CPU build: {}",
         checked.len(),
-        checked.join(", ")
+        checked.join(", "),
+        skipped.join(", ")
     );
     assert!(checked.len() >= 5);
 }
