@@ -45,24 +45,13 @@ import subprocess
 import sys
 import time
 
-from .campaign import cpu_name, host_memory
+from .campaign import CLASSES, cpu_name, host_memory
 
 PLAN_FORMAT = "memcal-gpu-plan/1"
 RAW_FORMAT = "memcal-gpu-measurement/1"
 STEPS = 3
 LR = 1e-4
 WEIGHT_DECAY = 0.01
-
-# model_type -> the transformers class (the one `memcal import hf` draws: campaign.CLASSES).
-CLASSES = {
-    "llama": "LlamaForCausalLM",
-    "mistral": "MistralForCausalLM",
-    "mixtral": "MixtralForCausalLM",
-    "qwen2": "Qwen2ForCausalLM",
-    "qwen3": "Qwen3ForCausalLM",
-    "gemma": "GemmaForCausalLM",
-    "gpt2": "GPT2LMHeadModel",
-}
 
 
 # ---------------------------------------------------------------------------------------------
