@@ -99,7 +99,7 @@ pub fn view(models: &[RealModel], gpu: &[AllocatorErrors]) -> RealView {
 fn gpu_intro(gpu: &[AllocatorErrors]) -> String {
     let rows: usize = gpu.iter().filter_map(|g| g.allocated.map(|e| e.rows)).sum();
     format!(
-        "GPU errors per allocator setting: the real models' uncapped completed CUDA rows ({}), none of which any rule or factor was fitted on. The allocated columns (the simulator's allocated peak and the plan's held-out answer against the measured allocated peak) are held out. The reserved columns are the simulator's caching-allocator replay under the row's own settings against the measured reserved peak: held out under torch's defaults; the replay of the other settings (expandable segments, max_split_size_mb) was written from torch's allocator source after these rows were measured, so its columns are not held out (the held-out figures, from the replay of the defaults, are in docs/gpu-campaign.md). The last columns are the measured reserved peak over the allocated one.",
+        "GPU errors per allocator setting: the real models' uncapped completed CUDA rows ({}), none of which any rule or factor was fitted on. The simulator's columns are its caching-allocator replay under the row's own settings (its allocated peak against the measured allocated peak, its reserved peak against the measured reserved peak); the plan's are its held-out answer against the measured allocated peak. Under torch's defaults every column is held out. The replay of the other settings (expandable segments, max_split_size_mb, which change how blocks are split and so the allocated bytes too) was written from torch's allocator source after these rows were measured: the simulator's columns for them are not held out (the held-out figures, from the replay of the defaults, are in docs/gpu-campaign.md). The last columns are the measured reserved peak over the allocated one.",
         fmt::runs(rows as u64)
     )
 }
@@ -113,7 +113,7 @@ fn gpu_table(gpu: &[AllocatorErrors]) -> Table {
         col("Simulator allocated worst", true),
         col("Simulator reserved median |error|", true),
         col("Simulator reserved worst", true),
-        col("Reserved held out", false),
+        col("Simulator held out", false),
         col("Plan (held out) median |error|", true),
         col("Plan (held out) worst", true),
         col("Reserved / allocated, median", true),
