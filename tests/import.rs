@@ -33,6 +33,9 @@ fn parameter_counts_are_the_published_ones() {
         ("Mixtral-8x7B-v0.1", 46_702_792_704),
         ("bert-base-cased", 108_310_272),
         ("roberta-base", 124_645_632),
+        // XLMRobertaModel with its pooler: RoBERTa-base at a vocabulary of 250,002:
+        // 250002 x 768 + 514 x 768 + 768 + 2 x 768 + 12 x 7,087,872 + 768² + 768.
+        ("xlm-roberta-base", 278_043_648),
         ("t5-small", 60_506_624),
         ("vit-base-patch16-224", 86_567_656),
         // The six below are also what transformers 5.24's `num_parameters()` gives for these
@@ -682,4 +685,24 @@ fn config_aliases_are_read_as_transformers_reads_them() {
         err.contains("num_hidden_layers") && err.contains("encoder_layers"),
         "{err}"
     );
+}
+
+#[test]
+fn a_models_folder_imports_its_config_json() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let folder = root.join("tests/fixtures/hf/gpt2");
+    let o = memcal(&["import", "hf", folder.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(err.contains("124,439,808 parameters"), "{err}");
+    let g: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(g["name"], "gpt2", "the folder names the graph");
+    // A folder without a config.json: exit 2, saying what to give.
+    let empty = std::env::temp_dir().join(format!("memcal-empty-model-{}", std::process::id()));
+    std::fs::create_dir_all(&empty).unwrap();
+    let o = memcal(&["import", "hf", empty.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("a folder without a config.json"), "{err}");
+    std::fs::remove_dir_all(&empty).ok();
 }

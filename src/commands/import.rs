@@ -14,8 +14,9 @@ pub struct Args {
 
 #[derive(Subcommand)]
 pub enum Source {
-    /// A Hugging Face `config.json` (gpt2, llama, mistral, mixtral, qwen2, gemma, bert, roberta,
-    /// t5, bart, vit): the graph transformers' model class builds from it, at its real parameter count.
+    /// A Hugging Face `config.json`, or a model's folder holding one (gpt2, llama, mistral,
+    /// mixtral, qwen2, qwen3, gemma, bert, roberta, xlm-roberta, t5, bart, vit): the graph
+    /// transformers' model class builds from it, at its real parameter count.
     /// Prints the graph (or writes --out) and, on stderr, what it assumed.
     Hf {
         /// The model's config.json, as it is on the hub.
@@ -69,12 +70,18 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         seq_axis,
         attn,
     } = source;
+    // A model's folder names the graph, as its config.json does.
+    let named = if config.is_dir() {
+        config.join("config.json")
+    } else {
+        config.clone()
+    };
     let default_name = {
-        let stem = config
+        let stem = named
             .file_stem()
             .and_then(|s| s.to_str())
             .unwrap_or("model");
-        let parent = config
+        let parent = named
             .parent()
             .and_then(|p| p.file_name())
             .and_then(|s| s.to_str());

@@ -100,6 +100,14 @@ const KINDS: &[Kind] = &[
         build: bert,
         aliases: &[],
     },
+    // transformers' XLMRobertaModel is RoBERTa's code (modeling_xlm_roberta.py is generated
+    // from modeling_roberta.py): the same graph, at XLM-R's vocabulary.
+    Kind {
+        model_type: "xlm-roberta",
+        class: "XLMRobertaModel (with its pooler)",
+        build: bert,
+        aliases: &[],
+    },
     Kind {
         model_type: "t5",
         class: "T5ForConditionalGeneration",
@@ -381,8 +389,18 @@ impl Config<'_> {
     }
 }
 
-/// Reads `config.json` and builds its graph.
+/// Reads `config.json` (or the `config.json` of a model's folder) and builds its graph.
 pub fn hf(path: &Path, options: &Options) -> Result<Imported> {
+    if path.is_dir() {
+        let config = path.join("config.json");
+        if !config.is_file() {
+            return Err(Error::Invalid(format!(
+                "{}: a folder without a config.json; give the model's config.json (the file the hub serves beside its weights)",
+                path.display()
+            )));
+        }
+        return hf_fields(&config, &read_config(&config)?, options);
+    }
     hf_fields(path, &read_config(path)?, options)
 }
 
@@ -905,7 +923,7 @@ fn gemma(c: &Config, o: &Options) -> Result<Built> {
 }
 
 fn bert(c: &Config, o: &Options) -> Result<Built> {
-    let roberta = c.text_or("model_type", "")? == "roberta";
+    let roberta = matches!(c.text_or("model_type", "")?, "roberta" | "xlm-roberta");
     let positions = c.size("max_position_embeddings")?;
     // RoBERTa's positions start after the padding index: two rows are never used for tokens.
     let usable = if roberta {
