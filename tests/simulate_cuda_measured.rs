@@ -393,6 +393,23 @@ fn median(v: &[f64]) -> f64 {
 }
 
 /// Exact / within 1% / within 5% / worse, of worst-per-unit errors.
+/// A summary table's cells after its labels: how many compared, the four buckets, the median
+/// and largest |error|.
+fn bucket_cells(ws: &[&Worst]) -> String {
+    let c = buckets(ws);
+    let abs: Vec<f64> = ws.iter().map(|w| w.error_pct.abs()).collect();
+    format!(
+        "{} | {} | {} | {} | {} | {:.2}% | {:.2}% |",
+        ws.len(),
+        c[0],
+        c[1],
+        c[2],
+        c[3],
+        median(&abs),
+        abs.iter().cloned().fold(0.0, f64::max)
+    )
+}
+
 fn buckets(ws: &[&Worst]) -> [usize; 4] {
     let mut c = [0; 4];
     for w in ws {
@@ -481,18 +498,7 @@ fn print_summary(entries: &[Entry]) {
         let fx = per_fixture(entries, pick);
         let fws: Vec<&Worst> = fx.values().map(|(_, w)| *w).collect();
         for (unit, ws) in [("fixtures", &fws), ("rows", &rows)] {
-            let c = buckets(ws);
-            let abs: Vec<f64> = ws.iter().map(|w| w.error_pct.abs()).collect();
-            println!(
-                "| {what} | {unit} | {} | {} | {} | {} | {} | {:.2}% | {:.2}% |",
-                ws.len(),
-                c[0],
-                c[1],
-                c[2],
-                c[3],
-                median(&abs),
-                abs.iter().cloned().fold(0.0, f64::max)
-            );
+            println!("| {what} | {unit} | {}", bucket_cells(ws));
         }
     }
     let fa = per_fixture(entries, |e| e.allocated.as_ref());
@@ -520,17 +526,9 @@ fn print_summary(entries: &[Entry]) {
             .iter()
             .map(|&(s, m)| worst(&[(String::new(), s, m)]).expect("one phase"))
             .collect();
-        let c = buckets(&ws.iter().collect::<Vec<_>>());
-        let abs: Vec<f64> = ws.iter().map(|w| w.error_pct.abs()).collect();
         println!(
-            "| {what} | {} | {} | {} | {} | {} | {:.2}% | {:.2}% |",
-            ws.len(),
-            c[0],
-            c[1],
-            c[2],
-            c[3],
-            median(&abs),
-            abs.iter().cloned().fold(0.0, f64::max)
+            "| {what} | {}",
+            bucket_cells(&ws.iter().collect::<Vec<_>>())
         );
     }
     // Per family, per fixture (the worse batch): exact / within 1% / within 5% / worse.

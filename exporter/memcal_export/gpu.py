@@ -35,7 +35,6 @@ Usage: python -m memcal_export.gpu --repo . --plan PLAN --out DIR [--budget-s S]
 """
 
 import argparse
-import datetime
 import gc
 import glob
 import json
@@ -45,7 +44,7 @@ import subprocess
 import sys
 import time
 
-from .campaign import CLASSES, cpu_name, host_memory
+from .campaign import CLASSES, cpu_name, host_memory, now
 
 PLAN_FORMAT = "memcal-gpu-plan/1"
 RAW_FORMAT = "memcal-gpu-measurement/1"
@@ -387,8 +386,6 @@ def make_cache(kind, model, length, batch, device):
 
 
 def run_job(job, repo, mem, device, dry, results):
-    import torch
-
     config = model_config(repo, job["model"], dry)
     cap = None
     if "cap_factor" in job:
@@ -414,7 +411,7 @@ def run_job(job, repo, mem, device, dry, results):
 
     row = {
         "format": RAW_FORMAT, "job": job, "config": config,
-        "timestamp": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "timestamp": now(),
         "host": socket.gethostname(), "device": mem.device(),
         "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
         "emulated_capacity_bytes": cap,
@@ -427,7 +424,6 @@ def run_job(job, repo, mem, device, dry, results):
     }
     if rec.failure:
         row[rec.failure["status"]] = {"phase": rec.failure["phase"], "message": rec.failure["message"]}
-    del torch
     return row
 
 

@@ -49,10 +49,16 @@ def measurements(root):
     return out
 
 
+def allocator_tag(job):
+    """The short name of the job's allocator setting in its row's file and run id (None: the
+    defaults)."""
+    return SHORT.get(job["allocator"], job["allocator"])
+
+
 def row_name(job):
     name = f"b{job['batch']}"
-    if SHORT.get(job["allocator"], job["allocator"]):
-        name += "-" + SHORT.get(job["allocator"], job["allocator"])
+    if allocator_tag(job):
+        name += "-" + allocator_tag(job)
     if "cap_factor" in job:
         name += f"-cap{job['cap_factor']}"
     return name
@@ -71,8 +77,8 @@ def stamp(m, graph, graph_path, graph_params):
     for k in ("reserved_equals_allocated", "torch", "cuda", "driver", "cores"):
         device[k] = m["device"][k]
     run_id = f"{REGIME}/{graph}/b{job['batch']}"
-    if SHORT.get(job["allocator"], job["allocator"]):
-        run_id += "/" + SHORT.get(job["allocator"], job["allocator"])
+    if allocator_tag(job):
+        run_id += "/" + allocator_tag(job)
     if m.get("emulated_capacity_bytes"):
         run_id += f"/cap{m['emulated_capacity_bytes'] / 2**30:.2f}"
     phases = [{k: p[k] for k in ("name", "status", "allocated_start", "reserved_start", "allocated_peak",

@@ -71,11 +71,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         attn,
     } = source;
     // A model's folder names the graph, as its config.json does.
-    let named = if config.is_dir() {
-        config.join("config.json")
-    } else {
-        config.clone()
-    };
+    let named = memcal::import::config_file(&config);
     let default_name = {
         let stem = named
             .file_stem()

@@ -59,15 +59,32 @@ struct Gathered {
     reserved: Vec<f64>,
 }
 
+/// The real-implementation rows measured at their device's own capacity (uncapped), by run id;
+/// with `cuda_only`, only the CUDA ones.
+fn uncapped_real_rows(ds: &Dataset, cuda_only: bool) -> BTreeMap<&str, &super::Row> {
+    ds.rows
+        .iter()
+        .filter(|r| r.implementation.is_some() && !r.capped)
+        .filter(|r| !cuda_only || is_cuda(r))
+        .map(|r| (r.run_id.as_str(), r))
+        .collect()
+}
+
+fn is_cuda(row: &super::Row) -> bool {
+    row.device_kind.as_str() == "cuda"
+}
+
+/// A CUDA row's allocator settings as the tables name them ([`DEFAULT_ALLOCATOR`]: none set).
+fn allocator_label(row: &super::Row) -> &str {
+    row.allocator_settings
+        .as_ref()
+        .map_or(DEFAULT_ALLOCATOR, |a| a.as_str())
+}
+
 /// Every real model with real-implementation rows (completed, usable, uncapped), by graph and
 /// allocator setting.
 pub fn real_models(ds: &Dataset, cal: &Calibration) -> Vec<RealModel> {
-    let facts: BTreeMap<&str, &super::Row> = ds
-        .rows
-        .iter()
-        .filter(|r| r.implementation.is_some() && !r.capped)
-        .map(|r| (r.run_id.as_str(), r))
-        .collect();
+    let facts = uncapped_real_rows(ds, false);
     let mut groups: BTreeMap<(&str, Option<&str>), (RealModel, Gathered)> = BTreeMap::new();
     for r in &cal.rows {
         let Some(row) = facts.get(r.run_id.as_str()) else {
@@ -76,12 +93,8 @@ pub fn real_models(ds: &Dataset, cal: &Calibration) -> Vec<RealModel> {
         let (Some(measured), RunStatus::Completed) = (r.measured_bytes, r.status) else {
             continue;
         };
-        let cuda = row.device_kind.as_str() == "cuda";
-        let allocator = cuda.then(|| {
-            row.allocator_settings
-                .as_ref()
-                .map_or(DEFAULT_ALLOCATOR, |a| a.as_str())
-        });
+        let cuda = is_cuda(row);
+        let allocator = cuda.then(|| allocator_label(row));
         let parameters = ds.graphs.get(r.graph.as_str()).map_or(0, |g| g.parameters);
         let (model, gathered) = groups
             .entry((r.graph.as_str(), allocator))
@@ -162,12 +175,7 @@ pub struct AllocatorErrors {
 
 /// [`AllocatorErrors`] per allocator setting of the real CUDA rows, defaults first.
 pub fn gpu_by_allocator(ds: &Dataset, cal: &Calibration) -> Vec<AllocatorErrors> {
-    let facts: BTreeMap<&str, &super::Row> = ds
-        .rows
-        .iter()
-        .filter(|r| r.implementation.is_some() && !r.capped && r.device_kind.as_str() == "cuda")
-        .map(|r| (r.run_id.as_str(), r))
-        .collect();
+    let facts = uncapped_real_rows(ds, true);
     // (set by the user, name) -> (the graphs, [simulated allocated, simulated reserved, plan
     // held out, measured reserved / allocated]).
     type Group = (BTreeSet<String>, [Vec<f64>; 4]);
@@ -178,13 +186,11 @@ pub fn gpu_by_allocator(ds: &Dataset, cal: &Calibration) -> Vec<AllocatorErrors>
         else {
             continue;
         };
-        let name = row
-            .allocator_settings
-            .as_ref()
-            .map_or(DEFAULT_ALLOCATOR, |a| a.as_str())
-            .to_string();
         let (models, e) = by
-            .entry((row.allocator_settings.is_some(), name))
+            .entry((
+                row.allocator_settings.is_some(),
+                allocator_label(row).to_string(),
+            ))
             .or_default();
         models.insert(r.graph.to_string());
         if let Some(p) = r.predictions.get(&Method::Simulated) {

@@ -389,19 +389,26 @@ impl Config<'_> {
     }
 }
 
+/// The config file `memcal import hf` reads for `path`: `path` itself, or a model folder's
+/// `config.json`.
+pub fn config_file(path: &Path) -> std::path::PathBuf {
+    if path.is_dir() {
+        path.join("config.json")
+    } else {
+        path.to_path_buf()
+    }
+}
+
 /// Reads `config.json` (or the `config.json` of a model's folder) and builds its graph.
 pub fn hf(path: &Path, options: &Options) -> Result<Imported> {
-    if path.is_dir() {
-        let config = path.join("config.json");
-        if !config.is_file() {
-            return Err(Error::Invalid(format!(
-                "{}: a folder without a config.json; give the model's config.json (the file the hub serves beside its weights)",
-                path.display()
-            )));
-        }
-        return hf_fields(&config, &read_config(&config)?, options);
+    let config = config_file(path);
+    if path.is_dir() && !config.is_file() {
+        return Err(Error::Invalid(format!(
+            "{}: a folder without a config.json; give the model's config.json (the file the hub serves beside its weights)",
+            path.display()
+        )));
     }
-    hf_fields(path, &read_config(path)?, options)
+    hf_fields(&config, &read_config(&config)?, options)
 }
 
 /// A Hugging Face `config.json`'s fields; a file that is not a JSON object is an input error
@@ -678,20 +685,12 @@ fn llama(c: &Config, o: &Options) -> Result<Built> {
         crate::zoo::sized::llama(vocab, seq, d, layers, heads, kv_heads, ff)
     };
     let (drawn, eager) = gqa(&mut graph, o.attn);
-    let head = format!(
-        "LM head: {} (tie_word_embeddings = {tied})",
-        if tied {
-            "the embedding's table"
-        } else {
-            "its own matrix"
-        }
-    );
     Ok(Built {
         graph,
         seq,
         seq_source,
         approximations: std::iter::once(ROTARY.to_string()).chain(eager).collect(),
-        drawn: vec![drawn, head],
+        drawn: vec![drawn, lm_head_drawn(tied)],
     })
 }
 
@@ -725,6 +724,18 @@ fn mixtral(c: &Config, o: &Options) -> Result<Built> {
         .collect(),
         drawn: vec![drawn],
     })
+}
+
+/// What a decoder's import says of its LM head.
+fn lm_head_drawn(tied: bool) -> String {
+    format!(
+        "LM head: {} (tie_word_embeddings = {tied})",
+        if tied {
+            "the embedding's table"
+        } else {
+            "its own matrix"
+        }
+    )
 }
 
 /// The rotary tables and the causal mask every LLaMA-like import leaves out.
@@ -797,18 +808,7 @@ impl Qwen {
             seq: self.seq,
             seq_source: self.seq_source,
             approximations: std::iter::once(ROTARY.to_string()).chain(eager).collect(),
-            drawn: vec![
-                projections,
-                attention,
-                format!(
-                    "LM head: {} (tie_word_embeddings = {tied})",
-                    if tied {
-                        "the embedding's table"
-                    } else {
-                        "its own matrix"
-                    }
-                ),
-            ],
+            drawn: vec![projections, attention, lm_head_drawn(tied)],
         }
     }
 }
