@@ -13,6 +13,8 @@ scripts/setup-pytorch.sh
 cargo build -q -p memcal --bin memcal
 cargo build -q -p memcal-measure
 export PYTHONPATH="$root/.libtorch:$root/.libtorch/py:$root/exporter"
+# The ATen table (src/ops/aten_table.rs) is what torch 2.11's own yaml files give.
+time scripts/check-aten-table.sh
 MEMCAL_BIN=target/debug/memcal python3 -m unittest discover -s exporter/tests
 # The GPU campaign (issue 42): its plans' running time from the shipped GPU measurements, and its
 # dry run on the CPU (tiny sizes, the same code paths: fixtures through the harness, real

@@ -1,0 +1,179 @@
+//! torch's own facts about every ATen operator, as a table generated from the pinned torch
+//! wheel's `native_functions.yaml` and `derivatives.yaml` (`scripts/gen_aten_table.py` writes
+//! [`ATEN_OPS`] into `aten_table.rs`; CI regenerates it and checks the bytes). The generic
+//! `aten` node of the graph format (`docs/graph-format.md`) looks its target up here, and the
+//! simulator's generic rule (`simulate::generic`) reads what the op saves, which inputs are
+//! differentiable, which outputs alias an input and how many temporaries each gradient formula
+//! makes. Nothing here is written by hand: a hand rule overrides the table in the simulator.
+
+#[path = "aten_table.rs"]
+mod table;
+
+pub use table::ATEN_OPS;
+
+/// One ATen overload: its schema, from `native_functions.yaml`, and its autograd facts, from
+/// `derivatives.yaml`.
+#[derive(Debug)]
+pub struct AtenOp {
+    /// `<op>.<overload>` as torch's `OpOverload` names it (`mul.Tensor`, `relu.default`); a
+    /// graph's `target` is this with `aten.` before it.
+    pub name: &'static str,
+    /// The schema's arguments in order (keyword-only ones last, flagged).
+    pub args: &'static [AtenArg],
+    /// The schema's returns in order.
+    pub returns: &'static [AtenReturn],
+    /// Its kernel is `CompositeImplicitAutograd`: eager autograd runs its decomposition and
+    /// records the ops that makes, not this one.
+    pub composite: bool,
+    pub autograd: AtenAutograd,
+}
+
+/// One argument of a schema.
+#[derive(Debug)]
+pub struct AtenArg {
+    pub name: &'static str,
+    pub ty: ArgType,
+    /// After the schema's `*`: given by keyword only.
+    pub kwarg_only: bool,
+    /// The schema gives it a default.
+    pub has_default: bool,
+}
+
+/// An argument's type, as far as memory is concerned (`SymInt` is `Int`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ArgType {
+    Tensor,
+    OptionalTensor,
+    TensorList,
+    /// `Tensor?[]` (index's indices).
+    OptionalTensorList,
+    Scalar,
+    Int,
+    IntList,
+    Float,
+    Bool,
+    Str,
+    ScalarType,
+    /// Anything else (layouts, devices, memory formats, generators, optional scalars...).
+    Other,
+}
+
+impl ArgType {
+    /// Whether the argument holds tensors.
+    pub fn is_tensor(self) -> bool {
+        matches!(
+            self,
+            ArgType::Tensor
+                | ArgType::OptionalTensor
+                | ArgType::TensorList
+                | ArgType::OptionalTensorList
+        )
+    }
+}
+
+/// One return of a schema.
+#[derive(Debug)]
+pub struct AtenReturn {
+    /// A tensor list (`Tensor[]`: split, unbind).
+    pub list: bool,
+    /// Whether it is a tensor at all (`int`, `float`, `bool`, `Scalar` returns are not).
+    pub tensor: bool,
+    pub alias: Alias,
+}
+
+/// What a return shares with an argument, from the schema's alias annotations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Alias {
+    /// A new tensor.
+    None,
+    /// `Tensor(a)` on a return and argument `k`: a view of argument `k` (no new memory).
+    View(u8),
+    /// `Tensor(a!)` on a return and argument `k`: argument `k` itself, written in place (an
+    /// in-place op or an `out=` overload).
+    InPlace(u8),
+}
+
+/// An op's autograd facts.
+#[derive(Debug)]
+pub enum AtenAutograd {
+    /// An entry of `derivatives.yaml` with formulas.
+    Formulas {
+        /// The tensors autograd saves for backward (`SavedVariable`s of the generated node).
+        saved: &'static [SavedTensor],
+        /// One per differentiable argument, in the entry's order.
+        grads: &'static [GradFormula],
+        /// `output_differentiability`, one per return (all true when the entry omits it).
+        outputs_differentiable: &'static [bool],
+    },
+    /// The entry says `not_implemented` for every argument.
+    NotImplemented,
+    /// The entry exists and no output is differentiable (or every formula is
+    /// `non_differentiable`).
+    NonDifferentiable,
+    /// No entry in `derivatives.yaml` (a composite op that decomposes, or an op with no
+    /// autograd kernel).
+    Missing,
+}
+
+/// A tensor autograd saves for an op's backward.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SavedTensor {
+    /// Argument `k` (a tensor, an optional tensor or a tensor list) as it is.
+    Input(u8),
+    /// Return `k` (`result`, `result0`, ...).
+    Output(u8),
+}
+
+/// The formula of one differentiable argument's gradient.
+#[derive(Debug)]
+pub struct GradFormula {
+    /// The argument it is the gradient of.
+    pub input: u8,
+    /// What the formula returns.
+    pub result: GradResult,
+    /// Intermediate tensors the formula makes besides its result; C++ temporaries of one
+    /// expression, alive until the expression ends.
+    pub temporaries: Temporaries,
+    /// The formula as derivatives.yaml writes it (for notes and docs).
+    pub formula: &'static str,
+}
+
+/// What a gradient formula returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GradResult {
+    /// A new tensor.
+    New,
+    /// The incoming gradient itself or a view of it (`grad`, `grad.t()`,
+    /// `handle_r_to_c(self, grad)`): no new memory.
+    OfGrad,
+}
+
+/// How many intermediate tensors a gradient formula makes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Temporaries {
+    /// Counted from the formula's expression (helpers expanded by the generator's own table).
+    Counted(u8),
+    /// The formula calls a function whose temporaries the generator does not know: named.
+    Opaque(&'static str),
+}
+
+/// The table entry of `name` (`mul.Tensor`; `aten.` and a `.default` overload are accepted).
+pub fn lookup(target: &str) -> Option<&'static AtenOp> {
+    let name = target.strip_prefix("aten.").unwrap_or(target);
+    ATEN_OPS
+        .binary_search_by(|op| op.name.cmp(name))
+        .ok()
+        .map(|k| &ATEN_OPS[k])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_is_sorted_and_unique() {
+        for w in ATEN_OPS.windows(2) {
+            assert!(w[0].name < w[1].name, "{} then {}", w[0].name, w[1].name);
+        }
+    }
+}
