@@ -195,7 +195,8 @@ pub fn textbook(graph: &Graph, batch: u64) -> Result<Textbook, NotApplicable> {
             | Op::Slice { .. }
             | Op::Sdpa { .. }
             | Op::Constant { .. }
-            | Op::Expand { .. } => {}
+            | Op::Expand { .. }
+            | Op::Aten(_) => {}
         }
     }
     if mixed {

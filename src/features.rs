@@ -283,7 +283,9 @@ fn contribution(graph: &Graph, k: usize, batch: u64) -> NodeContribution {
         | Op::Slice { .. }
         | Op::Sdpa { .. }
         | Op::Constant { .. }
-        | Op::Expand { .. } => {}
+        | Op::Expand { .. }
+        // A generic ATen node: its output alone, as an elementwise op (docs/features.md).
+        | Op::Aten(_) => {}
     }
     let internal = c
         .intermediate_tensors

@@ -113,6 +113,20 @@ pub struct GraphFile {
     pub buffers: Vec<BufferFile>,
     pub nodes: Vec<NodeFile>,
     pub loss: String,
+    /// What the drawing approximates (`docs/graph-format.md`): printed by `memcal plan`,
+    /// carried in `--json` and on the page; a graph with notes is an "approximate graph".
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<GraphNote>,
+}
+
+/// One approximation the exporter made, at a node (or the whole graph).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GraphNote {
+    /// The node it concerns (None: the whole graph).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    pub text: String,
 }
 
 /// A checked graph input.
@@ -145,6 +159,9 @@ pub struct Graph {
     pub buffers: Vec<BufferFile>,
     pub nodes: Vec<Node>,
     pub loss: String,
+    /// The file's approximation notes.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<GraphNote>,
     /// The length the sequence axis `"T"` of the file's inputs was given (None: it has none).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub seq: Option<u64>,
@@ -435,10 +452,18 @@ impl Graph {
         let order = topological_order(&file, &resolved, n_inputs, path)?;
         let Resolved {
             index,
-            ops,
+            mut ops,
             starts,
             args,
         } = resolved;
+        // Generic nodes' shapes are expressions of B and T: bind T now.
+        let bound_seq = if has_seq { seq } else { None };
+        for (i, op) in ops.iter_mut().enumerate() {
+            if let Op::Aten(a) = op {
+                a.bind(bound_seq)
+                    .map_err(|m| Error::node(path, &file.nodes[i].id, m))?;
+            }
+        }
         let args_of = |i: usize| &args[starts[i] as usize..starts[i + 1] as usize];
         let mut outputs: Vec<Option<Shape>> = vec![None; file.nodes.len()];
         // Nodes computed from `constant` nodes alone (no gradient reaches them): only these
@@ -473,6 +498,21 @@ impl Graph {
                         } else {
                             format!("input `{name}` is an int64 graph input; only embedding, cross_entropy labels and constant (for its batch) take one")
                         },
+                    ));
+                }
+            }
+            if let Op::Aten(a) = op {
+                let n = nf.inputs.len();
+                if let Some(k) = a.tensor_refs().iter().find_map(|t| match t {
+                    crate::ops::generic::TensorRef::Input(k) if *k >= n => Some(*k),
+                    _ => None,
+                }) {
+                    return Err(Error::node(
+                        path,
+                        &nf.id,
+                        format!(
+                            "attribute `args`: {{\"input\": {k}}}, but the node has {n} input(s)"
+                        ),
                     ));
                 }
             }
@@ -518,10 +558,31 @@ impl Graph {
         for &i in &order {
             check_tie(&file.nodes[i].id, &ops[i], &node_op, path)?;
         }
+        for (i, note) in file.notes.iter().enumerate() {
+            if let Some(id) = &note.node {
+                if node_op(id).is_none() {
+                    return Err(Error::field(
+                        path,
+                        &format!("notes[{i}].node"),
+                        format!("names `{id}`, which is not a node"),
+                    ));
+                }
+            }
+        }
         // Sizes saturate rather than overflow; a saturated parameter count means absurd sizes.
         let mut total = 0u64;
+        let mut shared = std::collections::HashSet::new();
         for &i in &order {
-            let p = ops[i].parameters();
+            let p = match &ops[i] {
+                // A parameter named by several generic nodes is counted once.
+                Op::Aten(a) => a
+                    .params
+                    .iter()
+                    .filter(|p| shared.insert(p.name.clone()))
+                    .map(|p| p.shape.iter().fold(1u64, |x, v| x.saturating_mul(*v)))
+                    .fold(0u64, u64::saturating_add),
+                op => op.parameters(),
+            };
             match total.checked_add(p) {
                 Some(t) if p != u64::MAX && t != u64::MAX => total = t,
                 _ => {
@@ -612,6 +673,7 @@ impl Graph {
             buffers: file.buffers,
             nodes,
             loss: file.loss,
+            notes: file.notes,
             seq: if has_seq { seq } else { None },
             sha256: String::new(),
             path: None,

@@ -9,6 +9,8 @@ use std::collections::BTreeSet;
 pub(super) struct Attrs<'a> {
     pub(super) map: &'a Map<String, Value>,
     used: BTreeSet<&'static str>,
+    /// The parser read the whole map itself.
+    all: bool,
 }
 
 impl<'a> Attrs<'a> {
@@ -16,7 +18,13 @@ impl<'a> Attrs<'a> {
         Attrs {
             map,
             used: BTreeSet::new(),
+            all: false,
         }
+    }
+
+    /// Marks every attribute read (a parser that checks the whole map itself).
+    pub(super) fn use_all(&mut self) {
+        self.all = true;
     }
 
     pub(super) fn get(&mut self, key: &'static str) -> Option<&'a Value> {
@@ -95,6 +103,9 @@ impl<'a> Attrs<'a> {
     }
 
     pub(super) fn finish(self) -> Result<(), String> {
+        if self.all {
+            return Ok(());
+        }
         let unknown: Vec<&String> = self
             .map
             .keys()

@@ -7,7 +7,9 @@
 //! shape rule); this file holds the types and what every op says of itself. Every `match` on
 //! an op lists every op: a new one does not compile until each fact is given.
 
+pub mod aten;
 mod attributes;
+pub mod generic;
 mod parameters;
 mod parse;
 mod shape;
@@ -292,11 +294,12 @@ pub enum OpKind {
     Sdpa,
     Constant,
     Expand,
+    Aten,
 }
 
 impl OpKind {
     /// The last kind (the table's length less one).
-    pub const LAST: OpKind = OpKind::Expand;
+    pub const LAST: OpKind = OpKind::Aten;
 }
 
 impl std::fmt::Display for Op {
@@ -510,6 +513,9 @@ pub enum Op {
     Expand {
         shape: Vec<ReshapeDim>,
     },
+    /// One ATen operator call drawn generically (`docs/graph-format.md`, "The generic `aten`
+    /// node"): torch's tables give its facts ([`aten`]), the file its shapes.
+    Aten(Box<generic::AtenNode>),
 }
 
 impl Op {
@@ -567,6 +573,7 @@ impl Op {
             Op::Sdpa { .. } => OpKind::Sdpa,
             Op::Constant { .. } => OpKind::Constant,
             Op::Expand { .. } => OpKind::Expand,
+            Op::Aten(_) => OpKind::Aten,
         }
     }
 
@@ -619,7 +626,8 @@ impl Op {
             | Op::Slice { .. }
             | Op::Sdpa { .. }
             | Op::Constant { .. }
-            | Op::Expand { .. } => None,
+            | Op::Expand { .. }
+            | Op::Aten(_) => None,
         }
     }
 
@@ -634,7 +642,7 @@ impl Op {
                 | Op::Parameter { .. }
                 | Op::Slice { .. }
                 | Op::Expand { .. }
-        )
+        ) || matches!(self, Op::Aten(a) if a.output_is_view())
     }
 
     /// Losses produce the scalar that training minimises.
@@ -684,6 +692,7 @@ impl Op {
             | Op::Slice { .. }
             | Op::Constant { .. }
             | Op::Expand { .. } => (1, 1),
+            Op::Aten(_) => (1, usize::MAX),
         }
     }
 }

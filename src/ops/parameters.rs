@@ -209,6 +209,8 @@ impl Op {
             Op::LearnedPosition { num_positions, dim } => p.push(vec![*num_positions, *dim]),
             Op::PrependToken { dim } => p.push(vec![*dim]),
             Op::Parameter { shape } => p.push(shape.clone()),
+            // Its parameters, shared ones included (the graph counts a shared name once).
+            Op::Aten(a) => p.extend(a.parameter_tensors()),
             // No trainable parameter (listed, not a fallback: a new op must say).
             Op::Activation(_)
             | Op::Dropout { .. }
@@ -294,7 +296,8 @@ impl Op {
             | Op::Slice { .. }
             | Op::Sdpa { .. }
             | Op::Constant { .. }
-            | Op::Expand { .. } => Vec::new(),
+            | Op::Expand { .. }
+            | Op::Aten(_) => Vec::new(),
         }
     }
 }

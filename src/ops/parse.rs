@@ -425,6 +425,11 @@ static OPS: &[(OpKind, &str, Parser)] = &[
             shape: batch_or_sizes(a)?,
         })
     }),
+    (OpKind::Aten, "aten", |a| {
+        let node = super::generic::AtenNode::parse(a.map)?;
+        a.use_all();
+        Ok(Op::Aten(Box::new(node)))
+    }),
 ];
 
 /// Attribute `shape`: a non-empty list of `"B"` and positive sizes.
@@ -456,7 +461,7 @@ impl Op {
         let mut a = Attrs::new(attributes);
         let Some((_, _, parse)) = OPS.iter().find(|(_, n, _)| *n == name) else {
             return Err(format!(
-                "unknown op `{name}` (known ops: {})",
+                "unknown op `{name}` (known ops: {}; any ATen call can be drawn as a generic `aten` node: docs/graph-format.md)",
                 op_names().join(", ")
             ));
         };

@@ -205,6 +205,7 @@ impl Op {
                 }
             }
             Op::Constant { shape, .. } => out = sizes(shape),
+            Op::Aten(a) => out = a.shape().clone(),
             Op::Expand { shape } => {
                 out = sizes(shape);
                 let fits = out.rank() == x.rank()

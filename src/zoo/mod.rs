@@ -42,6 +42,7 @@ impl Builder {
                 buffers: Vec::new(),
                 nodes: Vec::new(),
                 loss: String::new(),
+                notes: Vec::new(),
             },
         }
     }
