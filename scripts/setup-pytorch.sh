@@ -9,7 +9,7 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 "$root/scripts/setup-libtorch.sh"
 dest="$root/.libtorch"
-marker="$dest/.python-2.11.0-transformers-5.24.0-peft-0.18.0"
+marker="$dest/.python-2.11.0-transformers-5.24.0-peft-0.18.0-expecttest-0.3.0"
 if [ -f "$marker" ]; then
   echo "python torch, transformers and torchvision already in $dest"
   exit 0
@@ -32,5 +32,7 @@ pip --target "$dest/py" transformers==5.24.0 numpy
 pip --no-deps --target "$dest/py" torchvision==0.26.0 pillow
 # LoRA in the GPU campaign's dry run (memcal_export.gpu): peft and what it imports, not torch.
 pip --no-deps --target "$dest/py" peft==0.18.0 accelerate==1.10.1 psutil==7.1.3
+# torch's OpInfo database (torch.testing._internal, memcal_export.opcheck) imports expecttest.
+pip --no-deps --target "$dest/py" expecttest==0.3.0
 PYTHONPATH="$dest:$dest/py" python3 -c "import torch, torchvision, transformers; print('torch', torch.__version__, 'torchvision', torchvision.__version__, 'transformers', transformers.__version__)"
 touch "$marker"

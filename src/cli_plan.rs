@@ -13,6 +13,28 @@ pub fn render(p: &Plan) -> String {
     let _ = writeln!(s, "batch       {}", p.batch);
     let _ = writeln!(s, "precision   {}", p.precision);
     let _ = writeln!(s, "parameters  {}", count(p.parameters));
+    if !p.approximations.is_empty() {
+        const SHOWN: usize = 12;
+        let _ = writeln!(
+            s,
+            "approximate graph: {} approximation(s), each an error the estimate may carry",
+            p.approximations.len()
+        );
+        for a in p.approximations.iter().take(SHOWN) {
+            let at = a
+                .node
+                .as_deref()
+                .map_or(String::new(), |n| format!("`{n}`: "));
+            let _ = writeln!(s, "  {at}{}", a.text);
+        }
+        if p.approximations.len() > SHOWN {
+            let _ = writeln!(
+                s,
+                "  ... and {} more (--json lists every one under `approximations`)",
+                p.approximations.len() - SHOWN
+            );
+        }
+    }
     if !p.has_batch_axis {
         let _ = writeln!(
             s,

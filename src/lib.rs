@@ -19,6 +19,7 @@ pub mod graph;
 pub mod import;
 pub mod intern;
 mod name_hash;
+pub mod opcheck;
 pub mod ops;
 pub mod outputs;
 pub mod plan;

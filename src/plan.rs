@@ -404,6 +404,25 @@ pub struct Plan {
     /// In JSON: the object, or `{"error": why}`.
     #[serde(serialize_with = "value_or_error")]
     pub simulated: Result<SimulatedPeak, String>,
+    /// What the graph approximates: the file's notes, then each generic node whose rule is
+    /// approximate. Non-empty: an "approximate graph", said first in the verdict line.
+    pub approximations: Vec<crate::graph::GraphNote>,
+}
+
+/// The graph's approximations: its notes, then every generic node whose rule approximates.
+pub fn approximations(graph: &Graph) -> Vec<crate::graph::GraphNote> {
+    let mut v = graph.notes.clone();
+    for n in &graph.nodes {
+        if let crate::ops::Op::Aten(a) = &n.op {
+            if let Some(text) = a.approximation() {
+                v.push(crate::graph::GraphNote {
+                    node: Some(n.id.clone()),
+                    text,
+                });
+            }
+        }
+    }
+    v
 }
 
 /// Bytes held as `f64` (a product of factors and features), written as a whole number of
@@ -633,8 +652,15 @@ fn decided_verdict(
 /// The one-line explanation of a plan's verdict.
 fn why_line(p: &Plan, floor_lifts: bool) -> String {
     let d = &p.decision;
+    let approximate = match p.approximations.len() {
+        0 => String::new(),
+        n => format!(
+            "approximate graph ({n} approximation{}); ",
+            if n == 1 { "" } else { "s" }
+        ),
+    };
     let mut s = format!(
-        "{} decides: estimate {}, bound {} ({})",
+        "{approximate}{} decides: estimate {}, bound {} ({})",
         d.method.label(),
         gb(d.estimate_bytes),
         gb(d.bound_bytes),
@@ -827,6 +853,7 @@ pub fn plan_with_simulation(
         accelerate: baselines::accelerate(graph, precision),
         textbook: baselines::textbook(graph, batch),
         simulated,
+        approximations: approximations(graph),
     };
     p.why = why_line(&p, floor_lifts);
     Ok(p)

@@ -16,6 +16,7 @@
 pub mod allocator;
 pub mod cuda;
 pub mod device;
+pub mod generic;
 pub mod lowrank;
 pub mod render;
 pub mod rules;
@@ -1533,8 +1534,25 @@ fn parameters(graph: &Graph, backend: Backend) -> (Vec<Param>, Vec<Vec<usize>>) 
             }
         }
     }
+    // A generic node's parameters by name: a later node naming one shares it.
+    let mut named: std::collections::HashMap<&str, usize> = Default::default();
     for (k, n) in graph.nodes.iter().enumerate() {
         if let Op::Embedding { tie: None, .. } = n.op {
+            continue;
+        }
+        if let Op::Aten(a) = &n.op {
+            for p in &a.params {
+                let at = *named.entry(p.name.as_str()).or_insert_with(|| {
+                    params.push(Param {
+                        label: format!("{}#{}", n.id, p.name),
+                        bytes: p.shape.iter().product::<u64>() * 4,
+                        rank: p.shape.len(),
+                        init_transient: 0,
+                    });
+                    params.len() - 1
+                });
+                node_params[k].push(at);
+            }
             continue;
         }
         let tensors = n.op.parameter_tensors();

@@ -386,6 +386,7 @@ impl<'g> Values<'g> {
             shapes.push(&n.output);
             elems.push(match (&n.op, backend) {
                 (Op::Constant { dtype, .. }, _) => dtype.bytes(),
+                (Op::Aten(a), _) => a.outputs[a.item].dtype.bytes(),
                 (_, Backend::CpuFp32) => 4,
                 (_, Backend::CudaBf16Autocast) => {
                     input_elems.clear();
@@ -972,6 +973,7 @@ pub(super) fn cpu_rule_at(graph: &Graph, k: usize, batch: u64, values: &Values, 
         }
         Op::Constant { .. } => OpRule::new(Output::New(y), vec![], vec![Grad::None], TorchSource)
             .note("made from constants outside autograd: saves nothing, takes no gradient; freed after its last reader (or kept by one that saves it, a product's other factor)"),
+        Op::Aten(a) => super::generic::rule(a, &s),
         Op::Parameter { .. } => {
             let mut rule = OpRule::new(Output::New(0), vec![], vec![Grad::None], Assumed)
                 .note("the parameter expanded over the batch: a stride-0 view (no new memory, not contiguous: a reader that needs a contiguous input copies it); its gradient is the incoming one summed over the batch, a parameter-sized buffer; the input gets none");
