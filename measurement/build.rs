@@ -1,5 +1,6 @@
-//! Compiles the counters shim (`shim/counters.cpp`) against libtorch's headers and gives the
-//! binary an rpath to the real libtorch library directory, so it starts without LD_LIBRARY_PATH.
+//! Compiles the counters shim (`shim/counters.cpp`) and the generic ATen call
+//! (`shim/aten_call.cpp`) against libtorch's headers and gives the binary an rpath to the real
+//! libtorch library directory, so it starts without LD_LIBRARY_PATH.
 //! With the `cuda` feature the shim also reads the CUDA caching allocator, and the binary links
 //! libtorch_cuda (and libc10_cuda) past rustc's `--as-needed`.
 
@@ -8,6 +9,7 @@ use std::path::{Path, PathBuf};
 
 fn main() {
     println!("cargo:rerun-if-changed=shim/counters.cpp");
+    println!("cargo:rerun-if-changed=shim/aten_call.cpp");
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-env-changed=LIBTORCH");
 
@@ -36,6 +38,7 @@ fn main() {
     build
         .cpp(true)
         .file("shim/counters.cpp")
+        .file("shim/aten_call.cpp")
         .include(&include)
         .include(&api_include)
         .flag("-std=c++17")

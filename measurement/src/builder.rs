@@ -163,6 +163,8 @@ pub(crate) enum Module {
     PrependToken(Tensor),
     /// A free learned tensor (attribute `shape`), broadcast over its input's batch.
     Parameter(Tensor),
+    /// A generic `aten` node's parameters ([`crate::generic`]).
+    Aten(crate::generic::AtenModule),
 }
 
 /// A graph built in tch.
@@ -232,6 +234,7 @@ impl Model {
                 )
             })
         };
+        let mut shared = crate::generic::SharedParams::default();
         for n in &graph.nodes {
             let p = root.sub(path_name(&n.id));
             let m = match &n.op {
@@ -506,6 +509,7 @@ impl Model {
                         stdev: 0.02,
                     },
                 )),
+                Op::Aten(a) => shared.module(&root, &n.id, a)?,
                 _ => Module::None,
             };
             modules.push(m);
@@ -911,6 +915,9 @@ impl Model {
                 let mut size = vec![x.size()[0]];
                 size.extend(w.size());
                 w.unsqueeze(0).expand(size, false)
+            }
+            (Op::Aten(g), Module::Aten(m)) => {
+                crate::generic::forward(&self.graph.nodes[k].id, g, m, a, self.device, batch)
             }
             (Op::Matmul, _) => x.matmul(a[1]),
             (Op::Slice { dim, start, end }, _) => x.slice(*dim, i(*start), i(*end), 1),

@@ -5,6 +5,7 @@
 //! - [`counters`]: the C++ shim (counting CPU allocator with a cap, CUDA caching allocator stats,
 //!   autocast switches).
 //! - [`builder`]: graph -> tch model, every op of the format.
+//! - [`generic`]: the generic `aten` node, one ATen call by schema name through the dispatcher.
 //! - [`protocol`]: the phases and the OOM/error handling.
 //! - [`measure`]: the `run` and `environment` commands (row assembly, atomic writing).
 //! - [`campaign`]: many runs from a TOML plan, each in a fresh child process.
@@ -16,6 +17,7 @@ pub mod builder;
 pub mod campaign;
 pub mod cluster;
 pub mod counters;
+pub mod generic;
 pub mod inference;
 pub mod measure;
 pub mod merge;
