@@ -128,6 +128,11 @@ mod graphs {
         trailing_bytes,
         two_graphs_in_one_file,
         activation_overflow,
+        aten_unknown_target,
+        aten_bad_shape_expression,
+        aten_shape_not_a_monomial,
+        aten_input_out_of_range,
+        aten_missing_argument,
         broadcast_value,
     );
 }

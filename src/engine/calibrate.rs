@@ -143,6 +143,12 @@ fn calibrate_rows(ds: &Dataset) -> Calibration {
             .iter()
             .filter_map(|(g, i)| i.textbook_not_applicable.clone().map(|r| (g.clone(), r)))
             .collect(),
+        approximate_graphs: ds
+            .graphs
+            .iter()
+            .filter(|(_, i)| !i.approximations.is_empty())
+            .map(|(g, i)| (g.clone(), i.approximations.clone()))
+            .collect(),
         // Set by `calibrate`.
         measured: Measured::default(),
         rows: rows_out,

@@ -854,6 +854,7 @@ pub fn load_reporting(data_dir: &Path) -> Result<(Dataset, Vec<super::scan::Skip
             textbook_not_applicable: baselines::textbook(&g, 1).err(),
             floor_bytes: crate::plan::phase_floor(&g).bytes,
             blocks: g.blocks(),
+            approximations: crate::plan::approximations(&g),
         };
         graphs.insert(g.name.clone(), (g, info));
     }

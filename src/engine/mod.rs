@@ -139,6 +139,9 @@ pub struct GraphInfo {
     pub floor_bytes: u64,
     /// The implementation blocks its nodes use (`Op::block`), sorted and distinct.
     pub blocks: Vec<&'static str>,
+    /// What the graph approximates (`plan::approximations`): its notes and generic nodes whose
+    /// rule approximates.
+    pub approximations: Vec<crate::graph::GraphNote>,
 }
 
 /// Everything [`calibrate`] works on.

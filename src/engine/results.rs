@@ -795,6 +795,10 @@ pub struct Calibration {
     pub fitted_rows_sha256: String,
     /// Graphs the textbook formula does not apply to, with the reason (its rows show "n/a").
     pub textbook_not_applicable: BTreeMap<String, String>,
+    /// Graphs that approximate (an exporter's notes, generic nodes whose rule approximates),
+    /// with what; only those that do.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub approximate_graphs: BTreeMap<String, Vec<crate::graph::GraphNote>>,
     /// What was measured, over every row read (excluded ones too): sorted, distinct.
     pub measured: Measured,
     /// Usable rows, sorted by run id.

@@ -183,6 +183,7 @@ pub fn dataset(
                 textbook_not_applicable: Some("synthetic".into()),
                 floor_bytes: 0,
                 blocks: Vec::new(),
+                approximations: Vec::new(),
             },
         );
     }

@@ -117,6 +117,16 @@ pub enum ElemType {
     Int8,
     Uint8,
     Bool,
+    Int16,
+    Uint16,
+    Uint32,
+    Uint64,
+    /// `torch.complex32` (`chalf`): two float16s.
+    Complex32,
+    /// `torch.complex64` (`cfloat`): two float32s.
+    Complex64,
+    /// `torch.complex128` (`cdouble`): two float64s.
+    Complex128,
 }
 
 impl ElemType {
@@ -131,15 +141,23 @@ impl ElemType {
             "int8" => ElemType::Int8,
             "uint8" => ElemType::Uint8,
             "bool" => ElemType::Bool,
+            "int16" => ElemType::Int16,
+            "uint16" => ElemType::Uint16,
+            "uint32" => ElemType::Uint32,
+            "uint64" => ElemType::Uint64,
+            "complex32" => ElemType::Complex32,
+            "complex64" => ElemType::Complex64,
+            "complex128" => ElemType::Complex128,
             _ => return None,
         })
     }
 
     pub fn bytes(self) -> u64 {
         match self {
-            ElemType::Float64 | ElemType::Int64 => 8,
-            ElemType::Float32 | ElemType::Int32 => 4,
-            ElemType::Float16 | ElemType::Bfloat16 => 2,
+            ElemType::Complex128 => 16,
+            ElemType::Float64 | ElemType::Int64 | ElemType::Uint64 | ElemType::Complex64 => 8,
+            ElemType::Float32 | ElemType::Int32 | ElemType::Uint32 | ElemType::Complex32 => 4,
+            ElemType::Float16 | ElemType::Bfloat16 | ElemType::Int16 | ElemType::Uint16 => 2,
             ElemType::Int8 | ElemType::Uint8 | ElemType::Bool => 1,
         }
     }
@@ -148,7 +166,13 @@ impl ElemType {
     pub fn is_floating(self) -> bool {
         matches!(
             self,
-            ElemType::Float32 | ElemType::Float16 | ElemType::Bfloat16 | ElemType::Float64
+            ElemType::Float32
+                | ElemType::Float16
+                | ElemType::Bfloat16
+                | ElemType::Float64
+                | ElemType::Complex32
+                | ElemType::Complex64
+                | ElemType::Complex128
         )
     }
 }
@@ -461,7 +485,7 @@ impl AtenNode {
         use aten::{AtenAutograd, Temporaries};
         let floating = self.outputs.iter().any(|o| o.dtype.is_floating());
         match &self.op.autograd {
-            AtenAutograd::Missing if self.op.composite => Some(format!(
+            _ if self.op.composite => Some(format!(
                 "aten.{}: a composite op drawn whole (eager autograd runs its decomposition); what the decomposition saves is not drawn",
                 self.op.name
             )),
@@ -562,7 +586,9 @@ fn eval(s: &str, _b: u64, t: Option<u64>) -> Result<Dim, String> {
         k: 0,
         seq: t,
     };
-    let v = p.sum()?;
+    let v = p.sum().map_err(|m| {
+        format!("`{s}`: {m} (an expression of B and T with + - * // and parentheses)")
+    })?;
     if p.k != tokens.len() {
         return Err(format!("`{s}` is not an expression of B and T"));
     }

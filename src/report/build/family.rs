@@ -17,6 +17,26 @@ pub(super) fn page<'r>(
     let mut facts = vec![fact("Runs counted", fmt::count(n_rows as u64))];
     if let Some(r) = report {
         facts.push(fact("Graphs", r.graphs.join(", ")));
+        // Graphs that approximate: each with how many approximations and the first.
+        let approximate: Vec<String> = r
+            .graphs
+            .iter()
+            .filter_map(|g| {
+                let a = ctx.cal.approximate_graphs.get(g)?;
+                let at = a[0]
+                    .node
+                    .as_deref()
+                    .map_or(String::new(), |n| format!("`{n}`: "));
+                Some(format!(
+                    "{g} ({} approximations; first {at}{})",
+                    a.len(),
+                    a[0].text
+                ))
+            })
+            .collect();
+        if !approximate.is_empty() {
+            facts.push(fact("Approximate graphs", approximate.join("; ")));
+        }
         // All of the family's rows, then each profile's alone when it has more than one.
         let mut groups = vec![(String::new(), &r.methods)];
         if r.by_profile.len() > 1 {
