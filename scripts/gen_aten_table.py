@@ -34,7 +34,8 @@ What the table's fields mean, where torchgen leaves a choice:
   non-tensors: those are left out. An in-place overload that reuses its functional entry and
   saves `self` saves a clone of `self` taken before the write (gen_variable_type's
   `original_self`): Input(k) of an in-place op is that clone.
-- `grads`: one per differentiable argument, in argument order; an entry line naming several
+- `grads`: one per differentiable argument, in the order the generated backward node runs
+  them (load_derivatives.py: `sorted(defn.keys())`, alphabetical by the entry's names); an entry line naming several
   arguments (`input, weight, bias: native_layer_norm_backward(...)`) gives each the same
   formula, its result one of the tuple's tensors and its temporaries those of the whole
   expression besides the tuple (so a simulator should count a shared formula once).
@@ -62,17 +63,42 @@ TORCH_VERSION = "2.11.0"
 # --------------------------------------------------------------------------------------------
 
 # Methods/functions that return a view of their first tensor operand (no new memory). Not
-# `reshape` (copies when the input is not viewable), not `contiguous`/`to`/`clone`.
-VIEWS = {
-    "t", "transpose", "permute", "view", "expand", "unsqueeze", "squeeze", "narrow",
-    "select", "slice", "diagonal", "as_strided", "alias", "unfold",
+# `reshape` (copies when the input is not viewable), not `contiguous`/`to`/`clone`. Each
+# view of the incoming gradient is one of three kinds, which decide whether autograd's
+# AccumulateGrad may keep it as a leaf's `.grad` (accumulate_grad.h: it steals a gradient
+# nobody else holds when `obeys_layout_contract(grad, variable)`, else clones it):
+# "whole" (all of it, its strides permuted, sizes 1 added or dropped: the input's layout
+# when the output's came from the input), "part" (a block of it, its strides as they are)
+# and "expand" (stride 0 somewhere: never obeys the contract).
+WHOLE_VIEWS = {
+    "t", "transpose", "permute", "view", "unsqueeze", "squeeze", "alias",
     # The same views under other names.
-    "expand_as", "view_as", "mT", "mH", "movedim", "swapaxes", "swapdims",
+    "view_as", "mT", "mH", "movedim", "swapaxes", "swapdims",
     # `at::real` of a real tensor is the tensor; of a complex one a view.
     "real", "imag", "view_as_real", "view_as_complex",
+}
+PART_VIEWS = {
+    "narrow", "select", "slice", "diagonal", "as_strided", "unfold",
     # unbind/split are views (Tensor(a)[] returns).
     "unbind", "split", "split_with_sizes", "chunk",
 }
+EXPAND_VIEWS = {"expand", "expand_as"}
+VIEWS = WHOLE_VIEWS | PART_VIEWS | EXPAND_VIEWS
+
+
+def view_kind(name: str) -> str:
+    return "whole" if name in WHOLE_VIEWS else "part" if name in PART_VIEWS else "expand"
+
+
+# How a view of a view of the incoming gradient is classed: the least stealable wins.
+# None is the gradient itself; "reshape" is `grad.reshape(..)`: a view when the gradient is
+# contiguous, else a copy.
+VIEW_ORDER = {None: 0, "whole": 1, "reshape": 2, "part": 3, "expand": 4}
+
+
+def compose(a: str | None, b: str | None) -> str | None:
+    return max(a, b, key=VIEW_ORDER.get)
+
 
 # Methods that return their receiver unchanged for the real tensors training uses (`conj` of a
 # real tensor is a no-op; `resolve_conj` of a non-conjugated one is the tensor itself).
@@ -120,12 +146,20 @@ class Helper:
         it); or a function of the argument values giving one of those.
     outputs: the tensors it returns (a std::tuple of that many), 1 for a Tensor.
     note: what the body does, as read.
+    view: for an "argK" result, the view of that argument it returns (`VIEW_ORDER`), None
+        when it returns the argument itself.
+    full: a "new" result has the shape of the gradient it is given (the op's output): an
+        elementwise expression of `grad` (broadcast against the inputs), so an input broadcast
+        to the output gets it at the output's shape and the engine sums it down. An "argK"
+        result has its argument's shape.
     """
 
     new: object
     result: object = "new"
     outputs: int = 1
     note: str = ""
+    view: str | None = None
+    full: object = False
 
     def made(self, args) -> int:
         return self.new(args) if callable(self.new) else self.new
@@ -134,8 +168,19 @@ class Helper:
         return self.result(args) if callable(self.result) else self.result
 
 
+# `maybe_multiply(t, s)` returns t itself when the Scalar s is 1 at run time (it compares the
+# value). A formula that passes one of the op's Scalar arguments (`alpha`, `beta`, `value`) is
+# read twice: as written (s not 1), and with the arguments named here taken as 1 (the reading
+# the table gives for a call that passes 1 or leaves them at their schema default of 1).
+UNIT = {"assume": set(), "seen": set()}
+
+
 def is_one(v) -> bool:
-    """A literal 1 (`maybe_multiply(t, 1)` returns t)."""
+    """A literal 1 (`maybe_multiply(t, 1)` returns t), or an argument taken as 1."""
+    if v.name is not None:
+        UNIT["seen"].add(v.name)
+        if v.name in UNIT["assume"]:
+            return True
     return v.literal is not None and re.fullmatch(r"1(\.0*)?[fFlL]?", v.literal) is not None
 
 
@@ -157,22 +202,23 @@ HELPERS: dict[str, Helper] = {
     "maybe_multiply": Helper(
         lambda args: 0 if is_one(args[1]) else 1,
         lambda args: "arg0" if is_one(args[1]) else "new",
+        full=lambda args: args[0].full,
         note="t * s; t itself when s is 1: a literal 1 is exact, any other alpha counts as a new tensor (conservative)"),
-    "mul_tensor_backward": Helper(1, note="grad * other.conj(), handle_r_to_c"),
-    "div_tensor_self_backward": Helper(1, note="grad / other.conj(), handle_r_to_c (no rounding_mode)"),
-    "div_tensor_other_backward": Helper(4, note="-grad * ((self / other) / other).conj(): -, /, /, *"),
-    "pow_backward": Helper(3, note="grad * (exp * self.pow(exp - 1)).conj() for a real exponent != 0: pow, *, *"),
-    "pow_backward_self": Helper(7, note="at::where(exponent == 0.0, at::scalar_tensor(0.0), grad * (exponent * self.pow(exponent - 1)).conj()): ==, scalar_tensor, -, pow, *, *, where"),
+    "mul_tensor_backward": Helper(1, note="grad * other.conj(), handle_r_to_c", full=True),
+    "div_tensor_self_backward": Helper(1, note="grad / other.conj(), handle_r_to_c (no rounding_mode)", full=True),
+    "div_tensor_other_backward": Helper(4, note="-grad * ((self / other) / other).conj(): -, /, /, *", full=True),
+    "pow_backward": Helper(3, note="grad * (exp * self.pow(exp - 1)).conj() for a real exponent != 0: pow, *, *", full=True),
+    "pow_backward_self": Helper(7, note="at::where(exponent == 0.0, at::scalar_tensor(0.0), grad * (exponent * self.pow(exponent - 1)).conj()): ==, scalar_tensor, -, pow, *, *, where", full=True),
     "pow_backward_exponent": Helper(
         lambda args: 8 if args[1].tensor else 2,
-        note="Tensor self: cond = logical_and(self == 0, exponent >= 0), grad * where(cond, scalar_tensor(0), (result * self.to(dtype).log()).conj()): ==, >=, and, scalar_tensor, log, *, where, *; Scalar base != 0: grad * (result * log(base)): *, *"),
-    "sum_backward": Helper(0, "arg0", note="grad (unsqueezed when !keepdim) .expand_symint(sizes): a view of grad"),
+        note="Tensor self: cond = logical_and(self == 0, exponent >= 0), grad * where(cond, scalar_tensor(0), (result * self.to(dtype).log()).conj()): ==, >=, and, scalar_tensor, log, *, where, *; Scalar base != 0: grad * (result * log(base)): *, *", full=True),
+    "sum_backward": Helper(0, "arg0", view="expand", note="grad (unsqueezed when !keepdim) .expand_symint(sizes): a view of grad"),
     "nansum_backward": Helper(3, note="sum_backward(...) * self.isnan().logical_not(): isnan, logical_not, *"),
     "mean_backward": Helper(1, note="sum_backward(grad, ...) / n: a view of grad divided: one"),
-    "restore_reduced_dims": Helper(0, "arg0", note="output.reshape_symint(target_shape) of a contiguous reduction output: a view"),
-    "unsqueeze_multiple": Helper(0, "arg0", note="unsqueezes: a view"),
-    "unsqueeze_to": Helper(0, "arg0", note="unsqueezes: a view"),
-    "permute_backwards": Helper(0, "arg0", note="grad.permute(inverse dims): a view"),
+    "restore_reduced_dims": Helper(0, "arg0", view="reshape", note="output.reshape_symint(target_shape) of a contiguous reduction output: a view"),
+    "unsqueeze_multiple": Helper(0, "arg0", view="whole", note="unsqueezes: a view"),
+    "unsqueeze_to": Helper(0, "arg0", view="whole", note="unsqueezes: a view"),
+    "permute_backwards": Helper(0, "arg0", view="whole", note="grad.permute(inverse dims): a view"),
     "scale_grad_by_count": Helper(3, note="(grad / mask.sum(dims, true)) * mask: sum, /, *"),
     "prod_backward": Helper(
         lambda args: 4 if len(args) <= 3 else 5,
@@ -180,18 +226,18 @@ HELPERS: dict[str, Helper] = {
     "cumsum_backward": Helper(3, note="grad.flip(dim).cumsum(dim).flip(dim)"),
     "logsumexp_backward": Helper(3, note="grad * (self - result).exp().conj() (unsqueezes are views): -, exp, *"),
     "unbind_backward": Helper(1, note="at::stack of the grads (undefined ones: expanded 0-dim zeros)"),
-    "cat_tensors_backward": Helper(0, "arg0", note="grad.narrow_symint(dim, ...) per input: views of grad"),
-    "stack_tensors_backward": Helper(0, "arg0", note="grad.select(dim, i) per input: views of grad"),
-    "block_diag_backward": Helper(0, "arg0", note="grad.slice(..).slice(..) per input: views of grad"),
-    "clamp_backward": Helper(4, note="min and max given: zero = scalar_tensor(0), where((self >= min).logical_and_(self <= max), grad, zero): scalar_tensor, >=, <=, where (one bound: 3)"),
-    "clamp_backward_min_max": Helper(7, outputs=2, note="zero, then per output: <, <, logical_and_, where / >, <, logical_or_, where"),
+    "cat_tensors_backward": Helper(0, "arg0", view="part", note="grad.narrow_symint(dim, ...) per input: views of grad"),
+    "stack_tensors_backward": Helper(0, "arg0", view="part", note="grad.select(dim, i) per input: views of grad"),
+    "block_diag_backward": Helper(0, "arg0", view="part", note="grad.slice(..).slice(..) per input: views of grad"),
+    "clamp_backward": Helper(4, note="min and max given: zero = scalar_tensor(0), where((self >= min).logical_and_(self <= max), grad, zero): scalar_tensor, >=, <=, where (one bound: 3)", full=True),
+    "clamp_backward_min_max": Helper(7, outputs=2, note="zero, then per output: <, <, logical_and_, where / >, <, logical_or_, where", full=True),
     "mm_mat1_backward": Helper(alpha_new(5, 1), note="maybe_multiply(grad.mm(mat2.t().conj()), alpha.conj()): mm, and * unless alpha is a literal 1"),
     "mm_mat2_backward": Helper(alpha_new(5, 1), note="maybe_multiply(mat1.t().conj().mm(grad), alpha.conj()): mm, and * unless alpha is a literal 1"),
     "_grouped_mm_mat1_backward": Helper(alpha_new(6, 1), note="maybe_multiply(at::_grouped_mm(...), alpha.conj())"),
     "_grouped_mm_mat2_backward": Helper(alpha_new(6, 1), note="maybe_multiply(at::_grouped_mm(...), alpha.conj())"),
     "repeat_backward": Helper(1, note="grad.reshape_symint(grad_size) (a view of the contiguous grad) .sum(sum_dims); one more sum per leading repeat dimension"),
-    "_fused_dropout_backward": Helper(1, note="grad mode off: at::_masked_scale(grad, mask, 1 / p1m)"),
-    "infinitely_differentiable_native_dropout_backward": Helper(3, note="grad * (mask.type_as(grad) * scale): type_as, *, *"),
+    "_fused_dropout_backward": Helper(1, note="grad mode off: at::_masked_scale(grad, mask, 1 / p1m)", full=True),
+    "infinitely_differentiable_native_dropout_backward": Helper(3, note="grad * (mask.type_as(grad) * scale): type_as, *, *", full=True),
     "evenly_distribute_backward": Helper(6, note="CUDA path: input.isnan(), value.isnan(), logical_and_, (input == value).logical_or_(..), mask * (grad / mask.sum()): isnan, isnan, ==, sum, /, *"),
     "var_backward": Helper(4, note="(2 / (n - correction)) * grad * (self - self.mean(dim, true)): *, mean, -, *"),
     "std_backward": Helper(7, note="(grad / (result * 2)).masked_fill_(result == 0, 0): *, /, ==; then var_backward's 4"),
@@ -200,23 +246,23 @@ HELPERS: dict[str, Helper] = {
     "split_with_sizes_backward": Helper(1, note="at::cat of the grads (undefined ones zero-filled)"),
     "split_backward": Helper(1, note="split_with_sizes_backward: at::cat of the grads"),
     "max_pool_double_backward": Helper(1, note="grad.contiguous(fmt).view(..).gather(-1, indices).view(..): gather (contiguous grad)"),
-    "infinitely_differentiable_silu_backward": Helper(6, note="sigmoid; grad * sigmoid * (1.0 + input * (1.0 - sigmoid))"),
-    "infinitely_differentiable_mish_backward": Helper(10, note="sigmoid, exp, log1p, tanh; grad * (t + input * sigmoid * (1.0 - t * t))"),
-    "infinitely_differentiable_logit_backward": Helper(8, note="where(logical_and(self >= lo, self <= hi), grad / (self * (1.0 - self)), zeros({}))"),
+    "infinitely_differentiable_silu_backward": Helper(6, note="sigmoid; grad * sigmoid * (1.0 + input * (1.0 - sigmoid))", full=True),
+    "infinitely_differentiable_mish_backward": Helper(10, note="sigmoid, exp, log1p, tanh; grad * (t + input * sigmoid * (1.0 - t * t))", full=True),
+    "infinitely_differentiable_logit_backward": Helper(8, note="where(logical_and(self >= lo, self <= hi), grad / (self * (1.0 - self)), zeros({}))", full=True),
     "binary_cross_entropy_target_backward": Helper(1, note="at::logit(self).neg_(), then mul_/div_ in place"),
     "binary_cross_entropy_with_logits_backward": Helper(1, note="no pos_weight, grad mode off: input.sigmoid().sub_(target), then mul_ in place (pos_weight: 3)"),
     "binary_cross_entropy_with_logits_target_backward": Helper(2, note="no pos_weight: -self * grad_output, then mul_/div_ in place"),
     "log_sigmoid_double_backward": Helper(4, note="z = input.sigmoid(); grad * (z - 1) * z"),
     "softmax_double_backward": Helper(9, note="grad_output * grad - (output * grad_output).sum(dim, true) * grad - grad_output * (output * grad).sum(dim, true)"),
-    "atan2_backward": Helper(9, outputs=2, note="recip = (self * self + other * other).reciprocal(); grad * other * recip, grad * -self * recip"),
+    "atan2_backward": Helper(9, outputs=2, note="recip = (self * self + other * other).reciprocal(); grad * other * recip, grad * -self * recip", full=True),
     "_euclidean_dist_backward": Helper(10, outputs=2, note="ratio = grad / res; masked_fill_(res == 0); x1 * ratio.sum(-1, true) - ratio.matmul(x2), x2 * ratio.sum(-2).unsqueeze(-1) - ratio.mT().matmul(x1)"),
     "sgn_backward": Helper(1, note="real x: at::_efficientzerotensor (a zero tensor with no storage)"),
     "masked_fill_backward": Helper(2, note="grad.masked_select(mask).sum()"),
-    "copysign_tensor_self_backward": Helper(3, note="ratio = result / self; ratio.masked_fill_(self == 0, 0); grad * ratio"),
+    "copysign_tensor_self_backward": Helper(3, note="ratio = result / self; ratio.masked_fill_(self == 0, 0); grad * ratio", full=True),
     "angle_backward": Helper(1, note="real self: at::zeros_like(self)"),
     "mvlgamma_backward": Helper(4, note="arange, args.add(self.unsqueeze(-1)), digamma_ in place, sum, *"),
-    "log1p_backward": Helper(2, note="grad / (self + 1).conj(): +, /"),
-    "sinc_backward": Helper(12, note="self * M_PI, self * self * M_PI, cos, *, sin, -, /, grad *, == 0.0, scalar_tensor, where"),
+    "log1p_backward": Helper(2, note="grad / (self + 1).conj(): +, /", full=True),
+    "sinc_backward": Helper(12, note="self * M_PI, self * self * M_PI, cos, *, sin, -, /, grad *, == 0.0, scalar_tensor, where", full=True),
     "constant_pad_nd_backward": Helper(1, note="at::constant_pad_nd(grad, negated pad)"),
     "index_backward": Helper(0, "arg0", note="at::_index_put_impl_ into its first argument (zeros the formula makes), in place"),
     "_cudnn_ctc_loss_backward": Helper(1, note="zero_infinity false: raw_grad * grad_out.unsqueeze(0).unsqueeze(2)"),
@@ -227,8 +273,8 @@ HELPERS: dict[str, Helper] = {
     "slice_backward_wrapper": Helper(1, note="at::slice_backward_symint: zeros with grad copied into the slice"),
     "norm_backward": Helper(3, note="p = 2 (the default): grad * (self / norm).masked_fill_(norm == 0, 0) (unsqueezes are views): /, ==, *; other p make more"),
     "linalg_vector_norm_backward": Helper(3, note="norm_backward: p = 2 (the default ord): /, ==, *"),
-    "deg2rad_backward": Helper(1, note="at::mul(grad, Scalar(M_PI_180))"),
-    "rad2deg_backward": Helper(1, note="at::mul(grad, Scalar(M_180_PI))"),
+    "deg2rad_backward": Helper(1, note="at::mul(grad, Scalar(M_PI_180))", full=True),
+    "rad2deg_backward": Helper(1, note="at::mul(grad, Scalar(M_180_PI))", full=True),
     "mse_loss_double_backward": Helper(1, note="2 * grad, then /= in place"),
     "smooth_l1_loss_double_backward": Helper(6, note="(input - target).abs(), grad * (d < beta).type_as(grad) / beta: -, abs, <, type_as, *, /"),
     "huber_loss_double_backward": Helper(4, note="(input - target).abs(), grad * (d < delta): -, abs, <, *"),
@@ -273,6 +319,10 @@ class Val:
     new: tensors made while evaluating it (operands included).
     opaque: the first callee whose temporaries are unknown, if any.
     outputs: the tensors of a "tuple".
+    view: for "grad", None when it is the incoming gradient itself, else the kind of view.
+    full: the tensor has the incoming gradient's shape: `grad`, and an elementwise
+        expression of a tensor that has (tensor operators, ATen operators tagged `pointwise`
+        in native_functions.yaml, helpers marked `full`).
     """
 
     kind: str
@@ -280,6 +330,9 @@ class Val:
     opaque: str | None = None
     outputs: int = 1
     literal: str | None = None  # the text of a number literal
+    view: str | None = None  # for "grad": which view of the incoming gradient (VIEW_ORDER)
+    full: bool = False  # has the incoming gradient's shape (the op's output's)
+    name: str | None = None  # a scalar that is one of the op's arguments (`alpha.conj()`)
 
     @property
     def tensor(self) -> bool:
@@ -428,7 +481,7 @@ class Formula:
         new = left.new + right.new
         opaque = merge_opaque([left, right])
         if not logical and (left.tensor or right.tensor):
-            return Val("new", new + 1, opaque)
+            return Val("new", new + 1, opaque, full=left.full or right.full)
         return Val("scalar", new, opaque)
 
     def logical_or(self) -> Val:
@@ -469,10 +522,10 @@ class Formula:
             self.take()
             v = self.unary()
             if tok == "-" and v.tensor:
-                return Val("new", v.new + 1, v.opaque)
+                return Val("new", v.new + 1, v.opaque, full=v.full)
             if tok == "+" or not v.tensor:
                 return v if tok == "+" else Val("scalar", v.new, v.opaque)
-            return Val("new", v.new + 1, v.opaque)
+            return Val("new", v.new + 1, v.opaque, full=v.full)
         return self.postfix()
 
     def args(self) -> list[Val]:
@@ -505,7 +558,7 @@ class Formula:
                 idx = self.expr()
                 self.take("]")
                 # grads[i], self[i] (a tensor list's element), grad_input_mask[i] (a bool).
-                v = Val(v.kind, v.new + idx.new, merge_opaque([v, idx]))
+                v = dataclasses.replace(v, new=v.new + idx.new, opaque=merge_opaque([v, idx]))
             else:
                 return v
 
@@ -543,10 +596,10 @@ class Formula:
         if self.peek() == "(":
             return self.call(name, template, self.args())
         if name in self.grad_names:
-            return Val("grad")
+            return Val("grad", full=True)
         if name in self.tensor_names:
             return Val("saved")
-        return Val("scalar")
+        return Val("scalar", name=name)
 
     def comma_list(self) -> list[Val]:
         out = [self.expr()]
@@ -562,17 +615,25 @@ class Formula:
         new = recv.new + sum(a.new for a in args)
         opaque = merge_opaque([recv, *args])
         if not recv.tensor:
-            return Val("scalar", new, opaque)  # alpha.conj(), other.toDouble()
+            # alpha.conj(), other.toDouble(): conj of a real Scalar is the Scalar
+            return Val("scalar", new, opaque, name=recv.name if name == "conj" else None)
         base = name[: -len("_symint")] if name.endswith("_symint") else name
         if base in SCALAR_METHODS:
             return Val("scalar", new, opaque)
-        if base in VIEWS or base in PASSTHROUGH_METHODS:
-            return Val(recv.kind, new, opaque, recv.outputs)
+        if base in PASSTHROUGH_METHODS:
+            return dataclasses.replace(recv, new=new, opaque=opaque)
+        if base in VIEWS:
+            view = compose(recv.view, view_kind(base)) if recv.kind == "grad" else None
+            return Val(recv.kind, new, opaque, recv.outputs, view=view)
+        if base == "reshape" and recv.kind == "grad":
+            return Val("grad", new, opaque, view=compose(recv.view, "reshape"))
+        full = self.aten.is_pointwise(base) and (recv.full or any(a.full for a in args))
         if base.endswith("_") and self.aten.is_op(base):
-            return Val(recv.kind, new, opaque)  # in place on the receiver
+            # in place on the receiver
+            return Val(recv.kind, new, opaque, view=recv.view, full=recv.full)
         if self.aten.is_op(base):
             n = self.aten.tensor_returns(base)
-            return Val("new" if n == 1 else "tuple", new + n, opaque, n)
+            return Val("new" if n == 1 else "tuple", new + n, opaque, n, full=full)
         return Val("new", new + 1, opaque or base)
 
     def call(self, name: str, template: list[str] | None, args: list[Val]) -> Val:
@@ -583,7 +644,7 @@ class Formula:
             return Val("new", new, opaque)
         if name in PASSTHROUGH_FUNCS and args:
             a = args[PASSTHROUGH_FUNCS[name]]
-            return Val(a.kind, new, opaque, a.outputs)
+            return dataclasses.replace(a, new=new, opaque=opaque, literal=None)
         bare = name
         for prefix in ("::at::", "at::", "::"):
             if bare.startswith(prefix):
@@ -599,22 +660,32 @@ class Formula:
             made, result = h.made(args), h.returns(args)
             if result.startswith("arg"):
                 a = args[int(result[3:])]
-                return Val(a.kind, new + made, opaque, a.outputs)
+                view = compose(a.view, h.view) if a.kind == "grad" else None
+                full = a.full and h.view is None
+                return Val(a.kind, new + made, opaque, a.outputs, view=view, full=full)
             kind = "new" if h.outputs == 1 else "tuple"
-            return Val(kind, new + made, opaque, h.outputs)
+            full = h.full(args) if callable(h.full) else h.full
+            return Val(kind, new + made, opaque, h.outputs, full=full)
         if base == "not_implemented":
             return Val("new", new, opaque or "not_implemented")
         if base in self.aten.manual and not name.startswith("at::"):
             return Val("new", new + 1, opaque or base)  # a FunctionsManual.cpp helper
         if self.aten.is_op(base):
             if base in VIEWS:
-                return Val(args[0].kind, new, opaque, args[0].outputs) if args else Val("scalar")
+                if not args:
+                    return Val("scalar")
+                a = args[0]
+                view = compose(a.view, view_kind(base)) if a.kind == "grad" else None
+                return Val(a.kind, new, opaque, a.outputs, view=view)
+            if base == "reshape" and args and args[0].kind == "grad":
+                return Val("grad", new, opaque, view=compose(args[0].view, "reshape"))
             if not any(a.tensor for a in args) and not self.aten.is_factory(base):
                 return Val("scalar", new, opaque)  # sqrt(M_PI): the C math function
             n = self.aten.tensor_returns(base)
             if base.endswith("_") and args and args[0].tensor:
-                return Val(args[0].kind, new, opaque)
-            return Val("new" if n == 1 else "tuple", new + n, opaque, n)
+                return Val(args[0].kind, new, opaque, view=args[0].view, full=args[0].full)
+            full = self.aten.is_pointwise(base) and any(a.full for a in args)
+            return Val("new" if n == 1 else "tuple", new + n, opaque, n, full=full)
         if not any(a.tensor for a in args) and name in SCALAR_FUNCS:
             return Val("scalar", new, opaque)
         return Val("new", new + 1, opaque or base)
@@ -639,10 +710,15 @@ class AtenIndex:
                 has_tensor_arg[base] = True
         self.returns = returns
         self.has_tensor_arg = has_tensor_arg
+        # Elementwise operators (the `pointwise` tag of native_functions.yaml), by base name.
+        self.pointwise = {str(f.func.name.name) for f in fns if "pointwise" in f.tags}
         self.manual = manual_names - set(HELPERS)
 
     def is_op(self, name: str) -> bool:
         return name in self.returns
+
+    def is_pointwise(self, name: str) -> bool:
+        return name in self.pointwise
 
     def is_factory(self, name: str) -> bool:
         return not self.has_tensor_arg[name]
@@ -655,15 +731,36 @@ class AtenIndex:
 @dataclasses.dataclass(frozen=True)
 class Grad:
     input: int
-    result: str  # "New" | "OfGrad"
+    result: str  # "New" | "Grad" | "View" | "Part" | "Expand" | "Reshape"
     temporaries: tuple  # ("Counted", n) | ("Opaque", name)
     formula: str
+    full: bool  # a New result has the output's shape (an elementwise expression of grad)
+    unit: tuple | None = None  # (arg names, (result, full, temps)) when those are all 1
 
 
-def analyse(formula: str, n_vars: int, tensor_names, grad_names, aten) -> tuple[str, tuple]:
+GRAD_RESULTS = {None: "Grad", "whole": "View", "part": "Part", "expand": "Expand", "reshape": "Reshape"}
+
+
+def analyse_unit(formula: str, n_vars: int, tensor_names, grad_names, aten, one_names):
+    """The formula's reading as written, and, when it passes any of `one_names` (Scalar
+    arguments whose schema default is 1) to `maybe_multiply`, its reading with those taken as
+    1: (reading, (names, reading) or None)."""
+    UNIT["assume"], UNIT["seen"] = set(), set()
+    plain = analyse(formula, n_vars, tensor_names, grad_names, aten)
+    names = sorted(UNIT["seen"] & one_names)
+    if not names:
+        return plain, None
+    UNIT["assume"], UNIT["seen"] = set(names), set()
+    unit = analyse(formula, n_vars, tensor_names, grad_names, aten)
+    UNIT["assume"] = set()
+    return plain, ((tuple(names), unit) if unit != plain else None)
+
+
+def analyse(formula: str, n_vars: int, tensor_names, grad_names, aten) -> tuple[str, bool, tuple]:
     v = Formula(formula, tensor_names, grad_names, aten).parse()
+    full = v.full and v.kind in ("new", "tuple")
     if v.kind == "grad":
-        result, made = "OfGrad", 0
+        result, made = GRAD_RESULTS[v.view], 0
     elif v.kind == "tuple":
         result, made = "New", min(v.outputs, n_vars)
     elif v.kind == "new":
@@ -671,11 +768,11 @@ def analyse(formula: str, n_vars: int, tensor_names, grad_names, aten) -> tuple[
     else:  # a saved tensor or a scalar: new memory nowhere, every tensor made is a temporary
         result, made = "New", 0
     if v.opaque:
-        return result, ("Opaque", v.opaque)
+        return result, full, ("Opaque", v.opaque)
     temps = v.new - made
     if temps < 0:
         raise AssertionError(f"negative temporaries for {formula!r}: {v}")
-    return result, ("Counted", temps)
+    return result, full, ("Counted", temps)
 
 
 # --------------------------------------------------------------------------------------------
@@ -856,13 +953,17 @@ def autograd_of(f, info, flat, arg_index, analysed, aten, cpp) -> tuple:
     for d in real:
         key = (id(info), d.original_formula, d.var_names)
         if key not in analysed:
-            analysed[key] = analyse(d.original_formula, len(d.var_names), tensor_names, grad_names, aten)
-        result, temps = analysed[key]
+            one_names = {a.name for a in canon_args if str(a.type) == "Scalar" and a.default == "1"}
+            analysed[key] = analyse_unit(d.original_formula, len(d.var_names), tensor_names,
+                                         grad_names, aten, one_names)
+        (result, full, temps), unit = analysed[key]
         for var in d.var_names:
             if var not in arg_index:
                 raise AssertionError(f"{f.func.name}: derivative for unknown argument {var}")
-            grads.append(Grad(arg_index[var], result, temps, d.original_formula))
-    grads.sort(key=lambda g: g.input)
+            grads.append(Grad(arg_index[var], result, temps, d.original_formula, full, unit))
+    # In the order the generated backward node runs them: `info.derivatives`, which
+    # load_derivatives.py builds from `sorted(defn.keys())`, the entry's variable names in
+    # alphabetical order (div.Tensor: `other` before `self`), each result kept while the next runs.
     return ("Formulas", saved, grads, outs)
 
 
@@ -878,6 +979,10 @@ def rust_str(s: str) -> str:
 
 def rust_alias(al) -> str:
     return "Alias::None" if al[0] == "None" else f"Alias::{al[0]}({al[1]})"
+
+
+def rust_temps(t) -> str:
+    return f"Counted({t[1]})" if t[0] == "Counted" else f"Opaque({rust_str(t[1])})"
 
 
 def rust_op(o: Op) -> str:
@@ -901,12 +1006,17 @@ def rust_op(o: Op) -> str:
         lines.append("            saved: &[" + ", ".join(f"{k}({i})" for k, i in saved) + "],")
         lines.append("            grads: &[")
         for g in grads:
-            temps = (
-                f"Counted({g.temporaries[1]})"
-                if g.temporaries[0] == "Counted"
-                else f"Opaque({rust_str(g.temporaries[1])})"
-            )
-            lines.append(f"                g({g.input}, {g.result}, {temps}, {rust_str(g.formula)}),")
+            temps = rust_temps(g.temporaries)
+            if g.unit is None:
+                lines.append(
+                    f"                g({g.input}, {g.result}, {temps}, {str(g.full).lower()}, {rust_str(g.formula)}),"
+                )
+            else:
+                names, (u_result, u_full, u_temps) = g.unit
+                lines.append(
+                    f"                gu({g.input}, {g.result}, {temps}, {str(g.full).lower()}, {rust_str(g.formula)}, "
+                    f"&[{', '.join(rust_str(n) for n in names)}], {u_result}, {rust_temps(u_temps)}, {str(u_full).lower()}),"
+                )
         lines.append("            ],")
         lines.append(
             "            outputs_differentiable: &[" + ", ".join(str(b).lower() for b in outs) + "],"
@@ -951,13 +1061,43 @@ const fn g(
     input: u8,
     result: GradResult,
     temporaries: Temporaries,
+    output_shaped: bool,
     formula: &'static str,
 ) -> GradFormula {{
     GradFormula {{
         input,
         result,
         temporaries,
+        output_shaped,
         formula,
+        unit: None,
+    }}
+}}
+
+#[allow(clippy::too_many_arguments)]
+const fn gu(
+    input: u8,
+    result: GradResult,
+    temporaries: Temporaries,
+    output_shaped: bool,
+    formula: &'static str,
+    args: &'static [&'static str],
+    unit_result: GradResult,
+    unit_temporaries: Temporaries,
+    unit_output_shaped: bool,
+) -> GradFormula {{
+    GradFormula {{
+        input,
+        result,
+        temporaries,
+        output_shaped,
+        formula,
+        unit: Some(UnitReading {{
+            args,
+            result: unit_result,
+            temporaries: unit_temporaries,
+            output_shaped: unit_output_shaped,
+        }}),
     }}
 }}
 
@@ -995,7 +1135,7 @@ SANITY = {
     "reciprocal.default": ("New", ("Counted", 2)),
     "pow.Tensor_Scalar": ("New", ("Counted", 2)),
     "mul.Scalar": ("New", ("Counted", 0)),
-    "add.Scalar": ("OfGrad", ("Counted", 0)),
+    "add.Scalar": ("Grad", ("Counted", 0)),
 }
 
 
@@ -1064,7 +1204,7 @@ def main() -> int:
             for o in ops:
                 if o.autograd[0] == "Formulas":
                     for g in o.autograd[2]:
-                        fh.write(f"{o.name}\t{g.input}\t{g.result}\t{g.temporaries}\t{g.formula}\n")
+                        fh.write(f"{o.name}\t{g.input}\t{g.result}{'/full' if g.full else ''}\t{g.temporaries}\t{g.formula}\n")
     return 0
 
 

@@ -6,17 +6,21 @@
 //! The protocol both sides follow (`exporter/memcal_export/opcheck.py`): the sample's tensors
 //! are leaves; `forward` is the call with its outputs held (peak and end over the level before
 //! it); `backward` is `torch.autograd.backward(outputs, ones)` with the ones made before
-//! (peak and end over the level before it). The rule's side: forward makes its new outputs
-//! (the node's value, the returns it saves, the returns it does not); backward makes one
-//! gradient per differentiable argument that requires grad, the size of the argument (a
-//! gradient that is the incoming one is copied into `.grad`, because the caller still holds
-//! it), plus the formulas' temporaries and, for an argument broadcast to the output, its
-//! gradient at the output's size before it is summed down.
+//! (`ones_like`: the output's strides when it is non-overlapping and dense, else contiguous;
+//! peak and end over the level before it). The rule's side: forward makes its new outputs
+//! (the node's value, the returns it saves, the returns it does not); backward is the
+//! engine's run of the node ([`crate::simulate::generic::engine_backward`]: the formulas'
+//! results and temporaries, the sum-down of a broadcast argument's gradient, the input
+//! buffer), then each leaf's `AccumulateGrad` (`torch/csrc/autograd/functions/
+//! accumulate_grad.h`): a new gradient is kept as `.grad`; the incoming gradient itself is
+//! cloned (the caller still holds it); a view of it is kept when it obeys the layout contract
+//! (`obeys_layout_contract`), else cloned.
 
-use crate::ops::generic::AtenNode;
+use crate::ops::aten::GradResult;
+use crate::ops::generic::{AtenNode, AtenValue, ElemType};
 use crate::shape::{Dim, Shape};
-use crate::simulate::generic::rule_for;
-use crate::simulate::rules::{Grad, Output, Saved};
+use crate::simulate::generic::{engine_backward, rule_for_inputs, InputGrad, NodeInput};
+use crate::simulate::rules::{Output, Saved};
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -98,13 +102,25 @@ fn shape(v: &Value) -> Option<Vec<u64>> {
         .collect()
 }
 
-/// Rewrites the sample's tensor references (`{"tensor": i}`) as the node's inputs.
+/// Rewrites the sample's tensor references (`{"tensor": i}`) as the node's inputs, and its
+/// non-finite floats and complex numbers (`{"float": "inf"}`, `{"complex": [re, im]}`) as
+/// opaque values (memory does not depend on them).
 fn as_node_value(v: &Value) -> Value {
     match v {
         Value::Object(o) if o.len() == 1 && o.contains_key("tensor") => {
             serde_json::json!({"input": o["tensor"]})
         }
+        Value::Object(o)
+            if o.len() == 1 && (o.contains_key("float") || o.contains_key("complex")) =>
+        {
+            serde_json::json!({"other": v.to_string()})
+        }
         Value::Array(a) => Value::Array(a.iter().map(as_node_value).collect()),
+        Value::Object(o) => Value::Object(
+            o.iter()
+                .map(|(k, v)| (k.clone(), as_node_value(v)))
+                .collect(),
+        ),
         other => other.clone(),
     }
 }
@@ -126,6 +142,10 @@ fn node_of(s: &Value) -> Result<AtenNode, String> {
         .ok_or("no outputs")?
         .iter()
         .map(|o| {
+            if o.get("shape").is_none_or(Value::is_null) {
+                // A number, not a tensor: no memory (drawn as an empty tensor).
+                return serde_json::json!({"shape": [0], "dtype": "uint8"});
+            }
             let contiguous = o.get("contiguous").and_then(Value::as_bool).unwrap_or(true);
             serde_json::json!({"shape": o["shape"], "dtype": o["dtype"], "contiguous": contiguous})
         })
@@ -143,6 +163,165 @@ fn dims(v: &[u64]) -> Shape {
     Shape(v.iter().map(|&d| Dim::fixed(d)).collect())
 }
 
+/// Contiguous strides of `sizes`.
+fn contiguous_strides(sizes: &[u64]) -> Vec<i64> {
+    let mut out = vec![0i64; sizes.len()];
+    let mut acc = 1i64;
+    for d in (0..sizes.len()).rev() {
+        out[d] = acc;
+        acc *= sizes[d].max(1) as i64;
+    }
+    out
+}
+
+/// c10's `is_contiguous` (size-1 axes' strides do not matter).
+fn is_contiguous(sizes: &[u64], strides: &[i64]) -> bool {
+    let mut expected = 1i64;
+    for d in (0..sizes.len()).rev() {
+        if sizes[d] == 0 {
+            return true;
+        }
+        if sizes[d] != 1 {
+            if strides[d] != expected {
+                return false;
+            }
+            expected *= sizes[d] as i64;
+        }
+    }
+    true
+}
+
+/// c10's `compute_non_overlapping_and_dense`: the axes, ordered by stride, tile the storage.
+fn non_overlapping_and_dense(sizes: &[u64], strides: &[i64]) -> bool {
+    if sizes.contains(&0) {
+        return true;
+    }
+    let mut axes: Vec<usize> = (0..sizes.len()).filter(|&d| sizes[d] != 1).collect();
+    axes.sort_by_key(|&d| (strides[d], sizes[d]));
+    let mut expected = 1i64;
+    for d in axes {
+        if strides[d] != expected {
+            return false;
+        }
+        expected *= sizes[d] as i64;
+    }
+    true
+}
+
+/// accumulate_grad.h's `obeys_layout_contract(grad, variable)`, for a strided grad of the
+/// variable's sizes: the variable's strides on its non-size-1 axes (and no stride 0) when the
+/// variable is non-overlapping and dense, else a contiguous grad.
+fn obeys_layout_contract(sizes: &[u64], var_strides: &[i64], grad_strides: &[i64]) -> bool {
+    if grad_strides.len() != sizes.len() {
+        return false;
+    }
+    if non_overlapping_and_dense(sizes, var_strides) {
+        (0..sizes.len()).all(|d| {
+            if sizes[d] != 1 {
+                grad_strides[d] == var_strides[d]
+            } else {
+                grad_strides[d] != 0
+            }
+        })
+    } else {
+        is_contiguous(sizes, grad_strides)
+    }
+}
+
+fn strides(v: &Value) -> Option<Vec<i64>> {
+    v.get("strides")?
+        .as_array()?
+        .iter()
+        .map(Value::as_i64)
+        .collect()
+}
+
+/// The incoming gradient as the leaf's view sees it.
+struct IncomingGrad<'a> {
+    sizes: &'a [u64],
+    strides: &'a [i64],
+    /// The op's output is a view of its input (the schema's `Tensor(a)`): its layout came
+    /// from the input's.
+    output_is_view: bool,
+    /// The output's dtype is the leaf's (a view across dtypes, `at::real` of a complex
+    /// gradient, has other strides).
+    same_dtype: bool,
+    /// The op's `dim` argument (the axis `select` drops).
+    dim: Option<i64>,
+}
+
+/// Whether `AccumulateGrad` keeps the formula's view of the incoming gradient as the leaf's
+/// `.grad` (no copy) for leaf `t`.
+fn view_is_kept(r: GradResult, t: &Value, g: &IncomingGrad) -> bool {
+    let (Some(sizes), Some(var)) = (shape(t), strides(t)) else {
+        return false;
+    };
+    let (g_sizes, g_strides) = (g.sizes, g.strides);
+    if !g.same_dtype {
+        return false;
+    }
+    let numel = |s: &[u64]| s.iter().product::<u64>();
+    match r {
+        // The caller holds the incoming gradient: its use count is above 1.
+        GradResult::Grad | GradResult::New => false,
+        // All of the incoming gradient, the output's layout undone: the leaf's layout when
+        // the output is a view of a dense leaf (ones_like preserves its strides); of a new
+        // output, the gradient's strides on the same non-size-1 axes in order (size-1 axes
+        // added or dropped), which a permutation does not keep.
+        GradResult::View if g.output_is_view => non_overlapping_and_dense(&sizes, &var),
+        GradResult::View => {
+            let big = |s: &[u64]| s.iter().copied().filter(|&d| d != 1).collect::<Vec<_>>();
+            if big(&sizes) != big(g_sizes) {
+                return false;
+            }
+            let mut from_g = g_sizes
+                .iter()
+                .zip(g_strides)
+                .filter(|(d, _)| **d != 1)
+                .map(|(_, s)| *s);
+            let view: Vec<i64> = sizes
+                .iter()
+                .map(|&d| {
+                    if d != 1 {
+                        from_g.next().unwrap_or(0)
+                    } else {
+                        1
+                    }
+                })
+                .collect();
+            obeys_layout_contract(&sizes, &var, &view)
+        }
+        // An expand that broadcasts nothing is a plain view; else stride 0.
+        GradResult::Expand => {
+            numel(&sizes) == numel(g_sizes) && non_overlapping_and_dense(&sizes, &var)
+        }
+        // A contiguous incoming gradient reshaped: a contiguous view.
+        GradResult::Reshape => {
+            is_contiguous(g_sizes, g_strides)
+                && obeys_layout_contract(&sizes, &var, &contiguous_strides(&sizes))
+        }
+        // A block of the incoming gradient, with its strides (an axis dropped by select).
+        GradResult::Part => {
+            let view: Vec<i64> = if sizes.len() == g_sizes.len() {
+                g_strides.to_vec()
+            } else if let (true, Some(d)) = (sizes.len() + 1 == g_sizes.len(), g.dim) {
+                let r = g_sizes.len() as i64;
+                let d = if d < 0 { d + r } else { d };
+                g_strides
+                    .iter()
+                    .enumerate()
+                    .filter(|&(k, _)| k as i64 != d)
+                    .map(|(_, &s)| s)
+                    .collect()
+            } else {
+                // A diagonal: strides summed.
+                return false;
+            };
+            obeys_layout_contract(&sizes, &var, &view)
+        }
+    }
+}
+
 /// The rule's phases for one sample.
 pub fn predict(s: &Value) -> Result<Phases, String> {
     let node = node_of(s)?;
@@ -151,14 +330,33 @@ pub fn predict(s: &Value) -> Result<Phases, String> {
         .iter()
         .map(|t| shape(t).map(|v| dims(&v)).ok_or("a tensor without a shape"))
         .collect::<Result<_, _>>()?;
-    let refs: Vec<&Shape> = shapes.iter().collect();
-    let rule = rule_for(&node, 1, &refs);
-    let out_bytes = |o: usize| node.bound[o].numel_at(1) * node.outputs[o].dtype.bytes();
-    let y = out_bytes(node.item);
     let requires_grad: Vec<bool> = tensors
         .iter()
         .map(|t| t.get("requires_grad").and_then(Value::as_bool) == Some(true))
         .collect();
+    // A gradient is dense: the tensor's elements at its dtype's size.
+    let dense_bytes: Vec<u64> = tensors
+        .iter()
+        .zip(&shapes)
+        .map(|(t, sh)| {
+            let e = t
+                .get("dtype")
+                .and_then(Value::as_str)
+                .and_then(ElemType::parse)
+                .map_or(4, ElemType::bytes);
+            sh.numel_at(1) * e
+        })
+        .collect();
+    let inputs: Vec<NodeInput> = shapes
+        .iter()
+        .enumerate()
+        .map(|(i, shape)| NodeInput {
+            shape,
+            bytes: dense_bytes[i],
+            requires_grad: requires_grad[i],
+        })
+        .collect();
+    let rule = rule_for_inputs(&node, 1, &inputs);
     let autograd = requires_grad.iter().any(|&r| r);
     let mut forward = match rule.output {
         Output::New(b) => b,
@@ -166,43 +364,61 @@ pub fn predict(s: &Value) -> Result<Phases, String> {
     };
     // Returns other than the node's value: saved ones are `Internal`, the rest the transient.
     forward += rule.forward_transient;
-    if autograd {
-        for x in &rule.saved {
-            if let Saved::Internal { bytes, .. } | Saved::Kept { bytes, .. } = x {
-                forward += bytes;
-            }
-        }
-    } else {
-        for x in &rule.saved {
-            if let Saved::Internal { bytes, .. } = x {
-                forward += bytes;
-            }
+    for x in &rule.saved {
+        match x {
+            Saved::Internal { bytes, .. } => forward += bytes,
+            Saved::Kept { bytes, .. } if autograd => forward += bytes,
+            _ => {}
         }
     }
     let measured_backward = s.get("backward").is_some_and(|b| !b.is_null());
-    let (mut grads, mut broadcast) = (0u64, 0u64);
-    for (i, g) in rule.grads.iter().enumerate() {
-        if !requires_grad.get(i).copied().unwrap_or(false) {
-            continue;
-        }
-        let t = &tensors[i];
-        let bytes = u(t, "nbytes").unwrap_or(0);
-        match g {
-            Grad::None => {}
-            _ => {
-                grads += bytes;
-                if shapes[i] != *node.shape() && matches!(g, Grad::New) {
-                    broadcast = broadcast.max(y);
+    let backward = measured_backward.then(|| {
+        let engine = engine_backward(&node, 1, &inputs);
+        // The incoming gradient: ones_like(output), the output's strides when dense.
+        let out = &s["outputs"][node.item];
+        let g_sizes = shape(out).unwrap_or_default();
+        let g_strides = match strides(out) {
+            Some(st) if non_overlapping_and_dense(&g_sizes, &st) => st,
+            _ => contiguous_strides(&g_sizes),
+        };
+        let dim = node
+            .op
+            .args
+            .iter()
+            .position(|x| x.name == "dim")
+            .and_then(|k| match node.arg(k) {
+                Some(AtenValue::Int(d)) => Some(*d),
+                // Left out: its schema default, 0 for every `dim` of a Part formula's op
+                // (stack, unbind, cat).
+                None if node.op.args[k].has_default => Some(0),
+                _ => None,
+            });
+        let out_dtype = out.get("dtype").and_then(Value::as_str);
+        let mut live = engine.new_bytes();
+        let mut peak = engine.peak;
+        for (i, g) in engine.inputs.iter().enumerate() {
+            if let InputGrad::OfGrad(r) = g {
+                let incoming = IncomingGrad {
+                    sizes: &g_sizes,
+                    strides: &g_strides,
+                    output_is_view: node.output_is_view(),
+                    same_dtype: tensors[i].get("dtype").and_then(Value::as_str) == out_dtype,
+                    dim,
+                };
+                if !view_is_kept(*r, &tensors[i], &incoming) {
+                    // clone_obey_contract: a new tensor of the leaf's size.
+                    live += dense_bytes[i];
+                    peak = peak.max(live);
                 }
             }
         }
-    }
-    let _ = out_bytes;
+        (peak, live)
+    });
     Ok(Phases {
         forward_peak: forward,
         forward_end: forward,
-        backward_peak: measured_backward.then(|| grads + rule.backward_transient.max(broadcast)),
-        backward_end: measured_backward.then_some(grads),
+        backward_peak: backward.map(|b| b.0),
+        backward_end: backward.map(|b| b.1),
     })
 }
 

@@ -131,21 +131,65 @@ pub struct GradFormula {
     pub input: u8,
     /// What the formula returns.
     pub result: GradResult,
+    /// A `New` result has the shape of the op's output: an elementwise expression of `grad`
+    /// (tensor operators, ATen operators tagged `pointwise`), so an argument broadcast to the
+    /// output gets its gradient at the output's shape, and autograd's engine sums it down
+    /// (`validate_outputs` in `torch/csrc/autograd/engine.cpp`: `at::sum_to`).
+    pub output_shaped: bool,
     /// Intermediate tensors the formula makes besides its result; C++ temporaries of one
     /// expression, alive until the expression ends.
     pub temporaries: Temporaries,
     /// The formula as derivatives.yaml writes it (for notes and docs).
     pub formula: &'static str,
+    /// The formula's reading when the op's Scalar arguments `unit.args` are all 1 (their
+    /// schema default), where that differs: `maybe_multiply(t, s)` (FunctionsManual.cpp)
+    /// returns `t` itself when `s` is 1 at run time, else `t * s`.
+    pub unit: Option<UnitReading>,
 }
 
-/// What a gradient formula returns.
+/// A gradient formula's reading when some Scalar arguments are 1.
+#[derive(Debug)]
+pub struct UnitReading {
+    /// The arguments (schema names) that must be 1.
+    pub args: &'static [&'static str],
+    pub result: GradResult,
+    pub temporaries: Temporaries,
+    pub output_shaped: bool,
+}
+
+/// What a gradient formula returns. All but `New` make no new memory; they differ in what
+/// autograd's `AccumulateGrad` does with them at a leaf (`torch/csrc/autograd/functions/
+/// accumulate_grad.h`, `accumulateGrad`): it keeps (steals) a gradient that no one else holds
+/// (`use_count() <= 1`) and that obeys the layout contract (`obeys_layout_contract`: the
+/// strides of the leaf on its non-size-1 axes, no stride 0; or contiguous for a leaf that is
+/// not non-overlapping and dense), and clones it otherwise (`clone_obey_contract`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GradResult {
     /// A new tensor.
     New,
-    /// The incoming gradient itself or a view of it (`grad`, `grad.t()`,
-    /// `handle_r_to_c(self, grad)`): no new memory.
-    OfGrad,
+    /// The incoming gradient itself (`grad`, `handle_r_to_c(self, grad)`, `grad.conj()` of a
+    /// real tensor): the same tensor, held by whoever holds the incoming gradient too.
+    Grad,
+    /// A view of all of the incoming gradient, its strides permuted, size-1 axes added or
+    /// dropped (`grad.t()`, `permute_backwards`, `unsqueeze_to`, `grad.squeeze(dim)`): a
+    /// fresh tensor of its own.
+    View,
+    /// A view of a block of the incoming gradient (`grad.narrow`, `grad.select`,
+    /// `grad.diagonal`: `cat_tensors_backward`, `stack_tensors_backward`), with the
+    /// gradient's strides.
+    Part,
+    /// A stride-0 view of it (`grad.expand`, `sum_backward`): never obeys the layout
+    /// contract.
+    Expand,
+    /// `grad.reshape(..)`: a view when the incoming gradient is contiguous, else a copy.
+    Reshape,
+}
+
+impl GradResult {
+    /// The incoming gradient or a view of it (no new memory when the formula runs).
+    pub fn of_grad(self) -> bool {
+        self != GradResult::New
+    }
 }
 
 /// How many intermediate tensors a gradient formula makes.

@@ -30,13 +30,43 @@ const fn g(
     input: u8,
     result: GradResult,
     temporaries: Temporaries,
+    output_shaped: bool,
     formula: &'static str,
 ) -> GradFormula {
     GradFormula {
         input,
         result,
         temporaries,
+        output_shaped,
         formula,
+        unit: None,
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+const fn gu(
+    input: u8,
+    result: GradResult,
+    temporaries: Temporaries,
+    output_shaped: bool,
+    formula: &'static str,
+    args: &'static [&'static str],
+    unit_result: GradResult,
+    unit_temporaries: Temporaries,
+    unit_output_shaped: bool,
+) -> GradFormula {
+    GradFormula {
+        input,
+        result,
+        temporaries,
+        output_shaped,
+        formula,
+        unit: Some(UnitReading {
+            args,
+            result: unit_result,
+            temporaries: unit_temporaries,
+            output_shaped: unit_output_shaped,
+        }),
     }
 }
 
@@ -220,7 +250,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(0), "_adaptive_avg_pool2d_backward(grad, self)"),
+                g(0, New, Counted(0), false, "_adaptive_avg_pool2d_backward(grad, self)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -240,8 +270,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "_adaptive_avg_pool2d_symint(grad, {grad_output.sym_size(-2), grad_output.sym_size(-1)})"),
-                g(1, New, Counted(0), "zeros_like(self)"),
+                g(0, New, Counted(0), false, "_adaptive_avg_pool2d_symint(grad, {grad_output.sym_size(-2), grad_output.sym_size(-1)})"),
+                g(1, New, Counted(0), false, "zeros_like(self)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -261,7 +291,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(0), "_adaptive_avg_pool3d_backward(grad, self)"),
+                g(0, New, Counted(0), false, "_adaptive_avg_pool3d_backward(grad, self)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -281,8 +311,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "_adaptive_avg_pool3d_symint(grad, { grad_output.sym_size(-3), grad_output.sym_size(-2), grad_output.sym_size(-1) })"),
-                g(1, New, Counted(0), "zeros_like(self)"),
+                g(0, New, Counted(0), false, "_adaptive_avg_pool3d_symint(grad, { grad_output.sym_size(-3), grad_output.sym_size(-2), grad_output.sym_size(-1) })"),
+                g(1, New, Counted(0), false, "zeros_like(self)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -498,9 +528,9 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1), Input(3), Input(4), Output(1), Output(2), Output(3)],
             grads: &[
-                g(0, New, Counted(0), "grad.defined() ? batch_norm_backward(grad, input, weight, running_mean, running_var, result1, result2, /*update*/false, eps, grad_input_mask, retain_variables ? result3.clone() : result3) : std::tuple<Tensor, Tensor, Tensor>()"),
-                g(1, New, Counted(0), "grad.defined() ? batch_norm_backward(grad, input, weight, running_mean, running_var, result1, result2, /*update*/false, eps, grad_input_mask, retain_variables ? result3.clone() : result3) : std::tuple<Tensor, Tensor, Tensor>()"),
-                g(2, New, Counted(0), "grad.defined() ? batch_norm_backward(grad, input, weight, running_mean, running_var, result1, result2, /*update*/false, eps, grad_input_mask, retain_variables ? result3.clone() : result3) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(0, New, Counted(0), false, "grad.defined() ? batch_norm_backward(grad, input, weight, running_mean, running_var, result1, result2, /*update*/false, eps, grad_input_mask, retain_variables ? result3.clone() : result3) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(1, New, Counted(0), false, "grad.defined() ? batch_norm_backward(grad, input, weight, running_mean, running_var, result1, result2, /*update*/false, eps, grad_input_mask, retain_variables ? result3.clone() : result3) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(2, New, Counted(0), false, "grad.defined() ? batch_norm_backward(grad, input, weight, running_mean, running_var, result1, result2, /*update*/false, eps, grad_input_mask, retain_variables ? result3.clone() : result3) : std::tuple<Tensor, Tensor, Tensor>()"),
             ],
             outputs_differentiable: &[true, true, true, true],
         },
@@ -520,9 +550,9 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1), Input(3), Input(4), Output(1), Output(2), Output(3)],
             grads: &[
-                g(0, New, Counted(0), "grad.defined() ? batch_norm_backward(grad, input, weight, running_mean, running_var, result1, result2, /*update*/true, eps, grad_input_mask, retain_variables ? result3.clone() : result3) : std::tuple<Tensor, Tensor, Tensor>()"),
-                g(1, New, Counted(0), "grad.defined() ? batch_norm_backward(grad, input, weight, running_mean, running_var, result1, result2, /*update*/true, eps, grad_input_mask, retain_variables ? result3.clone() : result3) : std::tuple<Tensor, Tensor, Tensor>()"),
-                g(2, New, Counted(0), "grad.defined() ? batch_norm_backward(grad, input, weight, running_mean, running_var, result1, result2, /*update*/true, eps, grad_input_mask, retain_variables ? result3.clone() : result3) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(0, New, Counted(0), false, "grad.defined() ? batch_norm_backward(grad, input, weight, running_mean, running_var, result1, result2, /*update*/true, eps, grad_input_mask, retain_variables ? result3.clone() : result3) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(1, New, Counted(0), false, "grad.defined() ? batch_norm_backward(grad, input, weight, running_mean, running_var, result1, result2, /*update*/true, eps, grad_input_mask, retain_variables ? result3.clone() : result3) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(2, New, Counted(0), false, "grad.defined() ? batch_norm_backward(grad, input, weight, running_mean, running_var, result1, result2, /*update*/true, eps, grad_input_mask, retain_variables ? result3.clone() : result3) : std::tuple<Tensor, Tensor, Tensor>()"),
             ],
             outputs_differentiable: &[true, true, true, true],
         },
@@ -542,9 +572,9 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1), Input(3), Input(4), Output(1), Output(2), Output(3)],
             grads: &[
-                g(0, New, Counted(0), "grad.defined() ? batch_norm_backward(grad, input, weight, running_mean, running_var, result1, result2, /*update*/true, eps, grad_input_mask, retain_variables ? result3.clone() : result3) : std::tuple<Tensor, Tensor, Tensor>()"),
-                g(1, New, Counted(0), "grad.defined() ? batch_norm_backward(grad, input, weight, running_mean, running_var, result1, result2, /*update*/true, eps, grad_input_mask, retain_variables ? result3.clone() : result3) : std::tuple<Tensor, Tensor, Tensor>()"),
-                g(2, New, Counted(0), "grad.defined() ? batch_norm_backward(grad, input, weight, running_mean, running_var, result1, result2, /*update*/true, eps, grad_input_mask, retain_variables ? result3.clone() : result3) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(0, New, Counted(0), false, "grad.defined() ? batch_norm_backward(grad, input, weight, running_mean, running_var, result1, result2, /*update*/true, eps, grad_input_mask, retain_variables ? result3.clone() : result3) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(1, New, Counted(0), false, "grad.defined() ? batch_norm_backward(grad, input, weight, running_mean, running_var, result1, result2, /*update*/true, eps, grad_input_mask, retain_variables ? result3.clone() : result3) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(2, New, Counted(0), false, "grad.defined() ? batch_norm_backward(grad, input, weight, running_mean, running_var, result1, result2, /*update*/true, eps, grad_input_mask, retain_variables ? result3.clone() : result3) : std::tuple<Tensor, Tensor, Tensor>()"),
             ],
             outputs_differentiable: &[true, true, true, true, true, true],
         },
@@ -627,8 +657,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1), Output(0)],
             grads: &[
-                g(0, New, Counted(1), "_cdist_backward(grad.contiguous(), x1, x2, p, result)"),
-                g(1, New, Counted(2), "_cdist_backward(grad.mT().contiguous(), x2, x1, p, result.mT().contiguous())"),
+                g(0, New, Counted(1), false, "_cdist_backward(grad.contiguous(), x1, x2, p, result)"),
+                g(1, New, Counted(2), false, "_cdist_backward(grad.mT().contiguous(), x2, x1, p, result.mT().contiguous())"),
             ],
             outputs_differentiable: &[true],
         },
@@ -683,7 +713,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, OfGrad, Counted(0), "grad"),
+                g(0, Grad, Counted(0), false, "grad"),
             ],
             outputs_differentiable: &[true],
         },
@@ -738,7 +768,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, OfGrad, Counted(0), "grad.conj()"),
+                g(0, Grad, Counted(0), false, "grad.conj()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -751,7 +781,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, OfGrad, Counted(0), "grad.conj()"),
+                g(0, Grad, Counted(0), false, "grad.conj()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -771,7 +801,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "grad.conj_physical()"),
+                g(0, New, Counted(0), true, "grad.conj_physical()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -791,9 +821,9 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Counted(1), "grad.defined() ? convolution_backward_symint(grad.contiguous(), self, weight, bias->sym_sizes(), stride, padding, dilation, /*transposed=*/ false, /*output_padding=*/ {{0, 0}}, /*groups=*/ 1, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
-                g(1, New, Counted(1), "grad.defined() ? convolution_backward_symint(grad.contiguous(), self, weight, bias->sym_sizes(), stride, padding, dilation, /*transposed=*/ false, /*output_padding=*/ {{0, 0}}, /*groups=*/ 1, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
-                g(3, New, Counted(1), "grad.defined() ? convolution_backward_symint(grad.contiguous(), self, weight, bias->sym_sizes(), stride, padding, dilation, /*transposed=*/ false, /*output_padding=*/ {{0, 0}}, /*groups=*/ 1, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(0, New, Counted(1), false, "grad.defined() ? convolution_backward_symint(grad.contiguous(), self, weight, bias->sym_sizes(), stride, padding, dilation, /*transposed=*/ false, /*output_padding=*/ {{0, 0}}, /*groups=*/ 1, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(1, New, Counted(1), false, "grad.defined() ? convolution_backward_symint(grad.contiguous(), self, weight, bias->sym_sizes(), stride, padding, dilation, /*transposed=*/ false, /*output_padding=*/ {{0, 0}}, /*groups=*/ 1, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(3, New, Counted(1), false, "grad.defined() ? convolution_backward_symint(grad.contiguous(), self, weight, bias->sym_sizes(), stride, padding, dilation, /*transposed=*/ false, /*output_padding=*/ {{0, 0}}, /*groups=*/ 1, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -855,9 +885,9 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Counted(0), "grad.defined() ? convolution_backward_symint(grad, input, weight, bias->sym_sizes(), stride, padding, dilation, transposed, output_padding, groups, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
-                g(1, New, Counted(0), "grad.defined() ? convolution_backward_symint(grad, input, weight, bias->sym_sizes(), stride, padding, dilation, transposed, output_padding, groups, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
-                g(2, New, Counted(0), "grad.defined() ? convolution_backward_symint(grad, input, weight, bias->sym_sizes(), stride, padding, dilation, transposed, output_padding, groups, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(0, New, Counted(0), false, "grad.defined() ? convolution_backward_symint(grad, input, weight, bias->sym_sizes(), stride, padding, dilation, transposed, output_padding, groups, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(1, New, Counted(0), false, "grad.defined() ? convolution_backward_symint(grad, input, weight, bias->sym_sizes(), stride, padding, dilation, transposed, output_padding, groups, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(2, New, Counted(0), false, "grad.defined() ? convolution_backward_symint(grad, input, weight, bias->sym_sizes(), stride, padding, dilation, transposed, output_padding, groups, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -947,7 +977,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1), Input(2), Input(3), Output(0), Output(1)],
             grads: &[
-                g(0, New, Counted(0), "_ctc_loss_backward(grad, log_probs, targets, input_lengths, target_lengths, result0, result1, blank, zero_infinity)"),
+                g(0, New, Counted(0), false, "_ctc_loss_backward(grad, log_probs, targets, input_lengths, target_lengths, result0, result1, blank, zero_infinity)"),
             ],
             outputs_differentiable: &[true, true],
         },
@@ -967,7 +997,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1), Output(0), Output(1)],
             grads: &[
-                g(0, New, Counted(0), "_ctc_loss_backward(grad, log_probs, targets, input_lengths, target_lengths, result0, result1, blank, zero_infinity)"),
+                g(0, New, Counted(0), false, "_ctc_loss_backward(grad, log_probs, targets, input_lengths, target_lengths, result0, result1, blank, zero_infinity)"),
             ],
             outputs_differentiable: &[true, true],
         },
@@ -1015,9 +1045,9 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1), Input(2), Input(3), Input(4), Input(5), Output(0), Output(1), Output(6), Output(7)],
             grads: &[
-                g(0, New, Counted(0), "_cudnn_attention_backward_symint(grad, query, key, value, output, logsumexp, philox_seed, philox_offset, attn_bias, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, scale)"),
-                g(1, New, Counted(0), "_cudnn_attention_backward_symint(grad, query, key, value, output, logsumexp, philox_seed, philox_offset, attn_bias, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, scale)"),
-                g(2, New, Counted(0), "_cudnn_attention_backward_symint(grad, query, key, value, output, logsumexp, philox_seed, philox_offset, attn_bias, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, scale)"),
+                g(0, New, Counted(0), false, "_cudnn_attention_backward_symint(grad, query, key, value, output, logsumexp, philox_seed, philox_offset, attn_bias, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, scale)"),
+                g(1, New, Counted(0), false, "_cudnn_attention_backward_symint(grad, query, key, value, output, logsumexp, philox_seed, philox_offset, attn_bias, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, scale)"),
+                g(2, New, Counted(0), false, "_cudnn_attention_backward_symint(grad, query, key, value, output, logsumexp, philox_seed, philox_offset, attn_bias, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, scale)"),
             ],
             outputs_differentiable: &[true, false, false, false, false, false, false, false, false],
         },
@@ -1030,7 +1060,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Output(0), Output(1)],
             grads: &[
-                g(0, New, Counted(0), "_cudnn_ctc_loss_backward(grad, result0, result1, zero_infinity)"),
+                g(0, New, Counted(0), false, "_cudnn_ctc_loss_backward(grad, result0, result1, zero_infinity)"),
             ],
             outputs_differentiable: &[true, true],
         },
@@ -1043,7 +1073,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Output(0), Output(1)],
             grads: &[
-                g(0, New, Counted(0), "_cudnn_ctc_loss_backward(grad, result0, result1, zero_infinity)"),
+                g(0, New, Counted(0), false, "_cudnn_ctc_loss_backward(grad, result0, result1, zero_infinity)"),
             ],
             outputs_differentiable: &[true, true],
         },
@@ -1077,10 +1107,10 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1), Input(4), Input(5), Input(15), Output(0), Output(3), Output(4)],
             grads: &[
-                g(0, New, Counted(0), "_cudnn_rnn_backward_symint(input, weight, weight_stride0, result4, hx, cx, result0, grads[0], grads[1], grads[2], mode, hidden_size, proj_size, num_layers, batch_first, dropout, train, bidirectional, batch_sizes, dropout_state, retain_variables ? result3.clone() : result3, grad_input_mask)"),
-                g(1, New, Counted(0), "_cudnn_rnn_backward_symint(input, weight, weight_stride0, result4, hx, cx, result0, grads[0], grads[1], grads[2], mode, hidden_size, proj_size, num_layers, batch_first, dropout, train, bidirectional, batch_sizes, dropout_state, retain_variables ? result3.clone() : result3, grad_input_mask)"),
-                g(4, New, Counted(0), "_cudnn_rnn_backward_symint(input, weight, weight_stride0, result4, hx, cx, result0, grads[0], grads[1], grads[2], mode, hidden_size, proj_size, num_layers, batch_first, dropout, train, bidirectional, batch_sizes, dropout_state, retain_variables ? result3.clone() : result3, grad_input_mask)"),
-                g(5, New, Counted(0), "_cudnn_rnn_backward_symint(input, weight, weight_stride0, result4, hx, cx, result0, grads[0], grads[1], grads[2], mode, hidden_size, proj_size, num_layers, batch_first, dropout, train, bidirectional, batch_sizes, dropout_state, retain_variables ? result3.clone() : result3, grad_input_mask)"),
+                g(0, New, Counted(0), false, "_cudnn_rnn_backward_symint(input, weight, weight_stride0, result4, hx, cx, result0, grads[0], grads[1], grads[2], mode, hidden_size, proj_size, num_layers, batch_first, dropout, train, bidirectional, batch_sizes, dropout_state, retain_variables ? result3.clone() : result3, grad_input_mask)"),
+                g(4, New, Counted(0), false, "_cudnn_rnn_backward_symint(input, weight, weight_stride0, result4, hx, cx, result0, grads[0], grads[1], grads[2], mode, hidden_size, proj_size, num_layers, batch_first, dropout, train, bidirectional, batch_sizes, dropout_state, retain_variables ? result3.clone() : result3, grad_input_mask)"),
+                g(5, New, Counted(0), false, "_cudnn_rnn_backward_symint(input, weight, weight_stride0, result4, hx, cx, result0, grads[0], grads[1], grads[2], mode, hidden_size, proj_size, num_layers, batch_first, dropout, train, bidirectional, batch_sizes, dropout_state, retain_variables ? result3.clone() : result3, grad_input_mask)"),
+                g(1, New, Counted(0), false, "_cudnn_rnn_backward_symint(input, weight, weight_stride0, result4, hx, cx, result0, grads[0], grads[1], grads[2], mode, hidden_size, proj_size, num_layers, batch_first, dropout, train, bidirectional, batch_sizes, dropout_state, retain_variables ? result3.clone() : result3, grad_input_mask)"),
             ],
             outputs_differentiable: &[true, true, true, false, false],
         },
@@ -1233,10 +1263,10 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1), Input(2), Input(3), Input(4), Input(5), Output(0), Output(1), Output(2), Output(3)],
             grads: &[
-                g(0, New, Counted(0), "_efficient_attention_backward_symint(grad, query, key, value, bias, output, cu_seqlens_q, cu_seqlens_k, max_seqlen_batch_q, max_seqlen_batch_k, logsumexp, dropout_p, philox_seed, philox_offset, custom_mask_type, bias.requires_grad(), scale)"),
-                g(1, New, Counted(0), "_efficient_attention_backward_symint(grad, query, key, value, bias, output, cu_seqlens_q, cu_seqlens_k, max_seqlen_batch_q, max_seqlen_batch_k, logsumexp, dropout_p, philox_seed, philox_offset, custom_mask_type, bias.requires_grad(), scale)"),
-                g(2, New, Counted(0), "_efficient_attention_backward_symint(grad, query, key, value, bias, output, cu_seqlens_q, cu_seqlens_k, max_seqlen_batch_q, max_seqlen_batch_k, logsumexp, dropout_p, philox_seed, philox_offset, custom_mask_type, bias.requires_grad(), scale)"),
-                g(3, New, Counted(0), "_efficient_attention_backward_symint(grad, query, key, value, bias, output, cu_seqlens_q, cu_seqlens_k, max_seqlen_batch_q, max_seqlen_batch_k, logsumexp, dropout_p, philox_seed, philox_offset, custom_mask_type, bias.requires_grad(), scale)"),
+                g(0, New, Counted(0), false, "_efficient_attention_backward_symint(grad, query, key, value, bias, output, cu_seqlens_q, cu_seqlens_k, max_seqlen_batch_q, max_seqlen_batch_k, logsumexp, dropout_p, philox_seed, philox_offset, custom_mask_type, bias.requires_grad(), scale)"),
+                g(1, New, Counted(0), false, "_efficient_attention_backward_symint(grad, query, key, value, bias, output, cu_seqlens_q, cu_seqlens_k, max_seqlen_batch_q, max_seqlen_batch_k, logsumexp, dropout_p, philox_seed, philox_offset, custom_mask_type, bias.requires_grad(), scale)"),
+                g(2, New, Counted(0), false, "_efficient_attention_backward_symint(grad, query, key, value, bias, output, cu_seqlens_q, cu_seqlens_k, max_seqlen_batch_q, max_seqlen_batch_k, logsumexp, dropout_p, philox_seed, philox_offset, custom_mask_type, bias.requires_grad(), scale)"),
+                g(3, New, Counted(0), false, "_efficient_attention_backward_symint(grad, query, key, value, bias, output, cu_seqlens_q, cu_seqlens_k, max_seqlen_batch_q, max_seqlen_batch_k, logsumexp, dropout_p, philox_seed, philox_offset, custom_mask_type, bias.requires_grad(), scale)"),
             ],
             outputs_differentiable: &[true, false, false, false, false, false],
         },
@@ -1263,8 +1293,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1), Input(2), Input(6), Output(1), Output(2), Output(3)],
             grads: &[
-                g(0, New, Counted(0), "_embedding_bag_backward_symint(grad, indices, offsets, result1, result2, result3, weight.sym_size(0), scale_grad_by_freq, mode, sparse, per_sample_weights, padding_idx)"),
-                g(6, New, Counted(0), "_embedding_bag_per_sample_weights_backward(grad, weight, indices, offsets, result1, mode, padding_idx)"),
+                g(6, New, Counted(0), false, "_embedding_bag_per_sample_weights_backward(grad, weight, indices, offsets, result1, mode, padding_idx)"),
+                g(0, New, Counted(0), false, "_embedding_bag_backward_symint(grad, indices, offsets, result1, result2, result3, weight.sym_size(0), scale_grad_by_freq, mode, sparse, per_sample_weights, padding_idx)"),
             ],
             outputs_differentiable: &[true, true, true, true],
         },
@@ -1368,8 +1398,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1), Output(0)],
             grads: &[
-                g(0, New, Counted(8), "_euclidean_dist_backward(grad, x1, x2, result)"),
-                g(1, New, Counted(8), "_euclidean_dist_backward(grad, x1, x2, result)"),
+                g(0, New, Counted(8), false, "_euclidean_dist_backward(grad, x1, x2, result)"),
+                g(1, New, Counted(8), false, "_euclidean_dist_backward(grad, x1, x2, result)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -1389,9 +1419,9 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1), Input(2)],
             grads: &[
-                g(0, New, Counted(0), "grad.defined() ? _fake_quantize_learnable_per_channel_affine_backward(grad, self, scale, zero_point, axis, quant_min, quant_max, grad_factor) : std::tuple<Tensor, Tensor, Tensor>()"),
-                g(1, New, Counted(0), "grad.defined() ? _fake_quantize_learnable_per_channel_affine_backward(grad, self, scale, zero_point, axis, quant_min, quant_max, grad_factor) : std::tuple<Tensor, Tensor, Tensor>()"),
-                g(2, New, Counted(0), "grad.defined() ? _fake_quantize_learnable_per_channel_affine_backward(grad, self, scale, zero_point, axis, quant_min, quant_max, grad_factor) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(0, New, Counted(0), false, "grad.defined() ? _fake_quantize_learnable_per_channel_affine_backward(grad, self, scale, zero_point, axis, quant_min, quant_max, grad_factor) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(1, New, Counted(0), false, "grad.defined() ? _fake_quantize_learnable_per_channel_affine_backward(grad, self, scale, zero_point, axis, quant_min, quant_max, grad_factor) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(2, New, Counted(0), false, "grad.defined() ? _fake_quantize_learnable_per_channel_affine_backward(grad, self, scale, zero_point, axis, quant_min, quant_max, grad_factor) : std::tuple<Tensor, Tensor, Tensor>()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -1418,9 +1448,9 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1), Input(2)],
             grads: &[
-                g(0, New, Counted(0), "grad.defined() ? _fake_quantize_learnable_per_tensor_affine_backward(grad, self, scale, zero_point, quant_min, quant_max, grad_factor) : std::tuple<Tensor, Tensor, Tensor>()"),
-                g(1, New, Counted(0), "grad.defined() ? _fake_quantize_learnable_per_tensor_affine_backward(grad, self, scale, zero_point, quant_min, quant_max, grad_factor) : std::tuple<Tensor, Tensor, Tensor>()"),
-                g(2, New, Counted(0), "grad.defined() ? _fake_quantize_learnable_per_tensor_affine_backward(grad, self, scale, zero_point, quant_min, quant_max, grad_factor) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(0, New, Counted(0), false, "grad.defined() ? _fake_quantize_learnable_per_tensor_affine_backward(grad, self, scale, zero_point, quant_min, quant_max, grad_factor) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(1, New, Counted(0), false, "grad.defined() ? _fake_quantize_learnable_per_tensor_affine_backward(grad, self, scale, zero_point, quant_min, quant_max, grad_factor) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(2, New, Counted(0), false, "grad.defined() ? _fake_quantize_learnable_per_tensor_affine_backward(grad, self, scale, zero_point, quant_min, quant_max, grad_factor) : std::tuple<Tensor, Tensor, Tensor>()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -1447,7 +1477,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Output(1)],
             grads: &[
-                g(0, New, Counted(0), "fake_quantize_per_tensor_affine_cachemask_backward(grad, mask)"),
+                g(0, New, Counted(0), false, "fake_quantize_per_tensor_affine_cachemask_backward(grad, mask)"),
             ],
             outputs_differentiable: &[true, true],
         },
@@ -1467,7 +1497,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "_fft_c2c_symint(grad, dim, normalization, !forward)"),
+                g(0, New, Counted(0), false, "_fft_c2c_symint(grad, dim, normalization, !forward)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -1487,7 +1517,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Opaque("fft_c2r_backward"), "fft_c2r_backward(grad, dim, normalization)"),
+                g(0, New, Opaque("fft_c2r_backward"), false, "fft_c2r_backward(grad, dim, normalization)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -1507,7 +1537,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Opaque("fft_r2c_backward"), "fft_r2c_backward(grad, dim, normalization, onesided, self.sym_size(dim.back()))"),
+                g(0, New, Opaque("fft_r2c_backward"), false, "fft_r2c_backward(grad, dim, normalization, onesided, self.sym_size(dim.back()))"),
             ],
             outputs_differentiable: &[true],
         },
@@ -1541,9 +1571,9 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1), Input(2), Input(3), Input(4), Output(0), Output(1), Output(2), Output(3)],
             grads: &[
-                g(0, New, Counted(0), "_flash_attention_backward_symint(grad, query, key, value, output, softmax_logsumexp, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, rng_state, unused, scale, window_size_left, window_size_right)"),
-                g(1, New, Counted(0), "_flash_attention_backward_symint(grad, query, key, value, output, softmax_logsumexp, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, rng_state, unused, scale, window_size_left, window_size_right)"),
-                g(2, New, Counted(0), "_flash_attention_backward_symint(grad, query, key, value, output, softmax_logsumexp, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, rng_state, unused, scale, window_size_left, window_size_right)"),
+                g(0, New, Counted(0), false, "_flash_attention_backward_symint(grad, query, key, value, output, softmax_logsumexp, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, rng_state, unused, scale, window_size_left, window_size_right)"),
+                g(1, New, Counted(0), false, "_flash_attention_backward_symint(grad, query, key, value, output, softmax_logsumexp, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, rng_state, unused, scale, window_size_left, window_size_right)"),
+                g(2, New, Counted(0), false, "_flash_attention_backward_symint(grad, query, key, value, output, softmax_logsumexp, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, rng_state, unused, scale, window_size_left, window_size_right)"),
             ],
             outputs_differentiable: &[true, false, false, false, false],
         },
@@ -1577,7 +1607,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(1), "grad * self.sgn()"),
+                g(0, New, Counted(1), true, "grad * self.sgn()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -1597,7 +1627,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(1), "grad * self.sgn()"),
+                g(0, New, Counted(1), true, "grad * self.sgn()"),
             ],
             outputs_differentiable: &[],
         },
@@ -1610,7 +1640,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(5), "grad * -((-self * self + 1).rsqrt()).conj()"),
+                g(0, New, Counted(5), true, "grad * -((-self * self + 1).rsqrt()).conj()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -1630,7 +1660,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(5), "grad * -((-self * self + 1).rsqrt()).conj()"),
+                g(0, New, Counted(5), true, "grad * -((-self * self + 1).rsqrt()).conj()"),
             ],
             outputs_differentiable: &[],
         },
@@ -1643,8 +1673,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, OfGrad, Counted(0), "handle_r_to_c(self_scalar_type, grad)"),
-                g(1, New, Counted(0), "handle_r_to_c(other_scalar_type, maybe_multiply(grad, alpha.conj()))"),
+                gu(1, New, Counted(0), true, "handle_r_to_c(other_scalar_type, maybe_multiply(grad, alpha.conj()))", &["alpha"], Grad, Counted(0), false),
+                g(0, Grad, Counted(0), false, "handle_r_to_c(self_scalar_type, grad)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -1664,7 +1694,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, OfGrad, Counted(0), "handle_r_to_c(self_scalar_type, grad)"),
+                g(0, Grad, Counted(0), false, "handle_r_to_c(self_scalar_type, grad)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -1677,7 +1707,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, OfGrad, Counted(0), "handle_r_to_c(self_scalar_type, grad)"),
+                g(0, Grad, Counted(0), false, "handle_r_to_c(self_scalar_type, grad)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -1704,8 +1734,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, OfGrad, Counted(0), "handle_r_to_c(self_scalar_type, grad)"),
-                g(1, New, Counted(0), "handle_r_to_c(other_scalar_type, maybe_multiply(grad, alpha.conj()))"),
+                gu(1, New, Counted(0), true, "handle_r_to_c(other_scalar_type, maybe_multiply(grad, alpha.conj()))", &["alpha"], Grad, Counted(0), false),
+                g(0, Grad, Counted(0), false, "handle_r_to_c(self_scalar_type, grad)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -1725,8 +1755,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, OfGrad, Counted(0), "handle_r_to_c(self.scalar_type(), grad)"),
-                g(1, New, Counted(0), "handle_r_to_c(other.scalar_type(), maybe_multiply(grad, alpha.conj()))"),
+                gu(1, New, Counted(0), true, "handle_r_to_c(other.scalar_type(), maybe_multiply(grad, alpha.conj()))", &["alpha"], Grad, Counted(0), false),
+                g(0, Grad, Counted(0), false, "handle_r_to_c(self.scalar_type(), grad)"),
             ],
             outputs_differentiable: &[],
         },
@@ -1739,7 +1769,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, OfGrad, Counted(0), "handle_r_to_c(self.scalar_type(), grad)"),
+                g(0, Grad, Counted(0), false, "handle_r_to_c(self.scalar_type(), grad)"),
             ],
             outputs_differentiable: &[],
         },
@@ -1752,7 +1782,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, OfGrad, Counted(0), "handle_r_to_c(self.scalar_type(), grad)"),
+                g(0, Grad, Counted(0), false, "handle_r_to_c(self.scalar_type(), grad)"),
             ],
             outputs_differentiable: &[],
         },
@@ -1765,8 +1795,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, OfGrad, Counted(0), "handle_r_to_c(self.scalar_type(), grad)"),
-                g(1, New, Counted(0), "handle_r_to_c(other.scalar_type(), maybe_multiply(grad, alpha.conj()))"),
+                gu(1, New, Counted(0), true, "handle_r_to_c(other.scalar_type(), maybe_multiply(grad, alpha.conj()))", &["alpha"], Grad, Counted(0), false),
+                g(0, Grad, Counted(0), false, "handle_r_to_c(self.scalar_type(), grad)"),
             ],
             outputs_differentiable: &[],
         },
@@ -1779,9 +1809,9 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1), Input(2)],
             grads: &[
-                g(0, OfGrad, Counted(0), "handle_r_to_c(self_scalar_type, grad)"),
-                g(1, New, Counted(1), "handle_r_to_c(tensor1_scalar_type, grad * (value / tensor2).conj())"),
-                g(2, New, Counted(4), "handle_r_to_c(tensor2_scalar_type, -grad * (value * tensor1 / (tensor2 * tensor2)).conj())"),
+                g(0, Grad, Counted(0), false, "handle_r_to_c(self_scalar_type, grad)"),
+                g(1, New, Counted(1), true, "handle_r_to_c(tensor1_scalar_type, grad * (value / tensor2).conj())"),
+                g(2, New, Counted(4), true, "handle_r_to_c(tensor2_scalar_type, -grad * (value * tensor1 / (tensor2 * tensor2)).conj())"),
             ],
             outputs_differentiable: &[true],
         },
@@ -1794,9 +1824,9 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1), Input(2)],
             grads: &[
-                g(0, OfGrad, Counted(0), "handle_r_to_c(self_scalar_type, grad)"),
-                g(1, New, Counted(1), "handle_r_to_c(tensor1_scalar_type, grad * (value / tensor2).conj())"),
-                g(2, New, Counted(4), "handle_r_to_c(tensor2_scalar_type, -grad * (value * tensor1 / (tensor2 * tensor2)).conj())"),
+                g(0, Grad, Counted(0), false, "handle_r_to_c(self_scalar_type, grad)"),
+                g(1, New, Counted(1), true, "handle_r_to_c(tensor1_scalar_type, grad * (value / tensor2).conj())"),
+                g(2, New, Counted(4), true, "handle_r_to_c(tensor2_scalar_type, -grad * (value * tensor1 / (tensor2 * tensor2)).conj())"),
             ],
             outputs_differentiable: &[true],
         },
@@ -1837,9 +1867,9 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(1), Input(2)],
             grads: &[
-                g(0, OfGrad, Counted(0), "handle_r_to_c(self.scalar_type(), grad)"),
-                g(1, New, Counted(1), "handle_r_to_c(tensor1.scalar_type(), grad * (value / tensor2).conj())"),
-                g(2, New, Counted(4), "handle_r_to_c(tensor2.scalar_type(), -grad * (value * tensor1 / (tensor2 * tensor2)).conj())"),
+                g(0, Grad, Counted(0), false, "handle_r_to_c(self.scalar_type(), grad)"),
+                g(1, New, Counted(1), true, "handle_r_to_c(tensor1.scalar_type(), grad * (value / tensor2).conj())"),
+                g(2, New, Counted(4), true, "handle_r_to_c(tensor2.scalar_type(), -grad * (value * tensor1 / (tensor2 * tensor2)).conj())"),
             ],
             outputs_differentiable: &[],
         },
@@ -1852,9 +1882,9 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(1), Input(2)],
             grads: &[
-                g(0, OfGrad, Counted(0), "handle_r_to_c(self.scalar_type(), grad)"),
-                g(1, New, Counted(1), "handle_r_to_c(tensor1.scalar_type(), grad * (value / tensor2).conj())"),
-                g(2, New, Counted(4), "handle_r_to_c(tensor2.scalar_type(), -grad * (value * tensor1 / (tensor2 * tensor2)).conj())"),
+                g(0, Grad, Counted(0), false, "handle_r_to_c(self.scalar_type(), grad)"),
+                g(1, New, Counted(1), true, "handle_r_to_c(tensor1.scalar_type(), grad * (value / tensor2).conj())"),
+                g(2, New, Counted(4), true, "handle_r_to_c(tensor2.scalar_type(), -grad * (value * tensor1 / (tensor2 * tensor2)).conj())"),
             ],
             outputs_differentiable: &[],
         },
@@ -1874,9 +1904,9 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1), Input(2)],
             grads: &[
-                g(0, OfGrad, Counted(0), "handle_r_to_c(self_scalar_type, grad)"),
-                g(1, New, Counted(1), "handle_r_to_c(tensor1_scalar_type, grad * (tensor2 * value).conj())"),
-                g(2, New, Counted(1), "handle_r_to_c(tensor2_scalar_type, grad * (tensor1 * value).conj())"),
+                g(0, Grad, Counted(0), false, "handle_r_to_c(self_scalar_type, grad)"),
+                g(1, New, Counted(1), true, "handle_r_to_c(tensor1_scalar_type, grad * (tensor2 * value).conj())"),
+                g(2, New, Counted(1), true, "handle_r_to_c(tensor2_scalar_type, grad * (tensor1 * value).conj())"),
             ],
             outputs_differentiable: &[true],
         },
@@ -1889,9 +1919,9 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1), Input(2)],
             grads: &[
-                g(0, OfGrad, Counted(0), "handle_r_to_c(self_scalar_type, grad)"),
-                g(1, New, Counted(1), "handle_r_to_c(tensor1_scalar_type, grad * (tensor2 * value).conj())"),
-                g(2, New, Counted(1), "handle_r_to_c(tensor2_scalar_type, grad * (tensor1 * value).conj())"),
+                g(0, Grad, Counted(0), false, "handle_r_to_c(self_scalar_type, grad)"),
+                g(1, New, Counted(1), true, "handle_r_to_c(tensor1_scalar_type, grad * (tensor2 * value).conj())"),
+                g(2, New, Counted(1), true, "handle_r_to_c(tensor2_scalar_type, grad * (tensor1 * value).conj())"),
             ],
             outputs_differentiable: &[true],
         },
@@ -1932,9 +1962,9 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(1), Input(2)],
             grads: &[
-                g(0, OfGrad, Counted(0), "handle_r_to_c(self.scalar_type(), grad)"),
-                g(1, New, Counted(1), "handle_r_to_c(tensor1.scalar_type(), grad * (tensor2 * value).conj())"),
-                g(2, New, Counted(1), "handle_r_to_c(tensor2.scalar_type(), grad * (tensor1 * value).conj())"),
+                g(0, Grad, Counted(0), false, "handle_r_to_c(self.scalar_type(), grad)"),
+                g(1, New, Counted(1), true, "handle_r_to_c(tensor1.scalar_type(), grad * (tensor2 * value).conj())"),
+                g(2, New, Counted(1), true, "handle_r_to_c(tensor2.scalar_type(), grad * (tensor1 * value).conj())"),
             ],
             outputs_differentiable: &[],
         },
@@ -1947,9 +1977,9 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(1), Input(2)],
             grads: &[
-                g(0, OfGrad, Counted(0), "handle_r_to_c(self.scalar_type(), grad)"),
-                g(1, New, Counted(1), "handle_r_to_c(tensor1.scalar_type(), grad * (tensor2 * value).conj())"),
-                g(2, New, Counted(1), "handle_r_to_c(tensor2.scalar_type(), grad * (tensor1 * value).conj())"),
+                g(0, Grad, Counted(0), false, "handle_r_to_c(self.scalar_type(), grad)"),
+                g(1, New, Counted(1), true, "handle_r_to_c(tensor1.scalar_type(), grad * (tensor2 * value).conj())"),
+                g(2, New, Counted(1), true, "handle_r_to_c(tensor2.scalar_type(), grad * (tensor1 * value).conj())"),
             ],
             outputs_differentiable: &[],
         },
@@ -1969,7 +1999,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(4), "grad * (-self * self + 1).rsqrt().conj()"),
+                g(0, New, Counted(4), true, "grad * (-self * self + 1).rsqrt().conj()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -1989,7 +2019,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(4), "grad * (-self * self + 1).rsqrt().conj()"),
+                g(0, New, Counted(4), true, "grad * (-self * self + 1).rsqrt().conj()"),
             ],
             outputs_differentiable: &[],
         },
@@ -2002,7 +2032,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(2), "grad / (self * self + 1).conj()"),
+                g(0, New, Counted(2), true, "grad / (self * self + 1).conj()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -2022,7 +2052,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(2), "grad / (self * self + 1).conj()"),
+                g(0, New, Counted(2), true, "grad / (self * self + 1).conj()"),
             ],
             outputs_differentiable: &[],
         },
@@ -2035,7 +2065,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "zeros_like(grad)"),
+                g(0, New, Counted(0), false, "zeros_like(grad)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -2055,7 +2085,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "zeros_like(grad)"),
+                g(0, New, Counted(0), false, "zeros_like(grad)"),
             ],
             outputs_differentiable: &[],
         },
@@ -2068,8 +2098,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Counted(2), "where(self <= max, grad, at::scalar_tensor(0., grad.options()))"),
-                g(1, New, Counted(2), "where(self > max, grad, at::scalar_tensor(0., grad.options()))"),
+                g(1, New, Counted(2), true, "where(self > max, grad, at::scalar_tensor(0., grad.options()))"),
+                g(0, New, Counted(2), true, "where(self <= max, grad, at::scalar_tensor(0., grad.options()))"),
             ],
             outputs_differentiable: &[true],
         },
@@ -2089,7 +2119,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(2), "where(self <= max, grad, at::scalar_tensor(0., grad.options()))"),
+                g(0, New, Counted(2), true, "where(self <= max, grad, at::scalar_tensor(0., grad.options()))"),
             ],
             outputs_differentiable: &[true],
         },
@@ -2102,7 +2132,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(2), "where(self <= max, grad, at::scalar_tensor(0., grad.options()))"),
+                g(0, New, Counted(2), true, "where(self <= max, grad, at::scalar_tensor(0., grad.options()))"),
             ],
             outputs_differentiable: &[true],
         },
@@ -2129,8 +2159,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Counted(2), "where(self <= max, grad, at::scalar_tensor(0., grad.options()))"),
-                g(1, New, Counted(2), "where(self > max, grad, at::scalar_tensor(0., grad.options()))"),
+                g(1, New, Counted(2), true, "where(self > max, grad, at::scalar_tensor(0., grad.options()))"),
+                g(0, New, Counted(2), true, "where(self <= max, grad, at::scalar_tensor(0., grad.options()))"),
             ],
             outputs_differentiable: &[],
         },
@@ -2143,7 +2173,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(2), "where(self <= max, grad, at::scalar_tensor(0., grad.options()))"),
+                g(0, New, Counted(2), true, "where(self <= max, grad, at::scalar_tensor(0., grad.options()))"),
             ],
             outputs_differentiable: &[],
         },
@@ -2156,7 +2186,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(2), "where(self <= max, grad, at::scalar_tensor(0., grad.options()))"),
+                g(0, New, Counted(2), true, "where(self <= max, grad, at::scalar_tensor(0., grad.options()))"),
             ],
             outputs_differentiable: &[],
         },
@@ -2169,8 +2199,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Counted(2), "where(self >= min, grad, at::scalar_tensor(0., grad.options()))"),
-                g(1, New, Counted(2), "where(self < min, grad, at::scalar_tensor(0., grad.options()))"),
+                g(1, New, Counted(2), true, "where(self < min, grad, at::scalar_tensor(0., grad.options()))"),
+                g(0, New, Counted(2), true, "where(self >= min, grad, at::scalar_tensor(0., grad.options()))"),
             ],
             outputs_differentiable: &[true],
         },
@@ -2190,7 +2220,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(2), "where(self >= min, grad, at::scalar_tensor(0., grad.options()))"),
+                g(0, New, Counted(2), true, "where(self >= min, grad, at::scalar_tensor(0., grad.options()))"),
             ],
             outputs_differentiable: &[true],
         },
@@ -2203,7 +2233,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(2), "where(self >= min, grad, at::scalar_tensor(0., grad.options()))"),
+                g(0, New, Counted(2), true, "where(self >= min, grad, at::scalar_tensor(0., grad.options()))"),
             ],
             outputs_differentiable: &[true],
         },
@@ -2230,8 +2260,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Counted(2), "where(self >= min, grad, at::scalar_tensor(0., grad.options()))"),
-                g(1, New, Counted(2), "where(self < min, grad, at::scalar_tensor(0., grad.options()))"),
+                g(1, New, Counted(2), true, "where(self < min, grad, at::scalar_tensor(0., grad.options()))"),
+                g(0, New, Counted(2), true, "where(self >= min, grad, at::scalar_tensor(0., grad.options()))"),
             ],
             outputs_differentiable: &[],
         },
@@ -2244,7 +2274,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(2), "where(self >= min, grad, at::scalar_tensor(0., grad.options()))"),
+                g(0, New, Counted(2), true, "where(self >= min, grad, at::scalar_tensor(0., grad.options()))"),
             ],
             outputs_differentiable: &[],
         },
@@ -2257,7 +2287,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(2), "where(self >= min, grad, at::scalar_tensor(0., grad.options()))"),
+                g(0, New, Counted(2), true, "where(self >= min, grad, at::scalar_tensor(0., grad.options()))"),
             ],
             outputs_differentiable: &[],
         },
@@ -2291,7 +2321,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(2), "grad * -self.sin().conj()"),
+                g(0, New, Counted(2), true, "grad * -self.sin().conj()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -2311,7 +2341,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(2), "grad * -self.sin().conj()"),
+                g(0, New, Counted(2), true, "grad * -self.sin().conj()"),
             ],
             outputs_differentiable: &[],
         },
@@ -2324,7 +2354,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(1), "grad * self.sinh().conj()"),
+                g(0, New, Counted(1), true, "grad * self.sinh().conj()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -2344,7 +2374,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(1), "grad * self.sinh().conj()"),
+                g(0, New, Counted(1), true, "grad * self.sinh().conj()"),
             ],
             outputs_differentiable: &[],
         },
@@ -2357,8 +2387,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Counted(0), "div_tensor_self_backward(grads[i], other[i], self[i].scalar_type())"),
-                g(1, New, Counted(3), "div_tensor_other_backward(grads[i], self[i], other[i])"),
+                g(1, New, Counted(3), true, "div_tensor_other_backward(grads[i], self[i], other[i])"),
+                g(0, New, Counted(0), true, "div_tensor_self_backward(grads[i], other[i], self[i].scalar_type())"),
             ],
             outputs_differentiable: &[true],
         },
@@ -2378,7 +2408,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(0), "div_tensor_self_backward(grad, other, self_scalar_type)"),
+                g(0, New, Counted(0), true, "div_tensor_self_backward(grad, other, self_scalar_type)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -2391,7 +2421,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(0), "div_tensor_self_backward(grad, other, self_scalar_type)"),
+                g(0, New, Counted(0), true, "div_tensor_self_backward(grad, other, self_scalar_type)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -2418,8 +2448,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Counted(0), "div_tensor_self_backward(grad, other, self_scalar_type)"),
-                g(1, New, Counted(3), "div_tensor_other_backward(grad, self, other)"),
+                g(1, New, Counted(3), true, "div_tensor_other_backward(grad, self, other)"),
+                g(0, New, Counted(0), true, "div_tensor_self_backward(grad, other, self_scalar_type)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -2439,8 +2469,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Counted(0), "div_tensor_self_backward(grad, other, self.scalar_type())"),
-                g(1, New, Counted(3), "div_tensor_other_backward(grad, self, other)"),
+                g(1, New, Counted(3), true, "div_tensor_other_backward(grad, self, other)"),
+                g(0, New, Counted(0), true, "div_tensor_self_backward(grad, other, self.scalar_type())"),
             ],
             outputs_differentiable: &[],
         },
@@ -2453,7 +2483,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "div_tensor_self_backward(grad, other, self.scalar_type())"),
+                g(0, New, Counted(0), true, "div_tensor_self_backward(grad, other, self.scalar_type())"),
             ],
             outputs_differentiable: &[],
         },
@@ -2466,7 +2496,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "div_tensor_self_backward(grad, other, self.scalar_type())"),
+                g(0, New, Counted(0), true, "div_tensor_self_backward(grad, other, self.scalar_type())"),
             ],
             outputs_differentiable: &[],
         },
@@ -2479,8 +2509,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Counted(0), "div_tensor_self_backward(grad, other, self.scalar_type())"),
-                g(1, New, Counted(3), "div_tensor_other_backward(grad, self, other)"),
+                g(1, New, Counted(3), true, "div_tensor_other_backward(grad, self, other)"),
+                g(0, New, Counted(0), true, "div_tensor_self_backward(grad, other, self.scalar_type())"),
             ],
             outputs_differentiable: &[],
         },
@@ -2493,7 +2523,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(4), "2.0 / sqrt(M_PI) * exp(-(self.pow(2))) * grad"),
+                g(0, New, Counted(4), true, "2.0 / sqrt(M_PI) * exp(-(self.pow(2))) * grad"),
             ],
             outputs_differentiable: &[true],
         },
@@ -2513,7 +2543,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(4), "2.0 / sqrt(M_PI) * exp(-(self.pow(2))) * grad"),
+                g(0, New, Counted(4), true, "2.0 / sqrt(M_PI) * exp(-(self.pow(2))) * grad"),
             ],
             outputs_differentiable: &[],
         },
@@ -2526,7 +2556,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(4), "-2.0 / sqrt(M_PI) * exp(-(self.pow(2))) * grad"),
+                g(0, New, Counted(4), true, "-2.0 / sqrt(M_PI) * exp(-(self.pow(2))) * grad"),
             ],
             outputs_differentiable: &[true],
         },
@@ -2546,7 +2576,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(4), "-2.0 / sqrt(M_PI) * exp(-(self.pow(2))) * grad"),
+                g(0, New, Counted(4), true, "-2.0 / sqrt(M_PI) * exp(-(self.pow(2))) * grad"),
             ],
             outputs_differentiable: &[],
         },
@@ -2559,7 +2589,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Output(0)],
             grads: &[
-                g(0, New, Counted(0), "grad * result.conj()"),
+                g(0, New, Counted(0), true, "grad * result.conj()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -2579,7 +2609,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(0), "grad * result.conj()"),
+                g(0, New, Counted(0), true, "grad * result.conj()"),
             ],
             outputs_differentiable: &[],
         },
@@ -2592,7 +2622,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Output(0)],
             grads: &[
-                g(0, New, Counted(1), "grad * (result.conj() + 1)"),
+                g(0, New, Counted(1), true, "grad * (result.conj() + 1)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -2612,7 +2642,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(1), "grad * (result.conj() + 1)"),
+                g(0, New, Counted(1), true, "grad * (result.conj() + 1)"),
             ],
             outputs_differentiable: &[],
         },
@@ -2625,7 +2655,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "zeros_like(grad)"),
+                g(0, New, Counted(0), false, "zeros_like(grad)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -2645,7 +2675,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "zeros_like(grad)"),
+                g(0, New, Counted(0), false, "zeros_like(grad)"),
             ],
             outputs_differentiable: &[],
         },
@@ -2658,7 +2688,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, OfGrad, Counted(0), "grad"),
+                g(0, Grad, Counted(0), false, "grad"),
             ],
             outputs_differentiable: &[true],
         },
@@ -2678,7 +2708,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, OfGrad, Counted(0), "grad"),
+                g(0, Grad, Counted(0), false, "grad"),
             ],
             outputs_differentiable: &[],
         },
@@ -2691,9 +2721,9 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1), Input(2)],
             grads: &[
-                g(0, New, Counted(0), "grad * (1 - weight).conj()"),
-                g(1, New, Counted(0), "grad * weight.conj()"),
-                g(2, New, Counted(1), "grad * (end - self).conj()"),
+                g(1, New, Counted(0), true, "grad * weight.conj()"),
+                g(0, New, Counted(0), true, "grad * (1 - weight).conj()"),
+                g(2, New, Counted(1), true, "grad * (end - self).conj()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -2713,8 +2743,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "weight.isComplex() ? grad * (1 - weight.conj().toComplexDouble()) : grad * (1 - weight.toDouble())"),
-                g(1, New, Counted(0), "grad * weight.conj()"),
+                g(1, New, Counted(0), true, "grad * weight.conj()"),
+                g(0, New, Counted(0), true, "weight.isComplex() ? grad * (1 - weight.conj().toComplexDouble()) : grad * (1 - weight.toDouble())"),
             ],
             outputs_differentiable: &[true],
         },
@@ -2727,8 +2757,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "weight.isComplex() ? grad * (1 - weight.conj().toComplexDouble()) : grad * (1 - weight.toDouble())"),
-                g(1, New, Counted(0), "grad * weight.conj()"),
+                g(1, New, Counted(0), true, "grad * weight.conj()"),
+                g(0, New, Counted(0), true, "weight.isComplex() ? grad * (1 - weight.conj().toComplexDouble()) : grad * (1 - weight.toDouble())"),
             ],
             outputs_differentiable: &[true],
         },
@@ -2755,9 +2785,9 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1), Input(2)],
             grads: &[
-                g(0, New, Counted(1), "grad * (1 - weight).conj()"),
-                g(1, New, Counted(0), "grad * weight.conj()"),
-                g(2, New, Counted(1), "grad * (end - self).conj()"),
+                g(1, New, Counted(0), true, "grad * weight.conj()"),
+                g(0, New, Counted(1), true, "grad * (1 - weight).conj()"),
+                g(2, New, Counted(1), true, "grad * (end - self).conj()"),
             ],
             outputs_differentiable: &[],
         },
@@ -2770,8 +2800,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "weight.isComplex() ? grad * (1 - weight.conj().toComplexDouble()) : grad * (1 - weight.toDouble())"),
-                g(1, New, Counted(0), "grad * weight.conj()"),
+                g(1, New, Counted(0), true, "grad * weight.conj()"),
+                g(0, New, Counted(0), true, "weight.isComplex() ? grad * (1 - weight.conj().toComplexDouble()) : grad * (1 - weight.toDouble())"),
             ],
             outputs_differentiable: &[],
         },
@@ -2784,8 +2814,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "weight.isComplex() ? grad * (1 - weight.conj().toComplexDouble()) : grad * (1 - weight.toDouble())"),
-                g(1, New, Counted(0), "grad * weight.conj()"),
+                g(1, New, Counted(0), true, "grad * weight.conj()"),
+                g(0, New, Counted(0), true, "weight.isComplex() ? grad * (1 - weight.conj().toComplexDouble()) : grad * (1 - weight.toDouble())"),
             ],
             outputs_differentiable: &[],
         },
@@ -2798,7 +2828,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(1), "grad * digamma(self)"),
+                g(0, New, Counted(1), true, "grad * digamma(self)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -2818,7 +2848,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(1), "grad * digamma(self)"),
+                g(0, New, Counted(1), true, "grad * digamma(self)"),
             ],
             outputs_differentiable: &[],
         },
@@ -2831,7 +2861,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(0), "grad.div(self.conj())"),
+                g(0, New, Counted(0), true, "grad.div(self.conj())"),
             ],
             outputs_differentiable: &[true],
         },
@@ -2851,7 +2881,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(1), "grad / (self.conj() * 2.3025850929940456)"),
+                g(0, New, Counted(1), true, "grad / (self.conj() * 2.3025850929940456)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -2871,7 +2901,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(1), "grad / (self.conj() * 2.3025850929940456)"),
+                g(0, New, Counted(1), true, "grad / (self.conj() * 2.3025850929940456)"),
             ],
             outputs_differentiable: &[],
         },
@@ -2884,7 +2914,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(1), "log1p_backward(grad, self)"),
+                g(0, New, Counted(1), true, "log1p_backward(grad, self)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -2904,7 +2934,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(1), "log1p_backward(grad, self)"),
+                g(0, New, Counted(1), true, "log1p_backward(grad, self)"),
             ],
             outputs_differentiable: &[],
         },
@@ -2917,7 +2947,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(1), "grad / (self.conj() * 0.6931471805599453)"),
+                g(0, New, Counted(1), true, "grad / (self.conj() * 0.6931471805599453)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -2937,7 +2967,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(1), "grad / (self.conj() * 0.6931471805599453)"),
+                g(0, New, Counted(1), true, "grad / (self.conj() * 0.6931471805599453)"),
             ],
             outputs_differentiable: &[],
         },
@@ -2950,7 +2980,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(0), "grad.div(self.conj())"),
+                g(0, New, Counted(0), true, "grad.div(self.conj())"),
             ],
             outputs_differentiable: &[],
         },
@@ -2963,7 +2993,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Output(0)],
             grads: &[
-                g(0, New, Counted(5), "evenly_distribute_backward(grad, self, result)"),
+                g(0, New, Counted(5), false, "evenly_distribute_backward(grad, self, result)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -2983,8 +3013,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Counted(3), "at::where(self == other, grad / 2, grad).masked_fill_(self < other, 0)"),
-                g(1, New, Counted(3), "at::where(self == other, grad / 2, grad).masked_fill_(self > other, 0)"),
+                g(1, New, Counted(3), true, "at::where(self == other, grad / 2, grad).masked_fill_(self > other, 0)"),
+                g(0, New, Counted(3), true, "at::where(self == other, grad / 2, grad).masked_fill_(self < other, 0)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -3004,7 +3034,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(3), "at::where(self[i] == scalar, grads[i] / 2, grads[i]).masked_fill_(self[i] < scalar, 0)"),
+                g(0, New, Counted(3), true, "at::where(self[i] == scalar, grads[i] / 2, grads[i]).masked_fill_(self[i] < scalar, 0)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -3017,7 +3047,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(3), "at::where(self[i] == scalars[i], grads[i] / 2, grads[i]).masked_fill_(self[i] < scalars[i], 0)"),
+                g(0, New, Counted(3), true, "at::where(self[i] == scalars[i], grads[i] / 2, grads[i]).masked_fill_(self[i] < scalars[i], 0)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -3044,8 +3074,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Counted(3), "at::where(self == other, grad / 2, grad).masked_fill_(self < other, 0)"),
-                g(1, New, Counted(3), "at::where(self == other, grad / 2, grad).masked_fill_(self > other, 0)"),
+                g(1, New, Counted(3), true, "at::where(self == other, grad / 2, grad).masked_fill_(self > other, 0)"),
+                g(0, New, Counted(3), true, "at::where(self == other, grad / 2, grad).masked_fill_(self < other, 0)"),
             ],
             outputs_differentiable: &[],
         },
@@ -3072,8 +3102,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Counted(3), "at::where(self == other, grad / 2, grad).masked_fill_(self > other, 0)"),
-                g(1, New, Counted(3), "at::where(self == other, grad / 2, grad).masked_fill_(self < other, 0)"),
+                g(1, New, Counted(3), true, "at::where(self == other, grad / 2, grad).masked_fill_(self < other, 0)"),
+                g(0, New, Counted(3), true, "at::where(self == other, grad / 2, grad).masked_fill_(self > other, 0)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -3093,7 +3123,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(3), "at::where(self[i] == scalar, grads[i] / 2, grads[i]).masked_fill_(self[i] > scalar, 0)"),
+                g(0, New, Counted(3), true, "at::where(self[i] == scalar, grads[i] / 2, grads[i]).masked_fill_(self[i] > scalar, 0)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -3106,7 +3136,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(3), "at::where(self[i] == scalars[i], grads[i] / 2, grads[i]).masked_fill_(self[i] > scalars[i], 0)"),
+                g(0, New, Counted(3), true, "at::where(self[i] == scalars[i], grads[i] / 2, grads[i]).masked_fill_(self[i] > scalars[i], 0)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -3133,8 +3163,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Counted(3), "at::where(self == other, grad / 2, grad).masked_fill_(self > other, 0)"),
-                g(1, New, Counted(3), "at::where(self == other, grad / 2, grad).masked_fill_(self < other, 0)"),
+                g(1, New, Counted(3), true, "at::where(self == other, grad / 2, grad).masked_fill_(self < other, 0)"),
+                g(0, New, Counted(3), true, "at::where(self == other, grad / 2, grad).masked_fill_(self > other, 0)"),
             ],
             outputs_differentiable: &[],
         },
@@ -3161,8 +3191,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Counted(0), "mul_tensor_backward(grad, other, self_scalar_type)"),
-                g(1, New, Counted(0), "mul_tensor_backward(grad, self, other_scalar_type)"),
+                g(1, New, Counted(0), true, "mul_tensor_backward(grad, self, other_scalar_type)"),
+                g(0, New, Counted(0), true, "mul_tensor_backward(grad, other, self_scalar_type)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -3182,7 +3212,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(0), "mul_tensor_backward(grad, other, self_scalar_type)"),
+                g(0, New, Counted(0), true, "mul_tensor_backward(grad, other, self_scalar_type)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -3195,7 +3225,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(0), "mul_tensor_backward(grad, other, self_scalar_type)"),
+                g(0, New, Counted(0), true, "mul_tensor_backward(grad, other, self_scalar_type)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -3222,8 +3252,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Counted(0), "mul_tensor_backward(grad, other, self_scalar_type)"),
-                g(1, New, Counted(0), "mul_tensor_backward(grad, self, other_scalar_type)"),
+                g(1, New, Counted(0), true, "mul_tensor_backward(grad, self, other_scalar_type)"),
+                g(0, New, Counted(0), true, "mul_tensor_backward(grad, other, self_scalar_type)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -3243,8 +3273,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Counted(0), "mul_tensor_backward(grad, other, self.scalar_type())"),
-                g(1, New, Counted(0), "mul_tensor_backward(grad, self, other.scalar_type())"),
+                g(1, New, Counted(0), true, "mul_tensor_backward(grad, self, other.scalar_type())"),
+                g(0, New, Counted(0), true, "mul_tensor_backward(grad, other, self.scalar_type())"),
             ],
             outputs_differentiable: &[],
         },
@@ -3257,7 +3287,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "mul_tensor_backward(grad, other, self.scalar_type())"),
+                g(0, New, Counted(0), true, "mul_tensor_backward(grad, other, self.scalar_type())"),
             ],
             outputs_differentiable: &[],
         },
@@ -3270,7 +3300,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "mul_tensor_backward(grad, other, self.scalar_type())"),
+                g(0, New, Counted(0), true, "mul_tensor_backward(grad, other, self.scalar_type())"),
             ],
             outputs_differentiable: &[],
         },
@@ -3283,8 +3313,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Counted(0), "mul_tensor_backward(grad, other, self.scalar_type())"),
-                g(1, New, Counted(0), "mul_tensor_backward(grad, self, other.scalar_type())"),
+                g(1, New, Counted(0), true, "mul_tensor_backward(grad, self, other.scalar_type())"),
+                g(0, New, Counted(0), true, "mul_tensor_backward(grad, other, self.scalar_type())"),
             ],
             outputs_differentiable: &[],
         },
@@ -3297,7 +3327,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "grad.neg()"),
+                g(0, New, Counted(0), true, "grad.neg()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -3317,7 +3347,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "grad.neg()"),
+                g(0, New, Counted(0), true, "grad.neg()"),
             ],
             outputs_differentiable: &[],
         },
@@ -3330,7 +3360,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Output(0)],
             grads: &[
-                g(0, New, Counted(2), "norm_backward(grads[i], self[i], ord, result[i])"),
+                g(0, New, Counted(2), false, "norm_backward(grads[i], self[i], ord, result[i])"),
             ],
             outputs_differentiable: &[true],
         },
@@ -3350,8 +3380,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1), Output(0)],
             grads: &[
-                g(0, New, Counted(6), "pow_backward_self(grads[i], self[i], exponent[i])"),
-                g(1, New, Counted(7), "pow_backward_exponent(grads[i], self[i], exponent[i], result[i])"),
+                g(1, New, Counted(7), true, "pow_backward_exponent(grads[i], self[i], exponent[i], result[i])"),
+                g(0, New, Counted(6), true, "pow_backward_self(grads[i], self[i], exponent[i])"),
             ],
             outputs_differentiable: &[true],
         },
@@ -3371,7 +3401,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(2), "pow_backward(grad, self, exponent)"),
+                g(0, New, Counted(2), true, "pow_backward(grad, self, exponent)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -3384,7 +3414,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(1), Output(0)],
             grads: &[
-                g(1, New, Counted(1), "pow_backward_exponent(grads[i], self, exponent[i], result[i])"),
+                g(1, New, Counted(1), true, "pow_backward_exponent(grads[i], self, exponent[i], result[i])"),
             ],
             outputs_differentiable: &[true],
         },
@@ -3397,7 +3427,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(2), "pow_backward(grads[i], self[i], exponent[i])"),
+                g(0, New, Counted(2), true, "pow_backward(grads[i], self[i], exponent[i])"),
             ],
             outputs_differentiable: &[true],
         },
@@ -3424,8 +3454,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Counted(6), "pow_backward_self(grad, self, exponent)"),
-                g(1, New, Counted(7), "pow_backward_exponent(grad, self, exponent, result)"),
+                g(1, New, Counted(7), true, "pow_backward_exponent(grad, self, exponent, result)"),
+                g(0, New, Counted(6), true, "pow_backward_self(grad, self, exponent)"),
             ],
             outputs_differentiable: &[],
         },
@@ -3438,7 +3468,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(2), "pow_backward(grad, self, exponent)"),
+                g(0, New, Counted(2), true, "pow_backward(grad, self, exponent)"),
             ],
             outputs_differentiable: &[],
         },
@@ -3451,7 +3481,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(2), "pow_backward(grad, self, exponent)"),
+                g(0, New, Counted(2), true, "pow_backward(grad, self, exponent)"),
             ],
             outputs_differentiable: &[],
         },
@@ -3478,7 +3508,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Output(0)],
             grads: &[
-                g(0, New, Counted(2), "-grad * (result * result).conj()"),
+                g(0, New, Counted(2), true, "-grad * (result * result).conj()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -3498,7 +3528,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(2), "-grad * (result * result).conj()"),
+                g(0, New, Counted(2), true, "-grad * (result * result).conj()"),
             ],
             outputs_differentiable: &[],
         },
@@ -3511,7 +3541,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "zeros_like(grad)"),
+                g(0, New, Counted(0), false, "zeros_like(grad)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -3531,7 +3561,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "zeros_like(grad)"),
+                g(0, New, Counted(0), false, "zeros_like(grad)"),
             ],
             outputs_differentiable: &[],
         },
@@ -3544,7 +3574,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Output(0)],
             grads: &[
-                g(0, New, Counted(2), "-0.5 * grad * result.pow(3).conj()"),
+                g(0, New, Counted(2), true, "-0.5 * grad * result.pow(3).conj()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -3564,7 +3594,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(2), "-0.5 * grad * result.pow(3).conj()"),
+                g(0, New, Counted(2), true, "-0.5 * grad * result.pow(3).conj()"),
             ],
             outputs_differentiable: &[],
         },
@@ -3577,7 +3607,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Output(0)],
             grads: &[
-                g(0, New, Counted(0), "sigmoid_backward(grad, result)"),
+                g(0, New, Counted(0), true, "sigmoid_backward(grad, result)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -3597,7 +3627,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(0), "sigmoid_backward(grad, result)"),
+                g(0, New, Counted(0), true, "sigmoid_backward(grad, result)"),
             ],
             outputs_differentiable: &[],
         },
@@ -3610,7 +3640,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "zeros_like(grad)"),
+                g(0, New, Counted(0), false, "zeros_like(grad)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -3630,7 +3660,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "zeros_like(grad)"),
+                g(0, New, Counted(0), false, "zeros_like(grad)"),
             ],
             outputs_differentiable: &[],
         },
@@ -3643,7 +3673,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(1), "grad * self.cos().conj()"),
+                g(0, New, Counted(1), true, "grad * self.cos().conj()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -3663,7 +3693,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(1), "grad * self.cos().conj()"),
+                g(0, New, Counted(1), true, "grad * self.cos().conj()"),
             ],
             outputs_differentiable: &[],
         },
@@ -3676,7 +3706,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(1), "grad * self.cosh().conj()"),
+                g(0, New, Counted(1), true, "grad * self.cosh().conj()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -3696,7 +3726,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(1), "grad * self.cosh().conj()"),
+                g(0, New, Counted(1), true, "grad * self.cosh().conj()"),
             ],
             outputs_differentiable: &[],
         },
@@ -3709,7 +3739,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Output(0)],
             grads: &[
-                g(0, New, Counted(1), "grad / (2 * result.conj())"),
+                g(0, New, Counted(1), true, "grad / (2 * result.conj())"),
             ],
             outputs_differentiable: &[true],
         },
@@ -3729,7 +3759,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(1), "grad / (2 * result.conj())"),
+                g(0, New, Counted(1), true, "grad / (2 * result.conj())"),
             ],
             outputs_differentiable: &[],
         },
@@ -3742,8 +3772,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, OfGrad, Counted(0), "handle_r_to_c(self_scalar_type, grad)"),
-                g(1, New, Counted(1), "handle_r_to_c(other_scalar_type, maybe_multiply(-grad, alpha.conj()))"),
+                gu(1, New, Counted(1), true, "handle_r_to_c(other_scalar_type, maybe_multiply(-grad, alpha.conj()))", &["alpha"], New, Counted(0), true),
+                g(0, Grad, Counted(0), false, "handle_r_to_c(self_scalar_type, grad)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -3763,7 +3793,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, OfGrad, Counted(0), "handle_r_to_c(self_scalar_type, grad)"),
+                g(0, Grad, Counted(0), false, "handle_r_to_c(self_scalar_type, grad)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -3776,7 +3806,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, OfGrad, Counted(0), "handle_r_to_c(self_scalar_type, grad)"),
+                g(0, Grad, Counted(0), false, "handle_r_to_c(self_scalar_type, grad)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -3803,8 +3833,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, OfGrad, Counted(0), "handle_r_to_c(self.scalar_type(), grad)"),
-                g(1, New, Counted(1), "handle_r_to_c(other.scalar_type(), maybe_multiply(-grad, alpha.conj()))"),
+                gu(1, New, Counted(1), true, "handle_r_to_c(other.scalar_type(), maybe_multiply(-grad, alpha.conj()))", &["alpha"], New, Counted(0), true),
+                g(0, Grad, Counted(0), false, "handle_r_to_c(self.scalar_type(), grad)"),
             ],
             outputs_differentiable: &[],
         },
@@ -3817,7 +3847,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, OfGrad, Counted(0), "handle_r_to_c(self.scalar_type(), grad)"),
+                g(0, Grad, Counted(0), false, "handle_r_to_c(self.scalar_type(), grad)"),
             ],
             outputs_differentiable: &[],
         },
@@ -3830,7 +3860,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, OfGrad, Counted(0), "handle_r_to_c(self.scalar_type(), grad)"),
+                g(0, Grad, Counted(0), false, "handle_r_to_c(self.scalar_type(), grad)"),
             ],
             outputs_differentiable: &[],
         },
@@ -3843,7 +3873,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Output(0)],
             grads: &[
-                g(0, New, Counted(2), "grad * (1 + result.pow(2)).conj()"),
+                g(0, New, Counted(2), true, "grad * (1 + result.pow(2)).conj()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -3863,7 +3893,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(2), "grad * (1 + result.pow(2)).conj()"),
+                g(0, New, Counted(2), true, "grad * (1 + result.pow(2)).conj()"),
             ],
             outputs_differentiable: &[],
         },
@@ -3876,7 +3906,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Output(0)],
             grads: &[
-                g(0, New, Counted(0), "tanh_backward(grad, result)"),
+                g(0, New, Counted(0), true, "tanh_backward(grad, result)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -3896,7 +3926,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(0), "tanh_backward(grad, result)"),
+                g(0, New, Counted(0), true, "tanh_backward(grad, result)"),
             ],
             outputs_differentiable: &[],
         },
@@ -3909,7 +3939,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "zeros_like(grad)"),
+                g(0, New, Counted(0), false, "zeros_like(grad)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -3929,7 +3959,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "zeros_like(grad)"),
+                g(0, New, Counted(0), false, "zeros_like(grad)"),
             ],
             outputs_differentiable: &[],
         },
@@ -3956,7 +3986,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "zeros_like(grad)"),
+                g(0, New, Counted(0), false, "zeros_like(grad)"),
             ],
             outputs_differentiable: &[],
         },
@@ -4123,7 +4153,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Output(1)],
             grads: &[
-                g(0, New, Counted(0), "_fused_dropout_backward(grad, result1, p)"),
+                g(0, New, Counted(0), true, "_fused_dropout_backward(grad, result1, p)"),
             ],
             outputs_differentiable: &[true, true],
         },
@@ -4143,7 +4173,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Output(1)],
             grads: &[
-                g(0, New, Counted(0), "fake_quantize_per_tensor_affine_cachemask_backward(grad, mask)"),
+                g(0, New, Counted(0), false, "fake_quantize_per_tensor_affine_cachemask_backward(grad, mask)"),
             ],
             outputs_differentiable: &[true, true],
         },
@@ -4163,7 +4193,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Output(1)],
             grads: &[
-                g(0, New, Counted(0), "fake_quantize_per_tensor_affine_cachemask_backward(grad, mask)"),
+                g(0, New, Counted(0), false, "fake_quantize_per_tensor_affine_cachemask_backward(grad, mask)"),
             ],
             outputs_differentiable: &[true, true, true, true, true, true],
         },
@@ -4176,8 +4206,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(2), Output(1)],
             grads: &[
-                g(0, New, Counted(0), "GradMode::is_enabled() || grads[1].defined() ? infinitely_differentiable_native_rms_norm_backward(grads[0], grads[1], input, normalized_shape, result1, weight, grad_input_mask) : (grads[0].defined() ? _fused_rms_norm_backward(grads[0], input, normalized_shape, result1, weight, grad_input_mask) : std::tuple<Tensor, Tensor>())"),
-                g(2, New, Counted(0), "GradMode::is_enabled() || grads[1].defined() ? infinitely_differentiable_native_rms_norm_backward(grads[0], grads[1], input, normalized_shape, result1, weight, grad_input_mask) : (grads[0].defined() ? _fused_rms_norm_backward(grads[0], input, normalized_shape, result1, weight, grad_input_mask) : std::tuple<Tensor, Tensor>())"),
+                g(0, New, Counted(0), false, "GradMode::is_enabled() || grads[1].defined() ? infinitely_differentiable_native_rms_norm_backward(grads[0], grads[1], input, normalized_shape, result1, weight, grad_input_mask) : (grads[0].defined() ? _fused_rms_norm_backward(grads[0], input, normalized_shape, result1, weight, grad_input_mask) : std::tuple<Tensor, Tensor>())"),
+                g(2, New, Counted(0), false, "GradMode::is_enabled() || grads[1].defined() ? infinitely_differentiable_native_rms_norm_backward(grads[0], grads[1], input, normalized_shape, result1, weight, grad_input_mask) : (grads[0].defined() ? _fused_rms_norm_backward(grads[0], input, normalized_shape, result1, weight, grad_input_mask) : std::tuple<Tensor, Tensor>())"),
             ],
             outputs_differentiable: &[true, true],
         },
@@ -4274,8 +4304,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Counted(0), "grad.defined() ? _grid_sampler_2d_cpu_fallback_backward(grad, input, grid, interpolation_mode, padding_mode, align_corners) : std::tuple<Tensor, Tensor>()"),
-                g(1, New, Counted(0), "grad.defined() ? _grid_sampler_2d_cpu_fallback_backward(grad, input, grid, interpolation_mode, padding_mode, align_corners) : std::tuple<Tensor, Tensor>()"),
+                g(0, New, Counted(0), false, "grad.defined() ? _grid_sampler_2d_cpu_fallback_backward(grad, input, grid, interpolation_mode, padding_mode, align_corners) : std::tuple<Tensor, Tensor>()"),
+                g(1, New, Counted(0), false, "grad.defined() ? _grid_sampler_2d_cpu_fallback_backward(grad, input, grid, interpolation_mode, padding_mode, align_corners) : std::tuple<Tensor, Tensor>()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -4302,8 +4332,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1), Input(2)],
             grads: &[
-                g(0, New, Counted(0), "_grouped_mm_mat1_backward(grad, mat2, self.sym_sizes(), self.sym_strides(), self.layout(), offs, 1)"),
-                g(1, New, Counted(0), "_grouped_mm_mat2_backward(grad, self, mat2.sym_sizes(), mat2.sym_strides(), mat2.layout(), offs, 1)"),
+                g(1, New, Counted(0), false, "_grouped_mm_mat2_backward(grad, self, mat2.sym_sizes(), mat2.sym_strides(), mat2.layout(), offs, 1)"),
+                g(0, New, Counted(0), false, "_grouped_mm_mat1_backward(grad, mat2, self.sym_sizes(), self.sym_strides(), self.layout(), offs, 1)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -4372,8 +4402,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(1)],
             grads: &[
-                g(0, New, Opaque("ternary"), "accumulate ? grad : grad.index_put(indices, zeros_like(values), false)"),
-                g(2, New, Counted(0), "grad.index(indices)"),
+                g(0, New, Opaque("ternary"), false, "accumulate ? grad : grad.index_put(indices, zeros_like(values), false)"),
+                g(2, New, Counted(0), false, "grad.index(indices)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -4393,8 +4423,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(1)],
             grads: &[
-                g(0, New, Opaque("ternary"), "accumulate ? grad : grad.index_put(indices, zeros_like(values), false)"),
-                g(2, New, Counted(0), "grad.index(indices)"),
+                g(0, New, Opaque("ternary"), false, "accumulate ? grad : grad.index_put(indices, zeros_like(values), false)"),
+                g(2, New, Counted(0), false, "grad.index(indices)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -4470,7 +4500,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, OfGrad, Counted(0), "grad"),
+                g(0, Grad, Counted(0), false, "grad"),
             ],
             outputs_differentiable: &[true],
         },
@@ -4490,7 +4520,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Output(0), Output(1), Output(2)],
             grads: &[
-                g(0, New, Opaque("linalg_det_backward"), "linalg_det_backward(grad, result, A, LU, pivots)"),
+                g(0, New, Opaque("linalg_det_backward"), false, "linalg_det_backward(grad, result, A, LU, pivots)"),
             ],
             outputs_differentiable: &[true, false, false],
         },
@@ -4510,7 +4540,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Output(0), Output(1)],
             grads: &[
-                g(0, New, Opaque("linalg_eig_backward"), "linalg_eig_backward(grads[0], grads[1], eigenvalues, eigenvectors, /*is_hermitian=*/true)"),
+                g(0, New, Opaque("linalg_eig_backward"), false, "linalg_eig_backward(grads[0], grads[1], eigenvalues, eigenvectors, /*is_hermitian=*/true)"),
             ],
             outputs_differentiable: &[true, true],
         },
@@ -4537,7 +4567,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Output(0), Output(2), Output(3)],
             grads: &[
-                g(0, New, Opaque("slogdet_backward"), "slogdet_backward(grad_sign, grad_logabsdet, A, sign, LU, pivots)"),
+                g(0, New, Opaque("slogdet_backward"), false, "slogdet_backward(grad_sign, grad_logabsdet, A, sign, LU, pivots)"),
             ],
             outputs_differentiable: &[true, true, false, false],
         },
@@ -4557,8 +4587,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Output(0), Output(1), Output(2)],
             grads: &[
-                g(0, New, Opaque("linalg_solve_backward"), "linalg_solve_backward(grad, result, A, LU, pivots, left, grad_input_mask[1])"),
-                g(1, New, Opaque("linalg_solve_backward"), "linalg_solve_backward(grad, result, A, LU, pivots, left, grad_input_mask[1])"),
+                g(0, New, Opaque("linalg_solve_backward"), false, "linalg_solve_backward(grad, result, A, LU, pivots, left, grad_input_mask[1])"),
+                g(1, New, Opaque("linalg_solve_backward"), false, "linalg_solve_backward(grad, result, A, LU, pivots, left, grad_input_mask[1])"),
             ],
             outputs_differentiable: &[true, false, false, false],
         },
@@ -4585,7 +4615,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Output(0), Output(1), Output(2)],
             grads: &[
-                g(0, New, Opaque("svd_backward"), "svd_backward(full_matrices && grad_U.defined() ? grad_U.narrow_symint(-1, 0, S.sym_size(-1)) : grad_U, grad_S, full_matrices && grad_Vh.defined() ? grad_Vh.narrow_symint(-2, 0, S.sym_size(-1)) : grad_Vh, full_matrices ? U.narrow_symint(-1, 0, S.sym_size(-1)) : U, S, full_matrices ? Vh.narrow_symint(-2, 0, S.sym_size(-1)) : Vh)"),
+                g(0, New, Opaque("svd_backward"), false, "svd_backward(full_matrices && grad_U.defined() ? grad_U.narrow_symint(-1, 0, S.sym_size(-1)) : grad_U, grad_S, full_matrices && grad_Vh.defined() ? grad_Vh.narrow_symint(-2, 0, S.sym_size(-1)) : grad_Vh, full_matrices ? U.narrow_symint(-1, 0, S.sym_size(-1)) : U, S, full_matrices ? Vh.narrow_symint(-2, 0, S.sym_size(-1)) : Vh)"),
             ],
             outputs_differentiable: &[true, true, true],
         },
@@ -4605,7 +4635,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Output(0)],
             grads: &[
-                g(0, New, Counted(0), "_log_softmax_backward_data(grad, result, dim, self.scalar_type())"),
+                g(0, New, Counted(0), false, "_log_softmax_backward_data(grad, result, dim, self.scalar_type())"),
             ],
             outputs_differentiable: &[true],
         },
@@ -4625,8 +4655,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Counted(5), "grad.to(output.dtype()) - (grad.to(output.dtype()) * output.exp()).sum(dim, true)"),
-                g(1, New, Counted(6), "(-grad_output.sum(dim, true) * output.exp() * grad.to(output.dtype())).to(output.dtype())"),
+                g(0, New, Counted(5), false, "grad.to(output.dtype()) - (grad.to(output.dtype()) * output.exp()).sum(dim, true)"),
+                g(1, New, Counted(6), false, "(-grad_output.sum(dim, true) * output.exp() * grad.to(output.dtype())).to(output.dtype())"),
             ],
             outputs_differentiable: &[true],
         },
@@ -4660,9 +4690,9 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1), Input(2), Output(3), Output(4), Output(5)],
             grads: &[
-                g(0, New, Counted(0), "lstm_mps_backward(grads[0], grads[1], grads[2], result3, result4, input, result5, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first)"),
-                g(1, New, Counted(0), "lstm_mps_backward(grads[0], grads[1], grads[2], result3, result4, input, result5, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first)"),
-                g(2, New, Counted(0), "lstm_mps_backward(grads[0], grads[1], grads[2], result3, result4, input, result5, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first)"),
+                g(0, New, Counted(0), false, "lstm_mps_backward(grads[0], grads[1], grads[2], result3, result4, input, result5, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first)"),
+                g(1, New, Counted(0), false, "lstm_mps_backward(grads[0], grads[1], grads[2], result3, result4, input, result5, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first)"),
+                g(2, New, Counted(0), false, "lstm_mps_backward(grads[0], grads[1], grads[2], result3, result4, input, result5, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first)"),
             ],
             outputs_differentiable: &[true, true, true, false, false, false],
         },
@@ -4759,7 +4789,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(1), Output(0)],
             grads: &[
-                g(0, New, Counted(0), "_masked_softmax_backward(grad, result, mask, dim)"),
+                g(0, New, Counted(0), false, "_masked_softmax_backward(grad, result, mask, dim)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -4800,7 +4830,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "grad.reshape_symint(self.sym_sizes())"),
+                g(0, Reshape, Counted(0), false, "grad.reshape_symint(self.sym_sizes())"),
             ],
             outputs_differentiable: &[true],
         },
@@ -4841,9 +4871,9 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Counted(0), "grad.defined() ? mps_convolution_backward_symint(self, grad, weight, padding, stride, dilation, groups, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
-                g(1, New, Counted(0), "grad.defined() ? mps_convolution_backward_symint(self, grad, weight, padding, stride, dilation, groups, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
-                g(2, New, Counted(0), "grad.defined() ? mps_convolution_backward_symint(self, grad, weight, padding, stride, dilation, groups, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(0, New, Counted(0), false, "grad.defined() ? mps_convolution_backward_symint(self, grad, weight, padding, stride, dilation, groups, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(1, New, Counted(0), false, "grad.defined() ? mps_convolution_backward_symint(self, grad, weight, padding, stride, dilation, groups, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(2, New, Counted(0), false, "grad.defined() ? mps_convolution_backward_symint(self, grad, weight, padding, stride, dilation, groups, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -4863,8 +4893,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Counted(0), "grad.defined() ? mps_convolution_transpose_backward_symint(self, grad, weight, padding, output_padding, stride, dilation, groups, grad_input_mask) : std::tuple<Tensor, Tensor>()"),
-                g(1, New, Counted(0), "grad.defined() ? mps_convolution_transpose_backward_symint(self, grad, weight, padding, output_padding, stride, dilation, groups, grad_input_mask) : std::tuple<Tensor, Tensor>()"),
+                g(0, New, Counted(0), false, "grad.defined() ? mps_convolution_transpose_backward_symint(self, grad, weight, padding, output_padding, stride, dilation, groups, grad_input_mask) : std::tuple<Tensor, Tensor>()"),
+                g(1, New, Counted(0), false, "grad.defined() ? mps_convolution_transpose_backward_symint(self, grad, weight, padding, output_padding, stride, dilation, groups, grad_input_mask) : std::tuple<Tensor, Tensor>()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -4884,9 +4914,9 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1), Input(3), Input(4), Output(1), Output(2)],
             grads: &[
-                g(0, New, Counted(0), "grad.defined() ? native_batch_norm_backward(grad, input, weight, running_mean, running_var, result1, result2, training, eps, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
-                g(1, New, Counted(0), "grad.defined() ? native_batch_norm_backward(grad, input, weight, running_mean, running_var, result1, result2, training, eps, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
-                g(2, New, Counted(0), "grad.defined() ? native_batch_norm_backward(grad, input, weight, running_mean, running_var, result1, result2, training, eps, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(0, New, Counted(0), false, "grad.defined() ? native_batch_norm_backward(grad, input, weight, running_mean, running_var, result1, result2, training, eps, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(1, New, Counted(0), false, "grad.defined() ? native_batch_norm_backward(grad, input, weight, running_mean, running_var, result1, result2, training, eps, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(2, New, Counted(0), false, "grad.defined() ? native_batch_norm_backward(grad, input, weight, running_mean, running_var, result1, result2, training, eps, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
             ],
             outputs_differentiable: &[true, true, true],
         },
@@ -4899,9 +4929,9 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1), Output(1), Output(2)],
             grads: &[
-                g(0, New, Counted(0), "grad.defined() ? native_batch_norm_backward(grad, input, weight, Tensor(), Tensor(), result1, result2, training, eps, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
-                g(1, New, Counted(0), "grad.defined() ? native_batch_norm_backward(grad, input, weight, Tensor(), Tensor(), result1, result2, training, eps, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
-                g(2, New, Counted(0), "grad.defined() ? native_batch_norm_backward(grad, input, weight, Tensor(), Tensor(), result1, result2, training, eps, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(0, New, Counted(0), false, "grad.defined() ? native_batch_norm_backward(grad, input, weight, Tensor(), Tensor(), result1, result2, training, eps, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(1, New, Counted(0), false, "grad.defined() ? native_batch_norm_backward(grad, input, weight, Tensor(), Tensor(), result1, result2, training, eps, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(2, New, Counted(0), false, "grad.defined() ? native_batch_norm_backward(grad, input, weight, Tensor(), Tensor(), result1, result2, training, eps, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
             ],
             outputs_differentiable: &[true, true, true],
         },
@@ -4928,9 +4958,9 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1), Input(3), Input(4), Output(1), Output(2)],
             grads: &[
-                g(0, New, Counted(0), "grad.defined() ? native_batch_norm_backward(grad, input, weight, running_mean, running_var, result1, result2, training, eps, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
-                g(1, New, Counted(0), "grad.defined() ? native_batch_norm_backward(grad, input, weight, running_mean, running_var, result1, result2, training, eps, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
-                g(2, New, Counted(0), "grad.defined() ? native_batch_norm_backward(grad, input, weight, running_mean, running_var, result1, result2, training, eps, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(0, New, Counted(0), false, "grad.defined() ? native_batch_norm_backward(grad, input, weight, running_mean, running_var, result1, result2, training, eps, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(1, New, Counted(0), false, "grad.defined() ? native_batch_norm_backward(grad, input, weight, running_mean, running_var, result1, result2, training, eps, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(2, New, Counted(0), false, "grad.defined() ? native_batch_norm_backward(grad, input, weight, running_mean, running_var, result1, result2, training, eps, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
             ],
             outputs_differentiable: &[true, true, true, true, true],
         },
@@ -4943,9 +4973,9 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1), Input(3), Input(4), Output(1), Output(2)],
             grads: &[
-                g(0, New, Counted(0), "grad.defined() ? native_batch_norm_backward(grad, input, weight, running_mean, running_var, result1, result2, /*training=*/false, eps, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
-                g(1, New, Counted(0), "grad.defined() ? native_batch_norm_backward(grad, input, weight, running_mean, running_var, result1, result2, /*training=*/false, eps, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
-                g(2, New, Counted(0), "grad.defined() ? native_batch_norm_backward(grad, input, weight, running_mean, running_var, result1, result2, /*training=*/false, eps, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(0, New, Counted(0), false, "grad.defined() ? native_batch_norm_backward(grad, input, weight, running_mean, running_var, result1, result2, /*training=*/false, eps, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(1, New, Counted(0), false, "grad.defined() ? native_batch_norm_backward(grad, input, weight, running_mean, running_var, result1, result2, /*training=*/false, eps, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(2, New, Counted(0), false, "grad.defined() ? native_batch_norm_backward(grad, input, weight, running_mean, running_var, result1, result2, /*training=*/false, eps, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
             ],
             outputs_differentiable: &[true, true, true],
         },
@@ -4979,7 +5009,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "grad.neg()"),
+                g(0, New, Counted(0), true, "grad.neg()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -4992,7 +5022,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "grad.neg()"),
+                g(0, New, Counted(0), true, "grad.neg()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -5019,7 +5049,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Opaque("_nested_from_padded_backward"), "_nested_from_padded_backward(grad, padded, fuse_transform_0213)"),
+                g(0, New, Opaque("_nested_from_padded_backward"), false, "_nested_from_padded_backward(grad, padded, fuse_transform_0213)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -5053,7 +5083,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "grad.to_padded_tensor_symint(0.0, at::OptionalArrayRef<c10::SymInt>(padded.sym_sizes()))"),
+                g(0, New, Counted(0), false, "grad.to_padded_tensor_symint(0.0, at::OptionalArrayRef<c10::SymInt>(padded.sym_sizes()))"),
             ],
             outputs_differentiable: &[true],
         },
@@ -5108,7 +5138,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Opaque("ternary"), "_nested_view_from_jagged(grad, at::_nested_get_offsets(self), at::_nested_get_jagged_dummy(self), at::_nested_get_lengths(self), at::_nested_get_ragged_idx(self), at::_nested_get_min_seqlen(self).defined() ? std::optional<Tensor>(at::_nested_get_min_seqlen(self)) : ::std::nullopt, at::_nested_get_max_seqlen(self).defined() ? std::optional<Tensor>(at::_nested_get_max_seqlen(self)) : ::std::nullopt)"),
+                g(0, New, Opaque("ternary"), false, "_nested_view_from_jagged(grad, at::_nested_get_offsets(self), at::_nested_get_jagged_dummy(self), at::_nested_get_lengths(self), at::_nested_get_ragged_idx(self), at::_nested_get_min_seqlen(self).defined() ? std::optional<Tensor>(at::_nested_get_min_seqlen(self)) : ::std::nullopt, at::_nested_get_max_seqlen(self).defined() ? std::optional<Tensor>(at::_nested_get_max_seqlen(self)) : ::std::nullopt)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -5121,7 +5151,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Opaque("ternary"), "_nested_view_from_jagged(grad, at::_nested_get_offsets(self), at::_nested_get_jagged_dummy(self), at::_nested_get_lengths(self), at::_nested_get_ragged_idx(self), at::_nested_get_min_seqlen(self).defined() ? std::optional<Tensor>(at::_nested_get_min_seqlen(self)) : ::std::nullopt, at::_nested_get_max_seqlen(self).defined() ? std::optional<Tensor>(at::_nested_get_max_seqlen(self)) : ::std::nullopt)"),
+                g(0, New, Opaque("ternary"), false, "_nested_view_from_jagged(grad, at::_nested_get_offsets(self), at::_nested_get_jagged_dummy(self), at::_nested_get_lengths(self), at::_nested_get_ragged_idx(self), at::_nested_get_min_seqlen(self).defined() ? std::optional<Tensor>(at::_nested_get_min_seqlen(self)) : ::std::nullopt, at::_nested_get_max_seqlen(self).defined() ? std::optional<Tensor>(at::_nested_get_max_seqlen(self)) : ::std::nullopt)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -5155,7 +5185,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "grad.to_padded_tensor_symint(0, t.sym_sizes())"),
+                g(0, New, Counted(0), false, "grad.to_padded_tensor_symint(0, t.sym_sizes())"),
             ],
             outputs_differentiable: &[true],
         },
@@ -5182,7 +5212,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, OfGrad, Counted(0), "grad.defined()? at::unbind(grad) : std::vector<Tensor>(list.size())"),
+                g(0, Part, Counted(0), false, "grad.defined()? at::unbind(grad) : std::vector<Tensor>(list.size())"),
             ],
             outputs_differentiable: &[true],
         },
@@ -5251,7 +5281,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "grad.values()"),
+                g(0, New, Counted(0), false, "grad.values()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -5264,7 +5294,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "grad.values()"),
+                g(0, New, Counted(0), false, "grad.values()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -5284,7 +5314,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "grad.values()"),
+                g(0, New, Counted(0), false, "grad.values()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -5297,7 +5327,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "grad.values()"),
+                g(0, New, Counted(0), false, "grad.values()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -5338,9 +5368,9 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Counted(0), "grad.defined() ? convolution_backward_symint(grad, input, weight, bias->sym_sizes(), stride, padding, std::vector<c10::SymInt>(padding.size(), 1), false, std::vector<c10::SymInt>(padding.size(), 0), 1, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
-                g(1, New, Counted(0), "grad.defined() ? convolution_backward_symint(grad, input, weight, bias->sym_sizes(), stride, padding, std::vector<c10::SymInt>(padding.size(), 1), false, std::vector<c10::SymInt>(padding.size(), 0), 1, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
-                g(2, New, Counted(0), "grad.defined() ? convolution_backward_symint(grad, input, weight, bias->sym_sizes(), stride, padding, std::vector<c10::SymInt>(padding.size(), 1), false, std::vector<c10::SymInt>(padding.size(), 0), 1, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(0, New, Counted(0), false, "grad.defined() ? convolution_backward_symint(grad, input, weight, bias->sym_sizes(), stride, padding, std::vector<c10::SymInt>(padding.size(), 1), false, std::vector<c10::SymInt>(padding.size(), 0), 1, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(1, New, Counted(0), false, "grad.defined() ? convolution_backward_symint(grad, input, weight, bias->sym_sizes(), stride, padding, std::vector<c10::SymInt>(padding.size(), 1), false, std::vector<c10::SymInt>(padding.size(), 0), 1, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(2, New, Counted(0), false, "grad.defined() ? convolution_backward_symint(grad, input, weight, bias->sym_sizes(), stride, padding, std::vector<c10::SymInt>(padding.size(), 1), false, std::vector<c10::SymInt>(padding.size(), 0), 1, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -5367,7 +5397,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Output(1)],
             grads: &[
-                g(0, New, Counted(0), "_pack_padded_sequence_backward_symint(grad, input.sym_sizes(), result1, batch_first)"),
+                g(0, New, Counted(0), false, "_pack_padded_sequence_backward_symint(grad, input.sym_sizes(), result1, batch_first)"),
             ],
             outputs_differentiable: &[true, true],
         },
@@ -5436,7 +5466,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Output(0)],
             grads: &[
-                g(0, New, Counted(0), "_pdist_backward(grad, self, p, result)"),
+                g(0, New, Counted(0), false, "_pdist_backward(grad, self, p, result)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -5456,7 +5486,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, OfGrad, Counted(0), "grad"),
+                g(0, Grad, Counted(0), false, "grad"),
             ],
             outputs_differentiable: &[true],
         },
@@ -5476,8 +5506,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Counted(0), "grad.defined() ? _prelu_kernel_backward(grad, self, weight) : std::tuple<Tensor, Tensor>()"),
-                g(1, New, Counted(0), "grad.defined() ? _prelu_kernel_backward(grad, self, weight) : std::tuple<Tensor, Tensor>()"),
+                g(0, New, Counted(0), false, "grad.defined() ? _prelu_kernel_backward(grad, self, weight) : std::tuple<Tensor, Tensor>()"),
+                g(1, New, Counted(0), false, "grad.defined() ? _prelu_kernel_backward(grad, self, weight) : std::tuple<Tensor, Tensor>()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -5490,9 +5520,9 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1), Input(2)],
             grads: &[
-                g(0, New, Counted(2), "grads[0].defined() ? (grads[1].defined() ? at::where(self >= 0, grads[0], grads[0] * weight + grads[1] * self) : at::where(self >= 0, grads[0], grads[0] * weight)) : at::where(self >= 0, at::zeros({}, grad_output.options()), grads[1] * self)"),
-                g(1, New, Counted(0), "grads[1].defined() ? at::where(self >= 0, at::zeros({}, self.options()), grad_output * grads[1]) : zeros_like(self)"),
-                g(2, New, Counted(3), "grads[0].defined() ? at::where(self >= 0, at::zeros({}, weight.options()), grad_output * grads[0]) : zeros_like(self)"),
+                g(0, New, Counted(2), true, "grads[0].defined() ? (grads[1].defined() ? at::where(self >= 0, grads[0], grads[0] * weight + grads[1] * self) : at::where(self >= 0, grads[0], grads[0] * weight)) : at::where(self >= 0, at::zeros({}, grad_output.options()), grads[1] * self)"),
+                g(1, New, Counted(0), false, "grads[1].defined() ? at::where(self >= 0, at::zeros({}, self.options()), grad_output * grads[1]) : zeros_like(self)"),
+                g(2, New, Counted(3), true, "grads[0].defined() ? at::where(self >= 0, at::zeros({}, weight.options()), grad_output * grads[0]) : zeros_like(self)"),
             ],
             outputs_differentiable: &[true, true],
         },
@@ -5526,7 +5556,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "grad.reshape_symint(self.sym_sizes())"),
+                g(0, Reshape, Counted(0), false, "grad.reshape_symint(self.sym_sizes())"),
             ],
             outputs_differentiable: &[true],
         },
@@ -5539,7 +5569,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "grad.reshape_symint(self.sym_sizes())"),
+                g(0, Reshape, Counted(0), false, "grad.reshape_symint(self.sym_sizes())"),
             ],
             outputs_differentiable: &[true],
         },
@@ -5559,7 +5589,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "grad.reshape_symint(self.sym_sizes())"),
+                g(0, Reshape, Counted(0), false, "grad.reshape_symint(self.sym_sizes())"),
             ],
             outputs_differentiable: &[true],
         },
@@ -5607,7 +5637,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Output(0)],
             grads: &[
-                g(0, New, Counted(0), "_softmax_backward_data(grad, result, dim, self.scalar_type())"),
+                g(0, New, Counted(0), false, "_softmax_backward_data(grad, result, dim, self.scalar_type())"),
             ],
             outputs_differentiable: &[true],
         },
@@ -5655,9 +5685,9 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1), Input(2), Input(3), Output(0), Output(1), Output(2), Output(3), Output(6), Output(7)],
             grads: &[
-                g(0, New, Counted(0), "_scaled_dot_product_cudnn_attention_backward_symint(grad, query, key, value, output, logsumexp, philox_seed, philox_offset, attn_bias, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, scale)"),
-                g(1, New, Counted(0), "_scaled_dot_product_cudnn_attention_backward_symint(grad, query, key, value, output, logsumexp, philox_seed, philox_offset, attn_bias, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, scale)"),
-                g(2, New, Counted(0), "_scaled_dot_product_cudnn_attention_backward_symint(grad, query, key, value, output, logsumexp, philox_seed, philox_offset, attn_bias, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, scale)"),
+                g(0, New, Counted(0), false, "_scaled_dot_product_cudnn_attention_backward_symint(grad, query, key, value, output, logsumexp, philox_seed, philox_offset, attn_bias, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, scale)"),
+                g(1, New, Counted(0), false, "_scaled_dot_product_cudnn_attention_backward_symint(grad, query, key, value, output, logsumexp, philox_seed, philox_offset, attn_bias, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, scale)"),
+                g(2, New, Counted(0), false, "_scaled_dot_product_cudnn_attention_backward_symint(grad, query, key, value, output, logsumexp, philox_seed, philox_offset, attn_bias, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, scale)"),
             ],
             outputs_differentiable: &[true, false, false, false, false, false, false, false, false],
         },
@@ -5677,10 +5707,10 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1), Input(2), Input(3), Output(0), Output(1), Output(2), Output(3)],
             grads: &[
-                g(0, New, Counted(0), "_scaled_dot_product_efficient_attention_backward(grad, query, key, value, attn_bias, output, log_sumexp, philox_seed, philox_offset, dropout_p, grad_input_mask, is_causal, scale)"),
-                g(1, New, Counted(0), "_scaled_dot_product_efficient_attention_backward(grad, query, key, value, attn_bias, output, log_sumexp, philox_seed, philox_offset, dropout_p, grad_input_mask, is_causal, scale)"),
-                g(2, New, Counted(0), "_scaled_dot_product_efficient_attention_backward(grad, query, key, value, attn_bias, output, log_sumexp, philox_seed, philox_offset, dropout_p, grad_input_mask, is_causal, scale)"),
-                g(3, New, Counted(0), "_scaled_dot_product_efficient_attention_backward(grad, query, key, value, attn_bias, output, log_sumexp, philox_seed, philox_offset, dropout_p, grad_input_mask, is_causal, scale)"),
+                g(0, New, Counted(0), false, "_scaled_dot_product_efficient_attention_backward(grad, query, key, value, attn_bias, output, log_sumexp, philox_seed, philox_offset, dropout_p, grad_input_mask, is_causal, scale)"),
+                g(1, New, Counted(0), false, "_scaled_dot_product_efficient_attention_backward(grad, query, key, value, attn_bias, output, log_sumexp, philox_seed, philox_offset, dropout_p, grad_input_mask, is_causal, scale)"),
+                g(2, New, Counted(0), false, "_scaled_dot_product_efficient_attention_backward(grad, query, key, value, attn_bias, output, log_sumexp, philox_seed, philox_offset, dropout_p, grad_input_mask, is_causal, scale)"),
+                g(3, New, Counted(0), false, "_scaled_dot_product_efficient_attention_backward(grad, query, key, value, attn_bias, output, log_sumexp, philox_seed, philox_offset, dropout_p, grad_input_mask, is_causal, scale)"),
             ],
             outputs_differentiable: &[true, false, false, false],
         },
@@ -5700,9 +5730,9 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1), Input(2), Output(0), Output(1), Output(2), Output(3), Output(6), Output(7)],
             grads: &[
-                g(0, New, Counted(0), "_scaled_dot_product_flash_attention_backward_symint(grad, query, key, value, output, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, rng_state, unused, scale)"),
-                g(1, New, Counted(0), "_scaled_dot_product_flash_attention_backward_symint(grad, query, key, value, output, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, rng_state, unused, scale)"),
-                g(2, New, Counted(0), "_scaled_dot_product_flash_attention_backward_symint(grad, query, key, value, output, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, rng_state, unused, scale)"),
+                g(0, New, Counted(0), false, "_scaled_dot_product_flash_attention_backward_symint(grad, query, key, value, output, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, rng_state, unused, scale)"),
+                g(1, New, Counted(0), false, "_scaled_dot_product_flash_attention_backward_symint(grad, query, key, value, output, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, rng_state, unused, scale)"),
+                g(2, New, Counted(0), false, "_scaled_dot_product_flash_attention_backward_symint(grad, query, key, value, output, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, rng_state, unused, scale)"),
             ],
             outputs_differentiable: &[true, false, false, false, false, false, false, false, false],
         },
@@ -5729,9 +5759,9 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1), Input(2), Input(5), Output(0), Output(1)],
             grads: &[
-                g(0, New, Counted(0), "_scaled_dot_product_flash_attention_for_cpu_backward(grad, query, key, value, output, logsumexp, dropout_p, is_causal, attn_mask, scale)"),
-                g(1, New, Counted(0), "_scaled_dot_product_flash_attention_for_cpu_backward(grad, query, key, value, output, logsumexp, dropout_p, is_causal, attn_mask, scale)"),
-                g(2, New, Counted(0), "_scaled_dot_product_flash_attention_for_cpu_backward(grad, query, key, value, output, logsumexp, dropout_p, is_causal, attn_mask, scale)"),
+                g(0, New, Counted(0), false, "_scaled_dot_product_flash_attention_for_cpu_backward(grad, query, key, value, output, logsumexp, dropout_p, is_causal, attn_mask, scale)"),
+                g(1, New, Counted(0), false, "_scaled_dot_product_flash_attention_for_cpu_backward(grad, query, key, value, output, logsumexp, dropout_p, is_causal, attn_mask, scale)"),
+                g(2, New, Counted(0), false, "_scaled_dot_product_flash_attention_for_cpu_backward(grad, query, key, value, output, logsumexp, dropout_p, is_causal, attn_mask, scale)"),
             ],
             outputs_differentiable: &[true, false],
         },
@@ -5751,10 +5781,10 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1), Input(2), Input(3), Output(0), Output(1), Output(2), Output(3), Output(6), Output(7)],
             grads: &[
-                g(0, New, Counted(0), "_scaled_dot_product_fused_attention_overrideable_backward_symint(grad, query, key, value, attn_bias, grad_input_mask, output, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, philox_seed, philox_offset, scale)"),
-                g(1, New, Counted(0), "_scaled_dot_product_fused_attention_overrideable_backward_symint(grad, query, key, value, attn_bias, grad_input_mask, output, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, philox_seed, philox_offset, scale)"),
-                g(2, New, Counted(0), "_scaled_dot_product_fused_attention_overrideable_backward_symint(grad, query, key, value, attn_bias, grad_input_mask, output, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, philox_seed, philox_offset, scale)"),
-                g(3, New, Counted(0), "_scaled_dot_product_fused_attention_overrideable_backward_symint(grad, query, key, value, attn_bias, grad_input_mask, output, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, philox_seed, philox_offset, scale)"),
+                g(0, New, Counted(0), false, "_scaled_dot_product_fused_attention_overrideable_backward_symint(grad, query, key, value, attn_bias, grad_input_mask, output, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, philox_seed, philox_offset, scale)"),
+                g(1, New, Counted(0), false, "_scaled_dot_product_fused_attention_overrideable_backward_symint(grad, query, key, value, attn_bias, grad_input_mask, output, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, philox_seed, philox_offset, scale)"),
+                g(2, New, Counted(0), false, "_scaled_dot_product_fused_attention_overrideable_backward_symint(grad, query, key, value, attn_bias, grad_input_mask, output, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, philox_seed, philox_offset, scale)"),
+                g(3, New, Counted(0), false, "_scaled_dot_product_fused_attention_overrideable_backward_symint(grad, query, key, value, attn_bias, grad_input_mask, output, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, philox_seed, philox_offset, scale)"),
             ],
             outputs_differentiable: &[true, false, false, false, false, false, false, false, false],
         },
@@ -5844,9 +5874,9 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1), Input(2)],
             grads: &[
-                g(0, New, Counted(0), "_convolution_double_backward_symint(grads[0], grads[1], grads[2], grad_output, weight, self, stride, padding, {{1, 1}}, false, {{0, 0}}, 1, grad_input_mask)"),
-                g(1, New, Counted(0), "_convolution_double_backward_symint(grads[0], grads[1], grads[2], grad_output, weight, self, stride, padding, {{1, 1}}, false, {{0, 0}}, 1, grad_input_mask)"),
-                g(2, New, Counted(0), "_convolution_double_backward_symint(grads[0], grads[1], grads[2], grad_output, weight, self, stride, padding, {{1, 1}}, false, {{0, 0}}, 1, grad_input_mask)"),
+                g(0, New, Counted(0), false, "_convolution_double_backward_symint(grads[0], grads[1], grads[2], grad_output, weight, self, stride, padding, {{1, 1}}, false, {{0, 0}}, 1, grad_input_mask)"),
+                g(1, New, Counted(0), false, "_convolution_double_backward_symint(grads[0], grads[1], grads[2], grad_output, weight, self, stride, padding, {{1, 1}}, false, {{0, 0}}, 1, grad_input_mask)"),
+                g(2, New, Counted(0), false, "_convolution_double_backward_symint(grads[0], grads[1], grads[2], grad_output, weight, self, stride, padding, {{1, 1}}, false, {{0, 0}}, 1, grad_input_mask)"),
             ],
             outputs_differentiable: &[true, true, true],
         },
@@ -5866,9 +5896,9 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Counted(0), "grad.defined() ? _slow_conv2d_backward_symint(grad, self, weight, kernel_size, stride, padding, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
-                g(1, New, Counted(0), "grad.defined() ? _slow_conv2d_backward_symint(grad, self, weight, kernel_size, stride, padding, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
-                g(3, New, Counted(0), "grad.defined() ? _slow_conv2d_backward_symint(grad, self, weight, kernel_size, stride, padding, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(0, New, Counted(0), false, "grad.defined() ? _slow_conv2d_backward_symint(grad, self, weight, kernel_size, stride, padding, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(1, New, Counted(0), false, "grad.defined() ? _slow_conv2d_backward_symint(grad, self, weight, kernel_size, stride, padding, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(3, New, Counted(0), false, "grad.defined() ? _slow_conv2d_backward_symint(grad, self, weight, kernel_size, stride, padding, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -5916,7 +5946,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Output(0)],
             grads: &[
-                g(0, New, Counted(0), "_softmax_backward_data(grad, result, dim, self.scalar_type())"),
+                g(0, New, Counted(0), false, "_softmax_backward_data(grad, result, dim, self.scalar_type())"),
             ],
             outputs_differentiable: &[true],
         },
@@ -5936,8 +5966,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Counted(1), "_softmax_backward_data(grad.to(output.dtype()), output, dim, input_dtype)"),
-                g(1, New, Counted(10), "softmax_double_backward(grad.to(output.dtype()), grad_output, dim, output).to(output.dtype())"),
+                g(0, New, Counted(1), false, "_softmax_backward_data(grad.to(output.dtype()), output, dim, input_dtype)"),
+                g(1, New, Counted(10), false, "softmax_double_backward(grad.to(output.dtype()), grad_output, dim, output).to(output.dtype())"),
             ],
             outputs_differentiable: &[true],
         },
@@ -5957,9 +5987,9 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(1), Input(2)],
             grads: &[
-                g(0, New, Counted(0), "maybe_multiply(grad, beta)"),
-                g(1, New, Opaque("mm_mat1_sparse_backward"), "mm_mat1_sparse_backward(grad, mat1, mat2, alpha)"),
-                g(2, New, Counted(1), "mm_mat2_backward(grad, mat1, mat2.sym_sizes(), mat2.sym_strides(), mat2.layout(), alpha)"),
+                g(1, New, Opaque("mm_mat1_sparse_backward"), false, "mm_mat1_sparse_backward(grad, mat1, mat2, alpha)"),
+                gu(2, New, Counted(1), false, "mm_mat2_backward(grad, mat1, mat2.sym_sizes(), mat2.sym_strides(), mat2.layout(), alpha)", &["alpha"], New, Counted(0), false),
+                gu(0, New, Counted(0), true, "maybe_multiply(grad, beta)", &["beta"], Grad, Counted(0), false),
             ],
             outputs_differentiable: &[true],
         },
@@ -6049,7 +6079,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Output(0)],
             grads: &[
-                g(4, New, Counted(1), "grad.sparse_mask(result)._values()"),
+                g(4, New, Counted(1), false, "grad.sparse_mask(result)._values()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -6118,7 +6148,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Output(0)],
             grads: &[
-                g(0, New, Counted(0), "_sparse_log_softmax_backward_data(grad, result, dim, self)"),
+                g(0, New, Counted(0), false, "_sparse_log_softmax_backward_data(grad, result, dim, self)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -6187,8 +6217,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1), Output(1)],
             grads: &[
-                g(0, New, Counted(0), "grad.defined() ? _sparse_mm_reduce_impl_backward(self, grad, other, reduce, result1, grad_input_mask) : std::tuple<Tensor, Tensor>()"),
-                g(1, New, Counted(0), "grad.defined() ? _sparse_mm_reduce_impl_backward(self, grad, other, reduce, result1, grad_input_mask) : std::tuple<Tensor, Tensor>()"),
+                g(0, New, Counted(0), false, "grad.defined() ? _sparse_mm_reduce_impl_backward(self, grad, other, reduce, result1, grad_input_mask) : std::tuple<Tensor, Tensor>()"),
+                g(1, New, Counted(0), false, "grad.defined() ? _sparse_mm_reduce_impl_backward(self, grad, other, reduce, result1, grad_input_mask) : std::tuple<Tensor, Tensor>()"),
             ],
             outputs_differentiable: &[true, false],
         },
@@ -6257,7 +6287,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Output(0)],
             grads: &[
-                g(0, New, Counted(0), "_sparse_softmax_backward_data(grad, result, dim, self)"),
+                g(0, New, Counted(0), false, "_sparse_softmax_backward_data(grad, result, dim, self)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -6298,8 +6328,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Opaque("sparse_sparse_matmul_backward"), "sparse_sparse_matmul_backward(grad, self, other, 0)"),
-                g(1, New, Opaque("sparse_sparse_matmul_backward"), "sparse_sparse_matmul_backward(grad, self, other, 1)"),
+                g(1, New, Opaque("sparse_sparse_matmul_backward"), false, "sparse_sparse_matmul_backward(grad, self, other, 1)"),
+                g(0, New, Opaque("sparse_sparse_matmul_backward"), false, "sparse_sparse_matmul_backward(grad, self, other, 0)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -6326,7 +6356,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(0), "at::_sparse_sum_backward(grad, self, dim)"),
+                g(0, New, Counted(0), false, "at::_sparse_sum_backward(grad, self, dim)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -6409,7 +6439,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Output(0)],
             grads: &[
-                g(0, New, Counted(1), "grad * _standard_gamma_grad(self, result)"),
+                g(0, New, Counted(1), true, "grad * _standard_gamma_grad(self, result)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -6457,7 +6487,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "grad.expand_symint(self.sym_sizes()) + 1"),
+                g(0, New, Counted(0), false, "grad.expand_symint(self.sym_sizes()) + 1"),
             ],
             outputs_differentiable: &[true],
         },
@@ -6484,7 +6514,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(0), "grad.reshape_as(self)"),
+                g(0, New, Counted(0), false, "grad.reshape_as(self)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -6497,7 +6527,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(0), "grad.reshape_as(self)"),
+                g(0, New, Counted(0), false, "grad.reshape_as(self)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -6601,7 +6631,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Opaque("warn_backwards"), "warn_backwards(grad)"),
+                g(0, New, Opaque("warn_backwards"), false, "warn_backwards(grad)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -6635,11 +6665,11 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1), Input(2), Input(3), Input(4), Output(1)],
             grads: &[
-                g(0, New, Counted(0), "grad.defined() ? (GradMode::is_enabled() ? _thnn_differentiable_gru_cell_backward(grad, input_gates, hidden_gates, hx, input_bias, hidden_bias) : _thnn_fused_gru_cell_backward(grad, result1, input_bias.defined())) : std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor>()"),
-                g(1, New, Counted(0), "grad.defined() ? (GradMode::is_enabled() ? _thnn_differentiable_gru_cell_backward(grad, input_gates, hidden_gates, hx, input_bias, hidden_bias) : _thnn_fused_gru_cell_backward(grad, result1, input_bias.defined())) : std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor>()"),
-                g(2, New, Counted(0), "grad.defined() ? (GradMode::is_enabled() ? _thnn_differentiable_gru_cell_backward(grad, input_gates, hidden_gates, hx, input_bias, hidden_bias) : _thnn_fused_gru_cell_backward(grad, result1, input_bias.defined())) : std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor>()"),
-                g(3, New, Counted(0), "grad.defined() ? (GradMode::is_enabled() ? _thnn_differentiable_gru_cell_backward(grad, input_gates, hidden_gates, hx, input_bias, hidden_bias) : _thnn_fused_gru_cell_backward(grad, result1, input_bias.defined())) : std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor>()"),
-                g(4, New, Counted(0), "grad.defined() ? (GradMode::is_enabled() ? _thnn_differentiable_gru_cell_backward(grad, input_gates, hidden_gates, hx, input_bias, hidden_bias) : _thnn_fused_gru_cell_backward(grad, result1, input_bias.defined())) : std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor>()"),
+                g(0, New, Counted(0), false, "grad.defined() ? (GradMode::is_enabled() ? _thnn_differentiable_gru_cell_backward(grad, input_gates, hidden_gates, hx, input_bias, hidden_bias) : _thnn_fused_gru_cell_backward(grad, result1, input_bias.defined())) : std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor>()"),
+                g(1, New, Counted(0), false, "grad.defined() ? (GradMode::is_enabled() ? _thnn_differentiable_gru_cell_backward(grad, input_gates, hidden_gates, hx, input_bias, hidden_bias) : _thnn_fused_gru_cell_backward(grad, result1, input_bias.defined())) : std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor>()"),
+                g(2, New, Counted(0), false, "grad.defined() ? (GradMode::is_enabled() ? _thnn_differentiable_gru_cell_backward(grad, input_gates, hidden_gates, hx, input_bias, hidden_bias) : _thnn_fused_gru_cell_backward(grad, result1, input_bias.defined())) : std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor>()"),
+                g(3, New, Counted(0), false, "grad.defined() ? (GradMode::is_enabled() ? _thnn_differentiable_gru_cell_backward(grad, input_gates, hidden_gates, hx, input_bias, hidden_bias) : _thnn_fused_gru_cell_backward(grad, result1, input_bias.defined())) : std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor>()"),
+                g(4, New, Counted(0), false, "grad.defined() ? (GradMode::is_enabled() ? _thnn_differentiable_gru_cell_backward(grad, input_gates, hidden_gates, hx, input_bias, hidden_bias) : _thnn_fused_gru_cell_backward(grad, result1, input_bias.defined())) : std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor>()"),
             ],
             outputs_differentiable: &[true, true],
         },
@@ -6673,11 +6703,11 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1), Input(2), Input(3), Input(4), Output(1), Output(2)],
             grads: &[
-                g(0, New, Counted(0), "GradMode::is_enabled() ? _thnn_differentiable_lstm_cell_backward(grads[0], grads[1], input_gates, hidden_gates, input_bias, hidden_bias, cx, result1) : _thnn_fused_lstm_cell_backward(grads[0], grads[1], cx, result1, result2, input_bias.defined())"),
-                g(1, New, Counted(0), "GradMode::is_enabled() ? _thnn_differentiable_lstm_cell_backward(grads[0], grads[1], input_gates, hidden_gates, input_bias, hidden_bias, cx, result1) : _thnn_fused_lstm_cell_backward(grads[0], grads[1], cx, result1, result2, input_bias.defined())"),
-                g(2, New, Counted(0), "GradMode::is_enabled() ? _thnn_differentiable_lstm_cell_backward(grads[0], grads[1], input_gates, hidden_gates, input_bias, hidden_bias, cx, result1) : _thnn_fused_lstm_cell_backward(grads[0], grads[1], cx, result1, result2, input_bias.defined())"),
-                g(3, New, Counted(0), "GradMode::is_enabled() ? _thnn_differentiable_lstm_cell_backward(grads[0], grads[1], input_gates, hidden_gates, input_bias, hidden_bias, cx, result1) : _thnn_fused_lstm_cell_backward(grads[0], grads[1], cx, result1, result2, input_bias.defined())"),
-                g(4, New, Counted(0), "GradMode::is_enabled() ? _thnn_differentiable_lstm_cell_backward(grads[0], grads[1], input_gates, hidden_gates, input_bias, hidden_bias, cx, result1) : _thnn_fused_lstm_cell_backward(grads[0], grads[1], cx, result1, result2, input_bias.defined())"),
+                g(0, New, Counted(0), false, "GradMode::is_enabled() ? _thnn_differentiable_lstm_cell_backward(grads[0], grads[1], input_gates, hidden_gates, input_bias, hidden_bias, cx, result1) : _thnn_fused_lstm_cell_backward(grads[0], grads[1], cx, result1, result2, input_bias.defined())"),
+                g(1, New, Counted(0), false, "GradMode::is_enabled() ? _thnn_differentiable_lstm_cell_backward(grads[0], grads[1], input_gates, hidden_gates, input_bias, hidden_bias, cx, result1) : _thnn_fused_lstm_cell_backward(grads[0], grads[1], cx, result1, result2, input_bias.defined())"),
+                g(2, New, Counted(0), false, "GradMode::is_enabled() ? _thnn_differentiable_lstm_cell_backward(grads[0], grads[1], input_gates, hidden_gates, input_bias, hidden_bias, cx, result1) : _thnn_fused_lstm_cell_backward(grads[0], grads[1], cx, result1, result2, input_bias.defined())"),
+                g(3, New, Counted(0), false, "GradMode::is_enabled() ? _thnn_differentiable_lstm_cell_backward(grads[0], grads[1], input_gates, hidden_gates, input_bias, hidden_bias, cx, result1) : _thnn_fused_lstm_cell_backward(grads[0], grads[1], cx, result1, result2, input_bias.defined())"),
+                g(4, New, Counted(0), false, "GradMode::is_enabled() ? _thnn_differentiable_lstm_cell_backward(grads[0], grads[1], input_gates, hidden_gates, input_bias, hidden_bias, cx, result1) : _thnn_fused_lstm_cell_backward(grads[0], grads[1], cx, result1, result2, input_bias.defined())"),
             ],
             outputs_differentiable: &[true, true, false],
         },
@@ -6718,7 +6748,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "_to_copy_backward(grad, self.options())"),
+                g(0, New, Counted(0), false, "_to_copy_backward(grad, self.options())"),
             ],
             outputs_differentiable: &[true],
         },
@@ -6745,7 +6775,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(0), "to_dense_backward(grad, self, masked_grad)"),
+                g(0, New, Counted(0), false, "to_dense_backward(grad, self, masked_grad)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -6765,7 +6795,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "to_sparse_backward(grad, self.layout(), self.sym_blocksize())"),
+                g(0, New, Counted(0), false, "to_sparse_backward(grad, self.layout(), self.sym_blocksize())"),
             ],
             outputs_differentiable: &[true],
         },
@@ -6785,7 +6815,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "to_sparse_backward(grad, self.layout(), self.sym_blocksize())"),
+                g(0, New, Counted(0), false, "to_sparse_backward(grad, self.layout(), self.sym_blocksize())"),
             ],
             outputs_differentiable: &[true],
         },
@@ -6805,7 +6835,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "to_sparse_backward(grad, self.layout(), self.sym_blocksize())"),
+                g(0, New, Counted(0), false, "to_sparse_backward(grad, self.layout(), self.sym_blocksize())"),
             ],
             outputs_differentiable: &[true],
         },
@@ -6825,7 +6855,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "to_sparse_backward(grad, self.layout(), self.sym_blocksize())"),
+                g(0, New, Counted(0), false, "to_sparse_backward(grad, self.layout(), self.sym_blocksize())"),
             ],
             outputs_differentiable: &[true],
         },
@@ -6845,7 +6875,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "to_sparse_backward(grad, self.layout(), self.sym_blocksize())"),
+                g(0, New, Counted(0), false, "to_sparse_backward(grad, self.layout(), self.sym_blocksize())"),
             ],
             outputs_differentiable: &[true],
         },
@@ -6865,7 +6895,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "to_sparse_backward(grad, self.layout(), self.sym_blocksize())"),
+                g(0, New, Counted(0), false, "to_sparse_backward(grad, self.layout(), self.sym_blocksize())"),
             ],
             outputs_differentiable: &[true],
         },
@@ -6920,9 +6950,9 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1), Input(2)],
             grads: &[
-                g(0, New, Opaque("_trilinear_backward"), "_trilinear_backward(grad, wrap_opt_if(i1, grad_input_mask[1] || grad_input_mask[2]), wrap_opt_if(i2, grad_input_mask[0] || grad_input_mask[2]), wrap_opt_if(i3, grad_input_mask[0] || grad_input_mask[1]), expand1, expand2, expand3, sumdim, grad_input_mask)"),
-                g(1, New, Opaque("_trilinear_backward"), "_trilinear_backward(grad, wrap_opt_if(i1, grad_input_mask[1] || grad_input_mask[2]), wrap_opt_if(i2, grad_input_mask[0] || grad_input_mask[2]), wrap_opt_if(i3, grad_input_mask[0] || grad_input_mask[1]), expand1, expand2, expand3, sumdim, grad_input_mask)"),
-                g(2, New, Opaque("_trilinear_backward"), "_trilinear_backward(grad, wrap_opt_if(i1, grad_input_mask[1] || grad_input_mask[2]), wrap_opt_if(i2, grad_input_mask[0] || grad_input_mask[2]), wrap_opt_if(i3, grad_input_mask[0] || grad_input_mask[1]), expand1, expand2, expand3, sumdim, grad_input_mask)"),
+                g(0, New, Opaque("_trilinear_backward"), false, "_trilinear_backward(grad, wrap_opt_if(i1, grad_input_mask[1] || grad_input_mask[2]), wrap_opt_if(i2, grad_input_mask[0] || grad_input_mask[2]), wrap_opt_if(i3, grad_input_mask[0] || grad_input_mask[1]), expand1, expand2, expand3, sumdim, grad_input_mask)"),
+                g(1, New, Opaque("_trilinear_backward"), false, "_trilinear_backward(grad, wrap_opt_if(i1, grad_input_mask[1] || grad_input_mask[2]), wrap_opt_if(i2, grad_input_mask[0] || grad_input_mask[2]), wrap_opt_if(i3, grad_input_mask[0] || grad_input_mask[1]), expand1, expand2, expand3, sumdim, grad_input_mask)"),
+                g(2, New, Opaque("_trilinear_backward"), false, "_trilinear_backward(grad, wrap_opt_if(i1, grad_input_mask[1] || grad_input_mask[2]), wrap_opt_if(i2, grad_input_mask[0] || grad_input_mask[2]), wrap_opt_if(i3, grad_input_mask[0] || grad_input_mask[1]), expand1, expand2, expand3, sumdim, grad_input_mask)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -7005,7 +7035,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(1)],
             grads: &[
-                g(0, New, Counted(1), "at::_unsafe_index_put(grad.new_zeros_symint(self.sym_sizes(), self.options()), indices, grad, true)"),
+                g(0, New, Counted(1), false, "at::_unsafe_index_put(grad.new_zeros_symint(self.sym_sizes(), self.options()), indices, grad, true)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -7018,8 +7048,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(1)],
             grads: &[
-                g(0, New, Opaque("ternary"), "accumulate ? grad : at::_unsafe_index_put(grad, indices, zeros_like(values), false)"),
-                g(2, New, Counted(0), "at::_unsafe_index(grad, indices)"),
+                g(0, New, Opaque("ternary"), false, "accumulate ? grad : at::_unsafe_index_put(grad, indices, zeros_like(values), false)"),
+                g(2, New, Counted(0), false, "at::_unsafe_index(grad, indices)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -7032,7 +7062,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(1), Input(2)],
             grads: &[
-                g(0, New, Counted(1), "at::_unsafe_masked_index_put_accumulate(grad.new_zeros_symint(self.sym_sizes(), self.options()), mask, indices, grad)"),
+                g(0, New, Counted(1), false, "at::_unsafe_masked_index_put_accumulate(grad.new_zeros_symint(self.sym_sizes(), self.options()), mask, indices, grad)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -7045,8 +7075,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(1), Input(2)],
             grads: &[
-                g(0, OfGrad, Counted(0), "grad"),
-                g(3, New, Counted(0), "at::_unsafe_masked_index(grad, mask, indices, 0)"),
+                g(0, Grad, Counted(0), false, "grad"),
+                g(3, New, Counted(0), false, "at::_unsafe_masked_index(grad, mask, indices, 0)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -7059,7 +7089,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "grad.reshape_symint(self.sym_sizes())"),
+                g(0, Reshape, Counted(0), false, "grad.reshape_symint(self.sym_sizes())"),
             ],
             outputs_differentiable: &[true],
         },
@@ -7079,7 +7109,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "_upsample_bicubic2d_aa_backward_symint(grad, output_size, self.sym_sizes(), align_corners, scales_h, scales_w)"),
+                g(0, New, Counted(0), false, "_upsample_bicubic2d_aa_backward_symint(grad, output_size, self.sym_sizes(), align_corners, scales_h, scales_w)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -7106,7 +7136,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "_upsample_bicubic2d_aa_symint(grad, output_size, align_corners, scales_h, scales_w)"),
+                g(0, New, Counted(0), false, "_upsample_bicubic2d_aa_symint(grad, output_size, align_corners, scales_h, scales_w)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -7126,7 +7156,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "_upsample_bilinear2d_aa_backward_symint(grad, output_size, self.sym_sizes(), align_corners, scales_h, scales_w)"),
+                g(0, New, Counted(0), false, "_upsample_bilinear2d_aa_backward_symint(grad, output_size, self.sym_sizes(), align_corners, scales_h, scales_w)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -7153,7 +7183,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "_upsample_bilinear2d_aa_symint(grad, output_size, align_corners, scales_h, scales_w)"),
+                g(0, New, Counted(0), false, "_upsample_bilinear2d_aa_symint(grad, output_size, align_corners, scales_h, scales_w)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -7173,7 +7203,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "_upsample_nearest_exact1d_backward_symint(grad, output_size, self.sym_sizes(), scales)"),
+                g(0, New, Counted(0), false, "_upsample_nearest_exact1d_backward_symint(grad, output_size, self.sym_sizes(), scales)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -7200,7 +7230,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "_upsample_nearest_exact1d_symint(grad, output_size, scales)"),
+                g(0, New, Counted(0), false, "_upsample_nearest_exact1d_symint(grad, output_size, scales)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -7220,7 +7250,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "_upsample_nearest_exact2d_backward_symint(grad, output_size, self.sym_sizes(), scales_h, scales_w)"),
+                g(0, New, Counted(0), false, "_upsample_nearest_exact2d_backward_symint(grad, output_size, self.sym_sizes(), scales_h, scales_w)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -7247,7 +7277,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "_upsample_nearest_exact2d_symint(grad, output_size, scales_h, scales_w)"),
+                g(0, New, Counted(0), false, "_upsample_nearest_exact2d_symint(grad, output_size, scales_h, scales_w)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -7267,7 +7297,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "_upsample_nearest_exact3d_backward_symint(grad, output_size, self.sym_sizes(), scales_d, scales_h, scales_w)"),
+                g(0, New, Counted(0), false, "_upsample_nearest_exact3d_backward_symint(grad, output_size, self.sym_sizes(), scales_d, scales_h, scales_w)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -7294,7 +7324,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "_upsample_nearest_exact3d_symint(grad, output_size, scales_d, scales_h, scales_w)"),
+                g(0, New, Counted(0), false, "_upsample_nearest_exact3d_symint(grad, output_size, scales_d, scales_h, scales_w)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -7468,8 +7498,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1), Output(1)],
             grads: &[
-                g(0, New, Counted(1), "grad.defined() ? (GradMode::is_enabled() ? _weight_norm_differentiable_backward(grad.contiguous(), v, g, result1, dim) : _weight_norm_interface_backward(grad.contiguous(), v, g, result1, dim)) : std::tuple<Tensor, Tensor>()"),
-                g(1, New, Counted(1), "grad.defined() ? (GradMode::is_enabled() ? _weight_norm_differentiable_backward(grad.contiguous(), v, g, result1, dim) : _weight_norm_interface_backward(grad.contiguous(), v, g, result1, dim)) : std::tuple<Tensor, Tensor>()"),
+                g(0, New, Counted(1), false, "grad.defined() ? (GradMode::is_enabled() ? _weight_norm_differentiable_backward(grad.contiguous(), v, g, result1, dim) : _weight_norm_interface_backward(grad.contiguous(), v, g, result1, dim)) : std::tuple<Tensor, Tensor>()"),
+                g(1, New, Counted(1), false, "grad.defined() ? (GradMode::is_enabled() ? _weight_norm_differentiable_backward(grad.contiguous(), v, g, result1, dim) : _weight_norm_interface_backward(grad.contiguous(), v, g, result1, dim)) : std::tuple<Tensor, Tensor>()"),
             ],
             outputs_differentiable: &[true, true],
         },
@@ -7517,7 +7547,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(1), "grad * self.sgn()"),
+                g(0, New, Counted(1), true, "grad * self.sgn()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -7537,7 +7567,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(1), "grad * self.sgn()"),
+                g(0, New, Counted(1), true, "grad * self.sgn()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -7571,7 +7601,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(5), "grad * -((-self * self + 1).rsqrt()).conj()"),
+                g(0, New, Counted(5), true, "grad * -((-self * self + 1).rsqrt()).conj()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -7591,7 +7621,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(5), "grad * -((-self * self + 1).rsqrt()).conj()"),
+                g(0, New, Counted(5), true, "grad * -((-self * self + 1).rsqrt()).conj()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -7604,7 +7634,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(3), "self.is_complex() ? grad * ((self + 1).rsqrt() * (self - 1).rsqrt()).conj() : grad * (self * self - 1).rsqrt()"),
+                g(0, New, Counted(3), true, "self.is_complex() ? grad * ((self + 1).rsqrt() * (self - 1).rsqrt()).conj() : grad * (self * self - 1).rsqrt()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -7687,7 +7717,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Output(1)],
             grads: &[
-                g(0, New, Counted(0), "adaptive_max_pool2d_backward(grad, self, result1)"),
+                g(0, New, Counted(0), false, "adaptive_max_pool2d_backward(grad, self, result1)"),
             ],
             outputs_differentiable: &[true, false],
         },
@@ -7707,8 +7737,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(2)],
             grads: &[
-                g(0, New, Counted(0), "max_pool_double_backward(grad, indices, 2)"),
-                g(1, New, Counted(0), "zeros_like(self)"),
+                g(0, New, Counted(0), false, "max_pool_double_backward(grad, indices, 2)"),
+                g(1, New, Counted(0), false, "zeros_like(self)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -7728,7 +7758,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Output(1)],
             grads: &[
-                g(0, New, Counted(0), "adaptive_max_pool3d_backward(grad, self, result1)"),
+                g(0, New, Counted(0), false, "adaptive_max_pool3d_backward(grad, self, result1)"),
             ],
             outputs_differentiable: &[true, false],
         },
@@ -7748,8 +7778,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(2)],
             grads: &[
-                g(0, New, Counted(0), "max_pool_double_backward(grad, indices, 3)"),
-                g(1, New, Counted(0), "zeros_like(self)"),
+                g(0, New, Counted(0), false, "max_pool_double_backward(grad, indices, 3)"),
+                g(1, New, Counted(0), false, "zeros_like(self)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -7769,7 +7799,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, OfGrad, Counted(0), "handle_r_to_c(self.scalar_type(), grad)"),
+                g(0, Grad, Counted(0), false, "handle_r_to_c(self.scalar_type(), grad)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -7789,8 +7819,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, OfGrad, Counted(0), "handle_r_to_c(self.scalar_type(), grad)"),
-                g(1, New, Counted(0), "handle_r_to_c(other.scalar_type(), maybe_multiply(grad, alpha.conj()))"),
+                gu(1, New, Counted(0), true, "handle_r_to_c(other.scalar_type(), maybe_multiply(grad, alpha.conj()))", &["alpha"], Grad, Counted(0), false),
+                g(0, Grad, Counted(0), false, "handle_r_to_c(self.scalar_type(), grad)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -7810,7 +7840,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, OfGrad, Counted(0), "handle_r_to_c(self.scalar_type(), grad)"),
+                g(0, Grad, Counted(0), false, "handle_r_to_c(self.scalar_type(), grad)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -7823,8 +7853,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, OfGrad, Counted(0), "handle_r_to_c(self.scalar_type(), grad)"),
-                g(1, New, Counted(0), "handle_r_to_c(other.scalar_type(), maybe_multiply(grad, alpha.conj()))"),
+                gu(1, New, Counted(0), true, "handle_r_to_c(other.scalar_type(), maybe_multiply(grad, alpha.conj()))", &["alpha"], Grad, Counted(0), false),
+                g(0, Grad, Counted(0), false, "handle_r_to_c(self.scalar_type(), grad)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -7837,9 +7867,9 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(1), Input(2)],
             grads: &[
-                g(0, New, Counted(0), "maybe_multiply(grad, beta.conj())"),
-                g(1, New, Counted(1), "maybe_multiply(grad.unsqueeze(0).expand_symint({ batch1.sym_size(0), batch1.sym_size(1), batch2.sym_size(2) }).bmm(batch2.transpose(1, 2).conj()), alpha.conj())"),
-                g(2, New, Counted(1), "maybe_multiply(batch1.transpose(1, 2).conj().bmm(grad.unsqueeze(0).expand_symint({ batch1.sym_size(0), batch1.sym_size(1), batch2.sym_size(2) })), alpha.conj())"),
+                gu(1, New, Counted(1), false, "maybe_multiply(grad.unsqueeze(0).expand_symint({ batch1.sym_size(0), batch1.sym_size(1), batch2.sym_size(2) }).bmm(batch2.transpose(1, 2).conj()), alpha.conj())", &["alpha"], New, Counted(0), false),
+                gu(2, New, Counted(1), false, "maybe_multiply(batch1.transpose(1, 2).conj().bmm(grad.unsqueeze(0).expand_symint({ batch1.sym_size(0), batch1.sym_size(1), batch2.sym_size(2) })), alpha.conj())", &["alpha"], New, Counted(0), false),
+                gu(0, New, Counted(0), true, "maybe_multiply(grad, beta.conj())", &["beta"], Grad, Counted(0), false),
             ],
             outputs_differentiable: &[true],
         },
@@ -7859,9 +7889,9 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(1), Input(2)],
             grads: &[
-                g(0, New, Counted(0), "maybe_multiply(grad, beta.conj())"),
-                g(1, New, Counted(1), "maybe_multiply(grad.unsqueeze(0).expand_symint({ batch1.sym_size(0), batch1.sym_size(1), batch2.sym_size(2) }).bmm(batch2.transpose(1, 2).conj()), alpha.conj())"),
-                g(2, New, Counted(1), "maybe_multiply(batch1.transpose(1, 2).conj().bmm(grad.unsqueeze(0).expand_symint({ batch1.sym_size(0), batch1.sym_size(1), batch2.sym_size(2) })), alpha.conj())"),
+                gu(1, New, Counted(1), false, "maybe_multiply(grad.unsqueeze(0).expand_symint({ batch1.sym_size(0), batch1.sym_size(1), batch2.sym_size(2) }).bmm(batch2.transpose(1, 2).conj()), alpha.conj())", &["alpha"], New, Counted(0), false),
+                gu(2, New, Counted(1), false, "maybe_multiply(batch1.transpose(1, 2).conj().bmm(grad.unsqueeze(0).expand_symint({ batch1.sym_size(0), batch1.sym_size(1), batch2.sym_size(2) })), alpha.conj())", &["alpha"], New, Counted(0), false),
+                gu(0, New, Counted(0), true, "maybe_multiply(grad, beta.conj())", &["beta"], Grad, Counted(0), false),
             ],
             outputs_differentiable: &[true],
         },
@@ -7874,9 +7904,9 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(1), Input(2)],
             grads: &[
-                g(0, OfGrad, Counted(0), "handle_r_to_c(self.scalar_type(), grad)"),
-                g(1, New, Counted(1), "handle_r_to_c(tensor1.scalar_type(), grad * (value / tensor2).conj())"),
-                g(2, New, Counted(4), "handle_r_to_c(tensor2.scalar_type(), -grad * (value * tensor1 / (tensor2 * tensor2)).conj())"),
+                g(0, Grad, Counted(0), false, "handle_r_to_c(self.scalar_type(), grad)"),
+                g(1, New, Counted(1), true, "handle_r_to_c(tensor1.scalar_type(), grad * (value / tensor2).conj())"),
+                g(2, New, Counted(4), true, "handle_r_to_c(tensor2.scalar_type(), -grad * (value * tensor1 / (tensor2 * tensor2)).conj())"),
             ],
             outputs_differentiable: &[true],
         },
@@ -7896,9 +7926,9 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(1), Input(2)],
             grads: &[
-                g(0, OfGrad, Counted(0), "handle_r_to_c(self.scalar_type(), grad)"),
-                g(1, New, Counted(1), "handle_r_to_c(tensor1.scalar_type(), grad * (value / tensor2).conj())"),
-                g(2, New, Counted(4), "handle_r_to_c(tensor2.scalar_type(), -grad * (value * tensor1 / (tensor2 * tensor2)).conj())"),
+                g(0, Grad, Counted(0), false, "handle_r_to_c(self.scalar_type(), grad)"),
+                g(1, New, Counted(1), true, "handle_r_to_c(tensor1.scalar_type(), grad * (value / tensor2).conj())"),
+                g(2, New, Counted(4), true, "handle_r_to_c(tensor2.scalar_type(), -grad * (value * tensor1 / (tensor2 * tensor2)).conj())"),
             ],
             outputs_differentiable: &[true],
         },
@@ -7911,9 +7941,9 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(1), Input(2)],
             grads: &[
-                g(0, OfGrad, Counted(0), "handle_r_to_c(self.scalar_type(), grad)"),
-                g(1, New, Counted(1), "handle_r_to_c(tensor1.scalar_type(), grad * (tensor2 * value).conj())"),
-                g(2, New, Counted(1), "handle_r_to_c(tensor2.scalar_type(), grad * (tensor1 * value).conj())"),
+                g(0, Grad, Counted(0), false, "handle_r_to_c(self.scalar_type(), grad)"),
+                g(1, New, Counted(1), true, "handle_r_to_c(tensor1.scalar_type(), grad * (tensor2 * value).conj())"),
+                g(2, New, Counted(1), true, "handle_r_to_c(tensor2.scalar_type(), grad * (tensor1 * value).conj())"),
             ],
             outputs_differentiable: &[true],
         },
@@ -7933,9 +7963,9 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(1), Input(2)],
             grads: &[
-                g(0, OfGrad, Counted(0), "handle_r_to_c(self.scalar_type(), grad)"),
-                g(1, New, Counted(1), "handle_r_to_c(tensor1.scalar_type(), grad * (tensor2 * value).conj())"),
-                g(2, New, Counted(1), "handle_r_to_c(tensor2.scalar_type(), grad * (tensor1 * value).conj())"),
+                g(0, Grad, Counted(0), false, "handle_r_to_c(self.scalar_type(), grad)"),
+                g(1, New, Counted(1), true, "handle_r_to_c(tensor1.scalar_type(), grad * (tensor2 * value).conj())"),
+                g(2, New, Counted(1), true, "handle_r_to_c(tensor2.scalar_type(), grad * (tensor1 * value).conj())"),
             ],
             outputs_differentiable: &[true],
         },
@@ -7948,9 +7978,9 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(1), Input(2)],
             grads: &[
-                g(0, New, Counted(0), "maybe_multiply(grad, beta.conj())"),
-                g(1, New, Counted(1), "mm_mat1_backward(grad, mat2, mat1.sym_sizes(), mat1.sym_strides(), mat1.layout(), alpha)"),
-                g(2, New, Counted(1), "mm_mat2_backward(grad, mat1, mat2.sym_sizes(), mat2.sym_strides(), mat2.layout(), alpha)"),
+                gu(1, New, Counted(1), false, "mm_mat1_backward(grad, mat2, mat1.sym_sizes(), mat1.sym_strides(), mat1.layout(), alpha)", &["alpha"], New, Counted(0), false),
+                gu(2, New, Counted(1), false, "mm_mat2_backward(grad, mat1, mat2.sym_sizes(), mat2.sym_strides(), mat2.layout(), alpha)", &["alpha"], New, Counted(0), false),
+                gu(0, New, Counted(0), true, "maybe_multiply(grad, beta.conj())", &["beta"], Grad, Counted(0), false),
             ],
             outputs_differentiable: &[true],
         },
@@ -7984,9 +8014,9 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(1), Input(2)],
             grads: &[
-                g(0, New, Counted(0), "maybe_multiply(grad, beta.conj())"),
-                g(1, New, Counted(1), "mm_mat1_backward(grad, mat2, mat1.sym_sizes(), mat1.sym_strides(), mat1.layout(), alpha)"),
-                g(2, New, Counted(1), "mm_mat2_backward(grad, mat1, mat2.sym_sizes(), mat2.sym_strides(), mat2.layout(), alpha)"),
+                gu(1, New, Counted(1), false, "mm_mat1_backward(grad, mat2, mat1.sym_sizes(), mat1.sym_strides(), mat1.layout(), alpha)", &["alpha"], New, Counted(0), false),
+                gu(2, New, Counted(1), false, "mm_mat2_backward(grad, mat1, mat2.sym_sizes(), mat2.sym_strides(), mat2.layout(), alpha)", &["alpha"], New, Counted(0), false),
+                gu(0, New, Counted(0), true, "maybe_multiply(grad, beta.conj())", &["beta"], Grad, Counted(0), false),
             ],
             outputs_differentiable: &[true],
         },
@@ -7999,9 +8029,9 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(1), Input(2)],
             grads: &[
-                g(0, New, Counted(0), "maybe_multiply(grad, beta.conj())"),
-                g(1, New, Counted(1), "maybe_multiply(grad.ger(vec.conj()), alpha.conj())"),
-                g(2, New, Counted(1), "maybe_multiply(mat.t().conj().mv(grad), alpha.conj())"),
+                gu(1, New, Counted(1), false, "maybe_multiply(grad.ger(vec.conj()), alpha.conj())", &["alpha"], New, Counted(0), false),
+                gu(0, New, Counted(0), true, "maybe_multiply(grad, beta.conj())", &["beta"], Grad, Counted(0), false),
+                gu(2, New, Counted(1), false, "maybe_multiply(mat.t().conj().mv(grad), alpha.conj())", &["alpha"], New, Counted(0), false),
             ],
             outputs_differentiable: &[true],
         },
@@ -8021,9 +8051,9 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(1), Input(2)],
             grads: &[
-                g(0, New, Counted(0), "maybe_multiply(grad, beta.conj())"),
-                g(1, New, Counted(1), "maybe_multiply(grad.ger(vec.conj()), alpha.conj())"),
-                g(2, New, Counted(1), "maybe_multiply(mat.t().conj().mv(grad), alpha.conj())"),
+                gu(1, New, Counted(1), false, "maybe_multiply(grad.ger(vec.conj()), alpha.conj())", &["alpha"], New, Counted(0), false),
+                gu(0, New, Counted(0), true, "maybe_multiply(grad, beta.conj())", &["beta"], Grad, Counted(0), false),
+                gu(2, New, Counted(1), false, "maybe_multiply(mat.t().conj().mv(grad), alpha.conj())", &["alpha"], New, Counted(0), false),
             ],
             outputs_differentiable: &[true],
         },
@@ -8036,9 +8066,9 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(1), Input(2)],
             grads: &[
-                g(0, New, Counted(0), "maybe_multiply(grad, beta.conj())"),
-                g(1, New, Counted(1), "maybe_multiply(grad.mv(vec2.conj()), alpha.conj())"),
-                g(2, New, Counted(1), "maybe_multiply(grad.t().mv(vec1.conj()), alpha.conj())"),
+                gu(0, New, Counted(0), true, "maybe_multiply(grad, beta.conj())", &["beta"], Grad, Counted(0), false),
+                gu(1, New, Counted(1), false, "maybe_multiply(grad.mv(vec2.conj()), alpha.conj())", &["alpha"], New, Counted(0), false),
+                gu(2, New, Counted(1), false, "maybe_multiply(grad.t().mv(vec1.conj()), alpha.conj())", &["alpha"], New, Counted(0), false),
             ],
             outputs_differentiable: &[true],
         },
@@ -8058,9 +8088,9 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(1), Input(2)],
             grads: &[
-                g(0, New, Counted(0), "maybe_multiply(grad, beta.conj())"),
-                g(1, New, Counted(1), "maybe_multiply(grad.mv(vec2.conj()), alpha.conj())"),
-                g(2, New, Counted(1), "maybe_multiply(grad.t().mv(vec1.conj()), alpha.conj())"),
+                gu(0, New, Counted(0), true, "maybe_multiply(grad, beta.conj())", &["beta"], Grad, Counted(0), false),
+                gu(1, New, Counted(1), false, "maybe_multiply(grad.mv(vec2.conj()), alpha.conj())", &["alpha"], New, Counted(0), false),
+                gu(2, New, Counted(1), false, "maybe_multiply(grad.t().mv(vec1.conj()), alpha.conj())", &["alpha"], New, Counted(0), false),
             ],
             outputs_differentiable: &[true],
         },
@@ -8080,7 +8110,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "affine_grid_generator_backward_symint(grad, size, align_corners)"),
+                g(0, New, Counted(0), false, "affine_grid_generator_backward_symint(grad, size, align_corners)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -8107,7 +8137,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, OfGrad, Counted(0), "grad"),
+                g(0, Grad, Counted(0), false, "grad"),
             ],
             outputs_differentiable: &[true],
         },
@@ -8120,7 +8150,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, OfGrad, Counted(0), "grad"),
+                g(0, Grad, Counted(0), false, "grad"),
             ],
             outputs_differentiable: &[true],
         },
@@ -8245,7 +8275,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Output(0)],
             grads: &[
-                g(0, New, Counted(3), "scale_grad_by_count(restore_reduced_dims(grad, dim, keepdim), restore_reduced_dims(result, dim, keepdim) == self, dim)"),
+                g(0, New, Counted(3), false, "scale_grad_by_count(restore_reduced_dims(grad, dim, keepdim), restore_reduced_dims(result, dim, keepdim) == self, dim)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -8265,7 +8295,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Output(0)],
             grads: &[
-                g(0, New, Counted(3), "scale_grad_by_count(restore_reduced_dims(grad, dim, keepdim), restore_reduced_dims(result, dim, keepdim) == self, dim)"),
+                g(0, New, Counted(3), false, "scale_grad_by_count(restore_reduced_dims(grad, dim, keepdim), restore_reduced_dims(result, dim, keepdim) == self, dim)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -8299,7 +8329,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(0), "angle_backward(grad, self)"),
+                g(0, New, Counted(0), false, "angle_backward(grad, self)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -8620,7 +8650,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Opaque("as_strided_backward"), "as_strided_backward(grad, TensorGeometry(self), size, stride, storage_offset)"),
+                g(0, New, Opaque("as_strided_backward"), false, "as_strided_backward(grad, TensorGeometry(self), size, stride, storage_offset)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -8633,7 +8663,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Opaque("as_strided_backward"), "as_strided_backward(grad, TensorGeometry(self), size, stride, storage_offset)"),
+                g(0, New, Opaque("as_strided_backward"), false, "as_strided_backward(grad, TensorGeometry(self), size, stride, storage_offset)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -8646,7 +8676,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Opaque("as_strided_backward"), "as_strided_backward(grad, TensorGeometry(self), size, stride, storage_offset)"),
+                g(0, New, Opaque("as_strided_backward"), false, "as_strided_backward(grad, TensorGeometry(self), size, stride, storage_offset)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -8666,8 +8696,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Opaque("as_strided_scatter_backward"), "as_strided_scatter_backward(grad, TensorGeometry(self), TensorGeometry(src), size, stride, storage_offset)"),
-                g(1, New, Counted(0), "grad.contiguous().as_strided_symint(size, stride, storage_offset)"),
+                g(0, New, Opaque("as_strided_scatter_backward"), false, "as_strided_scatter_backward(grad, TensorGeometry(self), TensorGeometry(src), size, stride, storage_offset)"),
+                g(1, New, Counted(0), false, "grad.contiguous().as_strided_symint(size, stride, storage_offset)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -8687,7 +8717,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(4), "grad * (-self * self + 1).rsqrt().conj()"),
+                g(0, New, Counted(4), true, "grad * (-self * self + 1).rsqrt().conj()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -8707,7 +8737,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(4), "grad * (-self * self + 1).rsqrt().conj()"),
+                g(0, New, Counted(4), true, "grad * (-self * self + 1).rsqrt().conj()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -8720,7 +8750,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(3), "grad * (self.pow(2) + 1).rsqrt().conj()"),
+                g(0, New, Counted(3), true, "grad * (self.pow(2) + 1).rsqrt().conj()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -8747,7 +8777,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(2), "grad / (self * self + 1).conj()"),
+                g(0, New, Counted(2), true, "grad / (self * self + 1).conj()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -8767,8 +8797,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Counted(7), "atan2_backward(grad, self, other, grad_input_mask)"),
-                g(1, New, Counted(7), "atan2_backward(grad, self, other, grad_input_mask)"),
+                g(0, New, Counted(7), true, "atan2_backward(grad, self, other, grad_input_mask)"),
+                g(1, New, Counted(7), true, "atan2_backward(grad, self, other, grad_input_mask)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -8788,8 +8818,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Counted(7), "atan2_backward(grad, self, other, grad_input_mask)"),
-                g(1, New, Counted(7), "atan2_backward(grad, self, other, grad_input_mask)"),
+                g(0, New, Counted(7), true, "atan2_backward(grad, self, other, grad_input_mask)"),
+                g(1, New, Counted(7), true, "atan2_backward(grad, self, other, grad_input_mask)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -8802,7 +8832,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(2), "grad / (self * self + 1).conj()"),
+                g(0, New, Counted(2), true, "grad / (self * self + 1).conj()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -8815,7 +8845,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(3), "grad * 1 / (1 - self.pow(2)).conj()"),
+                g(0, New, Counted(3), true, "grad * 1 / (1 - self.pow(2)).conj()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -8898,7 +8928,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(0), "avg_pool2d_backward(grad, self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)"),
+                g(0, New, Counted(0), false, "avg_pool2d_backward(grad, self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -8918,8 +8948,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "avg_pool2d(grad, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)"),
-                g(1, New, Counted(0), "zeros_like(self)"),
+                g(0, New, Counted(0), false, "avg_pool2d(grad, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)"),
+                g(1, New, Counted(0), false, "zeros_like(self)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -8939,7 +8969,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(0), "avg_pool3d_backward(grad, self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)"),
+                g(0, New, Counted(0), false, "avg_pool3d_backward(grad, self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -8959,8 +8989,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "avg_pool3d(grad, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)"),
-                g(1, New, Counted(0), "zeros_like(self)"),
+                g(0, New, Counted(0), false, "avg_pool3d(grad, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)"),
+                g(1, New, Counted(0), false, "zeros_like(self)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -8980,9 +9010,9 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(1), Input(2)],
             grads: &[
-                g(0, New, Counted(0), "maybe_multiply(grad, beta.conj())"),
-                g(1, New, Counted(1), "maybe_multiply(grad.bmm(batch2.transpose(1, 2).conj()), alpha.conj())"),
-                g(2, New, Counted(1), "maybe_multiply(batch1.transpose(1, 2).conj().bmm(grad), alpha.conj())"),
+                gu(1, New, Counted(1), false, "maybe_multiply(grad.bmm(batch2.transpose(1, 2).conj()), alpha.conj())", &["alpha"], New, Counted(0), false),
+                gu(2, New, Counted(1), false, "maybe_multiply(batch1.transpose(1, 2).conj().bmm(grad), alpha.conj())", &["alpha"], New, Counted(0), false),
+                gu(0, New, Counted(0), true, "maybe_multiply(grad, beta.conj())", &["beta"], Grad, Counted(0), false),
             ],
             outputs_differentiable: &[true],
         },
@@ -9016,9 +9046,9 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(1), Input(2)],
             grads: &[
-                g(0, New, Counted(0), "maybe_multiply(grad, beta.conj())"),
-                g(1, New, Counted(1), "maybe_multiply(grad.bmm(batch2.transpose(1, 2).conj()), alpha.conj())"),
-                g(2, New, Counted(1), "maybe_multiply(batch1.transpose(1, 2).conj().bmm(grad), alpha.conj())"),
+                gu(1, New, Counted(1), false, "maybe_multiply(grad.bmm(batch2.transpose(1, 2).conj()), alpha.conj())", &["alpha"], New, Counted(0), false),
+                gu(2, New, Counted(1), false, "maybe_multiply(batch1.transpose(1, 2).conj().bmm(grad), alpha.conj())", &["alpha"], New, Counted(0), false),
+                gu(0, New, Counted(0), true, "maybe_multiply(grad, beta.conj())", &["beta"], Grad, Counted(0), false),
             ],
             outputs_differentiable: &[true],
         },
@@ -9066,9 +9096,9 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1), Input(2), Input(3), Input(4), Input(5), Input(6), Input(10)],
             grads: &[
-                g(0, New, Opaque("batchnorm_double_backward"), "batchnorm_double_backward(input, weight, grads[0], grads[1], grads[2], grad_out, running_mean, running_var, update, eps, save_mean, save_var, grad_input_mask)"),
-                g(1, New, Opaque("batchnorm_double_backward"), "batchnorm_double_backward(input, weight, grads[0], grads[1], grads[2], grad_out, running_mean, running_var, update, eps, save_mean, save_var, grad_input_mask)"),
-                g(2, New, Opaque("batchnorm_double_backward"), "batchnorm_double_backward(input, weight, grads[0], grads[1], grads[2], grad_out, running_mean, running_var, update, eps, save_mean, save_var, grad_input_mask)"),
+                g(1, New, Opaque("batchnorm_double_backward"), false, "batchnorm_double_backward(input, weight, grads[0], grads[1], grads[2], grad_out, running_mean, running_var, update, eps, save_mean, save_var, grad_input_mask)"),
+                g(2, New, Opaque("batchnorm_double_backward"), false, "batchnorm_double_backward(input, weight, grads[0], grads[1], grads[2], grad_out, running_mean, running_var, update, eps, save_mean, save_var, grad_input_mask)"),
+                g(0, New, Opaque("batchnorm_double_backward"), false, "batchnorm_double_backward(input, weight, grads[0], grads[1], grads[2], grad_out, running_mean, running_var, update, eps, save_mean, save_var, grad_input_mask)"),
             ],
             outputs_differentiable: &[true, true, true],
         },
@@ -9179,8 +9209,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "zeros_like(grad)"),
-                g(1, New, Counted(0), "zeros_like(p)"),
+                g(1, New, Counted(0), false, "zeros_like(p)"),
+                g(0, New, Counted(0), false, "zeros_like(grad)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -9200,7 +9230,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "zeros_like(grad)"),
+                g(0, New, Counted(0), false, "zeros_like(grad)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -9234,8 +9264,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "zeros_like(grad)"),
-                g(1, New, Counted(0), "zeros_like(p)"),
+                g(1, New, Counted(0), false, "zeros_like(p)"),
+                g(0, New, Counted(0), false, "zeros_like(grad)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -9248,7 +9278,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "zeros_like(grad)"),
+                g(0, New, Counted(0), false, "zeros_like(grad)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -9268,8 +9298,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1), Input(2)],
             grads: &[
-                g(0, New, Counted(0), "binary_cross_entropy_backward(grad, self, target, weight, reduction)"),
-                g(1, New, Counted(0), "binary_cross_entropy_target_backward(grad, self, target, weight, reduction)"),
+                g(0, New, Counted(0), false, "binary_cross_entropy_backward(grad, self, target, weight, reduction)"),
+                g(1, New, Counted(0), false, "binary_cross_entropy_target_backward(grad, self, target, weight, reduction)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -9289,9 +9319,9 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1), Input(2), Input(3)],
             grads: &[
-                g(0, New, Opaque("binary_cross_entropy_double_backward_grad_output"), "binary_cross_entropy_double_backward_grad_output(grad, self, target, weight, reduction)"),
-                g(1, New, Opaque("binary_cross_entropy_double_backward"), "binary_cross_entropy_double_backward(grad_output, grad, self, target, weight, reduction)"),
-                g(2, New, Opaque("binary_cross_entropy_double_backward_target"), "binary_cross_entropy_double_backward_target(grad, grad_output, self, target, weight, reduction)"),
+                g(0, New, Opaque("binary_cross_entropy_double_backward_grad_output"), false, "binary_cross_entropy_double_backward_grad_output(grad, self, target, weight, reduction)"),
+                g(1, New, Opaque("binary_cross_entropy_double_backward"), false, "binary_cross_entropy_double_backward(grad_output, grad, self, target, weight, reduction)"),
+                g(2, New, Opaque("binary_cross_entropy_double_backward_target"), false, "binary_cross_entropy_double_backward_target(grad, grad_output, self, target, weight, reduction)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -9311,8 +9341,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1), Input(2), Input(3)],
             grads: &[
-                g(0, New, Counted(0), "binary_cross_entropy_with_logits_backward(grad, self, target, weight, pos_weight, reduction)"),
-                g(1, New, Counted(1), "binary_cross_entropy_with_logits_target_backward(grad, self, target, weight, pos_weight, reduction)"),
+                g(0, New, Counted(0), false, "binary_cross_entropy_with_logits_backward(grad, self, target, weight, pos_weight, reduction)"),
+                g(1, New, Counted(1), false, "binary_cross_entropy_with_logits_target_backward(grad, self, target, weight, pos_weight, reduction)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -9689,7 +9719,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, OfGrad, Counted(0), "block_diag_backward(grad, to_args_sizes(tensors), to_args_scalartypes(tensors))"),
+                g(0, Part, Counted(0), false, "block_diag_backward(grad, to_args_sizes(tensors), to_args_scalartypes(tensors))"),
             ],
             outputs_differentiable: &[true],
         },
@@ -9709,8 +9739,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Counted(0), "grad.bmm(mat2.transpose(1, 2).conj())"),
-                g(1, New, Counted(0), "self.transpose(1, 2).conj().bmm(grad)"),
+                g(1, New, Counted(0), false, "self.transpose(1, 2).conj().bmm(grad)"),
+                g(0, New, Counted(0), false, "grad.bmm(mat2.transpose(1, 2).conj())"),
             ],
             outputs_differentiable: &[true],
         },
@@ -9800,7 +9830,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, OfGrad, Counted(0), "cat_tensors_backward(grad, to_args_sizes_symint(tensors), to_args_scalartypes(tensors), dim)"),
+                g(0, Part, Counted(0), false, "cat_tensors_backward(grad, to_args_sizes_symint(tensors), to_args_scalartypes(tensors), dim)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -9834,7 +9864,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "zeros_like(grad)"),
+                g(0, New, Counted(0), false, "zeros_like(grad)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -9854,7 +9884,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "zeros_like(grad)"),
+                g(0, New, Counted(0), false, "zeros_like(grad)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -9895,7 +9925,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "zeros_like(grad)"),
+                g(0, New, Counted(0), false, "zeros_like(grad)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -9915,7 +9945,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "zeros_like(grad)"),
+                g(0, New, Counted(0), false, "zeros_like(grad)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -9928,7 +9958,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(0), "elu_backward(grad, alpha, 1, 1.0/alpha.toFloat(), /* is_result */ false, self)"),
+                g(0, New, Counted(0), false, "elu_backward(grad, alpha, 1, 1.0/alpha.toFloat(), /* is_result */ false, self)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -9948,7 +9978,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Output(0)],
             grads: &[
-                g(0, New, Counted(0), "elu_backward(grad, alpha, 1, 1.0/alpha.toFloat(), /* is_result */ true, result)"),
+                g(0, New, Counted(0), false, "elu_backward(grad, alpha, 1, 1.0/alpha.toFloat(), /* is_result */ true, result)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -9982,7 +10012,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "channel_shuffle_symint(grad, grad.sym_size(1) / groups)"),
+                g(0, New, Counted(0), false, "channel_shuffle_symint(grad, grad.sym_size(1) / groups)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -10002,7 +10032,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Output(0)],
             grads: &[
-                g(0, New, Opaque("cholesky_backward"), "cholesky_backward(grad, upper, result)"),
+                g(0, New, Opaque("cholesky_backward"), false, "cholesky_backward(grad, upper, result)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -10022,7 +10052,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Output(0)],
             grads: &[
-                g(0, New, Opaque("cholesky_inverse_backward"), "cholesky_inverse_backward(grad, self, upper, result)"),
+                g(0, New, Opaque("cholesky_inverse_backward"), false, "cholesky_inverse_backward(grad, self, upper, result)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -10042,8 +10072,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1), Output(0)],
             grads: &[
-                g(0, New, Opaque("cholesky_solve_backward"), "cholesky_solve_backward(grad, self, input2, result, upper, grad_input_mask)"),
-                g(1, New, Opaque("cholesky_solve_backward"), "cholesky_solve_backward(grad, self, input2, result, upper, grad_input_mask)"),
+                g(0, New, Opaque("cholesky_solve_backward"), false, "cholesky_solve_backward(grad, self, input2, result, upper, grad_input_mask)"),
+                g(1, New, Opaque("cholesky_solve_backward"), false, "cholesky_solve_backward(grad, self, input2, result, upper, grad_input_mask)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -10077,9 +10107,9 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1), Input(2)],
             grads: &[
-                g(0, New, Counted(3), "clamp_backward(grad, self, min, max)"),
-                g(1, New, Counted(5), "clamp_backward_min_max(grad, self, min, max, grad_input_mask)"),
-                g(2, New, Counted(5), "clamp_backward_min_max(grad, self, min, max, grad_input_mask)"),
+                g(1, New, Counted(5), true, "clamp_backward_min_max(grad, self, min, max, grad_input_mask)"),
+                g(2, New, Counted(5), true, "clamp_backward_min_max(grad, self, min, max, grad_input_mask)"),
+                g(0, New, Counted(3), true, "clamp_backward(grad, self, min, max)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -10099,7 +10129,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(3), "clamp_backward(grad, self, min, max)"),
+                g(0, New, Counted(3), true, "clamp_backward(grad, self, min, max)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -10119,9 +10149,9 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1), Input(2)],
             grads: &[
-                g(0, New, Counted(3), "clamp_backward(grad, self, min, max)"),
-                g(1, New, Counted(5), "clamp_backward_min_max(grad, self, min, max, grad_input_mask)"),
-                g(2, New, Counted(5), "clamp_backward_min_max(grad, self, min, max, grad_input_mask)"),
+                g(1, New, Counted(5), true, "clamp_backward_min_max(grad, self, min, max, grad_input_mask)"),
+                g(2, New, Counted(5), true, "clamp_backward_min_max(grad, self, min, max, grad_input_mask)"),
+                g(0, New, Counted(3), true, "clamp_backward(grad, self, min, max)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -10134,7 +10164,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(3), "clamp_backward(grad, self, min, max)"),
+                g(0, New, Counted(3), true, "clamp_backward(grad, self, min, max)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -10147,8 +10177,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Counted(2), "where(self <= max, grad, at::scalar_tensor(0., grad.options()))"),
-                g(1, New, Counted(2), "where(self > max, grad, at::scalar_tensor(0., grad.options()))"),
+                g(1, New, Counted(2), true, "where(self > max, grad, at::scalar_tensor(0., grad.options()))"),
+                g(0, New, Counted(2), true, "where(self <= max, grad, at::scalar_tensor(0., grad.options()))"),
             ],
             outputs_differentiable: &[true],
         },
@@ -10168,7 +10198,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(2), "where(self <= max, grad, at::scalar_tensor(0., grad.options()))"),
+                g(0, New, Counted(2), true, "where(self <= max, grad, at::scalar_tensor(0., grad.options()))"),
             ],
             outputs_differentiable: &[true],
         },
@@ -10188,8 +10218,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Counted(2), "where(self <= max, grad, at::scalar_tensor(0., grad.options()))"),
-                g(1, New, Counted(2), "where(self > max, grad, at::scalar_tensor(0., grad.options()))"),
+                g(1, New, Counted(2), true, "where(self > max, grad, at::scalar_tensor(0., grad.options()))"),
+                g(0, New, Counted(2), true, "where(self <= max, grad, at::scalar_tensor(0., grad.options()))"),
             ],
             outputs_differentiable: &[true],
         },
@@ -10202,7 +10232,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(2), "where(self <= max, grad, at::scalar_tensor(0., grad.options()))"),
+                g(0, New, Counted(2), true, "where(self <= max, grad, at::scalar_tensor(0., grad.options()))"),
             ],
             outputs_differentiable: &[true],
         },
@@ -10215,8 +10245,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Counted(2), "where(self >= min, grad, at::scalar_tensor(0., grad.options()))"),
-                g(1, New, Counted(2), "where(self < min, grad, at::scalar_tensor(0., grad.options()))"),
+                g(1, New, Counted(2), true, "where(self < min, grad, at::scalar_tensor(0., grad.options()))"),
+                g(0, New, Counted(2), true, "where(self >= min, grad, at::scalar_tensor(0., grad.options()))"),
             ],
             outputs_differentiable: &[true],
         },
@@ -10236,7 +10266,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(2), "where(self >= min, grad, at::scalar_tensor(0., grad.options()))"),
+                g(0, New, Counted(2), true, "where(self >= min, grad, at::scalar_tensor(0., grad.options()))"),
             ],
             outputs_differentiable: &[true],
         },
@@ -10256,8 +10286,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Counted(2), "where(self >= min, grad, at::scalar_tensor(0., grad.options()))"),
-                g(1, New, Counted(2), "where(self < min, grad, at::scalar_tensor(0., grad.options()))"),
+                g(1, New, Counted(2), true, "where(self < min, grad, at::scalar_tensor(0., grad.options()))"),
+                g(0, New, Counted(2), true, "where(self >= min, grad, at::scalar_tensor(0., grad.options()))"),
             ],
             outputs_differentiable: &[true],
         },
@@ -10270,7 +10300,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(2), "where(self >= min, grad, at::scalar_tensor(0., grad.options()))"),
+                g(0, New, Counted(2), true, "where(self >= min, grad, at::scalar_tensor(0., grad.options()))"),
             ],
             outputs_differentiable: &[true],
         },
@@ -10325,7 +10355,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, OfGrad, Counted(0), "grad"),
+                g(0, Grad, Counted(0), false, "grad"),
             ],
             outputs_differentiable: &[true],
         },
@@ -10352,7 +10382,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "im2col(grad, kernel_size, dilation, padding, stride)"),
+                g(0, New, Counted(0), false, "im2col(grad, kernel_size, dilation, padding, stride)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -10414,8 +10444,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, OfGrad, Counted(0), "at::real(grad)"),
-                g(1, OfGrad, Counted(0), "at::imag(grad)"),
+                g(1, View, Counted(0), false, "at::imag(grad)"),
+                g(0, View, Counted(0), false, "at::real(grad)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -10512,7 +10542,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "grad.conj_physical()"),
+                g(0, New, Counted(0), true, "grad.conj_physical()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -10525,7 +10555,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "constant_pad_nd_backward(grad, pad)"),
+                g(0, New, Counted(0), false, "constant_pad_nd_backward(grad, pad)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -10594,9 +10624,9 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Counted(1), "grad.defined() ? convolution_backward_symint(grad.contiguous(), self, weight, bias->sym_sizes(), stride, padding, dilation, /*transposed=*/ false, /*output_padding=*/ {{0, 0, 0}}, /*groups=*/ 1, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
-                g(1, New, Counted(1), "grad.defined() ? convolution_backward_symint(grad.contiguous(), self, weight, bias->sym_sizes(), stride, padding, dilation, /*transposed=*/ false, /*output_padding=*/ {{0, 0, 0}}, /*groups=*/ 1, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
-                g(3, New, Counted(1), "grad.defined() ? convolution_backward_symint(grad.contiguous(), self, weight, bias->sym_sizes(), stride, padding, dilation, /*transposed=*/ false, /*output_padding=*/ {{0, 0, 0}}, /*groups=*/ 1, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(0, New, Counted(1), false, "grad.defined() ? convolution_backward_symint(grad.contiguous(), self, weight, bias->sym_sizes(), stride, padding, dilation, /*transposed=*/ false, /*output_padding=*/ {{0, 0, 0}}, /*groups=*/ 1, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(1, New, Counted(1), false, "grad.defined() ? convolution_backward_symint(grad.contiguous(), self, weight, bias->sym_sizes(), stride, padding, dilation, /*transposed=*/ false, /*output_padding=*/ {{0, 0, 0}}, /*groups=*/ 1, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(3, New, Counted(1), false, "grad.defined() ? convolution_backward_symint(grad.contiguous(), self, weight, bias->sym_sizes(), stride, padding, dilation, /*transposed=*/ false, /*output_padding=*/ {{0, 0, 0}}, /*groups=*/ 1, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -10616,9 +10646,9 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1), Input(2)],
             grads: &[
-                g(0, New, Counted(0), "grad.defined() ? conv_tbc_backward(grad, self, weight, bias, pad) : std::tuple<Tensor, Tensor, Tensor>()"),
-                g(1, New, Counted(0), "grad.defined() ? conv_tbc_backward(grad, self, weight, bias, pad) : std::tuple<Tensor, Tensor, Tensor>()"),
-                g(2, New, Counted(0), "grad.defined() ? conv_tbc_backward(grad, self, weight, bias, pad) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(0, New, Counted(0), false, "grad.defined() ? conv_tbc_backward(grad, self, weight, bias, pad) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(1, New, Counted(0), false, "grad.defined() ? conv_tbc_backward(grad, self, weight, bias, pad) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(2, New, Counted(0), false, "grad.defined() ? conv_tbc_backward(grad, self, weight, bias, pad) : std::tuple<Tensor, Tensor, Tensor>()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -10666,9 +10696,9 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Counted(0), "grad.defined() ? convolution_backward_symint(grad, input, weight, bias->sym_sizes(), stride, padding, dilation, transposed, output_padding, groups, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
-                g(1, New, Counted(0), "grad.defined() ? convolution_backward_symint(grad, input, weight, bias->sym_sizes(), stride, padding, dilation, transposed, output_padding, groups, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
-                g(2, New, Counted(0), "grad.defined() ? convolution_backward_symint(grad, input, weight, bias->sym_sizes(), stride, padding, dilation, transposed, output_padding, groups, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(0, New, Counted(0), false, "grad.defined() ? convolution_backward_symint(grad, input, weight, bias->sym_sizes(), stride, padding, dilation, transposed, output_padding, groups, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(1, New, Counted(0), false, "grad.defined() ? convolution_backward_symint(grad, input, weight, bias->sym_sizes(), stride, padding, dilation, transposed, output_padding, groups, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(2, New, Counted(0), false, "grad.defined() ? convolution_backward_symint(grad, input, weight, bias->sym_sizes(), stride, padding, dilation, transposed, output_padding, groups, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -10688,9 +10718,9 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1), Input(2)],
             grads: &[
-                g(0, New, Counted(0), "_convolution_double_backward_symint(grads[0], grads[1], grads[2], grad_output, weight, input, stride, padding, dilation, transposed, output_padding, groups, grad_input_mask)"),
-                g(1, New, Counted(0), "_convolution_double_backward_symint(grads[0], grads[1], grads[2], grad_output, weight, input, stride, padding, dilation, transposed, output_padding, groups, grad_input_mask)"),
-                g(2, New, Counted(0), "_convolution_double_backward_symint(grads[0], grads[1], grads[2], grad_output, weight, input, stride, padding, dilation, transposed, output_padding, groups, grad_input_mask)"),
+                g(0, New, Counted(0), false, "_convolution_double_backward_symint(grads[0], grads[1], grads[2], grad_output, weight, input, stride, padding, dilation, transposed, output_padding, groups, grad_input_mask)"),
+                g(1, New, Counted(0), false, "_convolution_double_backward_symint(grads[0], grads[1], grads[2], grad_output, weight, input, stride, padding, dilation, transposed, output_padding, groups, grad_input_mask)"),
+                g(2, New, Counted(0), false, "_convolution_double_backward_symint(grads[0], grads[1], grads[2], grad_output, weight, input, stride, padding, dilation, transposed, output_padding, groups, grad_input_mask)"),
             ],
             outputs_differentiable: &[true, true, true],
         },
@@ -10710,9 +10740,9 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1), Input(2)],
             grads: &[
-                g(0, New, Counted(0), "_convolution_double_backward_symint(grads[0], grads[1], grads[2], grad_output, weight, input, stride, padding, dilation, transposed, output_padding, groups, grad_input_mask)"),
-                g(1, New, Counted(0), "_convolution_double_backward_symint(grads[0], grads[1], grads[2], grad_output, weight, input, stride, padding, dilation, transposed, output_padding, groups, grad_input_mask)"),
-                g(2, New, Counted(0), "_convolution_double_backward_symint(grads[0], grads[1], grads[2], grad_output, weight, input, stride, padding, dilation, transposed, output_padding, groups, grad_input_mask)"),
+                g(0, New, Counted(0), false, "_convolution_double_backward_symint(grads[0], grads[1], grads[2], grad_output, weight, input, stride, padding, dilation, transposed, output_padding, groups, grad_input_mask)"),
+                g(1, New, Counted(0), false, "_convolution_double_backward_symint(grads[0], grads[1], grads[2], grad_output, weight, input, stride, padding, dilation, transposed, output_padding, groups, grad_input_mask)"),
+                g(2, New, Counted(0), false, "_convolution_double_backward_symint(grads[0], grads[1], grads[2], grad_output, weight, input, stride, padding, dilation, transposed, output_padding, groups, grad_input_mask)"),
             ],
             outputs_differentiable: &[true, true, true],
         },
@@ -10732,9 +10762,9 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Counted(0), "grad.defined() ? convolution_backward_overrideable_symint(grad, input, weight, stride, padding, dilation, transposed, output_padding, groups, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
-                g(1, New, Counted(0), "grad.defined() ? convolution_backward_overrideable_symint(grad, input, weight, stride, padding, dilation, transposed, output_padding, groups, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
-                g(2, New, Counted(0), "grad.defined() ? convolution_backward_overrideable_symint(grad, input, weight, stride, padding, dilation, transposed, output_padding, groups, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(0, New, Counted(0), false, "grad.defined() ? convolution_backward_overrideable_symint(grad, input, weight, stride, padding, dilation, transposed, output_padding, groups, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(1, New, Counted(0), false, "grad.defined() ? convolution_backward_overrideable_symint(grad, input, weight, stride, padding, dilation, transposed, output_padding, groups, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(2, New, Counted(0), false, "grad.defined() ? convolution_backward_overrideable_symint(grad, input, weight, stride, padding, dilation, transposed, output_padding, groups, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -10796,7 +10826,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Output(0)],
             grads: &[
-                g(0, New, Counted(2), "copysign_tensor_self_backward(grad, self, result)"),
+                g(0, New, Counted(2), true, "copysign_tensor_self_backward(grad, self, result)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -10816,8 +10846,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Output(0)],
             grads: &[
-                g(0, New, Counted(2), "copysign_tensor_self_backward(grad, self, result)"),
-                g(1, New, Counted(0), "zeros_like(other)"),
+                g(1, New, Counted(0), false, "zeros_like(other)"),
+                g(0, New, Counted(2), true, "copysign_tensor_self_backward(grad, self, result)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -10837,7 +10867,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Output(0)],
             grads: &[
-                g(0, New, Counted(2), "copysign_tensor_self_backward(grad, self, result)"),
+                g(0, New, Counted(2), true, "copysign_tensor_self_backward(grad, self, result)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -10850,8 +10880,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Output(0)],
             grads: &[
-                g(0, New, Counted(2), "copysign_tensor_self_backward(grad, self, result)"),
-                g(1, New, Counted(0), "zeros_like(other)"),
+                g(1, New, Counted(0), false, "zeros_like(other)"),
+                g(0, New, Counted(2), true, "copysign_tensor_self_backward(grad, self, result)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -10871,7 +10901,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(2), "grad * -self.sin().conj()"),
+                g(0, New, Counted(2), true, "grad * -self.sin().conj()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -10891,7 +10921,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(2), "grad * -self.sin().conj()"),
+                g(0, New, Counted(2), true, "grad * -self.sin().conj()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -10904,7 +10934,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(1), "grad * self.sinh().conj()"),
+                g(0, New, Counted(1), true, "grad * self.sinh().conj()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -10924,7 +10954,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(1), "grad * self.sinh().conj()"),
+                g(0, New, Counted(1), true, "grad * self.sinh().conj()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -11042,7 +11072,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "cudnn_affine_grid_generator_backward(grad, N, C, H, W)"),
+                g(0, New, Counted(0), false, "cudnn_affine_grid_generator_backward(grad, N, C, H, W)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -11076,9 +11106,9 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1), Input(3), Input(4), Output(1), Output(2), Output(3)],
             grads: &[
-                g(0, New, Opaque("ternary"), "grad.defined() ? (training ? cudnn_batch_norm_backward(input, grad.contiguous(input.suggest_memory_format()), weight, running_mean, running_var, result1, result2, epsilon, retain_variables ? result3.clone() : result3) : native_batch_norm_backward(grad, input, weight, running_mean, running_var, result1, result2, training, epsilon, grad_input_mask)) : std::tuple<Tensor, Tensor, Tensor>()"),
-                g(1, New, Opaque("ternary"), "grad.defined() ? (training ? cudnn_batch_norm_backward(input, grad.contiguous(input.suggest_memory_format()), weight, running_mean, running_var, result1, result2, epsilon, retain_variables ? result3.clone() : result3) : native_batch_norm_backward(grad, input, weight, running_mean, running_var, result1, result2, training, epsilon, grad_input_mask)) : std::tuple<Tensor, Tensor, Tensor>()"),
-                g(2, New, Opaque("ternary"), "grad.defined() ? (training ? cudnn_batch_norm_backward(input, grad.contiguous(input.suggest_memory_format()), weight, running_mean, running_var, result1, result2, epsilon, retain_variables ? result3.clone() : result3) : native_batch_norm_backward(grad, input, weight, running_mean, running_var, result1, result2, training, epsilon, grad_input_mask)) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(0, New, Opaque("ternary"), false, "grad.defined() ? (training ? cudnn_batch_norm_backward(input, grad.contiguous(input.suggest_memory_format()), weight, running_mean, running_var, result1, result2, epsilon, retain_variables ? result3.clone() : result3) : native_batch_norm_backward(grad, input, weight, running_mean, running_var, result1, result2, training, epsilon, grad_input_mask)) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(1, New, Opaque("ternary"), false, "grad.defined() ? (training ? cudnn_batch_norm_backward(input, grad.contiguous(input.suggest_memory_format()), weight, running_mean, running_var, result1, result2, epsilon, retain_variables ? result3.clone() : result3) : native_batch_norm_backward(grad, input, weight, running_mean, running_var, result1, result2, training, epsilon, grad_input_mask)) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(2, New, Opaque("ternary"), false, "grad.defined() ? (training ? cudnn_batch_norm_backward(input, grad.contiguous(input.suggest_memory_format()), weight, running_mean, running_var, result1, result2, epsilon, retain_variables ? result3.clone() : result3) : native_batch_norm_backward(grad, input, weight, running_mean, running_var, result1, result2, training, epsilon, grad_input_mask)) : std::tuple<Tensor, Tensor, Tensor>()"),
             ],
             outputs_differentiable: &[true, true, true, true],
         },
@@ -11098,9 +11128,9 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1), Input(2), Input(3), Input(4), Input(5), Input(6), Input(8)],
             grads: &[
-                g(0, New, Opaque("batchnorm_double_backward"), "batchnorm_double_backward(input, weight, grads[0], grads[1], grads[2], grad_output, running_mean, running_var, true, epsilon, save_mean, save_var, grad_input_mask)"),
-                g(1, New, Opaque("batchnorm_double_backward"), "batchnorm_double_backward(input, weight, grads[0], grads[1], grads[2], grad_output, running_mean, running_var, true, epsilon, save_mean, save_var, grad_input_mask)"),
-                g(2, New, Opaque("batchnorm_double_backward"), "batchnorm_double_backward(input, weight, grads[0], grads[1], grads[2], grad_output, running_mean, running_var, true, epsilon, save_mean, save_var, grad_input_mask)"),
+                g(0, New, Opaque("batchnorm_double_backward"), false, "batchnorm_double_backward(input, weight, grads[0], grads[1], grads[2], grad_output, running_mean, running_var, true, epsilon, save_mean, save_var, grad_input_mask)"),
+                g(2, New, Opaque("batchnorm_double_backward"), false, "batchnorm_double_backward(input, weight, grads[0], grads[1], grads[2], grad_output, running_mean, running_var, true, epsilon, save_mean, save_var, grad_input_mask)"),
+                g(1, New, Opaque("batchnorm_double_backward"), false, "batchnorm_double_backward(input, weight, grads[0], grads[1], grads[2], grad_output, running_mean, running_var, true, epsilon, save_mean, save_var, grad_input_mask)"),
             ],
             outputs_differentiable: &[true, true, true],
         },
@@ -11120,8 +11150,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Counted(0), "_cudnn_convolution_backward(self, grad, weight, padding, std::vector<c10::SymInt>(padding.size(), 0), stride, dilation, false, groups, {grad_input_mask[0], grad_input_mask[1]})"),
-                g(1, New, Counted(0), "_cudnn_convolution_backward(self, grad, weight, padding, std::vector<c10::SymInt>(padding.size(), 0), stride, dilation, false, groups, {grad_input_mask[0], grad_input_mask[1]})"),
+                g(0, New, Counted(0), false, "_cudnn_convolution_backward(self, grad, weight, padding, std::vector<c10::SymInt>(padding.size(), 0), stride, dilation, false, groups, {grad_input_mask[0], grad_input_mask[1]})"),
+                g(1, New, Counted(0), false, "_cudnn_convolution_backward(self, grad, weight, padding, std::vector<c10::SymInt>(padding.size(), 0), stride, dilation, false, groups, {grad_input_mask[0], grad_input_mask[1]})"),
             ],
             outputs_differentiable: &[true],
         },
@@ -11169,8 +11199,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Counted(0), "_cudnn_convolution_backward(self, grad, weight, padding, output_padding, stride, dilation, true, groups, {grad_input_mask[0], grad_input_mask[1]})"),
-                g(1, New, Counted(0), "_cudnn_convolution_backward(self, grad, weight, padding, output_padding, stride, dilation, true, groups, {grad_input_mask[0], grad_input_mask[1]})"),
+                g(0, New, Counted(0), false, "_cudnn_convolution_backward(self, grad, weight, padding, output_padding, stride, dilation, true, groups, {grad_input_mask[0], grad_input_mask[1]})"),
+                g(1, New, Counted(0), false, "_cudnn_convolution_backward(self, grad, weight, padding, output_padding, stride, dilation, true, groups, {grad_input_mask[0], grad_input_mask[1]})"),
             ],
             outputs_differentiable: &[true],
         },
@@ -11190,8 +11220,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Counted(0), "grad.defined() ? cudnn_grid_sampler_backward(self, grid, grad) : std::tuple<Tensor, Tensor>()"),
-                g(1, New, Counted(0), "grad.defined() ? cudnn_grid_sampler_backward(self, grid, grad) : std::tuple<Tensor, Tensor>()"),
+                g(0, New, Counted(0), false, "grad.defined() ? cudnn_grid_sampler_backward(self, grid, grad) : std::tuple<Tensor, Tensor>()"),
+                g(1, New, Counted(0), false, "grad.defined() ? cudnn_grid_sampler_backward(self, grid, grad) : std::tuple<Tensor, Tensor>()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -11232,7 +11262,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Output(1)],
             grads: &[
-                g(0, New, Counted(0), "cummaxmin_backward(grad, self, indices, dim)"),
+                g(0, New, Counted(0), false, "cummaxmin_backward(grad, self, indices, dim)"),
             ],
             outputs_differentiable: &[true, true],
         },
@@ -11273,7 +11303,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Output(1)],
             grads: &[
-                g(0, New, Counted(0), "cummaxmin_backward(grad, self, indices, dim)"),
+                g(0, New, Counted(0), false, "cummaxmin_backward(grad, self, indices, dim)"),
             ],
             outputs_differentiable: &[true, true],
         },
@@ -11307,7 +11337,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Output(0)],
             grads: &[
-                g(0, New, Counted(1), "cumprod_backward(grad.to(self.scalar_type()), self, dim, result)"),
+                g(0, New, Counted(1), false, "cumprod_backward(grad.to(self.scalar_type()), self, dim, result)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -11341,7 +11371,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Output(0)],
             grads: &[
-                g(0, New, Counted(1), "cumprod_backward(grad.to(self.scalar_type()), self, dim, result)"),
+                g(0, New, Counted(1), false, "cumprod_backward(grad.to(self.scalar_type()), self, dim, result)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -11368,7 +11398,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(3), "cumsum_backward(grad.to(self.scalar_type()), dim)"),
+                g(0, New, Counted(3), false, "cumsum_backward(grad.to(self.scalar_type()), dim)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -11402,7 +11432,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(3), "cumsum_backward(grad.to(self.scalar_type()), dim)"),
+                g(0, New, Counted(3), false, "cumsum_backward(grad.to(self.scalar_type()), dim)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -11443,7 +11473,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "deg2rad_backward(grad)"),
+                g(0, New, Counted(0), true, "deg2rad_backward(grad)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -11463,7 +11493,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "deg2rad_backward(grad)"),
+                g(0, New, Counted(0), true, "deg2rad_backward(grad)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -11560,7 +11590,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, OfGrad, Counted(0), "grad.diagonal(offset, dim1, dim2)"),
+                g(0, Part, Counted(0), false, "grad.diagonal(offset, dim1, dim2)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -11594,7 +11624,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "diagonal_backward_symint(grad, self.sym_sizes(), offset, dim1, dim2)"),
+                g(0, New, Counted(0), false, "diagonal_backward_symint(grad, self.sym_sizes(), offset, dim1, dim2)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -11607,7 +11637,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, OfGrad, Counted(0), "grad.diagonal(offset, dim1, dim2)"),
+                g(0, Part, Counted(0), false, "grad.diagonal(offset, dim1, dim2)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -11627,7 +11657,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "diagonal_backward_symint(grad, self.sym_sizes(), offset, dim1, dim2)"),
+                g(0, New, Counted(0), false, "diagonal_backward_symint(grad, self.sym_sizes(), offset, dim1, dim2)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -11647,8 +11677,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(1), "diagonal_scatter(grad, zeros_like(src), offset, dim1, dim2)"),
-                g(1, OfGrad, Counted(0), "grad.diagonal(offset, dim1, dim2)"),
+                g(0, New, Counted(1), false, "diagonal_scatter(grad, zeros_like(src), offset, dim1, dim2)"),
+                g(1, Part, Counted(0), false, "grad.diagonal(offset, dim1, dim2)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -11682,7 +11712,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(1), "grad * polygamma(1, self)"),
+                g(0, New, Counted(1), true, "grad * polygamma(1, self)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -11702,7 +11732,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(1), "grad * polygamma(1, self)"),
+                g(0, New, Counted(1), true, "grad * polygamma(1, self)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -11715,8 +11745,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1), Output(0)],
             grads: &[
-                g(0, New, Counted(3), "norm_backward(grad, self - other, p, result)"),
-                g(1, New, Counted(4), "-norm_backward(grad, self - other, p, result)"),
+                g(1, New, Counted(4), false, "-norm_backward(grad, self - other, p, result)"),
+                g(0, New, Counted(3), false, "norm_backward(grad, self - other, p, result)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -11736,7 +11766,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "div_tensor_self_backward(grad, other, self.scalar_type())"),
+                g(0, New, Counted(0), true, "div_tensor_self_backward(grad, other, self.scalar_type())"),
             ],
             outputs_differentiable: &[true],
         },
@@ -11749,7 +11779,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "div_tensor_self_backward(grad, other, self.scalar_type(), rounding_mode)"),
+                g(0, New, Counted(0), true, "div_tensor_self_backward(grad, other, self.scalar_type(), rounding_mode)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -11776,8 +11806,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Counted(0), "div_tensor_self_backward(grad, other, self.scalar_type())"),
-                g(1, New, Counted(3), "div_tensor_other_backward(grad, self, other)"),
+                g(1, New, Counted(3), true, "div_tensor_other_backward(grad, self, other)"),
+                g(0, New, Counted(0), true, "div_tensor_self_backward(grad, other, self.scalar_type())"),
             ],
             outputs_differentiable: &[true],
         },
@@ -11790,8 +11820,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Counted(0), "div_tensor_self_backward(grad, other, self.scalar_type(), rounding_mode)"),
-                g(1, New, Counted(3), "div_tensor_other_backward(grad, self, other, rounding_mode)"),
+                g(1, New, Counted(3), true, "div_tensor_other_backward(grad, self, other, rounding_mode)"),
+                g(0, New, Counted(0), true, "div_tensor_self_backward(grad, other, self.scalar_type(), rounding_mode)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -11818,7 +11848,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "div_tensor_self_backward(grad, other, self.scalar_type())"),
+                g(0, New, Counted(0), true, "div_tensor_self_backward(grad, other, self.scalar_type())"),
             ],
             outputs_differentiable: &[true],
         },
@@ -11831,7 +11861,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "div_tensor_self_backward(grad, other, self.scalar_type(), rounding_mode)"),
+                g(0, New, Counted(0), true, "div_tensor_self_backward(grad, other, self.scalar_type(), rounding_mode)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -11844,8 +11874,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Counted(0), "div_tensor_self_backward(grad, other, self.scalar_type())"),
-                g(1, New, Counted(3), "div_tensor_other_backward(grad, self, other)"),
+                g(1, New, Counted(3), true, "div_tensor_other_backward(grad, self, other)"),
+                g(0, New, Counted(0), true, "div_tensor_self_backward(grad, other, self.scalar_type())"),
             ],
             outputs_differentiable: &[true],
         },
@@ -11858,8 +11888,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Counted(0), "div_tensor_self_backward(grad, other, self.scalar_type(), rounding_mode)"),
-                g(1, New, Counted(3), "div_tensor_other_backward(grad, self, other, rounding_mode)"),
+                g(1, New, Counted(3), true, "div_tensor_other_backward(grad, self, other, rounding_mode)"),
+                g(0, New, Counted(0), true, "div_tensor_self_backward(grad, other, self.scalar_type(), rounding_mode)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -11942,8 +11972,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Counted(0), "grad * tensor.conj()"),
-                g(1, New, Counted(0), "grad * self.conj()"),
+                g(0, New, Counted(0), true, "grad * tensor.conj()"),
+                g(1, New, Counted(0), true, "grad * self.conj()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -12012,7 +12042,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(0), "elu_backward(grad, alpha, scale, input_scale, /* is_result */ false, self)"),
+                g(0, New, Counted(0), false, "elu_backward(grad, alpha, scale, input_scale, /* is_result */ false, self)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -12032,7 +12062,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Output(0)],
             grads: &[
-                g(0, New, Counted(0), "elu_backward(grad, alpha, scale, input_scale, /* is_result */ true, result)"),
+                g(0, New, Counted(0), false, "elu_backward(grad, alpha, scale, input_scale, /* is_result */ true, result)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -12045,8 +12075,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(5)],
             grads: &[
-                g(0, New, Counted(0), "elu_backward(grad, alpha, scale, input_scale, is_result, self_or_result)"),
-                g(5, New, Opaque("elu_double_backward"), "elu_double_backward(grad, grad_output, alpha, scale, input_scale, is_result, self_or_result)"),
+                g(0, New, Counted(0), false, "elu_backward(grad, alpha, scale, input_scale, is_result, self_or_result)"),
+                g(5, New, Opaque("elu_double_backward"), false, "elu_double_backward(grad, grad_output, alpha, scale, input_scale, is_result, self_or_result)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -12066,7 +12096,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(1)],
             grads: &[
-                g(0, New, Counted(0), "embedding_backward_symint(grad, indices, weight.sym_size(0), padding_idx, scale_grad_by_freq, sparse)"),
+                g(0, New, Counted(0), false, "embedding_backward_symint(grad, indices, weight.sym_size(0), padding_idx, scale_grad_by_freq, sparse)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -12107,7 +12137,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(1)],
             grads: &[
-                g(0, New, Opaque("embedding_dense_double_backward"), "embedding_dense_double_backward_symint(grad, indices, padding_idx)"),
+                g(0, New, Opaque("embedding_dense_double_backward"), false, "embedding_dense_double_backward_symint(grad, indices, padding_idx)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -12267,7 +12297,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "zeros_like(self)"),
+                g(0, New, Counted(0), false, "zeros_like(self)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -12280,8 +12310,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "zeros_like(self)"),
-                g(1, New, Counted(0), "zeros_like(other)"),
+                g(1, New, Counted(0), false, "zeros_like(other)"),
+                g(0, New, Counted(0), false, "zeros_like(self)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -12301,7 +12331,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(4), "2.0 / sqrt(M_PI) * exp(-(self.pow(2))) * grad"),
+                g(0, New, Counted(4), true, "2.0 / sqrt(M_PI) * exp(-(self.pow(2))) * grad"),
             ],
             outputs_differentiable: &[true],
         },
@@ -12321,7 +12351,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(4), "2.0 / sqrt(M_PI) * exp(-(self.pow(2))) * grad"),
+                g(0, New, Counted(4), true, "2.0 / sqrt(M_PI) * exp(-(self.pow(2))) * grad"),
             ],
             outputs_differentiable: &[true],
         },
@@ -12334,7 +12364,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(4), "-2.0 / sqrt(M_PI) * exp(-(self.pow(2))) * grad"),
+                g(0, New, Counted(4), true, "-2.0 / sqrt(M_PI) * exp(-(self.pow(2))) * grad"),
             ],
             outputs_differentiable: &[true],
         },
@@ -12354,7 +12384,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(4), "-2.0 / sqrt(M_PI) * exp(-(self.pow(2))) * grad"),
+                g(0, New, Counted(4), true, "-2.0 / sqrt(M_PI) * exp(-(self.pow(2))) * grad"),
             ],
             outputs_differentiable: &[true],
         },
@@ -12367,7 +12397,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(4), "0.5 * sqrt(M_PI) * exp(self.erfinv().pow(2)) * grad"),
+                g(0, New, Counted(4), true, "0.5 * sqrt(M_PI) * exp(self.erfinv().pow(2)) * grad"),
             ],
             outputs_differentiable: &[true],
         },
@@ -12387,7 +12417,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(4), "0.5 * sqrt(M_PI) * exp(self.erfinv().pow(2)) * grad"),
+                g(0, New, Counted(4), true, "0.5 * sqrt(M_PI) * exp(self.erfinv().pow(2)) * grad"),
             ],
             outputs_differentiable: &[true],
         },
@@ -12400,7 +12430,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Output(0)],
             grads: &[
-                g(0, New, Counted(0), "grad * result.conj()"),
+                g(0, New, Counted(0), true, "grad * result.conj()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -12420,7 +12450,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Output(0)],
             grads: &[
-                g(0, New, Counted(1), "grad * result.conj() * M_LN2"),
+                g(0, New, Counted(1), true, "grad * result.conj() * M_LN2"),
             ],
             outputs_differentiable: &[true],
         },
@@ -12440,7 +12470,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Output(0)],
             grads: &[
-                g(0, New, Counted(1), "grad * result.conj() * M_LN2"),
+                g(0, New, Counted(1), true, "grad * result.conj() * M_LN2"),
             ],
             outputs_differentiable: &[true],
         },
@@ -12453,7 +12483,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Output(0)],
             grads: &[
-                g(0, New, Counted(0), "grad * result.conj()"),
+                g(0, New, Counted(0), true, "grad * result.conj()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -12466,7 +12496,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "at::sum_to(grad, self.sym_sizes())"),
+                g(0, New, Counted(0), false, "at::sum_to(grad, self.sym_sizes())"),
             ],
             outputs_differentiable: &[true],
         },
@@ -12486,7 +12516,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "at::sum_to(grad, self.sym_sizes())"),
+                g(0, New, Counted(0), false, "at::sum_to(grad, self.sym_sizes())"),
             ],
             outputs_differentiable: &[true],
         },
@@ -12506,7 +12536,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Output(0)],
             grads: &[
-                g(0, New, Counted(1), "grad * (result.conj() + 1)"),
+                g(0, New, Counted(1), true, "grad * (result.conj() + 1)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -12526,7 +12556,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Output(0)],
             grads: &[
-                g(0, New, Counted(1), "grad * (result.conj() + 1)"),
+                g(0, New, Counted(1), true, "grad * (result.conj() + 1)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -12539,7 +12569,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "zeros_like(grad)"),
+                g(0, New, Counted(0), false, "zeros_like(grad)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -12559,7 +12589,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "zeros_like(grad)"),
+                g(0, New, Counted(0), false, "zeros_like(grad)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -12607,7 +12637,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Output(1)],
             grads: &[
-                g(0, New, Counted(0), "fake_quantize_per_channel_affine_cachemask_backward(grad, mask)"),
+                g(0, New, Counted(0), false, "fake_quantize_per_channel_affine_cachemask_backward(grad, mask)"),
             ],
             outputs_differentiable: &[true, true],
         },
@@ -12648,7 +12678,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Output(1)],
             grads: &[
-                g(0, New, Counted(0), "fake_quantize_per_tensor_affine_cachemask_backward(grad, mask)"),
+                g(0, New, Counted(0), false, "fake_quantize_per_tensor_affine_cachemask_backward(grad, mask)"),
             ],
             outputs_differentiable: &[true, true],
         },
@@ -13067,7 +13097,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "zeros_like(grad)"),
+                g(0, New, Counted(0), false, "zeros_like(grad)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -13087,8 +13117,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "zeros_like(grad)"),
-                g(1, New, Counted(0), "grad.sum()"),
+                g(0, New, Counted(0), false, "zeros_like(grad)"),
+                g(1, New, Counted(0), false, "grad.sum()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -13108,7 +13138,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "zeros_like(grad)"),
+                g(0, New, Counted(0), false, "zeros_like(grad)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -13121,8 +13151,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "zeros_like(grad)"),
-                g(1, New, Counted(0), "grad.sum()"),
+                g(0, New, Counted(0), false, "zeros_like(grad)"),
+                g(1, New, Counted(0), false, "grad.sum()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -13198,7 +13228,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "grad.flip(dims)"),
+                g(0, New, Counted(0), false, "grad.flip(dims)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -13288,7 +13318,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "zeros_like(grad)"),
+                g(0, New, Counted(0), false, "zeros_like(grad)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -13308,7 +13338,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "zeros_like(grad)"),
+                g(0, New, Counted(0), false, "zeros_like(grad)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -13363,8 +13393,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Counted(2), "grad.masked_fill((self >= other).logical_or_(other.isnan()).logical_not_(), 0)"),
-                g(1, New, Counted(2), "grad.masked_fill((self >= other).logical_or_(other.isnan()), 0)"),
+                g(1, New, Counted(2), true, "grad.masked_fill((self >= other).logical_or_(other.isnan()), 0)"),
+                g(0, New, Counted(2), true, "grad.masked_fill((self >= other).logical_or_(other.isnan()).logical_not_(), 0)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -13384,8 +13414,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Counted(2), "grad.masked_fill((self <= other).logical_or_(other.isnan()).logical_not_(), 0)"),
-                g(1, New, Counted(2), "grad.masked_fill((self <= other).logical_or_(other.isnan()), 0)"),
+                g(1, New, Counted(2), true, "grad.masked_fill((self <= other).logical_or_(other.isnan()), 0)"),
+                g(0, New, Counted(2), true, "grad.masked_fill((self <= other).logical_or_(other.isnan()).logical_not_(), 0)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -13405,7 +13435,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, OfGrad, Counted(0), "grad"),
+                g(0, Grad, Counted(0), false, "grad"),
             ],
             outputs_differentiable: &[true],
         },
@@ -13425,8 +13455,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, OfGrad, Counted(0), "grad"),
-                g(1, New, Counted(2), "-grad * self.div(other, /*rounding_mode=*/\"trunc\")"),
+                g(1, New, Counted(2), true, "-grad * self.div(other, /*rounding_mode=*/\"trunc\")"),
+                g(0, Grad, Counted(0), false, "grad"),
             ],
             outputs_differentiable: &[true],
         },
@@ -13446,7 +13476,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, OfGrad, Counted(0), "grad"),
+                g(0, Grad, Counted(0), false, "grad"),
             ],
             outputs_differentiable: &[true],
         },
@@ -13459,8 +13489,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, OfGrad, Counted(0), "grad"),
-                g(1, New, Counted(2), "-grad * self.div(other, /*rounding_mode=*/\"trunc\")"),
+                g(1, New, Counted(2), true, "-grad * self.div(other, /*rounding_mode=*/\"trunc\")"),
+                g(0, Grad, Counted(0), false, "grad"),
             ],
             outputs_differentiable: &[true],
         },
@@ -13473,7 +13503,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, OfGrad, Counted(0), "grad"),
+                g(0, Grad, Counted(0), false, "grad"),
             ],
             outputs_differentiable: &[true],
         },
@@ -13493,7 +13523,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, OfGrad, Counted(0), "grad"),
+                g(0, Grad, Counted(0), false, "grad"),
             ],
             outputs_differentiable: &[true],
         },
@@ -13506,7 +13536,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Output(1)],
             grads: &[
-                g(0, New, Counted(0), "fractional_max_pool2d_backward(grad, self, kernel_size, output_size, result1)"),
+                g(0, New, Counted(0), false, "fractional_max_pool2d_backward(grad, self, kernel_size, output_size, result1)"),
             ],
             outputs_differentiable: &[true, false],
         },
@@ -13526,8 +13556,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(4)],
             grads: &[
-                g(0, New, Counted(0), "max_pool_double_backward(grad, indices, 2)"),
-                g(1, New, Counted(0), "zeros_like(self)"),
+                g(0, New, Counted(0), false, "max_pool_double_backward(grad, indices, 2)"),
+                g(1, New, Counted(0), false, "zeros_like(self)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -13547,7 +13577,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Output(1)],
             grads: &[
-                g(0, New, Counted(0), "fractional_max_pool3d_backward(grad, self, kernel_size, output_size, result1)"),
+                g(0, New, Counted(0), false, "fractional_max_pool3d_backward(grad, self, kernel_size, output_size, result1)"),
             ],
             outputs_differentiable: &[true, false],
         },
@@ -13567,8 +13597,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(4)],
             grads: &[
-                g(0, New, Counted(0), "max_pool_double_backward(grad, indices, 3)"),
-                g(1, New, Counted(0), "zeros_like(self)"),
+                g(0, New, Counted(0), false, "max_pool_double_backward(grad, indices, 3)"),
+                g(1, New, Counted(0), false, "zeros_like(self)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -13588,7 +13618,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Output(1)],
             grads: &[
-                g(0, New, Counted(1), "grad / exponent.exp2()"),
+                g(0, New, Counted(1), true, "grad / exponent.exp2()"),
             ],
             outputs_differentiable: &[true, true],
         },
@@ -13685,7 +13715,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(2)],
             grads: &[
-                g(0, New, Counted(0), "gather_backward(grad, self, dim, index, sparse_grad)"),
+                g(0, New, Counted(0), false, "gather_backward(grad, self, dim, index, sparse_grad)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -13775,7 +13805,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "zeros_like(self)"),
+                g(0, New, Counted(0), false, "zeros_like(self)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -13788,8 +13818,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "zeros_like(self)"),
-                g(1, New, Counted(0), "zeros_like(other)"),
+                g(1, New, Counted(0), false, "zeros_like(other)"),
+                g(0, New, Counted(0), false, "zeros_like(self)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -13802,7 +13832,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(0), "gelu_backward(grad, self, approximate)"),
+                g(0, New, Counted(0), true, "gelu_backward(grad, self, approximate)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -13822,7 +13852,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(0), "gelu_backward(grad, self, approximate)"),
+                g(0, New, Counted(0), true, "gelu_backward(grad, self, approximate)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -13835,8 +13865,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Counted(0), "gelu_backward(grad, self, approximate)"),
-                g(1, New, Opaque("gelu_double_backward"), "gelu_double_backward(grad, grad_output, self, approximate)"),
+                g(0, New, Counted(0), true, "gelu_backward(grad, self, approximate)"),
+                g(1, New, Opaque("gelu_double_backward"), false, "gelu_double_backward(grad, grad_output, self, approximate)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -13856,7 +13886,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "zeros_like(grad)"),
+                g(0, New, Counted(0), false, "zeros_like(grad)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -13876,7 +13906,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "zeros_like(grad)"),
+                g(0, New, Counted(0), false, "zeros_like(grad)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -13917,7 +13947,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(0), "glu_backward(grad, self, dim)"),
+                g(0, New, Counted(0), false, "glu_backward(grad, self, dim)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -13937,8 +13967,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Opaque("glu_double_backward_grad_output"), "glu_double_backward_grad_output(grad, self, dim)"),
-                g(1, New, Opaque("glu_double_backward"), "glu_double_backward(grad, grad_output, self, dim)"),
+                g(0, New, Opaque("glu_double_backward_grad_output"), false, "glu_double_backward_grad_output(grad, self, dim)"),
+                g(1, New, Opaque("glu_double_backward"), false, "glu_double_backward(grad, grad_output, self, dim)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -14126,8 +14156,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Counted(0), "grad.defined() ? grid_sampler_2d_backward(grad, input, grid, interpolation_mode, padding_mode, align_corners, grad_input_mask) : std::tuple<Tensor, Tensor>()"),
-                g(1, New, Counted(0), "grad.defined() ? grid_sampler_2d_backward(grad, input, grid, interpolation_mode, padding_mode, align_corners, grad_input_mask) : std::tuple<Tensor, Tensor>()"),
+                g(0, New, Counted(0), false, "grad.defined() ? grid_sampler_2d_backward(grad, input, grid, interpolation_mode, padding_mode, align_corners, grad_input_mask) : std::tuple<Tensor, Tensor>()"),
+                g(1, New, Counted(0), false, "grad.defined() ? grid_sampler_2d_backward(grad, input, grid, interpolation_mode, padding_mode, align_corners, grad_input_mask) : std::tuple<Tensor, Tensor>()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -14161,8 +14191,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Counted(0), "grad.defined() ? grid_sampler_3d_backward(grad, input, grid, interpolation_mode, padding_mode, align_corners, grad_input_mask) : std::tuple<Tensor, Tensor>()"),
-                g(1, New, Counted(0), "grad.defined() ? grid_sampler_3d_backward(grad, input, grid, interpolation_mode, padding_mode, align_corners, grad_input_mask) : std::tuple<Tensor, Tensor>()"),
+                g(0, New, Counted(0), false, "grad.defined() ? grid_sampler_3d_backward(grad, input, grid, interpolation_mode, padding_mode, align_corners, grad_input_mask) : std::tuple<Tensor, Tensor>()"),
+                g(1, New, Counted(0), false, "grad.defined() ? grid_sampler_3d_backward(grad, input, grid, interpolation_mode, padding_mode, align_corners, grad_input_mask) : std::tuple<Tensor, Tensor>()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -14252,7 +14282,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "zeros_like(self)"),
+                g(0, New, Counted(0), false, "zeros_like(self)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -14265,8 +14295,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "zeros_like(self)"),
-                g(1, New, Counted(0), "zeros_like(other)"),
+                g(1, New, Counted(0), false, "zeros_like(other)"),
+                g(0, New, Counted(0), false, "zeros_like(self)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -14363,7 +14393,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(0), "hardshrink_backward(grad, self, lambd)"),
+                g(0, New, Counted(0), false, "hardshrink_backward(grad, self, lambd)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -14383,8 +14413,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(1)],
             grads: &[
-                g(0, New, Counted(0), "hardshrink_backward(grad, self, lambd)"),
-                g(1, New, Counted(0), "zeros_like(grad)"),
+                g(0, New, Counted(0), false, "hardshrink_backward(grad, self, lambd)"),
+                g(1, New, Counted(0), false, "zeros_like(grad)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -14404,7 +14434,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(0), "hardsigmoid_backward(grad, self)"),
+                g(0, New, Counted(0), false, "hardsigmoid_backward(grad, self)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -14424,7 +14454,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(0), "hardsigmoid_backward(grad, self)"),
+                g(0, New, Counted(0), false, "hardsigmoid_backward(grad, self)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -14451,7 +14481,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(0), "hardswish_backward(grad, self)"),
+                g(0, New, Counted(0), false, "hardswish_backward(grad, self)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -14471,7 +14501,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(0), "hardswish_backward(grad, self)"),
+                g(0, New, Counted(0), false, "hardswish_backward(grad, self)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -14484,8 +14514,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Counted(0), "hardswish_backward(grad, self)"),
-                g(1, New, Counted(6), "at::where(at::logical_and(-3.0 < self, self < 3.0), grad * grad_output / 3.0, at::zeros({}, self.options()))"),
+                g(0, New, Counted(0), false, "hardswish_backward(grad, self)"),
+                g(1, New, Counted(6), true, "at::where(at::logical_and(-3.0 < self, self < 3.0), grad * grad_output / 3.0, at::zeros({}, self.options()))"),
             ],
             outputs_differentiable: &[true],
         },
@@ -14505,7 +14535,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(0), "hardtanh_backward(grad, self, min_val, max_val)"),
+                g(0, New, Counted(0), false, "hardtanh_backward(grad, self, min_val, max_val)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -14525,7 +14555,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(0), "hardtanh_backward(grad, self, min_val, max_val)"),
+                g(0, New, Counted(0), false, "hardtanh_backward(grad, self, min_val, max_val)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -14538,8 +14568,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(1)],
             grads: &[
-                g(0, New, Counted(0), "hardtanh_backward(grad, self, min_val, max_val)"),
-                g(1, New, Counted(0), "zeros_like(grad)"),
+                g(0, New, Counted(0), false, "hardtanh_backward(grad, self, min_val, max_val)"),
+                g(1, New, Counted(0), false, "zeros_like(grad)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -14706,8 +14736,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Counted(0), "huber_loss_backward(grad, self, target, reduction, delta)"),
-                g(1, New, Counted(0), "huber_loss_backward(grad, target, self, reduction, delta)"),
+                g(0, New, Counted(0), false, "huber_loss_backward(grad, self, target, reduction, delta)"),
+                g(1, New, Counted(0), false, "huber_loss_backward(grad, target, self, reduction, delta)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -14727,9 +14757,9 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1), Input(2)],
             grads: &[
-                g(0, New, Opaque("huber_loss_double_backward_grad_output"), "huber_loss_double_backward_grad_output(grad, grad_output, self, target, reduction, delta)"),
-                g(1, New, Counted(4), "huber_loss_double_backward(grad * grad_output, self, target, reduction, delta)"),
-                g(2, New, Counted(5), "-huber_loss_double_backward(grad * grad_output, self, target, reduction, delta)"),
+                g(0, New, Opaque("huber_loss_double_backward_grad_output"), false, "huber_loss_double_backward_grad_output(grad, grad_output, self, target, reduction, delta)"),
+                g(1, New, Counted(4), false, "huber_loss_double_backward(grad * grad_output, self, target, reduction, delta)"),
+                g(2, New, Counted(5), false, "-huber_loss_double_backward(grad * grad_output, self, target, reduction, delta)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -14749,8 +14779,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1), Output(0)],
             grads: &[
-                g(0, New, Counted(1), "grad * self / result"),
-                g(1, New, Counted(1), "grad * other / result"),
+                g(1, New, Counted(1), true, "grad * other / result"),
+                g(0, New, Counted(1), true, "grad * self / result"),
             ],
             outputs_differentiable: &[true],
         },
@@ -14770,8 +14800,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1), Output(0)],
             grads: &[
-                g(0, New, Counted(1), "grad * self / result"),
-                g(1, New, Counted(1), "grad * other / result"),
+                g(1, New, Counted(1), true, "grad * other / result"),
+                g(0, New, Counted(1), true, "grad * self / result"),
             ],
             outputs_differentiable: &[true],
         },
@@ -14784,7 +14814,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(1), "grad * at::special_i1(self)"),
+                g(0, New, Counted(1), true, "grad * at::special_i1(self)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -14804,7 +14834,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(1), "grad * at::special_i1(self)"),
+                g(0, New, Counted(1), true, "grad * at::special_i1(self)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -14817,7 +14847,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(1, New, Counted(7), "grad * exp((self - 1) * log(other) - other - lgamma(self))"),
+                g(1, New, Counted(7), true, "grad * exp((self - 1) * log(other) - other - lgamma(self))"),
             ],
             outputs_differentiable: &[true],
         },
@@ -14837,7 +14867,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(1, New, Counted(7), "grad * exp((self - 1) * log(other) - other - lgamma(self))"),
+                g(1, New, Counted(7), true, "grad * exp((self - 1) * log(other) - other - lgamma(self))"),
             ],
             outputs_differentiable: &[true],
         },
@@ -14850,7 +14880,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(1, New, Counted(8), "-grad * exp((self - 1) * log(other) - other - lgamma(self))"),
+                g(1, New, Counted(8), true, "-grad * exp((self - 1) * log(other) - other - lgamma(self))"),
             ],
             outputs_differentiable: &[true],
         },
@@ -14870,7 +14900,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(1, New, Counted(8), "-grad * exp((self - 1) * log(other) - other - lgamma(self))"),
+                g(1, New, Counted(8), true, "-grad * exp((self - 1) * log(other) - other - lgamma(self))"),
             ],
             outputs_differentiable: &[true],
         },
@@ -14883,7 +14913,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "col2im_symint(grad, {self.sym_size(-2), self.sym_size(-1)}, kernel_size, dilation, padding, stride)"),
+                g(0, New, Counted(0), false, "col2im_symint(grad, {self.sym_size(-2), self.sym_size(-1)}, kernel_size, dilation, padding, stride)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -14910,7 +14940,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(1)],
             grads: &[
-                g(0, New, Counted(0), "index_backward(grad.new_zeros_symint(self.sym_sizes(), self.options()), indices, grad)"),
+                g(0, New, Counted(0), false, "index_backward(grad.new_zeros_symint(self.sym_sizes(), self.options()), indices, grad)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -14930,8 +14960,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(2), Input(3)],
             grads: &[
-                g(0, OfGrad, Counted(0), "grad"),
-                g(3, New, Counted(1), "maybe_multiply(source.dim() > 0 ? grad.index_select(dim, index).expand_as(source) : grad.index_select(dim, index.squeeze(0)), alpha)"),
+                g(0, Grad, Counted(0), false, "grad"),
+                gu(3, New, Counted(1), false, "maybe_multiply(source.dim() > 0 ? grad.index_select(dim, index).expand_as(source) : grad.index_select(dim, index.squeeze(0)), alpha)", &["alpha"], New, Counted(0), false),
             ],
             outputs_differentiable: &[true],
         },
@@ -14958,8 +14988,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(2), Input(3)],
             grads: &[
-                g(0, OfGrad, Counted(0), "grad"),
-                g(3, New, Counted(1), "maybe_multiply(source.dim() > 0 ? grad.index_select(dim, index).expand_as(source) : grad.index_select(dim, index.squeeze(0)), alpha)"),
+                g(0, Grad, Counted(0), false, "grad"),
+                gu(3, New, Counted(1), false, "maybe_multiply(source.dim() > 0 ? grad.index_select(dim, index).expand_as(source) : grad.index_select(dim, index.squeeze(0)), alpha)", &["alpha"], New, Counted(0), false),
             ],
             outputs_differentiable: &[true],
         },
@@ -14972,8 +15002,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(2), Input(3)],
             grads: &[
-                g(0, New, Counted(0), "grad.index_fill(dim, index, 0)"),
-                g(3, New, Counted(0), "source.dim() > 0 ? grad.index_select(dim, index).expand_as(source) : grad.index_select(dim, index.squeeze(0))"),
+                g(0, New, Counted(0), false, "grad.index_fill(dim, index, 0)"),
+                g(3, New, Counted(0), false, "source.dim() > 0 ? grad.index_select(dim, index).expand_as(source) : grad.index_select(dim, index.squeeze(0))"),
             ],
             outputs_differentiable: &[true],
         },
@@ -15000,8 +15030,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(2), Input(3)],
             grads: &[
-                g(0, New, Counted(0), "grad.index_fill(dim, index, 0)"),
-                g(3, New, Counted(0), "source.dim() > 0 ? grad.index_select(dim, index).expand_as(source) : grad.index_select(dim, index.squeeze(0))"),
+                g(0, New, Counted(0), false, "grad.index_fill(dim, index, 0)"),
+                g(3, New, Counted(0), false, "source.dim() > 0 ? grad.index_select(dim, index).expand_as(source) : grad.index_select(dim, index.squeeze(0))"),
             ],
             outputs_differentiable: &[true],
         },
@@ -15035,7 +15065,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(2)],
             grads: &[
-                g(0, New, Counted(0), "grad.index_fill(dim, index, 0)"),
+                g(0, New, Counted(0), false, "grad.index_fill(dim, index, 0)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -15055,8 +15085,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(2)],
             grads: &[
-                g(0, New, Counted(0), "grad.index_fill(dim, index, 0)"),
-                g(3, New, Counted(3), "grad.index_select(dim, std::get<0>(at::_unique(index, /*sorted=*/false))).sum()"),
+                g(0, New, Counted(0), false, "grad.index_fill(dim, index, 0)"),
+                g(3, New, Counted(3), false, "grad.index_select(dim, std::get<0>(at::_unique(index, /*sorted=*/false))).sum()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -15090,7 +15120,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(2)],
             grads: &[
-                g(0, New, Counted(0), "grad.index_fill(dim, index, 0)"),
+                g(0, New, Counted(0), false, "grad.index_fill(dim, index, 0)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -15103,8 +15133,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(2)],
             grads: &[
-                g(0, New, Counted(0), "grad.index_fill(dim, index, 0)"),
-                g(3, New, Counted(3), "grad.index_select(dim, std::get<0>(at::_unique(index, /*sorted=*/false))).sum()"),
+                g(0, New, Counted(0), false, "grad.index_fill(dim, index, 0)"),
+                g(3, New, Counted(3), false, "grad.index_select(dim, std::get<0>(at::_unique(index, /*sorted=*/false))).sum()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -15117,8 +15147,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(1)],
             grads: &[
-                g(0, New, Opaque("ternary"), "accumulate ? grad : grad.index_put(indices, zeros_like(values), false)"),
-                g(2, New, Counted(0), "grad.index(indices)"),
+                g(0, New, Opaque("ternary"), false, "accumulate ? grad : grad.index_put(indices, zeros_like(values), false)"),
+                g(2, New, Counted(0), false, "grad.index(indices)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -15138,8 +15168,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(1)],
             grads: &[
-                g(0, New, Opaque("ternary"), "accumulate ? grad : grad.index_put(indices, zeros_like(values), false)"),
-                g(2, New, Counted(0), "grad.index(indices)"),
+                g(0, New, Opaque("ternary"), false, "accumulate ? grad : grad.index_put(indices, zeros_like(values), false)"),
+                g(2, New, Counted(0), false, "grad.index(indices)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -15152,8 +15182,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(2), Input(3), Output(0)],
             grads: &[
-                g(0, New, Opaque("index_reduce_backward"), "index_reduce_backward(grad, self, dim, index, source, reduce, include_self, result)"),
-                g(3, New, Opaque("index_reduce_backward"), "index_reduce_backward(grad, self, dim, index, source, reduce, include_self, result)"),
+                g(0, New, Opaque("index_reduce_backward"), false, "index_reduce_backward(grad, self, dim, index, source, reduce, include_self, result)"),
+                g(3, New, Opaque("index_reduce_backward"), false, "index_reduce_backward(grad, self, dim, index, source, reduce, include_self, result)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -15173,8 +15203,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(2), Input(3), Output(0)],
             grads: &[
-                g(0, New, Opaque("index_reduce_backward"), "index_reduce_backward(grad, self, dim, index, source, reduce, include_self, result)"),
-                g(3, New, Opaque("index_reduce_backward"), "index_reduce_backward(grad, self, dim, index, source, reduce, include_self, result)"),
+                g(0, New, Opaque("index_reduce_backward"), false, "index_reduce_backward(grad, self, dim, index, source, reduce, include_self, result)"),
+                g(3, New, Opaque("index_reduce_backward"), false, "index_reduce_backward(grad, self, dim, index, source, reduce, include_self, result)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -15187,7 +15217,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(2)],
             grads: &[
-                g(0, New, Counted(0), "index_select_backward_symint(grad, self.sym_sizes(), dim, index)"),
+                g(0, New, Counted(0), false, "index_select_backward_symint(grad, self.sym_sizes(), dim, index)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -15599,7 +15629,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Output(1)],
             grads: &[
-                g(0, New, Counted(0), "value_selecting_reduction_backward_symint(grad, dim, indices, self.sym_sizes(), keepdim)"),
+                g(0, New, Counted(0), false, "value_selecting_reduction_backward_symint(grad, dim, indices, self.sym_sizes(), keepdim)"),
             ],
             outputs_differentiable: &[true, true],
         },
@@ -15668,8 +15698,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(1), Output(0)],
             grads: &[
-                g(0, New, Counted(1), "grad * at::pow(2, other).conj()"),
-                g(1, New, Counted(1), "grad * result.conj() * M_LN2"),
+                g(1, New, Counted(1), true, "grad * result.conj() * M_LN2"),
+                g(0, New, Counted(1), true, "grad * at::pow(2, other).conj()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -15689,8 +15719,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(1), Output(0)],
             grads: &[
-                g(0, New, Counted(1), "grad * at::pow(2, other).conj()"),
-                g(1, New, Counted(1), "grad * result.conj() * M_LN2"),
+                g(1, New, Counted(1), true, "grad * result.conj() * M_LN2"),
+                g(0, New, Counted(1), true, "grad * at::pow(2, other).conj()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -15731,7 +15761,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "zeros_like(self)"),
+                g(0, New, Counted(0), false, "zeros_like(self)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -15744,8 +15774,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "zeros_like(self)"),
-                g(1, New, Counted(0), "zeros_like(other)"),
+                g(1, New, Counted(0), false, "zeros_like(other)"),
+                g(0, New, Counted(0), false, "zeros_like(self)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -15758,7 +15788,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(0), "leaky_relu_backward(grad, self, negative_slope, false)"),
+                g(0, New, Counted(0), false, "leaky_relu_backward(grad, self, negative_slope, false)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -15778,7 +15808,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Output(0)],
             grads: &[
-                g(0, New, Counted(0), "leaky_relu_backward(grad, result, negative_slope, true)"),
+                g(0, New, Counted(0), false, "leaky_relu_backward(grad, result, negative_slope, true)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -15791,8 +15821,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(1)],
             grads: &[
-                g(0, New, Counted(0), "leaky_relu_backward(grad, self, negative_slope, false)"),
-                g(1, New, Counted(0), "zeros_like(grad)"),
+                g(0, New, Counted(0), false, "leaky_relu_backward(grad, self, negative_slope, false)"),
+                g(1, New, Counted(0), false, "zeros_like(grad)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -15812,8 +15842,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "weight.isComplex() ? grad * (1 - weight.conj().toComplexDouble()) : grad * (1 - weight.toDouble())"),
-                g(1, New, Counted(0), "grad * weight.conj()"),
+                g(1, New, Counted(0), true, "grad * weight.conj()"),
+                g(0, New, Counted(0), true, "weight.isComplex() ? grad * (1 - weight.conj().toComplexDouble()) : grad * (1 - weight.toDouble())"),
             ],
             outputs_differentiable: &[true],
         },
@@ -15833,9 +15863,9 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1), Input(2)],
             grads: &[
-                g(0, New, Counted(1), "grad * (1 - weight).conj()"),
-                g(1, New, Counted(0), "grad * weight.conj()"),
-                g(2, New, Counted(1), "grad * (end - self).conj()"),
+                g(1, New, Counted(0), true, "grad * weight.conj()"),
+                g(0, New, Counted(1), true, "grad * (1 - weight).conj()"),
+                g(2, New, Counted(1), true, "grad * (end - self).conj()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -15855,8 +15885,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "weight.isComplex() ? grad * (1 - weight.conj().toComplexDouble()) : grad * (1 - weight.toDouble())"),
-                g(1, New, Counted(0), "grad * weight.conj()"),
+                g(1, New, Counted(0), true, "grad * weight.conj()"),
+                g(0, New, Counted(0), true, "weight.isComplex() ? grad * (1 - weight.conj().toComplexDouble()) : grad * (1 - weight.toDouble())"),
             ],
             outputs_differentiable: &[true],
         },
@@ -15869,9 +15899,9 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1), Input(2)],
             grads: &[
-                g(0, New, Counted(1), "grad * (1 - weight).conj()"),
-                g(1, New, Counted(0), "grad * weight.conj()"),
-                g(2, New, Counted(1), "grad * (end - self).conj()"),
+                g(1, New, Counted(0), true, "grad * weight.conj()"),
+                g(0, New, Counted(1), true, "grad * (1 - weight).conj()"),
+                g(2, New, Counted(1), true, "grad * (end - self).conj()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -15968,7 +15998,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(1), "grad * digamma(self)"),
+                g(0, New, Counted(1), true, "grad * digamma(self)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -15988,7 +16018,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(1), "grad * digamma(self)"),
+                g(0, New, Counted(1), true, "grad * digamma(self)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -16001,7 +16031,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, OfGrad, Counted(0), "grad"),
+                g(0, Grad, Counted(0), false, "grad"),
             ],
             outputs_differentiable: &[true],
         },
@@ -16021,7 +16051,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, OfGrad, Counted(0), "grad"),
+                g(0, Grad, Counted(0), false, "grad"),
             ],
             outputs_differentiable: &[true],
         },
@@ -16034,7 +16064,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, OfGrad, Counted(0), "grad"),
+                g(0, Grad, Counted(0), false, "grad"),
             ],
             outputs_differentiable: &[true],
         },
@@ -16082,7 +16112,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Output(0)],
             grads: &[
-                g(0, New, Opaque("cholesky_backward"), "cholesky_backward(grad, upper, L)"),
+                g(0, New, Opaque("cholesky_backward"), false, "cholesky_backward(grad, upper, L)"),
             ],
             outputs_differentiable: &[true, true],
         },
@@ -16123,8 +16153,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Counted(0), "at::linalg_cross(other.conj(), grad, dim)"),
-                g(1, New, Counted(0), "at::linalg_cross(grad, self.conj(), dim)"),
+                g(1, New, Counted(0), false, "at::linalg_cross(grad, self.conj(), dim)"),
+                g(0, New, Counted(0), false, "at::linalg_cross(other.conj(), grad, dim)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -16165,7 +16195,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Output(0), Output(1)],
             grads: &[
-                g(0, New, Opaque("linalg_eig_backward"), "handle_r_to_c(self.scalar_type(), linalg_eig_backward(grads[0], grads[1], eigenvalues, eigenvectors, /*is_hermitian=*/false))"),
+                g(0, New, Opaque("linalg_eig_backward"), false, "handle_r_to_c(self.scalar_type(), linalg_eig_backward(grads[0], grads[1], eigenvalues, eigenvectors, /*is_hermitian=*/false))"),
             ],
             outputs_differentiable: &[true, true],
         },
@@ -16227,8 +16257,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1), Output(0)],
             grads: &[
-                g(0, New, Opaque("householder_product_backward"), "householder_product_backward(grad, result, input, tau)"),
-                g(1, New, Opaque("householder_product_backward"), "householder_product_backward(grad, result, input, tau)"),
+                g(0, New, Opaque("householder_product_backward"), false, "householder_product_backward(grad, result, input, tau)"),
+                g(1, New, Opaque("householder_product_backward"), false, "householder_product_backward(grad, result, input, tau)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -16262,7 +16292,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Output(0)],
             grads: &[
-                g(0, New, Counted(2), "-at::matmul(inverse.mH(), at::matmul(grad, inverse.mH()))"),
+                g(0, New, Counted(2), false, "-at::matmul(inverse.mH(), at::matmul(grad, inverse.mH()))"),
             ],
             outputs_differentiable: &[true, false],
         },
@@ -16324,8 +16354,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1), Output(0)],
             grads: &[
-                g(0, New, Opaque("linalg_lstsq_backward"), "linalg_lstsq_backward(grads[0], grads[1], self, b, solution, grad_input_mask)"),
-                g(1, New, Opaque("linalg_lstsq_backward"), "linalg_lstsq_backward(grads[0], grads[1], self, b, solution, grad_input_mask)"),
+                g(0, New, Opaque("linalg_lstsq_backward"), false, "linalg_lstsq_backward(grads[0], grads[1], self, b, solution, grad_input_mask)"),
+                g(1, New, Opaque("linalg_lstsq_backward"), false, "linalg_lstsq_backward(grads[0], grads[1], self, b, solution, grad_input_mask)"),
             ],
             outputs_differentiable: &[true, true, false, false],
         },
@@ -16345,7 +16375,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Output(0), Output(1), Output(2)],
             grads: &[
-                g(0, New, Opaque("linalg_lu_backward"), "linalg_lu_backward(grad_L, grad_U, P, L, U, pivot)"),
+                g(0, New, Opaque("linalg_lu_backward"), false, "linalg_lu_backward(grad_L, grad_U, P, L, U, pivot)"),
             ],
             outputs_differentiable: &[false, true, true],
         },
@@ -16379,7 +16409,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Output(0), Output(1)],
             grads: &[
-                g(0, New, Opaque("lu_factor_ex_backward"), "lu_factor_ex_backward(grad, LU, pivots, pivot)"),
+                g(0, New, Opaque("lu_factor_ex_backward"), false, "lu_factor_ex_backward(grad, LU, pivots, pivot)"),
             ],
             outputs_differentiable: &[true, false, false],
         },
@@ -16399,8 +16429,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1), Output(0)],
             grads: &[
-                g(0, New, Opaque("linalg_lu_solve_LU"), "linalg_lu_solve_LU(grad, LU, pivots, result, left, adjoint)"),
-                g(2, New, Counted(0), "at::linalg_lu_solve(LU, pivots, grad, left, !adjoint)"),
+                g(2, New, Counted(0), false, "at::linalg_lu_solve(LU, pivots, grad, left, !adjoint)"),
+                g(0, New, Opaque("linalg_lu_solve_LU"), false, "linalg_lu_solve_LU(grad, LU, pivots, result, left, adjoint)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -16434,7 +16464,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Opaque("linalg_matrix_exp_differential"), "linalg_matrix_exp_differential(self, grad, /*adjoint*/ true)"),
+                g(0, New, Opaque("linalg_matrix_exp_differential"), false, "linalg_matrix_exp_differential(self, grad, /*adjoint*/ true)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -16608,7 +16638,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Output(0)],
             grads: &[
-                g(0, New, Opaque("pinv_backward"), "pinv_backward(grad, result, self)"),
+                g(0, New, Opaque("pinv_backward"), false, "pinv_backward(grad, result, self)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -16656,7 +16686,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Output(0), Output(1)],
             grads: &[
-                g(0, New, Opaque("linalg_qr_backward"), "linalg_qr_backward(grad_Q, grad_R, Q, R, mode)"),
+                g(0, New, Opaque("linalg_qr_backward"), false, "linalg_qr_backward(grad_Q, grad_R, Q, R, mode)"),
             ],
             outputs_differentiable: &[true, true],
         },
@@ -16718,8 +16748,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Output(0)],
             grads: &[
-                g(0, New, Opaque("linalg_solve_triangular_backward"), "linalg_solve_triangular_backward(grad, self, result, upper, left, unitriangular, grad_input_mask)"),
-                g(1, New, Opaque("linalg_solve_triangular_backward"), "linalg_solve_triangular_backward(grad, self, result, upper, left, unitriangular, grad_input_mask)"),
+                g(0, New, Opaque("linalg_solve_triangular_backward"), false, "linalg_solve_triangular_backward(grad, self, result, upper, left, unitriangular, grad_input_mask)"),
+                g(1, New, Opaque("linalg_solve_triangular_backward"), false, "linalg_solve_triangular_backward(grad, self, result, upper, left, unitriangular, grad_input_mask)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -16816,7 +16846,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Output(0)],
             grads: &[
-                g(0, New, Counted(2), "linalg_vector_norm_backward(grad, self, ord, result, dim, keepdim)"),
+                g(0, New, Counted(2), false, "linalg_vector_norm_backward(grad, self, ord, result, dim, keepdim)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -16836,9 +16866,9 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Counted(0), "grad.defined() ? linear_backward(input, grad, weight, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
-                g(1, New, Counted(0), "grad.defined() ? linear_backward(input, grad, weight, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
-                g(2, New, Counted(0), "grad.defined() ? linear_backward(input, grad, weight, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(0, New, Counted(0), false, "grad.defined() ? linear_backward(input, grad, weight, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(1, New, Counted(0), false, "grad.defined() ? linear_backward(input, grad, weight, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(2, New, Counted(0), false, "grad.defined() ? linear_backward(input, grad, weight, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -16858,9 +16888,9 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1), Input(2)],
             grads: &[
-                g(0, New, Opaque("linear_double_backward"), "linear_double_backward(grads, self, grad_output, weight)"),
-                g(1, New, Opaque("linear_double_backward"), "linear_double_backward(grads, self, grad_output, weight)"),
-                g(2, New, Opaque("linear_double_backward"), "linear_double_backward(grads, self, grad_output, weight)"),
+                g(0, New, Opaque("linear_double_backward"), false, "linear_double_backward(grads, self, grad_output, weight)"),
+                g(1, New, Opaque("linear_double_backward"), false, "linear_double_backward(grads, self, grad_output, weight)"),
+                g(2, New, Opaque("linear_double_backward"), false, "linear_double_backward(grads, self, grad_output, weight)"),
             ],
             outputs_differentiable: &[true, true, true],
         },
@@ -16936,7 +16966,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(0), "grad.div(self.conj())"),
+                g(0, New, Counted(0), true, "grad.div(self.conj())"),
             ],
             outputs_differentiable: &[true],
         },
@@ -16956,7 +16986,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(1), "grad / (self.conj() * 2.3025850929940456)"),
+                g(0, New, Counted(1), true, "grad / (self.conj() * 2.3025850929940456)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -16976,7 +17006,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(1), "grad / (self.conj() * 2.3025850929940456)"),
+                g(0, New, Counted(1), true, "grad / (self.conj() * 2.3025850929940456)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -16989,7 +17019,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(1), "log1p_backward(grad, self)"),
+                g(0, New, Counted(1), true, "log1p_backward(grad, self)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -17009,7 +17039,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(1), "log1p_backward(grad, self)"),
+                g(0, New, Counted(1), true, "log1p_backward(grad, self)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -17022,7 +17052,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(1), "grad / (self.conj() * 0.6931471805599453)"),
+                g(0, New, Counted(1), true, "grad / (self.conj() * 0.6931471805599453)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -17042,7 +17072,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(1), "grad / (self.conj() * 0.6931471805599453)"),
+                g(0, New, Counted(1), true, "grad / (self.conj() * 0.6931471805599453)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -17055,7 +17085,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(0), "grad.div(self.conj())"),
+                g(0, New, Counted(0), true, "grad.div(self.conj())"),
             ],
             outputs_differentiable: &[true],
         },
@@ -17068,7 +17098,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "zeros_like(grad)"),
+                g(0, New, Counted(0), false, "zeros_like(grad)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -17088,7 +17118,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "zeros_like(grad)"),
+                g(0, New, Counted(0), false, "zeros_like(grad)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -17115,8 +17145,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1), Input(2)],
             grads: &[
-                g(0, New, Counted(0), "log_sigmoid_backward(grad, self, buffer)"),
-                g(1, New, Counted(4), "log_sigmoid_double_backward(grad * grad_output, self)"),
+                g(0, New, Counted(0), false, "log_sigmoid_backward(grad, self, buffer)"),
+                g(1, New, Counted(4), false, "log_sigmoid_double_backward(grad * grad_output, self)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -17136,7 +17166,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Output(1)],
             grads: &[
-                g(0, New, Counted(0), "log_sigmoid_backward(grad, self, buffer)"),
+                g(0, New, Counted(0), false, "log_sigmoid_backward(grad, self, buffer)"),
             ],
             outputs_differentiable: &[true, false],
         },
@@ -17177,8 +17207,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Counted(3), "grad / (1 + exp(other - self)).conj()"),
-                g(1, New, Counted(3), "grad / (1 + exp(self - other)).conj()"),
+                g(1, New, Counted(3), true, "grad / (1 + exp(self - other)).conj()"),
+                g(0, New, Counted(3), true, "grad / (1 + exp(other - self)).conj()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -17198,8 +17228,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Counted(3), "grad / (1 + pow(2, other - self))"),
-                g(1, New, Counted(3), "grad / (1 + pow(2, self - other))"),
+                g(1, New, Counted(3), true, "grad / (1 + pow(2, self - other))"),
+                g(0, New, Counted(3), true, "grad / (1 + pow(2, other - self))"),
             ],
             outputs_differentiable: &[true],
         },
@@ -17219,7 +17249,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Output(0)],
             grads: &[
-                g(0, New, Opaque("logcumsumexp_backward"), "logcumsumexp_backward(grad, self, result, dim)"),
+                g(0, New, Opaque("logcumsumexp_backward"), false, "logcumsumexp_backward(grad, self, result, dim)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -17344,7 +17374,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(0), "GradMode::is_enabled() ? infinitely_differentiable_logit_backward(grad, self, eps) : logit_backward(grad, self, eps)"),
+                g(0, New, Counted(0), true, "GradMode::is_enabled() ? infinitely_differentiable_logit_backward(grad, self, eps) : logit_backward(grad, self, eps)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -17364,7 +17394,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(0), "GradMode::is_enabled() ? infinitely_differentiable_logit_backward(grad, self, eps) : logit_backward(grad, self, eps)"),
+                g(0, New, Counted(0), true, "GradMode::is_enabled() ? infinitely_differentiable_logit_backward(grad, self, eps) : logit_backward(grad, self, eps)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -17447,7 +17477,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Output(0)],
             grads: &[
-                g(0, New, Counted(2), "logsumexp_backward(grad, self, result, dim, keepdim)"),
+                g(0, New, Counted(2), false, "logsumexp_backward(grad, self, result, dim, keepdim)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -17544,7 +17574,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "zeros_like(self)"),
+                g(0, New, Counted(0), false, "zeros_like(self)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -17557,8 +17587,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "zeros_like(self)"),
-                g(1, New, Counted(0), "zeros_like(other)"),
+                g(1, New, Counted(0), false, "zeros_like(other)"),
+                g(0, New, Counted(0), false, "zeros_like(self)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -17585,7 +17615,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Opaque("lu_unpack_backward"), "lu_unpack_backward(grad_L, grad_U, LU_data.sym_size(-2), LU_data.sym_size(-1))"),
+                g(0, New, Opaque("lu_unpack_backward"), false, "lu_unpack_backward(grad_L, grad_U, LU_data.sym_size(-2), LU_data.sym_size(-1))"),
             ],
             outputs_differentiable: &[false, true, true],
         },
@@ -17626,7 +17656,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(1)],
             grads: &[
-                g(0, New, Counted(0), "grad.masked_fill(mask, 0)"),
+                g(0, New, Counted(0), true, "grad.masked_fill(mask, 0)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -17646,8 +17676,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(1)],
             grads: &[
-                g(0, New, Counted(0), "grad.masked_fill(mask, 0)"),
-                g(2, New, Counted(1), "masked_fill_backward(grad, mask)"),
+                g(0, New, Counted(0), true, "grad.masked_fill(mask, 0)"),
+                g(2, New, Counted(1), false, "masked_fill_backward(grad, mask)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -17667,7 +17697,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(1)],
             grads: &[
-                g(0, New, Counted(0), "grad.masked_fill(mask, 0)"),
+                g(0, New, Counted(0), true, "grad.masked_fill(mask, 0)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -17680,8 +17710,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(1)],
             grads: &[
-                g(0, New, Counted(0), "grad.masked_fill(mask, 0)"),
-                g(2, New, Counted(1), "masked_fill_backward(grad, mask)"),
+                g(0, New, Counted(0), true, "grad.masked_fill(mask, 0)"),
+                g(2, New, Counted(1), false, "masked_fill_backward(grad, mask)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -17694,8 +17724,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(1)],
             grads: &[
-                g(0, New, Counted(0), "grad.masked_fill(mask, 0)"),
-                g(2, New, Counted(0), "masked_scatter_backward_symint(grad, mask, source.sym_sizes())"),
+                g(0, New, Counted(0), true, "grad.masked_fill(mask, 0)"),
+                g(2, New, Counted(0), false, "masked_scatter_backward_symint(grad, mask, source.sym_sizes())"),
             ],
             outputs_differentiable: &[true],
         },
@@ -17715,8 +17745,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(1)],
             grads: &[
-                g(0, New, Counted(0), "grad.masked_fill(mask, 0)"),
-                g(2, New, Counted(0), "masked_scatter_backward_symint(grad, mask, source.sym_sizes())"),
+                g(0, New, Counted(0), true, "grad.masked_fill(mask, 0)"),
+                g(2, New, Counted(0), false, "masked_scatter_backward_symint(grad, mask, source.sym_sizes())"),
             ],
             outputs_differentiable: &[true],
         },
@@ -17729,7 +17759,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(1)],
             grads: &[
-                g(0, New, Counted(1), "zeros_like(grad_output).masked_scatter(mask, grad)"),
+                g(0, New, Counted(1), false, "zeros_like(grad_output).masked_scatter(mask, grad)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -17742,7 +17772,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Counted(0), "masked_select_backward(grad, self, mask)"),
+                g(0, New, Counted(0), false, "masked_select_backward(grad, self, mask)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -17769,8 +17799,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Counted(0), "matmul_backward(grad, self, other, grad_input_mask)"),
-                g(1, New, Counted(0), "matmul_backward(grad, self, other, grad_input_mask)"),
+                g(0, New, Counted(0), false, "matmul_backward(grad, self, other, grad_input_mask)"),
+                g(1, New, Counted(0), false, "matmul_backward(grad, self, other, grad_input_mask)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -17839,7 +17869,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Output(0)],
             grads: &[
-                g(0, New, Counted(5), "evenly_distribute_backward(grad, self, result)"),
+                g(0, New, Counted(5), false, "evenly_distribute_backward(grad, self, result)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -17852,7 +17882,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Output(1)],
             grads: &[
-                g(0, New, Counted(0), "value_selecting_reduction_backward_symint(grad, dim, indices, self.sym_sizes(), keepdim)"),
+                g(0, New, Counted(0), false, "value_selecting_reduction_backward_symint(grad, dim, indices, self.sym_sizes(), keepdim)"),
             ],
             outputs_differentiable: &[true, true],
         },
@@ -17921,7 +17951,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(0), "max_pool2d_backward(grad, self, kernel_size, stride, padding, dilation, ceil_mode)"),
+                g(0, New, Counted(0), false, "max_pool2d_backward(grad, self, kernel_size, stride, padding, dilation, ceil_mode)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -17934,8 +17964,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Opaque("error_for_max_pool2d_double_backward"), "error_for_max_pool2d_double_backward()"),
-                g(1, New, Counted(0), "zeros_like(self)"),
+                g(0, New, Opaque("error_for_max_pool2d_double_backward"), false, "error_for_max_pool2d_double_backward()"),
+                g(1, New, Counted(0), false, "zeros_like(self)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -17955,7 +17985,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Output(1)],
             grads: &[
-                g(0, New, Counted(0), "max_pool2d_with_indices_backward(grad, self, kernel_size, stride, padding, dilation, ceil_mode, result1)"),
+                g(0, New, Counted(0), false, "max_pool2d_with_indices_backward(grad, self, kernel_size, stride, padding, dilation, ceil_mode, result1)"),
             ],
             outputs_differentiable: &[true, false],
         },
@@ -17975,8 +18005,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(7)],
             grads: &[
-                g(0, New, Counted(0), "max_pool_double_backward(grad, indices, 2)"),
-                g(1, New, Counted(0), "zeros_like(self)"),
+                g(0, New, Counted(0), false, "max_pool_double_backward(grad, indices, 2)"),
+                g(1, New, Counted(0), false, "zeros_like(self)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -18003,7 +18033,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Output(1)],
             grads: &[
-                g(0, New, Counted(0), "max_pool3d_with_indices_backward(grad, self, kernel_size, stride, padding, dilation, ceil_mode, result1)"),
+                g(0, New, Counted(0), false, "max_pool3d_with_indices_backward(grad, self, kernel_size, stride, padding, dilation, ceil_mode, result1)"),
             ],
             outputs_differentiable: &[true, false],
         },
@@ -18023,8 +18053,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(7)],
             grads: &[
-                g(0, New, Counted(0), "max_pool_double_backward(grad, indices, 3)"),
-                g(1, New, Counted(0), "zeros_like(self)"),
+                g(0, New, Counted(0), false, "max_pool_double_backward(grad, indices, 3)"),
+                g(1, New, Counted(0), false, "zeros_like(self)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -18044,7 +18074,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(1)],
             grads: &[
-                g(0, New, Counted(0), "max_pool_double_backward(grad, indices, 2)"),
+                g(0, New, Counted(0), false, "max_pool_double_backward(grad, indices, 2)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -18064,7 +18094,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(1)],
             grads: &[
-                g(0, New, Counted(0), "max_pool_double_backward(grad, indices, 3)"),
+                g(0, New, Counted(0), false, "max_pool_double_backward(grad, indices, 3)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -18084,8 +18114,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Counted(3), "at::where(self == other, grad / 2, grad).masked_fill_(self < other, 0)"),
-                g(1, New, Counted(3), "at::where(self == other, grad / 2, grad).masked_fill_(self > other, 0)"),
+                g(1, New, Counted(3), true, "at::where(self == other, grad / 2, grad).masked_fill_(self > other, 0)"),
+                g(0, New, Counted(3), true, "at::where(self == other, grad / 2, grad).masked_fill_(self < other, 0)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -18105,7 +18135,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "grad.expand_symint(self.sym_sizes()) / self.sym_numel()"),
+                g(0, New, Counted(0), false, "grad.expand_symint(self.sym_sizes()) / self.sym_numel()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -18118,7 +18148,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "mean_backward(grad, self.sym_sizes(), dim, self.sym_numel(), keepdim)"),
+                g(0, New, Counted(0), false, "mean_backward(grad, self.sym_sizes(), dim, self.sym_numel(), keepdim)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -18159,7 +18189,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Output(0)],
             grads: &[
-                g(0, New, Counted(5), "evenly_distribute_backward(grad, self, result)"),
+                g(0, New, Counted(5), false, "evenly_distribute_backward(grad, self, result)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -18172,7 +18202,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Output(1)],
             grads: &[
-                g(0, New, Counted(0), "value_selecting_reduction_backward_symint(grad, dim, indices, self.sym_sizes(), keepdim)"),
+                g(0, New, Counted(0), false, "value_selecting_reduction_backward_symint(grad, dim, indices, self.sym_sizes(), keepdim)"),
             ],
             outputs_differentiable: &[true, true],
         },
@@ -18227,7 +18257,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Output(0)],
             grads: &[
-                g(0, New, Counted(5), "evenly_distribute_backward(grad, self, result)"),
+                g(0, New, Counted(5), false, "evenly_distribute_backward(grad, self, result)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -18240,7 +18270,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Output(1)],
             grads: &[
-                g(0, New, Counted(0), "value_selecting_reduction_backward_symint(grad, dim, indices, self.sym_sizes(), keepdim)"),
+                g(0, New, Counted(0), false, "value_selecting_reduction_backward_symint(grad, dim, indices, self.sym_sizes(), keepdim)"),
             ],
             outputs_differentiable: &[true, true],
         },
@@ -18295,8 +18325,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Counted(3), "at::where(self == other, grad / 2, grad).masked_fill_(self > other, 0)"),
-                g(1, New, Counted(3), "at::where(self == other, grad / 2, grad).masked_fill_(self < other, 0)"),
+                g(1, New, Counted(3), true, "at::where(self == other, grad / 2, grad).masked_fill_(self < other, 0)"),
+                g(0, New, Counted(3), true, "at::where(self == other, grad / 2, grad).masked_fill_(self > other, 0)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -18316,9 +18346,9 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1), Input(3), Input(4), Output(1), Output(2)],
             grads: &[
-                g(0, New, Opaque("ternary"), "grad.defined() ? (training ? miopen_batch_norm_backward(input, grad.contiguous(input.suggest_memory_format()), weight, running_mean, running_var, result1, result2, epsilon) : native_batch_norm_backward(grad, input, weight, running_mean, running_var, result1, result2, training, epsilon, grad_input_mask)) : std::tuple<Tensor, Tensor, Tensor>()"),
-                g(1, New, Opaque("ternary"), "grad.defined() ? (training ? miopen_batch_norm_backward(input, grad.contiguous(input.suggest_memory_format()), weight, running_mean, running_var, result1, result2, epsilon) : native_batch_norm_backward(grad, input, weight, running_mean, running_var, result1, result2, training, epsilon, grad_input_mask)) : std::tuple<Tensor, Tensor, Tensor>()"),
-                g(2, New, Opaque("ternary"), "grad.defined() ? (training ? miopen_batch_norm_backward(input, grad.contiguous(input.suggest_memory_format()), weight, running_mean, running_var, result1, result2, epsilon) : native_batch_norm_backward(grad, input, weight, running_mean, running_var, result1, result2, training, epsilon, grad_input_mask)) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(0, New, Opaque("ternary"), false, "grad.defined() ? (training ? miopen_batch_norm_backward(input, grad.contiguous(input.suggest_memory_format()), weight, running_mean, running_var, result1, result2, epsilon) : native_batch_norm_backward(grad, input, weight, running_mean, running_var, result1, result2, training, epsilon, grad_input_mask)) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(1, New, Opaque("ternary"), false, "grad.defined() ? (training ? miopen_batch_norm_backward(input, grad.contiguous(input.suggest_memory_format()), weight, running_mean, running_var, result1, result2, epsilon) : native_batch_norm_backward(grad, input, weight, running_mean, running_var, result1, result2, training, epsilon, grad_input_mask)) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(2, New, Opaque("ternary"), false, "grad.defined() ? (training ? miopen_batch_norm_backward(input, grad.contiguous(input.suggest_memory_format()), weight, running_mean, running_var, result1, result2, epsilon) : native_batch_norm_backward(grad, input, weight, running_mean, running_var, result1, result2, training, epsilon, grad_input_mask)) : std::tuple<Tensor, Tensor, Tensor>()"),
             ],
             outputs_differentiable: &[true, true, true],
         },
@@ -18338,9 +18368,9 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1), Input(2), Input(3), Input(4), Input(5), Input(6)],
             grads: &[
-                g(0, New, Opaque("batchnorm_double_backward"), "batchnorm_double_backward(input, weight, grads[0], grads[1], grads[2], grad_output, running_mean, running_var, true, epsilon, save_mean, save_var, grad_input_mask)"),
-                g(1, New, Opaque("batchnorm_double_backward"), "batchnorm_double_backward(input, weight, grads[0], grads[1], grads[2], grad_output, running_mean, running_var, true, epsilon, save_mean, save_var, grad_input_mask)"),
-                g(2, New, Opaque("batchnorm_double_backward"), "batchnorm_double_backward(input, weight, grads[0], grads[1], grads[2], grad_output, running_mean, running_var, true, epsilon, save_mean, save_var, grad_input_mask)"),
+                g(0, New, Opaque("batchnorm_double_backward"), false, "batchnorm_double_backward(input, weight, grads[0], grads[1], grads[2], grad_output, running_mean, running_var, true, epsilon, save_mean, save_var, grad_input_mask)"),
+                g(2, New, Opaque("batchnorm_double_backward"), false, "batchnorm_double_backward(input, weight, grads[0], grads[1], grads[2], grad_output, running_mean, running_var, true, epsilon, save_mean, save_var, grad_input_mask)"),
+                g(1, New, Opaque("batchnorm_double_backward"), false, "batchnorm_double_backward(input, weight, grads[0], grads[1], grads[2], grad_output, running_mean, running_var, true, epsilon, save_mean, save_var, grad_input_mask)"),
             ],
             outputs_differentiable: &[true, true, true],
         },
@@ -18360,9 +18390,9 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Counted(0), "grad.defined() ? convolution_backward_symint(grad, self, weight, bias->sym_sizes(), stride, padding, dilation, false, std::vector<c10::SymInt>(padding.size(), 0), groups, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
-                g(1, New, Counted(0), "grad.defined() ? convolution_backward_symint(grad, self, weight, bias->sym_sizes(), stride, padding, dilation, false, std::vector<c10::SymInt>(padding.size(), 0), groups, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
-                g(2, New, Counted(0), "grad.defined() ? convolution_backward_symint(grad, self, weight, bias->sym_sizes(), stride, padding, dilation, false, std::vector<c10::SymInt>(padding.size(), 0), groups, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(0, New, Counted(0), false, "grad.defined() ? convolution_backward_symint(grad, self, weight, bias->sym_sizes(), stride, padding, dilation, false, std::vector<c10::SymInt>(padding.size(), 0), groups, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(1, New, Counted(0), false, "grad.defined() ? convolution_backward_symint(grad, self, weight, bias->sym_sizes(), stride, padding, dilation, false, std::vector<c10::SymInt>(padding.size(), 0), groups, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(2, New, Counted(0), false, "grad.defined() ? convolution_backward_symint(grad, self, weight, bias->sym_sizes(), stride, padding, dilation, false, std::vector<c10::SymInt>(padding.size(), 0), groups, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -18396,9 +18426,9 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Counted(0), "grad.defined() ? convolution_backward_symint(grad, self, weight, bias->sym_sizes(), stride, padding, dilation, true, output_padding, groups, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
-                g(1, New, Counted(0), "grad.defined() ? convolution_backward_symint(grad, self, weight, bias->sym_sizes(), stride, padding, dilation, true, output_padding, groups, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
-                g(2, New, Counted(0), "grad.defined() ? convolution_backward_symint(grad, self, weight, bias->sym_sizes(), stride, padding, dilation, true, output_padding, groups, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(0, New, Counted(0), false, "grad.defined() ? convolution_backward_symint(grad, self, weight, bias->sym_sizes(), stride, padding, dilation, true, output_padding, groups, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(1, New, Counted(0), false, "grad.defined() ? convolution_backward_symint(grad, self, weight, bias->sym_sizes(), stride, padding, dilation, true, output_padding, groups, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(2, New, Counted(0), false, "grad.defined() ? convolution_backward_symint(grad, self, weight, bias->sym_sizes(), stride, padding, dilation, true, output_padding, groups, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -18418,7 +18448,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Output(0), Output(1)],
             grads: &[
-                g(0, New, Opaque("_miopen_ctc_loss_backward"), "_miopen_ctc_loss_backward(grad, result0, result1, zero_infinity)"),
+                g(0, New, Opaque("_miopen_ctc_loss_backward"), false, "_miopen_ctc_loss_backward(grad, result0, result1, zero_infinity)"),
             ],
             outputs_differentiable: &[true, true],
         },
@@ -18431,7 +18461,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Output(0), Output(1)],
             grads: &[
-                g(0, New, Opaque("_miopen_ctc_loss_backward"), "_miopen_ctc_loss_backward(grad, result0, result1, zero_infinity)"),
+                g(0, New, Opaque("_miopen_ctc_loss_backward"), false, "_miopen_ctc_loss_backward(grad, result0, result1, zero_infinity)"),
             ],
             outputs_differentiable: &[true, true],
         },
@@ -18451,9 +18481,9 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Counted(0), "grad.defined() ? convolution_backward_symint(grad, self, weight, bias->sym_sizes(), stride, padding, dilation, false, std::vector<c10::SymInt>(padding.size(), 0), groups, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
-                g(1, New, Counted(0), "grad.defined() ? convolution_backward_symint(grad, self, weight, bias->sym_sizes(), stride, padding, dilation, false, std::vector<c10::SymInt>(padding.size(), 0), groups, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
-                g(2, New, Counted(0), "grad.defined() ? convolution_backward_symint(grad, self, weight, bias->sym_sizes(), stride, padding, dilation, false, std::vector<c10::SymInt>(padding.size(), 0), groups, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(0, New, Counted(0), false, "grad.defined() ? convolution_backward_symint(grad, self, weight, bias->sym_sizes(), stride, padding, dilation, false, std::vector<c10::SymInt>(padding.size(), 0), groups, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(1, New, Counted(0), false, "grad.defined() ? convolution_backward_symint(grad, self, weight, bias->sym_sizes(), stride, padding, dilation, false, std::vector<c10::SymInt>(padding.size(), 0), groups, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(2, New, Counted(0), false, "grad.defined() ? convolution_backward_symint(grad, self, weight, bias->sym_sizes(), stride, padding, dilation, false, std::vector<c10::SymInt>(padding.size(), 0), groups, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -18473,10 +18503,10 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1), Input(3), Input(4), Input(13), Output(0), Output(3), Output(4)],
             grads: &[
-                g(0, New, Counted(0), "miopen_rnn_backward(input, weight, weight_stride0, result4, hx, cx, result0, grads[0], grads[1], grads[2], mode, hidden_size, num_layers, batch_first, dropout, train, bidirectional, batch_sizes, dropout_state, retain_variables ? result3.clone() : result3, grad_input_mask)"),
-                g(1, New, Counted(0), "miopen_rnn_backward(input, weight, weight_stride0, result4, hx, cx, result0, grads[0], grads[1], grads[2], mode, hidden_size, num_layers, batch_first, dropout, train, bidirectional, batch_sizes, dropout_state, retain_variables ? result3.clone() : result3, grad_input_mask)"),
-                g(3, New, Counted(0), "miopen_rnn_backward(input, weight, weight_stride0, result4, hx, cx, result0, grads[0], grads[1], grads[2], mode, hidden_size, num_layers, batch_first, dropout, train, bidirectional, batch_sizes, dropout_state, retain_variables ? result3.clone() : result3, grad_input_mask)"),
-                g(4, New, Counted(0), "miopen_rnn_backward(input, weight, weight_stride0, result4, hx, cx, result0, grads[0], grads[1], grads[2], mode, hidden_size, num_layers, batch_first, dropout, train, bidirectional, batch_sizes, dropout_state, retain_variables ? result3.clone() : result3, grad_input_mask)"),
+                g(0, New, Counted(0), false, "miopen_rnn_backward(input, weight, weight_stride0, result4, hx, cx, result0, grads[0], grads[1], grads[2], mode, hidden_size, num_layers, batch_first, dropout, train, bidirectional, batch_sizes, dropout_state, retain_variables ? result3.clone() : result3, grad_input_mask)"),
+                g(3, New, Counted(0), false, "miopen_rnn_backward(input, weight, weight_stride0, result4, hx, cx, result0, grads[0], grads[1], grads[2], mode, hidden_size, num_layers, batch_first, dropout, train, bidirectional, batch_sizes, dropout_state, retain_variables ? result3.clone() : result3, grad_input_mask)"),
+                g(4, New, Counted(0), false, "miopen_rnn_backward(input, weight, weight_stride0, result4, hx, cx, result0, grads[0], grads[1], grads[2], mode, hidden_size, num_layers, batch_first, dropout, train, bidirectional, batch_sizes, dropout_state, retain_variables ? result3.clone() : result3, grad_input_mask)"),
+                g(1, New, Counted(0), false, "miopen_rnn_backward(input, weight, weight_stride0, result4, hx, cx, result0, grads[0], grads[1], grads[2], mode, hidden_size, num_layers, batch_first, dropout, train, bidirectional, batch_sizes, dropout_state, retain_variables ? result3.clone() : result3, grad_input_mask)"),
             ],
             outputs_differentiable: &[true, true, true, false, false],
         },
@@ -18510,7 +18540,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(0), "GradMode::is_enabled() ? infinitely_differentiable_mish_backward(grad, self) : mish_backward(grad, self)"),
+                g(0, New, Counted(0), false, "GradMode::is_enabled() ? infinitely_differentiable_mish_backward(grad, self) : mish_backward(grad, self)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -18530,7 +18560,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(0), "GradMode::is_enabled() ? infinitely_differentiable_mish_backward(grad, self) : mish_backward(grad, self)"),
+                g(0, New, Counted(0), false, "GradMode::is_enabled() ? infinitely_differentiable_mish_backward(grad, self) : mish_backward(grad, self)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -18550,7 +18580,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(0), "mkldnn_adaptive_avg_pool2d_backward(grad, self)"),
+                g(0, New, Counted(0), false, "mkldnn_adaptive_avg_pool2d_backward(grad, self)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -18584,9 +18614,9 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Counted(0), "grad.defined() ? convolution_backward_symint(grad, self, weight, bias->sym_sizes(), stride, padding, dilation, /*transposed=*/ false, /*output_padding=*/ std::vector<c10::SymInt>(padding.size(), 0), groups, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
-                g(1, New, Counted(0), "grad.defined() ? convolution_backward_symint(grad, self, weight, bias->sym_sizes(), stride, padding, dilation, /*transposed=*/ false, /*output_padding=*/ std::vector<c10::SymInt>(padding.size(), 0), groups, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
-                g(2, New, Counted(0), "grad.defined() ? convolution_backward_symint(grad, self, weight, bias->sym_sizes(), stride, padding, dilation, /*transposed=*/ false, /*output_padding=*/ std::vector<c10::SymInt>(padding.size(), 0), groups, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(0, New, Counted(0), false, "grad.defined() ? convolution_backward_symint(grad, self, weight, bias->sym_sizes(), stride, padding, dilation, /*transposed=*/ false, /*output_padding=*/ std::vector<c10::SymInt>(padding.size(), 0), groups, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(1, New, Counted(0), false, "grad.defined() ? convolution_backward_symint(grad, self, weight, bias->sym_sizes(), stride, padding, dilation, /*transposed=*/ false, /*output_padding=*/ std::vector<c10::SymInt>(padding.size(), 0), groups, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(2, New, Counted(0), false, "grad.defined() ? convolution_backward_symint(grad, self, weight, bias->sym_sizes(), stride, padding, dilation, /*transposed=*/ false, /*output_padding=*/ std::vector<c10::SymInt>(padding.size(), 0), groups, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -18606,9 +18636,9 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Counted(0), "mkldnn_linear_backward(self, grad, weight, grad_input_mask)"),
-                g(1, New, Counted(0), "mkldnn_linear_backward(self, grad, weight, grad_input_mask)"),
-                g(2, New, Counted(0), "mkldnn_linear_backward(self, grad, weight, grad_input_mask)"),
+                g(0, New, Counted(0), false, "mkldnn_linear_backward(self, grad, weight, grad_input_mask)"),
+                g(1, New, Counted(0), false, "mkldnn_linear_backward(self, grad, weight, grad_input_mask)"),
+                g(2, New, Counted(0), false, "mkldnn_linear_backward(self, grad, weight, grad_input_mask)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -18670,7 +18700,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Output(0)],
             grads: &[
-                g(0, New, Counted(0), "mkldnn_max_pool2d_backward(grad, result, self, kernel_size, stride, padding, dilation, ceil_mode)"),
+                g(0, New, Counted(0), false, "mkldnn_max_pool2d_backward(grad, result, self, kernel_size, stride, padding, dilation, ceil_mode)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -18704,7 +18734,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Output(0)],
             grads: &[
-                g(0, New, Counted(0), "mkldnn_max_pool3d_backward(grad, result, self, kernel_size, stride, padding, dilation, ceil_mode)"),
+                g(0, New, Counted(0), false, "mkldnn_max_pool3d_backward(grad, result, self, kernel_size, stride, padding, dilation, ceil_mode)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -18766,13 +18796,13 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1), Input(2), Input(3), Input(4), Input(5), Input(6), Output(0), Output(1), Output(2), Output(3)],
             grads: &[
-                g(0, New, Counted(0), "GradMode::is_enabled() ? mkldnn_rnn_layer_differentiable_backward(input, weight0, weight1, weight2, weight3, hx_, cx_, result0, result1, result2, grads[0], grads[1], grads[2], reverse, mode, hidden_size, num_layers, has_biases, train, bidirectional, batch_sizes, batch_first, result3) : mkldnn_rnn_layer_backward(input, weight0, weight1, weight2, weight3, hx_, cx_, result0, result1, result2, grads[0], grads[1], grads[2], reverse, mode, hidden_size, num_layers, has_biases, train, bidirectional, batch_sizes, batch_first, result3)"),
-                g(1, New, Counted(0), "GradMode::is_enabled() ? mkldnn_rnn_layer_differentiable_backward(input, weight0, weight1, weight2, weight3, hx_, cx_, result0, result1, result2, grads[0], grads[1], grads[2], reverse, mode, hidden_size, num_layers, has_biases, train, bidirectional, batch_sizes, batch_first, result3) : mkldnn_rnn_layer_backward(input, weight0, weight1, weight2, weight3, hx_, cx_, result0, result1, result2, grads[0], grads[1], grads[2], reverse, mode, hidden_size, num_layers, has_biases, train, bidirectional, batch_sizes, batch_first, result3)"),
-                g(2, New, Counted(0), "GradMode::is_enabled() ? mkldnn_rnn_layer_differentiable_backward(input, weight0, weight1, weight2, weight3, hx_, cx_, result0, result1, result2, grads[0], grads[1], grads[2], reverse, mode, hidden_size, num_layers, has_biases, train, bidirectional, batch_sizes, batch_first, result3) : mkldnn_rnn_layer_backward(input, weight0, weight1, weight2, weight3, hx_, cx_, result0, result1, result2, grads[0], grads[1], grads[2], reverse, mode, hidden_size, num_layers, has_biases, train, bidirectional, batch_sizes, batch_first, result3)"),
-                g(3, New, Counted(0), "GradMode::is_enabled() ? mkldnn_rnn_layer_differentiable_backward(input, weight0, weight1, weight2, weight3, hx_, cx_, result0, result1, result2, grads[0], grads[1], grads[2], reverse, mode, hidden_size, num_layers, has_biases, train, bidirectional, batch_sizes, batch_first, result3) : mkldnn_rnn_layer_backward(input, weight0, weight1, weight2, weight3, hx_, cx_, result0, result1, result2, grads[0], grads[1], grads[2], reverse, mode, hidden_size, num_layers, has_biases, train, bidirectional, batch_sizes, batch_first, result3)"),
-                g(4, New, Counted(0), "GradMode::is_enabled() ? mkldnn_rnn_layer_differentiable_backward(input, weight0, weight1, weight2, weight3, hx_, cx_, result0, result1, result2, grads[0], grads[1], grads[2], reverse, mode, hidden_size, num_layers, has_biases, train, bidirectional, batch_sizes, batch_first, result3) : mkldnn_rnn_layer_backward(input, weight0, weight1, weight2, weight3, hx_, cx_, result0, result1, result2, grads[0], grads[1], grads[2], reverse, mode, hidden_size, num_layers, has_biases, train, bidirectional, batch_sizes, batch_first, result3)"),
-                g(5, New, Counted(0), "GradMode::is_enabled() ? mkldnn_rnn_layer_differentiable_backward(input, weight0, weight1, weight2, weight3, hx_, cx_, result0, result1, result2, grads[0], grads[1], grads[2], reverse, mode, hidden_size, num_layers, has_biases, train, bidirectional, batch_sizes, batch_first, result3) : mkldnn_rnn_layer_backward(input, weight0, weight1, weight2, weight3, hx_, cx_, result0, result1, result2, grads[0], grads[1], grads[2], reverse, mode, hidden_size, num_layers, has_biases, train, bidirectional, batch_sizes, batch_first, result3)"),
-                g(6, New, Counted(0), "GradMode::is_enabled() ? mkldnn_rnn_layer_differentiable_backward(input, weight0, weight1, weight2, weight3, hx_, cx_, result0, result1, result2, grads[0], grads[1], grads[2], reverse, mode, hidden_size, num_layers, has_biases, train, bidirectional, batch_sizes, batch_first, result3) : mkldnn_rnn_layer_backward(input, weight0, weight1, weight2, weight3, hx_, cx_, result0, result1, result2, grads[0], grads[1], grads[2], reverse, mode, hidden_size, num_layers, has_biases, train, bidirectional, batch_sizes, batch_first, result3)"),
+                g(0, New, Counted(0), false, "GradMode::is_enabled() ? mkldnn_rnn_layer_differentiable_backward(input, weight0, weight1, weight2, weight3, hx_, cx_, result0, result1, result2, grads[0], grads[1], grads[2], reverse, mode, hidden_size, num_layers, has_biases, train, bidirectional, batch_sizes, batch_first, result3) : mkldnn_rnn_layer_backward(input, weight0, weight1, weight2, weight3, hx_, cx_, result0, result1, result2, grads[0], grads[1], grads[2], reverse, mode, hidden_size, num_layers, has_biases, train, bidirectional, batch_sizes, batch_first, result3)"),
+                g(1, New, Counted(0), false, "GradMode::is_enabled() ? mkldnn_rnn_layer_differentiable_backward(input, weight0, weight1, weight2, weight3, hx_, cx_, result0, result1, result2, grads[0], grads[1], grads[2], reverse, mode, hidden_size, num_layers, has_biases, train, bidirectional, batch_sizes, batch_first, result3) : mkldnn_rnn_layer_backward(input, weight0, weight1, weight2, weight3, hx_, cx_, result0, result1, result2, grads[0], grads[1], grads[2], reverse, mode, hidden_size, num_layers, has_biases, train, bidirectional, batch_sizes, batch_first, result3)"),
+                g(2, New, Counted(0), false, "GradMode::is_enabled() ? mkldnn_rnn_layer_differentiable_backward(input, weight0, weight1, weight2, weight3, hx_, cx_, result0, result1, result2, grads[0], grads[1], grads[2], reverse, mode, hidden_size, num_layers, has_biases, train, bidirectional, batch_sizes, batch_first, result3) : mkldnn_rnn_layer_backward(input, weight0, weight1, weight2, weight3, hx_, cx_, result0, result1, result2, grads[0], grads[1], grads[2], reverse, mode, hidden_size, num_layers, has_biases, train, bidirectional, batch_sizes, batch_first, result3)"),
+                g(3, New, Counted(0), false, "GradMode::is_enabled() ? mkldnn_rnn_layer_differentiable_backward(input, weight0, weight1, weight2, weight3, hx_, cx_, result0, result1, result2, grads[0], grads[1], grads[2], reverse, mode, hidden_size, num_layers, has_biases, train, bidirectional, batch_sizes, batch_first, result3) : mkldnn_rnn_layer_backward(input, weight0, weight1, weight2, weight3, hx_, cx_, result0, result1, result2, grads[0], grads[1], grads[2], reverse, mode, hidden_size, num_layers, has_biases, train, bidirectional, batch_sizes, batch_first, result3)"),
+                g(4, New, Counted(0), false, "GradMode::is_enabled() ? mkldnn_rnn_layer_differentiable_backward(input, weight0, weight1, weight2, weight3, hx_, cx_, result0, result1, result2, grads[0], grads[1], grads[2], reverse, mode, hidden_size, num_layers, has_biases, train, bidirectional, batch_sizes, batch_first, result3) : mkldnn_rnn_layer_backward(input, weight0, weight1, weight2, weight3, hx_, cx_, result0, result1, result2, grads[0], grads[1], grads[2], reverse, mode, hidden_size, num_layers, has_biases, train, bidirectional, batch_sizes, batch_first, result3)"),
+                g(5, New, Counted(0), false, "GradMode::is_enabled() ? mkldnn_rnn_layer_differentiable_backward(input, weight0, weight1, weight2, weight3, hx_, cx_, result0, result1, result2, grads[0], grads[1], grads[2], reverse, mode, hidden_size, num_layers, has_biases, train, bidirectional, batch_sizes, batch_first, result3) : mkldnn_rnn_layer_backward(input, weight0, weight1, weight2, weight3, hx_, cx_, result0, result1, result2, grads[0], grads[1], grads[2], reverse, mode, hidden_size, num_layers, has_biases, train, bidirectional, batch_sizes, batch_first, result3)"),
+                g(6, New, Counted(0), false, "GradMode::is_enabled() ? mkldnn_rnn_layer_differentiable_backward(input, weight0, weight1, weight2, weight3, hx_, cx_, result0, result1, result2, grads[0], grads[1], grads[2], reverse, mode, hidden_size, num_layers, has_biases, train, bidirectional, batch_sizes, batch_first, result3) : mkldnn_rnn_layer_backward(input, weight0, weight1, weight2, weight3, hx_, cx_, result0, result1, result2, grads[0], grads[1], grads[2], reverse, mode, hidden_size, num_layers, has_biases, train, bidirectional, batch_sizes, batch_first, result3)"),
             ],
             outputs_differentiable: &[true, true, true, false],
         },
@@ -18806,8 +18836,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Counted(0), "mm_mat1_backward(grad, mat2, self.sym_sizes(), self.sym_strides(), self.layout(), 1)"),
-                g(1, New, Counted(0), "mm_mat2_backward(grad, self, mat2.sym_sizes(), mat2.sym_strides(), mat2.layout(), 1)"),
+                g(1, New, Counted(0), false, "mm_mat2_backward(grad, self, mat2.sym_sizes(), mat2.sym_strides(), mat2.layout(), 1)"),
+                g(0, New, Counted(0), false, "mm_mat1_backward(grad, mat2, self.sym_sizes(), self.sym_strides(), self.layout(), 1)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -18841,7 +18871,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Output(1)],
             grads: &[
-                g(0, New, Counted(0), "value_selecting_reduction_backward_symint(grad, dim, indices, self.sym_sizes(), keepdim)"),
+                g(0, New, Counted(0), false, "value_selecting_reduction_backward_symint(grad, dim, indices, self.sym_sizes(), keepdim)"),
             ],
             outputs_differentiable: &[true, true],
         },
@@ -18903,9 +18933,9 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1), Input(2)],
             grads: &[
-                g(0, New, Counted(0), "_convolution_double_backward_symint(grads[0], grads[1], grads[2], grad_output, weight, self, stride, padding, dilation, false, std::vector<c10::SymInt>(padding.size(), 0), groups, grad_input_mask)"),
-                g(1, New, Counted(0), "_convolution_double_backward_symint(grads[0], grads[1], grads[2], grad_output, weight, self, stride, padding, dilation, false, std::vector<c10::SymInt>(padding.size(), 0), groups, grad_input_mask)"),
-                g(2, New, Counted(0), "_convolution_double_backward_symint(grads[0], grads[1], grads[2], grad_output, weight, self, stride, padding, dilation, false, std::vector<c10::SymInt>(padding.size(), 0), groups, grad_input_mask)"),
+                g(1, New, Counted(0), false, "_convolution_double_backward_symint(grads[0], grads[1], grads[2], grad_output, weight, self, stride, padding, dilation, false, std::vector<c10::SymInt>(padding.size(), 0), groups, grad_input_mask)"),
+                g(0, New, Counted(0), false, "_convolution_double_backward_symint(grads[0], grads[1], grads[2], grad_output, weight, self, stride, padding, dilation, false, std::vector<c10::SymInt>(padding.size(), 0), groups, grad_input_mask)"),
+                g(2, New, Counted(0), false, "_convolution_double_backward_symint(grads[0], grads[1], grads[2], grad_output, weight, self, stride, padding, dilation, false, std::vector<c10::SymInt>(padding.size(), 0), groups, grad_input_mask)"),
             ],
             outputs_differentiable: &[true, true, true],
         },
@@ -18939,8 +18969,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Counted(0), "mse_loss_backward(grad, self, target, reduction)"),
-                g(1, New, Counted(0), "mse_loss_backward(grad, target, self, reduction)"),
+                g(0, New, Counted(0), false, "mse_loss_backward(grad, self, target, reduction)"),
+                g(1, New, Counted(0), false, "mse_loss_backward(grad, target, self, reduction)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -18960,9 +18990,9 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1), Input(2)],
             grads: &[
-                g(0, New, Counted(0), "mse_loss_backward(grad, self, target, reduction)"),
-                g(1, New, Counted(1), "mse_loss_double_backward(grad * grad_output, self, reduction)"),
-                g(2, New, Counted(2), "-mse_loss_double_backward(grad * grad_output, target, reduction)"),
+                g(0, New, Counted(0), false, "mse_loss_backward(grad, self, target, reduction)"),
+                g(1, New, Counted(1), false, "mse_loss_double_backward(grad * grad_output, self, reduction)"),
+                g(2, New, Counted(2), false, "-mse_loss_double_backward(grad * grad_output, target, reduction)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -18996,7 +19026,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "mul_tensor_backward(grad, other, self.scalar_type())"),
+                g(0, New, Counted(0), true, "mul_tensor_backward(grad, other, self.scalar_type())"),
             ],
             outputs_differentiable: &[true],
         },
@@ -19016,8 +19046,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Counted(0), "mul_tensor_backward(grad, other, self.scalar_type())"),
-                g(1, New, Counted(0), "mul_tensor_backward(grad, self, other.scalar_type())"),
+                g(1, New, Counted(0), true, "mul_tensor_backward(grad, self, other.scalar_type())"),
+                g(0, New, Counted(0), true, "mul_tensor_backward(grad, other, self.scalar_type())"),
             ],
             outputs_differentiable: &[true],
         },
@@ -19037,7 +19067,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "mul_tensor_backward(grad, other, self.scalar_type())"),
+                g(0, New, Counted(0), true, "mul_tensor_backward(grad, other, self.scalar_type())"),
             ],
             outputs_differentiable: &[true],
         },
@@ -19050,8 +19080,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Counted(0), "mul_tensor_backward(grad, other, self.scalar_type())"),
-                g(1, New, Counted(0), "mul_tensor_backward(grad, self, other.scalar_type())"),
+                g(1, New, Counted(0), true, "mul_tensor_backward(grad, self, other.scalar_type())"),
+                g(0, New, Counted(0), true, "mul_tensor_backward(grad, other, self.scalar_type())"),
             ],
             outputs_differentiable: &[true],
         },
@@ -19064,7 +19094,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1), Input(4)],
             grads: &[
-                g(0, New, Counted(0), "multi_margin_loss_backward(grad, self, target, p, margin, weight, reduction)"),
+                g(0, New, Counted(0), false, "multi_margin_loss_backward(grad, self, target, p, margin, weight, reduction)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -19126,7 +19156,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1), Output(1)],
             grads: &[
-                g(0, New, Counted(0), "multilabel_margin_loss_backward(grad, self, target, reduction, is_target)"),
+                g(0, New, Counted(0), false, "multilabel_margin_loss_backward(grad, self, target, reduction, is_target)"),
             ],
             outputs_differentiable: &[true, true],
         },
@@ -19195,8 +19225,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Counted(0), "grad.ger(vec.conj())"),
-                g(1, New, Counted(0), "self.conj().t().mv(grad)"),
+                g(0, New, Counted(0), false, "grad.ger(vec.conj())"),
+                g(1, New, Counted(0), false, "self.conj().t().mv(grad)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -19216,7 +19246,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(3), "mvlgamma_backward(grad, self, p)"),
+                g(0, New, Counted(3), false, "mvlgamma_backward(grad, self, p)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -19236,7 +19266,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(3), "mvlgamma_backward(grad, self, p)"),
+                g(0, New, Counted(3), false, "mvlgamma_backward(grad, self, p)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -19249,7 +19279,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(1), "grad * at::isfinite(self)"),
+                g(0, New, Counted(1), true, "grad * at::isfinite(self)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -19269,7 +19299,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(1), "grad * at::isfinite(self)"),
+                g(0, New, Counted(1), true, "grad * at::isfinite(self)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -19296,7 +19326,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Output(0)],
             grads: &[
-                g(0, New, Counted(5), "evenly_distribute_backward(grad, self, result)"),
+                g(0, New, Counted(5), false, "evenly_distribute_backward(grad, self, result)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -19309,7 +19339,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Output(1)],
             grads: &[
-                g(0, New, Counted(0), "value_selecting_reduction_backward_symint(grad, dim, indices, self.sym_sizes(), keepdim)"),
+                g(0, New, Counted(0), false, "value_selecting_reduction_backward_symint(grad, dim, indices, self.sym_sizes(), keepdim)"),
             ],
             outputs_differentiable: &[true, true],
         },
@@ -19378,7 +19408,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(3), "nansum_backward(grad.to(self.scalar_type()), self, dim, keepdim)"),
+                g(0, New, Counted(3), false, "nansum_backward(grad.to(self.scalar_type()), self, dim, keepdim)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -19426,9 +19456,9 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1), Input(3), Input(4), Output(1), Output(2)],
             grads: &[
-                g(0, New, Counted(0), "grad.defined() ? native_batch_norm_backward(grad, input, weight, running_mean, running_var, result1, result2, training, eps, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
-                g(1, New, Counted(0), "grad.defined() ? native_batch_norm_backward(grad, input, weight, running_mean, running_var, result1, result2, training, eps, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
-                g(2, New, Counted(0), "grad.defined() ? native_batch_norm_backward(grad, input, weight, running_mean, running_var, result1, result2, training, eps, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(0, New, Counted(0), false, "grad.defined() ? native_batch_norm_backward(grad, input, weight, running_mean, running_var, result1, result2, training, eps, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(1, New, Counted(0), false, "grad.defined() ? native_batch_norm_backward(grad, input, weight, running_mean, running_var, result1, result2, training, eps, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(2, New, Counted(0), false, "grad.defined() ? native_batch_norm_backward(grad, input, weight, running_mean, running_var, result1, result2, training, eps, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
             ],
             outputs_differentiable: &[true, true, true],
         },
@@ -19448,9 +19478,9 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1), Input(2), Input(3), Input(4), Input(5), Input(6)],
             grads: &[
-                g(0, New, Opaque("batchnorm_double_backward"), "batchnorm_double_backward(input, weight, grads[0], grads[1], grads[2], grad_out, running_mean, running_var, train, eps, save_mean, save_invstd, grad_input_mask)"),
-                g(1, New, Opaque("batchnorm_double_backward"), "batchnorm_double_backward(input, weight, grads[0], grads[1], grads[2], grad_out, running_mean, running_var, train, eps, save_mean, save_invstd, grad_input_mask)"),
-                g(2, New, Opaque("batchnorm_double_backward"), "batchnorm_double_backward(input, weight, grads[0], grads[1], grads[2], grad_out, running_mean, running_var, train, eps, save_mean, save_invstd, grad_input_mask)"),
+                g(1, New, Opaque("batchnorm_double_backward"), false, "batchnorm_double_backward(input, weight, grads[0], grads[1], grads[2], grad_out, running_mean, running_var, train, eps, save_mean, save_invstd, grad_input_mask)"),
+                g(2, New, Opaque("batchnorm_double_backward"), false, "batchnorm_double_backward(input, weight, grads[0], grads[1], grads[2], grad_out, running_mean, running_var, train, eps, save_mean, save_invstd, grad_input_mask)"),
+                g(0, New, Opaque("batchnorm_double_backward"), false, "batchnorm_double_backward(input, weight, grads[0], grads[1], grads[2], grad_out, running_mean, running_var, train, eps, save_mean, save_invstd, grad_input_mask)"),
             ],
             outputs_differentiable: &[true, true, true],
         },
@@ -19477,7 +19507,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Output(1)],
             grads: &[
-                g(0, New, Counted(0), "GradMode::is_enabled() ? infinitely_differentiable_native_dropout_backward(grad, result1, (!train.has_value() || !train.value() ? 1 : (p == 1 ? 0.0 : 1.0 / (1.0 - p)))) : native_dropout_backward(grad, result1, (!train.has_value() || !train.value() ? 1 : (p == 1 ? 0.0 : 1.0 / (1.0 - p))))"),
+                g(0, New, Counted(0), true, "GradMode::is_enabled() ? infinitely_differentiable_native_dropout_backward(grad, result1, (!train.has_value() || !train.value() ? 1 : (p == 1 ? 0.0 : 1.0 / (1.0 - p)))) : native_dropout_backward(grad, result1, (!train.has_value() || !train.value() ? 1 : (p == 1 ? 0.0 : 1.0 / (1.0 - p))))"),
             ],
             outputs_differentiable: &[true, true],
         },
@@ -19497,7 +19527,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Opaque("native_dropout_double_backward"), "native_dropout_double_backward(grad, grad_output, mask, scale)"),
+                g(0, New, Opaque("native_dropout_double_backward"), false, "native_dropout_double_backward(grad, grad_output, mask, scale)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -19517,9 +19547,9 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1), Output(1), Output(2)],
             grads: &[
-                g(0, New, Counted(2), "GradMode::is_enabled() || grads[1].defined() || grads[2].defined() ? infinitely_differentiable_native_group_norm_backward(grads[0], grads[1], grads[2], input, result1, result2, weight, N, C, HxW, group, eps, grad_input_mask) : (grads[0].defined() ? native_group_norm_backward_symint(grads[0].device().is_xpu() ? grads[0] : grads[0].contiguous(grads[0].device().is_cpu() ? input.suggest_memory_format() : c10::MemoryFormat::Contiguous), input.device().is_xpu() ? input : input.contiguous(input.device().is_cpu() ? input.suggest_memory_format() : c10::MemoryFormat::Contiguous), result1, result2, weight, N, C, HxW, group, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>())"),
-                g(1, New, Counted(2), "GradMode::is_enabled() || grads[1].defined() || grads[2].defined() ? infinitely_differentiable_native_group_norm_backward(grads[0], grads[1], grads[2], input, result1, result2, weight, N, C, HxW, group, eps, grad_input_mask) : (grads[0].defined() ? native_group_norm_backward_symint(grads[0].device().is_xpu() ? grads[0] : grads[0].contiguous(grads[0].device().is_cpu() ? input.suggest_memory_format() : c10::MemoryFormat::Contiguous), input.device().is_xpu() ? input : input.contiguous(input.device().is_cpu() ? input.suggest_memory_format() : c10::MemoryFormat::Contiguous), result1, result2, weight, N, C, HxW, group, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>())"),
-                g(2, New, Counted(2), "GradMode::is_enabled() || grads[1].defined() || grads[2].defined() ? infinitely_differentiable_native_group_norm_backward(grads[0], grads[1], grads[2], input, result1, result2, weight, N, C, HxW, group, eps, grad_input_mask) : (grads[0].defined() ? native_group_norm_backward_symint(grads[0].device().is_xpu() ? grads[0] : grads[0].contiguous(grads[0].device().is_cpu() ? input.suggest_memory_format() : c10::MemoryFormat::Contiguous), input.device().is_xpu() ? input : input.contiguous(input.device().is_cpu() ? input.suggest_memory_format() : c10::MemoryFormat::Contiguous), result1, result2, weight, N, C, HxW, group, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>())"),
+                g(0, New, Counted(2), false, "GradMode::is_enabled() || grads[1].defined() || grads[2].defined() ? infinitely_differentiable_native_group_norm_backward(grads[0], grads[1], grads[2], input, result1, result2, weight, N, C, HxW, group, eps, grad_input_mask) : (grads[0].defined() ? native_group_norm_backward_symint(grads[0].device().is_xpu() ? grads[0] : grads[0].contiguous(grads[0].device().is_cpu() ? input.suggest_memory_format() : c10::MemoryFormat::Contiguous), input.device().is_xpu() ? input : input.contiguous(input.device().is_cpu() ? input.suggest_memory_format() : c10::MemoryFormat::Contiguous), result1, result2, weight, N, C, HxW, group, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>())"),
+                g(1, New, Counted(2), false, "GradMode::is_enabled() || grads[1].defined() || grads[2].defined() ? infinitely_differentiable_native_group_norm_backward(grads[0], grads[1], grads[2], input, result1, result2, weight, N, C, HxW, group, eps, grad_input_mask) : (grads[0].defined() ? native_group_norm_backward_symint(grads[0].device().is_xpu() ? grads[0] : grads[0].contiguous(grads[0].device().is_cpu() ? input.suggest_memory_format() : c10::MemoryFormat::Contiguous), input.device().is_xpu() ? input : input.contiguous(input.device().is_cpu() ? input.suggest_memory_format() : c10::MemoryFormat::Contiguous), result1, result2, weight, N, C, HxW, group, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>())"),
+                g(2, New, Counted(2), false, "GradMode::is_enabled() || grads[1].defined() || grads[2].defined() ? infinitely_differentiable_native_group_norm_backward(grads[0], grads[1], grads[2], input, result1, result2, weight, N, C, HxW, group, eps, grad_input_mask) : (grads[0].defined() ? native_group_norm_backward_symint(grads[0].device().is_xpu() ? grads[0] : grads[0].contiguous(grads[0].device().is_cpu() ? input.suggest_memory_format() : c10::MemoryFormat::Contiguous), input.device().is_xpu() ? input : input.contiguous(input.device().is_cpu() ? input.suggest_memory_format() : c10::MemoryFormat::Contiguous), result1, result2, weight, N, C, HxW, group, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>())"),
             ],
             outputs_differentiable: &[true, true, true],
         },
@@ -19553,9 +19583,9 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(2), Input(3), Output(1), Output(2)],
             grads: &[
-                g(0, New, Counted(0), "grad.defined() ? native_layer_norm_backward_symint(grad, input, normalized_shape, result1, result2, weight, bias, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
-                g(2, New, Counted(0), "grad.defined() ? native_layer_norm_backward_symint(grad, input, normalized_shape, result1, result2, weight, bias, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
-                g(3, New, Counted(0), "grad.defined() ? native_layer_norm_backward_symint(grad, input, normalized_shape, result1, result2, weight, bias, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(0, New, Counted(0), false, "grad.defined() ? native_layer_norm_backward_symint(grad, input, normalized_shape, result1, result2, weight, bias, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(2, New, Counted(0), false, "grad.defined() ? native_layer_norm_backward_symint(grad, input, normalized_shape, result1, result2, weight, bias, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(3, New, Counted(0), false, "grad.defined() ? native_layer_norm_backward_symint(grad, input, normalized_shape, result1, result2, weight, bias, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
             ],
             outputs_differentiable: &[true, true, true],
         },
@@ -19575,10 +19605,10 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1), Input(3), Input(4), Input(5)],
             grads: &[
-                g(0, New, Opaque("layer_norm_double_backward"), "layer_norm_double_backward(input, weight, grads[0], grads[1], grads[2], grad_out, mean, rstd, normalized_shape, grad_input_mask)"),
-                g(1, New, Opaque("layer_norm_double_backward"), "layer_norm_double_backward(input, weight, grads[0], grads[1], grads[2], grad_out, mean, rstd, normalized_shape, grad_input_mask)"),
-                g(5, New, Opaque("layer_norm_double_backward"), "layer_norm_double_backward(input, weight, grads[0], grads[1], grads[2], grad_out, mean, rstd, normalized_shape, grad_input_mask)"),
-                g(6, New, Counted(0), "Tensor()"),
+                g(6, New, Counted(0), false, "Tensor()"),
+                g(1, New, Opaque("layer_norm_double_backward"), false, "layer_norm_double_backward(input, weight, grads[0], grads[1], grads[2], grad_out, mean, rstd, normalized_shape, grad_input_mask)"),
+                g(5, New, Opaque("layer_norm_double_backward"), false, "layer_norm_double_backward(input, weight, grads[0], grads[1], grads[2], grad_out, mean, rstd, normalized_shape, grad_input_mask)"),
+                g(0, New, Opaque("layer_norm_double_backward"), false, "layer_norm_double_backward(input, weight, grads[0], grads[1], grads[2], grad_out, mean, rstd, normalized_shape, grad_input_mask)"),
             ],
             outputs_differentiable: &[true, true, true],
         },
@@ -19654,7 +19684,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "zeros_like(self)"),
+                g(0, New, Counted(0), false, "zeros_like(self)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -19667,8 +19697,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "zeros_like(self)"),
-                g(1, New, Counted(0), "zeros_like(other)"),
+                g(1, New, Counted(0), false, "zeros_like(other)"),
+                g(0, New, Counted(0), false, "zeros_like(self)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -19681,7 +19711,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "grad.neg()"),
+                g(0, New, Counted(0), true, "grad.neg()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -19701,7 +19731,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "grad.neg()"),
+                g(0, New, Counted(0), true, "grad.neg()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -19861,8 +19891,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(2), Input(3)],
             grads: &[
-                g(0, New, Counted(0), "nll_loss2d_symint(grad, target, weight, reduction, ignore_index)"),
-                g(1, New, Counted(0), "zeros_like(grad)"),
+                g(0, New, Counted(0), false, "nll_loss2d_symint(grad, target, weight, reduction, ignore_index)"),
+                g(1, New, Counted(0), false, "zeros_like(grad)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -19882,7 +19912,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1), Input(2), Output(1)],
             grads: &[
-                g(0, New, Counted(0), "nll_loss2d_backward_symint(grad, self, target, weight, reduction, ignore_index, total_weight)"),
+                g(0, New, Counted(0), false, "nll_loss2d_backward_symint(grad, self, target, weight, reduction, ignore_index, total_weight)"),
             ],
             outputs_differentiable: &[true, true],
         },
@@ -19902,8 +19932,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(2), Input(3)],
             grads: &[
-                g(0, New, Counted(0), "nll_loss_symint(grad, target, weight, reduction, ignore_index)"),
-                g(1, New, Counted(0), "zeros_like(grad)"),
+                g(0, New, Counted(0), false, "nll_loss_symint(grad, target, weight, reduction, ignore_index)"),
+                g(1, New, Counted(0), false, "zeros_like(grad)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -19923,7 +19953,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1), Input(2), Output(1)],
             grads: &[
-                g(0, New, Counted(0), "nll_loss_backward_symint(grad, self, target, weight, reduction, ignore_index, total_weight)"),
+                g(0, New, Counted(0), false, "nll_loss_backward_symint(grad, self, target, weight, reduction, ignore_index, total_weight)"),
             ],
             outputs_differentiable: &[true, true],
         },
@@ -19985,7 +20015,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Output(0)],
             grads: &[
-                g(0, New, Counted(2), "norm_backward(grad, self, p, result)"),
+                g(0, New, Counted(2), false, "norm_backward(grad, self, p, result)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -19998,7 +20028,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Output(0)],
             grads: &[
-                g(0, New, Counted(2), "norm_backward(grad, self, p, result, dim, keepdim)"),
+                g(0, New, Counted(2), false, "norm_backward(grad, self, p, result, dim, keepdim)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -20011,7 +20041,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Output(0)],
             grads: &[
-                g(0, New, Counted(3), "norm_backward(grad, self.to(grad.scalar_type()), p, result, dim, keepdim)"),
+                g(0, New, Counted(3), false, "norm_backward(grad, self.to(grad.scalar_type()), p, result, dim, keepdim)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -20024,7 +20054,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Output(0)],
             grads: &[
-                g(0, New, Counted(3), "norm_backward(grad, self.to(grad.scalar_type()), p, result)"),
+                g(0, New, Counted(3), false, "norm_backward(grad, self.to(grad.scalar_type()), p, result)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -20100,8 +20130,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "at::zeros_symint(mean.sym_sizes(), grad.options())"),
-                g(1, New, Counted(0), "at::zeros_symint(std.sym_sizes(), grad.options())"),
+                g(0, New, Counted(0), false, "at::zeros_symint(mean.sym_sizes(), grad.options())"),
+                g(1, New, Counted(0), false, "at::zeros_symint(std.sym_sizes(), grad.options())"),
             ],
             outputs_differentiable: &[true],
         },
@@ -20121,7 +20151,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "at::zeros_symint(mean.sym_sizes(), grad.options())"),
+                g(0, New, Counted(0), false, "at::zeros_symint(mean.sym_sizes(), grad.options())"),
             ],
             outputs_differentiable: &[true],
         },
@@ -20141,7 +20171,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(1, New, Counted(0), "at::zeros_symint(std.sym_sizes(), grad.options())"),
+                g(1, New, Counted(0), false, "at::zeros_symint(std.sym_sizes(), grad.options())"),
             ],
             outputs_differentiable: &[true],
         },
@@ -20182,7 +20212,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "zeros_like(grad)"),
+                g(0, New, Counted(0), false, "zeros_like(grad)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -20342,9 +20372,9 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1), Input(2), Output(0)],
             grads: &[
-                g(0, New, Opaque("ormqr_backward"), "ormqr_backward(grad, result, self, input2, input3, left, transpose, grad_input_mask)"),
-                g(1, New, Opaque("ormqr_backward"), "ormqr_backward(grad, result, self, input2, input3, left, transpose, grad_input_mask)"),
-                g(2, New, Opaque("ormqr_backward"), "ormqr_backward(grad, result, self, input2, input3, left, transpose, grad_input_mask)"),
+                g(0, New, Opaque("ormqr_backward"), false, "ormqr_backward(grad, result, self, input2, input3, left, transpose, grad_input_mask)"),
+                g(1, New, Opaque("ormqr_backward"), false, "ormqr_backward(grad, result, self, input2, input3, left, transpose, grad_input_mask)"),
+                g(2, New, Opaque("ormqr_backward"), false, "ormqr_backward(grad, result, self, input2, input3, left, transpose, grad_input_mask)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -20413,7 +20443,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, OfGrad, Counted(0), "permute_backwards(grad, dims)"),
+                g(0, View, Counted(0), false, "permute_backwards(grad, dims)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -20426,7 +20456,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, OfGrad, Counted(0), "permute_backwards(grad, dims)"),
+                g(0, View, Counted(0), false, "permute_backwards(grad, dims)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -20460,7 +20490,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "pixel_unshuffle(grad, upscale_factor)"),
+                g(0, New, Counted(0), false, "pixel_unshuffle(grad, upscale_factor)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -20480,7 +20510,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "pixel_shuffle(grad, downscale_factor)"),
+                g(0, New, Counted(0), false, "pixel_shuffle(grad, downscale_factor)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -20500,7 +20530,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "zeros_like(self)"),
+                g(0, New, Counted(0), false, "zeros_like(self)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -20527,8 +20557,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Output(0)],
             grads: &[
-                g(0, New, Opaque("polar_backward"), "polar_backward(grad, result)"),
-                g(1, New, Opaque("polar_backward"), "polar_backward(grad, result)"),
+                g(0, New, Opaque("polar_backward"), false, "polar_backward(grad, result)"),
+                g(1, New, Opaque("polar_backward"), false, "polar_backward(grad, result)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -20548,7 +20578,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(1)],
             grads: &[
-                g(1, New, Counted(1), "grad * polygamma(n + 1, self)"),
+                g(1, New, Counted(1), true, "grad * polygamma(n + 1, self)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -20568,7 +20598,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(1), "grad * polygamma(n + 1, self)"),
+                g(0, New, Counted(1), true, "grad * polygamma(n + 1, self)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -20588,7 +20618,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(1), Output(0)],
             grads: &[
-                g(1, New, Counted(1), "pow_backward_exponent(grad, self, exponent, result)"),
+                g(1, New, Counted(1), true, "pow_backward_exponent(grad, self, exponent, result)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -20608,7 +20638,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(2), "pow_backward(grad, self, exponent)"),
+                g(0, New, Counted(2), true, "pow_backward(grad, self, exponent)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -20628,8 +20658,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1), Output(0)],
             grads: &[
-                g(0, New, Counted(6), "pow_backward_self(grad, self, exponent)"),
-                g(1, New, Counted(7), "pow_backward_exponent(grad, self, exponent, result)"),
+                g(1, New, Counted(7), true, "pow_backward_exponent(grad, self, exponent, result)"),
+                g(0, New, Counted(6), true, "pow_backward_self(grad, self, exponent)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -20649,7 +20679,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(2), "pow_backward(grad, self, exponent)"),
+                g(0, New, Counted(2), true, "pow_backward(grad, self, exponent)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -20662,8 +20692,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1), Output(0)],
             grads: &[
-                g(0, New, Counted(6), "pow_backward_self(grad, self, exponent)"),
-                g(1, New, Counted(7), "pow_backward_exponent(grad, self, exponent, result)"),
+                g(1, New, Counted(7), true, "pow_backward_exponent(grad, self, exponent, result)"),
+                g(0, New, Counted(6), true, "pow_backward_self(grad, self, exponent)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -20690,7 +20720,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Output(0)],
             grads: &[
-                g(0, New, Counted(4), "prod_backward(grad, self.to(grad.scalar_type()), result)"),
+                g(0, New, Counted(4), false, "prod_backward(grad, self.to(grad.scalar_type()), result)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -20710,7 +20740,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Output(0)],
             grads: &[
-                g(0, New, Counted(5), "prod_backward(grad, self.to(grad.scalar_type()), result, dim, keepdim)"),
+                g(0, New, Counted(5), false, "prod_backward(grad, self.to(grad.scalar_type()), result, dim, keepdim)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -20744,8 +20774,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(1), Input(2)],
             grads: &[
-                g(0, New, Opaque("ternary"), "accumulate ? grad : grad.put(index, zeros_like(source), false)"),
-                g(2, New, Counted(1), "grad.take(index).reshape_as(source)"),
+                g(0, New, Opaque("ternary"), false, "accumulate ? grad : grad.put(index, zeros_like(source), false)"),
+                g(2, New, Counted(1), false, "grad.take(index).reshape_as(source)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -20765,8 +20795,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(1), Input(2)],
             grads: &[
-                g(0, New, Opaque("ternary"), "accumulate ? grad : grad.put(index, zeros_like(source), false)"),
-                g(2, New, Counted(1), "grad.take(index).reshape_as(source)"),
+                g(0, New, Opaque("ternary"), false, "accumulate ? grad : grad.put(index, zeros_like(source), false)"),
+                g(2, New, Counted(1), false, "grad.take(index).reshape_as(source)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -21031,7 +21061,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "rad2deg_backward(grad)"),
+                g(0, New, Counted(0), true, "rad2deg_backward(grad)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -21051,7 +21081,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "rad2deg_backward(grad)"),
+                g(0, New, Counted(0), true, "rad2deg_backward(grad)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -21372,7 +21402,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "zeros_like(grad)"),
+                g(0, New, Counted(0), false, "zeros_like(grad)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -21385,7 +21415,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "zeros_like(grad)"),
+                g(0, New, Counted(0), false, "zeros_like(grad)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -21412,7 +21442,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "zeros_like(grad)"),
+                g(0, New, Counted(0), false, "zeros_like(grad)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -21432,7 +21462,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "zeros_like(grad)"),
+                g(0, New, Counted(0), false, "zeros_like(grad)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -21445,7 +21475,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "zeros_like(grad)"),
+                g(0, New, Counted(0), false, "zeros_like(grad)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -21458,7 +21488,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "zeros_like(grad)"),
+                g(0, New, Counted(0), false, "zeros_like(grad)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -21541,7 +21571,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Output(0)],
             grads: &[
-                g(0, New, Counted(2), "-grad * (result * result).conj()"),
+                g(0, New, Counted(2), true, "-grad * (result * result).conj()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -21561,7 +21591,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Output(0)],
             grads: &[
-                g(0, New, Counted(2), "-grad * (result * result).conj()"),
+                g(0, New, Counted(2), true, "-grad * (result * result).conj()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -21588,7 +21618,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(0), "reflection_pad1d_backward_symint(grad, self, padding)"),
+                g(0, New, Counted(0), false, "reflection_pad1d_backward_symint(grad, self, padding)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -21608,8 +21638,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "reflection_pad1d_symint(grad, padding)"),
-                g(1, New, Counted(0), "zeros_like(self)"),
+                g(0, New, Counted(0), false, "reflection_pad1d_symint(grad, padding)"),
+                g(1, New, Counted(0), false, "zeros_like(self)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -21629,7 +21659,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(0), "reflection_pad2d_backward_symint(grad, self, padding)"),
+                g(0, New, Counted(0), false, "reflection_pad2d_backward_symint(grad, self, padding)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -21649,8 +21679,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "reflection_pad2d_symint(grad, padding)"),
-                g(1, New, Counted(0), "zeros_like(self)"),
+                g(0, New, Counted(0), false, "reflection_pad2d_symint(grad, padding)"),
+                g(1, New, Counted(0), false, "zeros_like(self)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -21670,7 +21700,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(0), "reflection_pad3d_backward_symint(grad, self, padding)"),
+                g(0, New, Counted(0), false, "reflection_pad3d_backward_symint(grad, self, padding)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -21690,8 +21720,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "reflection_pad3d_symint(grad, padding)"),
-                g(1, New, Counted(0), "zeros_like(self)"),
+                g(0, New, Counted(0), false, "reflection_pad3d_symint(grad, padding)"),
+                g(1, New, Counted(0), false, "zeros_like(self)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -21711,7 +21741,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Output(0)],
             grads: &[
-                g(0, New, Counted(0), "threshold_backward(grad, result, 0)"),
+                g(0, New, Counted(0), true, "threshold_backward(grad, result, 0)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -21745,7 +21775,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Output(0)],
             grads: &[
-                g(0, New, Counted(0), "threshold_backward(grad, result, 0)"),
+                g(0, New, Counted(0), true, "threshold_backward(grad, result, 0)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -21758,7 +21788,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, OfGrad, Counted(0), "grad"),
+                g(0, Grad, Counted(0), false, "grad"),
             ],
             outputs_differentiable: &[true],
         },
@@ -21792,8 +21822,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, OfGrad, Counted(0), "grad"),
-                g(1, New, Counted(2), "-grad * self.div(other, /*rounding_mode=*/\"floor\")"),
+                g(1, New, Counted(2), true, "-grad * self.div(other, /*rounding_mode=*/\"floor\")"),
+                g(0, Grad, Counted(0), false, "grad"),
             ],
             outputs_differentiable: &[true],
         },
@@ -21813,7 +21843,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, OfGrad, Counted(0), "grad"),
+                g(0, Grad, Counted(0), false, "grad"),
             ],
             outputs_differentiable: &[true],
         },
@@ -21826,8 +21856,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, OfGrad, Counted(0), "grad"),
-                g(1, New, Counted(2), "-grad * self.div(other, /*rounding_mode=*/\"floor\")"),
+                g(1, New, Counted(2), true, "-grad * self.div(other, /*rounding_mode=*/\"floor\")"),
+                g(0, Grad, Counted(0), false, "grad"),
             ],
             outputs_differentiable: &[true],
         },
@@ -21854,7 +21884,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Opaque("renorm_backward"), "renorm_backward(grad, self, p, dim, maxnorm)"),
+                g(0, New, Opaque("renorm_backward"), false, "renorm_backward(grad, self, p, dim, maxnorm)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -21874,7 +21904,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Opaque("renorm_backward"), "renorm_backward(grad, self, p, dim, maxnorm)"),
+                g(0, New, Opaque("renorm_backward"), false, "renorm_backward(grad, self, p, dim, maxnorm)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -21887,7 +21917,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "repeat_backward(grad, repeats, self.sym_sizes())"),
+                g(0, New, Counted(0), false, "repeat_backward(grad, repeats, self.sym_sizes())"),
             ],
             outputs_differentiable: &[true],
         },
@@ -21935,7 +21965,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(0), "replication_pad1d_backward_symint(grad, self, padding)"),
+                g(0, New, Counted(0), false, "replication_pad1d_backward_symint(grad, self, padding)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -21955,8 +21985,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "replication_pad1d_symint(grad, padding)"),
-                g(1, New, Counted(0), "zeros_like(self)"),
+                g(0, New, Counted(0), false, "replication_pad1d_symint(grad, padding)"),
+                g(1, New, Counted(0), false, "zeros_like(self)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -21976,7 +22006,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(0), "replication_pad2d_backward_symint(grad, self, padding)"),
+                g(0, New, Counted(0), false, "replication_pad2d_backward_symint(grad, self, padding)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -21996,8 +22026,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "replication_pad2d_symint(grad, padding)"),
-                g(1, New, Counted(0), "zeros_like(self)"),
+                g(0, New, Counted(0), false, "replication_pad2d_symint(grad, padding)"),
+                g(1, New, Counted(0), false, "zeros_like(self)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -22017,7 +22047,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(0), "replication_pad3d_backward_symint(grad, self, padding)"),
+                g(0, New, Counted(0), false, "replication_pad3d_backward_symint(grad, self, padding)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -22037,8 +22067,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "replication_pad3d_symint(grad, padding)"),
-                g(1, New, Counted(0), "zeros_like(self)"),
+                g(0, New, Counted(0), false, "replication_pad3d_symint(grad, padding)"),
+                g(1, New, Counted(0), false, "zeros_like(self)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -22247,7 +22277,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "grad.roll_symint(fmap(reverse_list_symint(shifts), [](c10::SymInt i){return -i;}), reverse_list(dims))"),
+                g(0, New, Counted(0), false, "grad.roll_symint(fmap(reverse_list_symint(shifts), [](c10::SymInt i){return -i;}), reverse_list(dims))"),
             ],
             outputs_differentiable: &[true],
         },
@@ -22267,7 +22297,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "grad.rot90(-k, dims)"),
+                g(0, New, Counted(0), false, "grad.rot90(-k, dims)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -22287,7 +22317,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "zeros_like(grad)"),
+                g(0, New, Counted(0), false, "zeros_like(grad)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -22307,7 +22337,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "zeros_like(grad)"),
+                g(0, New, Counted(0), false, "zeros_like(grad)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -22327,7 +22357,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "zeros_like(grad)"),
+                g(0, New, Counted(0), false, "zeros_like(grad)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -22340,7 +22370,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "zeros_like(grad)"),
+                g(0, New, Counted(0), false, "zeros_like(grad)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -22402,7 +22432,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Counted(0), "rrelu_with_noise_backward(grad, self, noise, lower, upper, training, false)"),
+                g(0, New, Counted(0), false, "rrelu_with_noise_backward(grad, self, noise, lower, upper, training, false)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -22422,7 +22452,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(1), Output(0)],
             grads: &[
-                g(0, New, Counted(0), "rrelu_with_noise_backward(grad, result, noise, lower, upper, training, true)"),
+                g(0, New, Counted(0), false, "rrelu_with_noise_backward(grad, result, noise, lower, upper, training, true)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -22435,8 +22465,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(1), Input(2)],
             grads: &[
-                g(0, New, Counted(0), "rrelu_with_noise_backward(grad, self, noise, lower, upper, training, false)"),
-                g(1, New, Counted(0), "zeros_like(grad)"),
+                g(0, New, Counted(0), false, "rrelu_with_noise_backward(grad, self, noise, lower, upper, training, false)"),
+                g(1, New, Counted(0), false, "zeros_like(grad)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -22456,7 +22486,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Counted(0), "rrelu_with_noise_backward(grad, self, noise, lower, upper, training, false)"),
+                g(0, New, Counted(0), false, "rrelu_with_noise_backward(grad, self, noise, lower, upper, training, false)"),
             ],
             outputs_differentiable: &[true, true],
         },
@@ -22469,7 +22499,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Output(0)],
             grads: &[
-                g(0, New, Counted(2), "-0.5 * grad * result.pow(3).conj()"),
+                g(0, New, Counted(2), true, "-0.5 * grad * result.pow(3).conj()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -22489,7 +22519,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Output(0)],
             grads: &[
-                g(0, New, Counted(2), "-0.5 * grad * result.pow(3).conj()"),
+                g(0, New, Counted(2), true, "-0.5 * grad * result.pow(3).conj()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -22502,7 +22532,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(1), "handle_r_to_c(self.scalar_type(), maybe_multiply(-grad, alpha.conj()))"),
+                gu(0, New, Counted(1), true, "handle_r_to_c(self.scalar_type(), maybe_multiply(-grad, alpha.conj()))", &["alpha"], New, Counted(0), true),
             ],
             outputs_differentiable: &[true],
         },
@@ -22522,8 +22552,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(1), "handle_r_to_c(self.scalar_type(), maybe_multiply(-grad, alpha.conj()))"),
-                g(1, OfGrad, Counted(0), "handle_r_to_c(other.scalar_type(), grad)"),
+                g(1, Grad, Counted(0), false, "handle_r_to_c(other.scalar_type(), grad)"),
+                gu(0, New, Counted(1), true, "handle_r_to_c(self.scalar_type(), maybe_multiply(-grad, alpha.conj()))", &["alpha"], New, Counted(0), true),
             ],
             outputs_differentiable: &[true],
         },
@@ -22592,8 +22622,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(2)],
             grads: &[
-                g(0, New, Counted(0), "grad.scatter(dim, index, 0)"),
-                g(3, New, Counted(0), "grad.gather(dim, index)"),
+                g(0, New, Counted(0), false, "grad.scatter(dim, index, 0)"),
+                g(3, New, Counted(0), false, "grad.gather(dim, index)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -22613,7 +22643,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(2)],
             grads: &[
-                g(0, New, Counted(0), "grad.scatter(dim, index, 0)"),
+                g(0, New, Counted(0), false, "grad.scatter(dim, index, 0)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -22654,8 +22684,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(2)],
             grads: &[
-                g(0, New, Counted(0), "grad.scatter(dim, index, 0)"),
-                g(3, New, Counted(0), "grad.gather(dim, index)"),
+                g(0, New, Counted(0), false, "grad.scatter(dim, index, 0)"),
+                g(3, New, Counted(0), false, "grad.gather(dim, index)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -22668,7 +22698,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(2)],
             grads: &[
-                g(0, New, Counted(0), "grad.scatter(dim, index, 0)"),
+                g(0, New, Counted(0), false, "grad.scatter(dim, index, 0)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -22688,8 +22718,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(2)],
             grads: &[
-                g(0, OfGrad, Counted(0), "grad"),
-                g(3, New, Counted(0), "grad.gather(dim, index)"),
+                g(0, Grad, Counted(0), false, "grad"),
+                g(3, New, Counted(0), false, "grad.gather(dim, index)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -22716,8 +22746,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(2)],
             grads: &[
-                g(0, OfGrad, Counted(0), "grad"),
-                g(3, New, Counted(0), "grad.gather(dim, index)"),
+                g(0, Grad, Counted(0), false, "grad"),
+                g(3, New, Counted(0), false, "grad.gather(dim, index)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -22730,8 +22760,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(2), Input(3), Output(0)],
             grads: &[
-                g(0, New, Opaque("scatter_reduce_backward"), "scatter_reduce_backward(grad, self, dim, index, src, reduce, include_self, result)"),
-                g(3, New, Opaque("scatter_reduce_backward"), "scatter_reduce_backward(grad, self, dim, index, src, reduce, include_self, result)"),
+                g(0, New, Opaque("scatter_reduce_backward"), false, "scatter_reduce_backward(grad, self, dim, index, src, reduce, include_self, result)"),
+                g(3, New, Opaque("scatter_reduce_backward"), false, "scatter_reduce_backward(grad, self, dim, index, src, reduce, include_self, result)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -22751,8 +22781,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(2), Input(3), Output(0)],
             grads: &[
-                g(0, New, Opaque("scatter_reduce_backward"), "scatter_reduce_backward(grad, self, dim, index, src, reduce, include_self, result)"),
-                g(3, New, Opaque("scatter_reduce_backward"), "scatter_reduce_backward(grad, self, dim, index, src, reduce, include_self, result)"),
+                g(0, New, Opaque("scatter_reduce_backward"), false, "scatter_reduce_backward(grad, self, dim, index, src, reduce, include_self, result)"),
+                g(3, New, Opaque("scatter_reduce_backward"), false, "scatter_reduce_backward(grad, self, dim, index, src, reduce, include_self, result)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -22793,7 +22823,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(2), Input(4), Output(0)],
             grads: &[
-                g(0, New, Counted(0), "_segment_reduce_backward(grad, result, data, reduce, lengths, offsets, axis, initial)"),
+                g(0, New, Counted(0), false, "_segment_reduce_backward(grad, result, data, reduce, lengths, offsets, axis, initial)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -22820,7 +22850,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "select_backward_symint(grad, self.sym_sizes(), dim, index)"),
+                g(0, New, Counted(0), false, "select_backward_symint(grad, self.sym_sizes(), dim, index)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -22833,7 +22863,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, OfGrad, Counted(0), "grad.select_symint(dim, index)"),
+                g(0, Part, Counted(0), false, "grad.select_symint(dim, index)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -22853,7 +22883,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "select_backward_symint(grad, self.sym_sizes(), dim, index)"),
+                g(0, New, Counted(0), false, "select_backward_symint(grad, self.sym_sizes(), dim, index)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -22873,8 +22903,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(1), "select_scatter_symint(grad, zeros_like(src), dim, index)"),
-                g(1, OfGrad, Counted(0), "grad.select_symint(dim, index)"),
+                g(0, New, Counted(1), false, "select_scatter_symint(grad, zeros_like(src), dim, index)"),
+                g(1, Part, Counted(0), false, "grad.select_symint(dim, index)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -23006,7 +23036,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Output(0)],
             grads: &[
-                g(0, New, Counted(0), "sgn_backward(self, grad, result)"),
+                g(0, New, Counted(0), false, "sgn_backward(self, grad, result)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -23026,7 +23056,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Output(0)],
             grads: &[
-                g(0, New, Counted(0), "sgn_backward(self, grad, result)"),
+                g(0, New, Counted(0), false, "sgn_backward(self, grad, result)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -23039,7 +23069,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Output(0)],
             grads: &[
-                g(0, New, Counted(0), "sigmoid_backward(grad, result)"),
+                g(0, New, Counted(0), true, "sigmoid_backward(grad, result)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -23059,7 +23089,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Output(0)],
             grads: &[
-                g(0, New, Counted(0), "sigmoid_backward(grad, result)"),
+                g(0, New, Counted(0), true, "sigmoid_backward(grad, result)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -23072,8 +23102,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Counted(0), "sigmoid_backward(grad, output.conj())"),
-                g(1, New, Counted(3), "grad.conj() * grad_output * (-2 * output.conj() + 1)"),
+                g(0, New, Counted(0), true, "sigmoid_backward(grad, output.conj())"),
+                g(1, New, Counted(3), true, "grad.conj() * grad_output * (-2 * output.conj() + 1)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -23093,7 +23123,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "zeros_like(grad)"),
+                g(0, New, Counted(0), false, "zeros_like(grad)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -23113,7 +23143,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "zeros_like(grad)"),
+                g(0, New, Counted(0), false, "zeros_like(grad)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -23140,7 +23170,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(0), "GradMode::is_enabled() ? infinitely_differentiable_silu_backward(grad, self) : silu_backward(grad, self)"),
+                g(0, New, Counted(0), true, "GradMode::is_enabled() ? infinitely_differentiable_silu_backward(grad, self) : silu_backward(grad, self)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -23160,7 +23190,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(0), "GradMode::is_enabled() ? infinitely_differentiable_silu_backward(grad, self) : silu_backward(grad, self)"),
+                g(0, New, Counted(0), true, "GradMode::is_enabled() ? infinitely_differentiable_silu_backward(grad, self) : silu_backward(grad, self)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -23187,7 +23217,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(1), "grad * self.cos().conj()"),
+                g(0, New, Counted(1), true, "grad * self.cos().conj()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -23207,7 +23237,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(1), "grad * self.cos().conj()"),
+                g(0, New, Counted(1), true, "grad * self.cos().conj()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -23220,7 +23250,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(11), "sinc_backward(grad, self)"),
+                g(0, New, Counted(11), true, "sinc_backward(grad, self)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -23240,7 +23270,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(11), "sinc_backward(grad, self)"),
+                g(0, New, Counted(11), true, "sinc_backward(grad, self)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -23253,7 +23283,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(1), "grad * self.cosh().conj()"),
+                g(0, New, Counted(1), true, "grad * self.cosh().conj()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -23273,7 +23303,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(1), "grad * self.cosh().conj()"),
+                g(0, New, Counted(1), true, "grad * self.cosh().conj()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -23300,7 +23330,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "slice_backward_wrapper(grad, self.sym_sizes(), dim, start, end, step)"),
+                g(0, New, Counted(0), false, "slice_backward_wrapper(grad, self.sym_sizes(), dim, start, end, step)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -23313,7 +23343,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, OfGrad, Counted(0), "grad.slice_symint(dim, start, end, step)"),
+                g(0, Part, Counted(0), false, "grad.slice_symint(dim, start, end, step)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -23333,7 +23363,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "slice_backward_wrapper(grad, self.sym_sizes(), dim, start, end, step)"),
+                g(0, New, Counted(0), false, "slice_backward_wrapper(grad, self.sym_sizes(), dim, start, end, step)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -23353,8 +23383,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, OfGrad, Counted(0), "grad.slice_symint(dim, start, end, step)"),
-                g(1, New, Counted(1), "slice_scatter_symint(grad, zeros_like(self), dim, start, end, step)"),
+                g(0, Part, Counted(0), false, "grad.slice_symint(dim, start, end, step)"),
+                g(1, New, Counted(1), false, "slice_scatter_symint(grad, zeros_like(self), dim, start, end, step)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -23367,8 +23397,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(1), "slice_scatter_symint(grad, zeros_like(src), dim, start, end, step)"),
-                g(1, OfGrad, Counted(0), "grad.slice_symint(dim, start, end, step)"),
+                g(0, New, Counted(1), false, "slice_scatter_symint(grad, zeros_like(src), dim, start, end, step)"),
+                g(1, Part, Counted(0), false, "grad.slice_symint(dim, start, end, step)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -23416,9 +23446,9 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Counted(0), "grad.defined() ? convolution_backward_symint(grad, self, weight, bias->sym_sizes(), stride, padding, /*dilation=*/ {{1, 1, 1}}, false, /*output_padding=*/ {{0, 0, 0}}, 1, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
-                g(1, New, Counted(0), "grad.defined() ? convolution_backward_symint(grad, self, weight, bias->sym_sizes(), stride, padding, /*dilation=*/ {{1, 1, 1}}, false, /*output_padding=*/ {{0, 0, 0}}, 1, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
-                g(3, New, Counted(0), "grad.defined() ? convolution_backward_symint(grad, self, weight, bias->sym_sizes(), stride, padding, /*dilation=*/ {{1, 1, 1}}, false, /*output_padding=*/ {{0, 0, 0}}, 1, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(0, New, Counted(0), false, "grad.defined() ? convolution_backward_symint(grad, self, weight, bias->sym_sizes(), stride, padding, /*dilation=*/ {{1, 1, 1}}, false, /*output_padding=*/ {{0, 0, 0}}, 1, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(1, New, Counted(0), false, "grad.defined() ? convolution_backward_symint(grad, self, weight, bias->sym_sizes(), stride, padding, /*dilation=*/ {{1, 1, 1}}, false, /*output_padding=*/ {{0, 0, 0}}, 1, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(3, New, Counted(0), false, "grad.defined() ? convolution_backward_symint(grad, self, weight, bias->sym_sizes(), stride, padding, /*dilation=*/ {{1, 1, 1}}, false, /*output_padding=*/ {{0, 0, 0}}, 1, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -23438,9 +23468,9 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Counted(0), "grad.defined() ? convolution_backward_symint(grad, self, weight, bias->sym_sizes(), stride, padding, dilation, false, std::vector<c10::SymInt>(padding.size(), 0), 1, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
-                g(1, New, Counted(0), "grad.defined() ? convolution_backward_symint(grad, self, weight, bias->sym_sizes(), stride, padding, dilation, false, std::vector<c10::SymInt>(padding.size(), 0), 1, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
-                g(3, New, Counted(0), "grad.defined() ? convolution_backward_symint(grad, self, weight, bias->sym_sizes(), stride, padding, dilation, false, std::vector<c10::SymInt>(padding.size(), 0), 1, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(0, New, Counted(0), false, "grad.defined() ? convolution_backward_symint(grad, self, weight, bias->sym_sizes(), stride, padding, dilation, false, std::vector<c10::SymInt>(padding.size(), 0), 1, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(1, New, Counted(0), false, "grad.defined() ? convolution_backward_symint(grad, self, weight, bias->sym_sizes(), stride, padding, dilation, false, std::vector<c10::SymInt>(padding.size(), 0), 1, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(3, New, Counted(0), false, "grad.defined() ? convolution_backward_symint(grad, self, weight, bias->sym_sizes(), stride, padding, dilation, false, std::vector<c10::SymInt>(padding.size(), 0), 1, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -23460,9 +23490,9 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Counted(0), "grad.defined() ? convolution_backward_symint(grad, self, weight, bias->sym_sizes(), stride, padding, dilation, false, std::vector<c10::SymInt>(padding.size(), 0), 1, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
-                g(1, New, Counted(0), "grad.defined() ? convolution_backward_symint(grad, self, weight, bias->sym_sizes(), stride, padding, dilation, false, std::vector<c10::SymInt>(padding.size(), 0), 1, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
-                g(3, New, Counted(0), "grad.defined() ? convolution_backward_symint(grad, self, weight, bias->sym_sizes(), stride, padding, dilation, false, std::vector<c10::SymInt>(padding.size(), 0), 1, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(0, New, Counted(0), false, "grad.defined() ? convolution_backward_symint(grad, self, weight, bias->sym_sizes(), stride, padding, dilation, false, std::vector<c10::SymInt>(padding.size(), 0), 1, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(1, New, Counted(0), false, "grad.defined() ? convolution_backward_symint(grad, self, weight, bias->sym_sizes(), stride, padding, dilation, false, std::vector<c10::SymInt>(padding.size(), 0), 1, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(3, New, Counted(0), false, "grad.defined() ? convolution_backward_symint(grad, self, weight, bias->sym_sizes(), stride, padding, dilation, false, std::vector<c10::SymInt>(padding.size(), 0), 1, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -23482,9 +23512,9 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Counted(0), "grad.defined() ? convolution_backward_symint(grad, self, weight, bias->sym_sizes(), stride, padding, dilation, true, output_padding, 1, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
-                g(1, New, Counted(0), "grad.defined() ? convolution_backward_symint(grad, self, weight, bias->sym_sizes(), stride, padding, dilation, true, output_padding, 1, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
-                g(3, New, Counted(0), "grad.defined() ? convolution_backward_symint(grad, self, weight, bias->sym_sizes(), stride, padding, dilation, true, output_padding, 1, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(0, New, Counted(0), false, "grad.defined() ? convolution_backward_symint(grad, self, weight, bias->sym_sizes(), stride, padding, dilation, true, output_padding, 1, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(1, New, Counted(0), false, "grad.defined() ? convolution_backward_symint(grad, self, weight, bias->sym_sizes(), stride, padding, dilation, true, output_padding, 1, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(3, New, Counted(0), false, "grad.defined() ? convolution_backward_symint(grad, self, weight, bias->sym_sizes(), stride, padding, dilation, true, output_padding, 1, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -23504,9 +23534,9 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Counted(0), "grad.defined() ? convolution_backward_symint(grad, self, weight, bias->sym_sizes(), stride, padding, dilation, true, output_padding, 1, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
-                g(1, New, Counted(0), "grad.defined() ? convolution_backward_symint(grad, self, weight, bias->sym_sizes(), stride, padding, dilation, true, output_padding, 1, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
-                g(3, New, Counted(0), "grad.defined() ? convolution_backward_symint(grad, self, weight, bias->sym_sizes(), stride, padding, dilation, true, output_padding, 1, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(0, New, Counted(0), false, "grad.defined() ? convolution_backward_symint(grad, self, weight, bias->sym_sizes(), stride, padding, dilation, true, output_padding, 1, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(1, New, Counted(0), false, "grad.defined() ? convolution_backward_symint(grad, self, weight, bias->sym_sizes(), stride, padding, dilation, true, output_padding, 1, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
+                g(3, New, Counted(0), false, "grad.defined() ? convolution_backward_symint(grad, self, weight, bias->sym_sizes(), stride, padding, dilation, true, output_padding, 1, grad_input_mask) : std::tuple<Tensor, Tensor, Tensor>()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -23533,8 +23563,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Counted(0), "smooth_l1_loss_backward(grad, self, target, reduction, beta)"),
-                g(1, New, Counted(0), "smooth_l1_loss_backward(grad, target, self, reduction, beta)"),
+                g(0, New, Counted(0), false, "smooth_l1_loss_backward(grad, self, target, reduction, beta)"),
+                g(1, New, Counted(0), false, "smooth_l1_loss_backward(grad, target, self, reduction, beta)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -23554,9 +23584,9 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1), Input(2)],
             grads: &[
-                g(0, New, Counted(0), "smooth_l1_loss_backward(grad, self, target, reduction, beta)"),
-                g(1, New, Counted(6), "smooth_l1_loss_double_backward(grad * grad_output, self, target, reduction, beta)"),
-                g(2, New, Counted(7), "-smooth_l1_loss_double_backward(grad * grad_output, self, target, reduction, beta)"),
+                g(0, New, Counted(0), false, "smooth_l1_loss_backward(grad, self, target, reduction, beta)"),
+                g(1, New, Counted(6), false, "smooth_l1_loss_double_backward(grad * grad_output, self, target, reduction, beta)"),
+                g(2, New, Counted(7), false, "-smooth_l1_loss_double_backward(grad * grad_output, self, target, reduction, beta)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -23576,7 +23606,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Counted(0), "soft_margin_loss_backward(grad, self, target, reduction)"),
+                g(0, New, Counted(0), false, "soft_margin_loss_backward(grad, self, target, reduction)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -23596,8 +23626,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1), Input(2)],
             grads: &[
-                g(0, New, Opaque("soft_margin_loss_double_backward_grad_output"), "soft_margin_loss_double_backward_grad_output(grad, grad_output, self, target, reduction)"),
-                g(1, New, Opaque("soft_margin_loss_double_backward"), "soft_margin_loss_double_backward(grad * grad_output, self, target, reduction)"),
+                g(0, New, Opaque("soft_margin_loss_double_backward_grad_output"), false, "soft_margin_loss_double_backward_grad_output(grad, grad_output, self, target, reduction)"),
+                g(1, New, Opaque("soft_margin_loss_double_backward"), false, "soft_margin_loss_double_backward(grad * grad_output, self, target, reduction)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -23638,7 +23668,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(0), "softplus_backward(grad, self, beta, threshold)"),
+                g(0, New, Counted(0), false, "softplus_backward(grad, self, beta, threshold)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -23658,8 +23688,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Counted(0), "softplus_backward(grad, self, beta, threshold)"),
-                g(1, New, Opaque("softplus_double_backward"), "softplus_double_backward(grad * grad_output, self, beta, threshold)"),
+                g(0, New, Counted(0), false, "softplus_backward(grad, self, beta, threshold)"),
+                g(1, New, Opaque("softplus_double_backward"), false, "softplus_double_backward(grad * grad_output, self, beta, threshold)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -23679,7 +23709,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(0), "softshrink_backward(grad, self, lambd)"),
+                g(0, New, Counted(0), false, "softshrink_backward(grad, self, lambd)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -23699,8 +23729,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(1)],
             grads: &[
-                g(0, New, Counted(0), "softshrink_backward(grad, self, lambd)"),
-                g(1, New, Counted(0), "zeros_like(grad)"),
+                g(0, New, Counted(0), false, "softshrink_backward(grad, self, lambd)"),
+                g(1, New, Counted(0), false, "zeros_like(grad)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -23720,7 +23750,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Output(1)],
             grads: &[
-                g(0, New, Counted(0), "value_selecting_reduction_backward_symint(grad, dim, indices, self.sym_sizes(), true)"),
+                g(0, New, Counted(0), false, "value_selecting_reduction_backward_symint(grad, dim, indices, self.sym_sizes(), true)"),
             ],
             outputs_differentiable: &[true, false],
         },
@@ -23761,7 +23791,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Output(1)],
             grads: &[
-                g(0, New, Counted(0), "value_selecting_reduction_backward_symint(grad, dim, indices, self.sym_sizes(), true)"),
+                g(0, New, Counted(0), false, "value_selecting_reduction_backward_symint(grad, dim, indices, self.sym_sizes(), true)"),
             ],
             outputs_differentiable: &[true, false],
         },
@@ -23823,7 +23853,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(2), Output(0)],
             grads: &[
-                g(2, New, Counted(2), "grad.to_dense().sparse_mask(result).values()"),
+                g(2, New, Counted(2), false, "grad.to_dense().sparse_mask(result).values()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -23899,7 +23929,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(1)],
             grads: &[
-                g(0, New, Opaque("sparse_mask_backward"), "sparse_mask_backward(grad, mask, self.layout())"),
+                g(0, New, Opaque("sparse_mask_backward"), false, "sparse_mask_backward(grad, mask, self.layout())"),
             ],
             outputs_differentiable: &[true],
         },
@@ -23961,9 +23991,9 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1), Input(2)],
             grads: &[
-                g(0, New, Opaque("sparse_sampled_addmm_backward"), "sparse_sampled_addmm_backward(grad, self, wrap_opt_if(mat1, grad_input_mask[2]), wrap_opt_if(mat2, grad_input_mask[1]), alpha, beta, grad_input_mask)"),
-                g(1, New, Opaque("sparse_sampled_addmm_backward"), "sparse_sampled_addmm_backward(grad, self, wrap_opt_if(mat1, grad_input_mask[2]), wrap_opt_if(mat2, grad_input_mask[1]), alpha, beta, grad_input_mask)"),
-                g(2, New, Opaque("sparse_sampled_addmm_backward"), "sparse_sampled_addmm_backward(grad, self, wrap_opt_if(mat1, grad_input_mask[2]), wrap_opt_if(mat2, grad_input_mask[1]), alpha, beta, grad_input_mask)"),
+                g(0, New, Opaque("sparse_sampled_addmm_backward"), false, "sparse_sampled_addmm_backward(grad, self, wrap_opt_if(mat1, grad_input_mask[2]), wrap_opt_if(mat2, grad_input_mask[1]), alpha, beta, grad_input_mask)"),
+                g(1, New, Opaque("sparse_sampled_addmm_backward"), false, "sparse_sampled_addmm_backward(grad, self, wrap_opt_if(mat1, grad_input_mask[2]), wrap_opt_if(mat2, grad_input_mask[1]), alpha, beta, grad_input_mask)"),
+                g(2, New, Opaque("sparse_sampled_addmm_backward"), false, "sparse_sampled_addmm_backward(grad, self, wrap_opt_if(mat1, grad_input_mask[2]), wrap_opt_if(mat2, grad_input_mask[1]), alpha, beta, grad_input_mask)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -24235,7 +24265,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(3), "grad * (-(1 + self.log()))"),
+                g(0, New, Counted(3), true, "grad * (-(1 + self.log()))"),
             ],
             outputs_differentiable: &[true],
         },
@@ -24283,7 +24313,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Output(0)],
             grads: &[
-                g(0, New, Counted(3), "(2.0 * self * result - 2.0 / sqrt(M_PI)) * grad"),
+                g(0, New, Counted(3), true, "(2.0 * self * result - 2.0 / sqrt(M_PI)) * grad"),
             ],
             outputs_differentiable: &[true],
         },
@@ -24499,7 +24529,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Output(0)],
             grads: &[
-                g(0, New, Counted(4), "grad * (at::special_i1e(self) - self.sgn() * result)"),
+                g(0, New, Counted(4), true, "grad * (at::special_i1e(self) - self.sgn() * result)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -24519,7 +24549,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Output(0)],
             grads: &[
-                g(0, New, Opaque("i1_backward"), "i1_backward(grad, self, result)"),
+                g(0, New, Opaque("i1_backward"), false, "i1_backward(grad, self, result)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -24539,7 +24569,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Output(0)],
             grads: &[
-                g(0, New, Opaque("i1e_backward"), "i1e_backward(grad, self, result)"),
+                g(0, New, Opaque("i1e_backward"), false, "i1e_backward(grad, self, result)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -24657,7 +24687,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Output(0)],
             grads: &[
-                g(0, New, Counted(6), "grad / std::sqrt(2 * M_PI) * (result + self.pow(2) / 2).neg().exp()"),
+                g(0, New, Counted(6), true, "grad / std::sqrt(2 * M_PI) * (result + self.pow(2) / 2).neg().exp()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -24796,7 +24826,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Output(0)],
             grads: &[
-                g(0, New, Counted(4), "grad * std::sqrt(2 * M_PI) * (result.square() / 2).exp()"),
+                g(0, New, Counted(4), true, "grad * std::sqrt(2 * M_PI) * (result.square() / 2).exp()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -25089,8 +25119,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Counted(4), "at::special_xlog1py(grad, other).masked_fill((self == 0.) & (other <= -1.), 0.)"),
-                g(1, New, Counted(2), "grad * self / (other + 1)"),
+                g(1, New, Counted(2), true, "grad * self / (other + 1)"),
+                g(0, New, Counted(4), true, "at::special_xlog1py(grad, other).masked_fill((self == 0.) & (other <= -1.), 0.)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -25103,7 +25133,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Opaque("ternary"), "other.toDouble() > -1. ? at::special_xlog1py(grad, other) : at::special_xlog1py(grad, other).masked_fill(self == 0., 0.)"),
+                g(0, New, Opaque("ternary"), false, "other.toDouble() > -1. ? at::special_xlog1py(grad, other) : at::special_xlog1py(grad, other).masked_fill(self == 0., 0.)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -25130,7 +25160,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(1)],
             grads: &[
-                g(1, New, Counted(2), "grad * self / (other + 1)"),
+                g(1, New, Counted(2), true, "grad * self / (other + 1)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -25192,7 +25222,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(1, New, Counted(4), "grad * -self * special_zeta(self + 1., other)"),
+                g(1, New, Counted(4), true, "grad * -self * special_zeta(self + 1., other)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -25226,7 +25256,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(1)],
             grads: &[
-                g(1, New, Counted(2), "grad * -self * special_zeta(self.toDouble() + 1., other)"),
+                g(1, New, Counted(2), true, "grad * -self * special_zeta(self.toDouble() + 1., other)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -25246,7 +25276,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "split_backward(grads, split_size, dim, self.sym_sizes(), self.options())"),
+                g(0, New, Counted(0), false, "split_backward(grads, split_size, dim, self.sym_sizes(), self.options())"),
             ],
             outputs_differentiable: &[true],
         },
@@ -25266,7 +25296,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "split_backward(grads, split_size, dim, self.sym_sizes(), self.options())"),
+                g(0, New, Counted(0), false, "split_backward(grads, split_size, dim, self.sym_sizes(), self.options())"),
             ],
             outputs_differentiable: &[true],
         },
@@ -25286,7 +25316,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "split_with_sizes_backward(grads, split_sizes, dim, self.sym_sizes(), self.options())"),
+                g(0, New, Counted(0), false, "split_with_sizes_backward(grads, split_sizes, dim, self.sym_sizes(), self.options())"),
             ],
             outputs_differentiable: &[true],
         },
@@ -25299,7 +25329,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "split_with_sizes_backward(grads, split_sizes, dim, self.sym_sizes(), self.options())"),
+                g(0, New, Counted(0), false, "split_with_sizes_backward(grads, split_sizes, dim, self.sym_sizes(), self.options())"),
             ],
             outputs_differentiable: &[true],
         },
@@ -25319,7 +25349,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Output(0)],
             grads: &[
-                g(0, New, Counted(1), "grad / (2 * result.conj())"),
+                g(0, New, Counted(1), true, "grad / (2 * result.conj())"),
             ],
             outputs_differentiable: &[true],
         },
@@ -25339,7 +25369,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Output(0)],
             grads: &[
-                g(0, New, Counted(1), "grad / (2 * result.conj())"),
+                g(0, New, Counted(1), true, "grad / (2 * result.conj())"),
             ],
             outputs_differentiable: &[true],
         },
@@ -25373,7 +25403,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, OfGrad, Counted(0), "unsqueeze_to(grad, self.sym_sizes())"),
+                g(0, View, Counted(0), false, "unsqueeze_to(grad, self.sym_sizes())"),
             ],
             outputs_differentiable: &[true],
         },
@@ -25386,7 +25416,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, OfGrad, Counted(0), "unsqueeze_to(grad, dim, self.sym_sizes())"),
+                g(0, View, Counted(0), false, "unsqueeze_to(grad, dim, self.sym_sizes())"),
             ],
             outputs_differentiable: &[true],
         },
@@ -25406,7 +25436,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, OfGrad, Counted(0), "unsqueeze_to(grad, dim, self.sym_sizes())"),
+                g(0, View, Counted(0), false, "unsqueeze_to(grad, dim, self.sym_sizes())"),
             ],
             outputs_differentiable: &[true],
         },
@@ -25419,7 +25449,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, OfGrad, Counted(0), "unsqueeze_to(grad, self.sym_sizes())"),
+                g(0, View, Counted(0), false, "unsqueeze_to(grad, self.sym_sizes())"),
             ],
             outputs_differentiable: &[true],
         },
@@ -25432,7 +25462,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, OfGrad, Counted(0), "unsqueeze_to(grad, dim, self.sym_sizes())"),
+                g(0, View, Counted(0), false, "unsqueeze_to(grad, dim, self.sym_sizes())"),
             ],
             outputs_differentiable: &[true],
         },
@@ -25452,7 +25482,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, OfGrad, Counted(0), "unsqueeze_to(grad, dim, self.sym_sizes())"),
+                g(0, View, Counted(0), false, "unsqueeze_to(grad, dim, self.sym_sizes())"),
             ],
             outputs_differentiable: &[true],
         },
@@ -25465,7 +25495,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, OfGrad, Counted(0), "unsqueeze_to(grad, self.sym_sizes())"),
+                g(0, View, Counted(0), false, "unsqueeze_to(grad, self.sym_sizes())"),
             ],
             outputs_differentiable: &[true],
         },
@@ -25478,7 +25508,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, OfGrad, Counted(0), "unsqueeze_to(grad, dim, self.sym_sizes())"),
+                g(0, View, Counted(0), false, "unsqueeze_to(grad, dim, self.sym_sizes())"),
             ],
             outputs_differentiable: &[true],
         },
@@ -25498,7 +25528,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, OfGrad, Counted(0), "unsqueeze_to(grad, dim, self.sym_sizes())"),
+                g(0, View, Counted(0), false, "unsqueeze_to(grad, dim, self.sym_sizes())"),
             ],
             outputs_differentiable: &[true],
         },
@@ -25539,7 +25569,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, OfGrad, Counted(0), "stack_tensors_backward(grad, dim, to_args_scalartypes(tensors))"),
+                g(0, Part, Counted(0), false, "stack_tensors_backward(grad, dim, to_args_scalartypes(tensors))"),
             ],
             outputs_differentiable: &[true],
         },
@@ -25559,7 +25589,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Output(0)],
             grads: &[
-                g(0, New, Counted(6), "std_backward(result, grad, self, dim, correction, keepdim)"),
+                g(0, New, Counted(6), false, "std_backward(result, grad, self, dim, correction, keepdim)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -25628,7 +25658,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Output(0)],
             grads: &[
-                g(0, New, Counted(8), "std_mean_backward(grads[0], grads[1], self, result0, dim, correction, keepdim)"),
+                g(0, New, Counted(8), false, "std_mean_backward(grads[0], grads[1], self, result0, dim, correction, keepdim)"),
             ],
             outputs_differentiable: &[true, true],
         },
@@ -25704,7 +25734,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, OfGrad, Counted(0), "handle_r_to_c(self.scalar_type(), grad)"),
+                g(0, Grad, Counted(0), false, "handle_r_to_c(self.scalar_type(), grad)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -25724,8 +25754,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, OfGrad, Counted(0), "handle_r_to_c(self.scalar_type(), grad)"),
-                g(1, New, Counted(1), "handle_r_to_c(other.scalar_type(), maybe_multiply(-grad, alpha.conj()))"),
+                gu(1, New, Counted(1), true, "handle_r_to_c(other.scalar_type(), maybe_multiply(-grad, alpha.conj()))", &["alpha"], New, Counted(0), true),
+                g(0, Grad, Counted(0), false, "handle_r_to_c(self.scalar_type(), grad)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -25745,7 +25775,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, OfGrad, Counted(0), "handle_r_to_c(self.scalar_type(), grad)"),
+                g(0, Grad, Counted(0), false, "handle_r_to_c(self.scalar_type(), grad)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -25758,8 +25788,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, OfGrad, Counted(0), "handle_r_to_c(self.scalar_type(), grad)"),
-                g(1, New, Counted(1), "handle_r_to_c(other.scalar_type(), maybe_multiply(-grad, alpha.conj()))"),
+                gu(1, New, Counted(1), true, "handle_r_to_c(other.scalar_type(), maybe_multiply(-grad, alpha.conj()))", &["alpha"], New, Counted(0), true),
+                g(0, Grad, Counted(0), false, "handle_r_to_c(self.scalar_type(), grad)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -25821,7 +25851,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, OfGrad, Counted(0), "grad.expand_symint(self.sym_sizes())"),
+                g(0, Expand, Counted(0), false, "grad.expand_symint(self.sym_sizes())"),
             ],
             outputs_differentiable: &[true],
         },
@@ -25841,7 +25871,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, OfGrad, Counted(0), "sum_backward(grad, self.sym_sizes(), dim, keepdim)"),
+                g(0, Expand, Counted(0), false, "sum_backward(grad, self.sym_sizes(), dim, keepdim)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -25959,7 +25989,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, OfGrad, Counted(0), "grad.t()"),
+                g(0, View, Counted(0), false, "grad.t()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -25972,7 +26002,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, OfGrad, Counted(0), "grad.t()"),
+                g(0, View, Counted(0), false, "grad.t()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -25985,7 +26015,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, OfGrad, Counted(0), "grad.t()"),
+                g(0, View, Counted(0), false, "grad.t()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -26005,7 +26035,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Counted(0), "take_backward(grad, self, index)"),
+                g(0, New, Counted(0), false, "take_backward(grad, self, index)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -26039,7 +26069,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Output(0)],
             grads: &[
-                g(0, New, Counted(2), "grad * (1 + result.pow(2)).conj()"),
+                g(0, New, Counted(2), true, "grad * (1 + result.pow(2)).conj()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -26059,7 +26089,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Output(0)],
             grads: &[
-                g(0, New, Counted(2), "grad * (1 + result.pow(2)).conj()"),
+                g(0, New, Counted(2), true, "grad * (1 + result.pow(2)).conj()"),
             ],
             outputs_differentiable: &[true],
         },
@@ -26072,7 +26102,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Output(0)],
             grads: &[
-                g(0, New, Counted(0), "tanh_backward(grad, result)"),
+                g(0, New, Counted(0), true, "tanh_backward(grad, result)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -26092,7 +26122,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Output(0)],
             grads: &[
-                g(0, New, Counted(0), "tanh_backward(grad, result)"),
+                g(0, New, Counted(0), true, "tanh_backward(grad, result)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -26105,8 +26135,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Counted(0), "tanh_backward(grad, output.conj())"),
-                g(1, New, Counted(2), "grad.conj() * (-2 * output.conj() * grad_output)"),
+                g(0, New, Counted(0), true, "tanh_backward(grad, output.conj())"),
+                g(1, New, Counted(2), true, "grad.conj() * (-2 * output.conj() * grad_output)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -26175,7 +26205,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(0), "threshold_backward(grad, self, threshold)"),
+                g(0, New, Counted(0), true, "threshold_backward(grad, self, threshold)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -26195,7 +26225,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(0), "threshold_backward(grad, self, threshold)"),
+                g(0, New, Counted(0), true, "threshold_backward(grad, self, threshold)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -26208,8 +26238,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(1)],
             grads: &[
-                g(0, New, Counted(0), "threshold_backward(grad, self, threshold)"),
-                g(1, New, Counted(0), "zeros_like(grad)"),
+                g(0, New, Counted(0), true, "threshold_backward(grad, self, threshold)"),
+                g(1, New, Counted(0), false, "zeros_like(grad)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -26278,7 +26308,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(0), "to_mkldnn_backward(grad, self)"),
+                g(0, New, Counted(0), false, "to_mkldnn_backward(grad, self)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -26305,7 +26335,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Opaque("ternary"), "self.layout() == c10::kJagged ? at::_nested_from_padded_tensor_symint(grad, at::_nested_get_offsets(self), at::_nested_get_jagged_dummy(self), at::_nested_get_ragged_idx(self), at::_nested_get_min_seqlen(self).defined() ? std::optional<Tensor>(at::_nested_get_min_seqlen(self)) : ::std::nullopt, at::_nested_get_max_seqlen(self).defined() ? std::optional<Tensor>(at::_nested_get_max_seqlen(self)) : ::std::nullopt, std::optional<c10::SymInt>(at::_nested_get_values(self).sym_size(0))) : at::_nested_from_padded(grad, self._nested_tensor_size())"),
+                g(0, New, Opaque("ternary"), false, "self.layout() == c10::kJagged ? at::_nested_from_padded_tensor_symint(grad, at::_nested_get_offsets(self), at::_nested_get_jagged_dummy(self), at::_nested_get_ragged_idx(self), at::_nested_get_min_seqlen(self).defined() ? std::optional<Tensor>(at::_nested_get_min_seqlen(self)) : ::std::nullopt, at::_nested_get_max_seqlen(self).defined() ? std::optional<Tensor>(at::_nested_get_max_seqlen(self)) : ::std::nullopt, std::optional<c10::SymInt>(at::_nested_get_values(self).sym_size(0))) : at::_nested_from_padded(grad, self._nested_tensor_size())"),
             ],
             outputs_differentiable: &[true],
         },
@@ -26367,7 +26397,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Output(1)],
             grads: &[
-                g(0, New, Counted(0), "value_selecting_reduction_backward_symint(grad, dim, indices, self.sym_sizes(), true)"),
+                g(0, New, Counted(0), false, "value_selecting_reduction_backward_symint(grad, dim, indices, self.sym_sizes(), true)"),
             ],
             outputs_differentiable: &[true, false],
         },
@@ -26387,7 +26417,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "trace_backward_symint(grad, self.sym_sizes())"),
+                g(0, New, Counted(0), false, "trace_backward_symint(grad, self.sym_sizes())"),
             ],
             outputs_differentiable: &[true],
         },
@@ -26421,7 +26451,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, OfGrad, Counted(0), "grad.transpose(dim0, dim1)"),
+                g(0, View, Counted(0), false, "grad.transpose(dim0, dim1)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -26434,7 +26464,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, OfGrad, Counted(0), "grad.transpose(dim0, dim1)"),
+                g(0, View, Counted(0), false, "grad.transpose(dim0, dim1)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -26447,7 +26477,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, OfGrad, Counted(0), "grad.transpose(dim0, dim1)"),
+                g(0, View, Counted(0), false, "grad.transpose(dim0, dim1)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -26502,8 +26532,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1), Output(0)],
             grads: &[
-                g(0, New, Opaque("triangular_solve_backward"), "triangular_solve_backward(grad_solution, grad_cloned_coefficient, self, A, solution, upper, transpose, unitriangular, grad_input_mask)"),
-                g(1, New, Opaque("triangular_solve_backward"), "triangular_solve_backward(grad_solution, grad_cloned_coefficient, self, A, solution, upper, transpose, unitriangular, grad_input_mask)"),
+                g(0, New, Opaque("triangular_solve_backward"), false, "triangular_solve_backward(grad_solution, grad_cloned_coefficient, self, A, solution, upper, transpose, unitriangular, grad_input_mask)"),
+                g(1, New, Opaque("triangular_solve_backward"), false, "triangular_solve_backward(grad_solution, grad_cloned_coefficient, self, A, solution, upper, transpose, unitriangular, grad_input_mask)"),
             ],
             outputs_differentiable: &[true, true],
         },
@@ -26516,7 +26546,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "grad.tril_symint(diagonal)"),
+                g(0, New, Counted(0), false, "grad.tril_symint(diagonal)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -26536,7 +26566,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "grad.tril_symint(diagonal)"),
+                g(0, New, Counted(0), false, "grad.tril_symint(diagonal)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -26570,7 +26600,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "grad.triu_symint(diagonal)"),
+                g(0, New, Counted(0), false, "grad.triu_symint(diagonal)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -26590,7 +26620,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "grad.triu_symint(diagonal)"),
+                g(0, New, Counted(0), false, "grad.triu_symint(diagonal)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -26652,7 +26682,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "zeros_like(grad)"),
+                g(0, New, Counted(0), false, "zeros_like(grad)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -26672,7 +26702,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "zeros_like(grad)"),
+                g(0, New, Counted(0), false, "zeros_like(grad)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -26699,7 +26729,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "unbind_backward(grads, dim)"),
+                g(0, New, Counted(0), false, "unbind_backward(grads, dim)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -26712,7 +26742,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "unbind_backward(grads, dim)"),
+                g(0, New, Counted(0), false, "unbind_backward(grads, dim)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -26753,7 +26783,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "unfold_backward_symint(grad, self.sym_sizes(), dimension, size, step)"),
+                g(0, New, Counted(0), false, "unfold_backward_symint(grad, self.sym_sizes(), dimension, size, step)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -26766,7 +26796,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, OfGrad, Counted(0), "grad.unfold(dim, size, step)"),
+                g(0, Part, Counted(0), false, "grad.unfold(dim, size, step)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -26786,7 +26816,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "unfold_backward_symint(grad, self.sym_sizes(), dimension, size, step)"),
+                g(0, New, Counted(0), false, "unfold_backward_symint(grad, self.sym_sizes(), dimension, size, step)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -26806,7 +26836,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "zeros_like(grad)"),
+                g(0, New, Counted(0), false, "zeros_like(grad)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -26826,7 +26856,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "zeros_like(grad)"),
+                g(0, New, Counted(0), false, "zeros_like(grad)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -26888,7 +26918,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "split_backward(grads, split_size, dim, self.sym_sizes(), self.options())"),
+                g(0, New, Counted(0), false, "split_backward(grads, split_size, dim, self.sym_sizes(), self.options())"),
             ],
             outputs_differentiable: &[true],
         },
@@ -26908,7 +26938,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "split_with_sizes_backward(grads, split_sizes, dim, self.sym_sizes(), self.options())"),
+                g(0, New, Counted(0), false, "split_with_sizes_backward(grads, split_sizes, dim, self.sym_sizes(), self.options())"),
             ],
             outputs_differentiable: &[true],
         },
@@ -26928,7 +26958,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, OfGrad, Counted(0), "grad.squeeze(dim)"),
+                g(0, View, Counted(0), false, "grad.squeeze(dim)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -26941,7 +26971,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, OfGrad, Counted(0), "grad.squeeze(dim)"),
+                g(0, View, Counted(0), false, "grad.squeeze(dim)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -26954,7 +26984,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, OfGrad, Counted(0), "grad.squeeze(dim)"),
+                g(0, View, Counted(0), false, "grad.squeeze(dim)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -26974,7 +27004,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "upsample_bicubic2d_backward_symint(grad, output_size, self.sym_sizes(), align_corners, scales_h, scales_w)"),
+                g(0, New, Counted(0), false, "upsample_bicubic2d_backward_symint(grad, output_size, self.sym_sizes(), align_corners, scales_h, scales_w)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -27001,7 +27031,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "upsample_bicubic2d_symint(grad, output_size, align_corners, scales_h, scales_w)"),
+                g(0, New, Counted(0), false, "upsample_bicubic2d_symint(grad, output_size, align_corners, scales_h, scales_w)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -27021,7 +27051,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "upsample_bilinear2d_backward_symint(grad, output_size, self.sym_sizes(), align_corners, scales_h, scales_w)"),
+                g(0, New, Counted(0), false, "upsample_bilinear2d_backward_symint(grad, output_size, self.sym_sizes(), align_corners, scales_h, scales_w)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -27055,7 +27085,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "upsample_bilinear2d_symint(grad, output_size, align_corners, scales_h, scales_w)"),
+                g(0, New, Counted(0), false, "upsample_bilinear2d_symint(grad, output_size, align_corners, scales_h, scales_w)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -27075,7 +27105,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "upsample_linear1d_backward_symint(grad, output_size, self.sym_sizes(), align_corners, scales)"),
+                g(0, New, Counted(0), false, "upsample_linear1d_backward_symint(grad, output_size, self.sym_sizes(), align_corners, scales)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -27102,7 +27132,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "upsample_linear1d_symint(grad, output_size, align_corners, scales)"),
+                g(0, New, Counted(0), false, "upsample_linear1d_symint(grad, output_size, align_corners, scales)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -27122,7 +27152,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "upsample_nearest1d_backward_symint(grad, output_size, self.sym_sizes(), scales)"),
+                g(0, New, Counted(0), false, "upsample_nearest1d_backward_symint(grad, output_size, self.sym_sizes(), scales)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -27149,7 +27179,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "upsample_nearest1d_symint(grad, output_size, scales)"),
+                g(0, New, Counted(0), false, "upsample_nearest1d_symint(grad, output_size, scales)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -27169,7 +27199,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "upsample_nearest2d_backward_symint(grad, output_size, self.sym_sizes(), scales_h, scales_w)"),
+                g(0, New, Counted(0), false, "upsample_nearest2d_backward_symint(grad, output_size, self.sym_sizes(), scales_h, scales_w)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -27203,7 +27233,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "upsample_nearest2d_symint(grad, output_size, scales_h, scales_w)"),
+                g(0, New, Counted(0), false, "upsample_nearest2d_symint(grad, output_size, scales_h, scales_w)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -27223,7 +27253,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "upsample_nearest3d_backward_symint(grad, output_size, self.sym_sizes(), scales_d, scales_h, scales_w)"),
+                g(0, New, Counted(0), false, "upsample_nearest3d_backward_symint(grad, output_size, self.sym_sizes(), scales_d, scales_h, scales_w)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -27250,7 +27280,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "upsample_nearest3d_symint(grad, output_size, scales_d, scales_h, scales_w)"),
+                g(0, New, Counted(0), false, "upsample_nearest3d_symint(grad, output_size, scales_d, scales_h, scales_w)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -27270,7 +27300,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "upsample_trilinear3d_backward_symint(grad, output_size, self.sym_sizes(), align_corners, scales_d, scales_h, scales_w)"),
+                g(0, New, Counted(0), false, "upsample_trilinear3d_backward_symint(grad, output_size, self.sym_sizes(), align_corners, scales_d, scales_h, scales_w)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -27297,7 +27327,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "upsample_trilinear3d_symint(grad, output_size, align_corners, scales_d, scales_h, scales_w)"),
+                g(0, New, Counted(0), false, "upsample_trilinear3d_symint(grad, output_size, align_corners, scales_d, scales_h, scales_w)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -27324,7 +27354,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Opaque("values_backward"), "values_backward(grad, self)"),
+                g(0, New, Opaque("values_backward"), false, "values_backward(grad, self)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -27337,7 +27367,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Opaque("values_backward"), "values_backward(grad, self)"),
+                g(0, New, Opaque("values_backward"), false, "values_backward(grad, self)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -27364,7 +27394,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(3), "var_backward(grad, self, dim, correction, keepdim)"),
+                g(0, New, Counted(3), false, "var_backward(grad, self, dim, correction, keepdim)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -27433,7 +27463,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Counted(5), "var_mean_backward(grads[0], grads[1], self, dim, correction, keepdim)"),
+                g(0, New, Counted(5), false, "var_mean_backward(grads[0], grads[1], self, dim, correction, keepdim)"),
             ],
             outputs_differentiable: &[true, true],
         },
@@ -27481,8 +27511,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Counted(0), "grad.conj() * other"),
-                g(1, New, Counted(0), "grad * self"),
+                g(1, New, Counted(0), true, "grad * self"),
+                g(0, New, Counted(0), true, "grad.conj() * other"),
             ],
             outputs_differentiable: &[true],
         },
@@ -27502,7 +27532,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "grad.reshape_symint(self.sym_sizes())"),
+                g(0, Reshape, Counted(0), false, "grad.reshape_symint(self.sym_sizes())"),
             ],
             outputs_differentiable: &[true],
         },
@@ -27529,7 +27559,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "at::view_as_real(grad.contiguous().resolve_conj())"),
+                g(0, New, Counted(0), false, "at::view_as_real(grad.contiguous().resolve_conj())"),
             ],
             outputs_differentiable: &[true],
         },
@@ -27542,7 +27572,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "at::view_as_real(grad.contiguous().resolve_conj())"),
+                g(0, New, Counted(0), false, "at::view_as_real(grad.contiguous().resolve_conj())"),
             ],
             outputs_differentiable: &[true],
         },
@@ -27562,7 +27592,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "at::view_as_complex(grad.contiguous())"),
+                g(0, New, Counted(0), false, "at::view_as_complex(grad.contiguous())"),
             ],
             outputs_differentiable: &[true],
         },
@@ -27575,7 +27605,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "at::view_as_complex(grad.contiguous())"),
+                g(0, New, Counted(0), false, "at::view_as_complex(grad.contiguous())"),
             ],
             outputs_differentiable: &[true],
         },
@@ -27595,7 +27625,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "grad.reshape_symint(self.sym_sizes())"),
+                g(0, Reshape, Counted(0), false, "grad.reshape_symint(self.sym_sizes())"),
             ],
             outputs_differentiable: &[true],
         },
@@ -27685,8 +27715,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(1, New, Counted(0), "where(condition, grad, 0)"),
-                g(2, New, Counted(0), "where(condition, 0, grad)"),
+                g(2, New, Counted(0), true, "where(condition, 0, grad)"),
+                g(1, New, Counted(0), true, "where(condition, grad, 0)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -27727,7 +27757,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Opaque("ternary"), "other.toDouble() > 0. ? at::xlogy(grad, other) : at::xlogy(grad, other).masked_fill(self == 0., 0.)"),
+                g(0, New, Opaque("ternary"), false, "other.toDouble() > 0. ? at::xlogy(grad, other) : at::xlogy(grad, other).masked_fill(self == 0., 0.)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -27740,7 +27770,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(1)],
             grads: &[
-                g(1, New, Counted(1), "grad * self / other"),
+                g(1, New, Counted(1), true, "grad * self / other"),
             ],
             outputs_differentiable: &[true],
         },
@@ -27753,8 +27783,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Counted(4), "at::xlogy(grad, other).masked_fill((self == 0.) & (other <= 0.), 0.)"),
-                g(1, New, Counted(1), "grad * self / other"),
+                g(1, New, Counted(1), true, "grad * self / other"),
+                g(0, New, Counted(4), true, "at::xlogy(grad, other).masked_fill((self == 0.) & (other <= 0.), 0.)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -27767,7 +27797,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0)],
             grads: &[
-                g(0, New, Opaque("ternary"), "other.toDouble() > 0. ? at::xlogy(grad, other) : at::xlogy(grad, other).masked_fill(self == 0., 0.)"),
+                g(0, New, Opaque("ternary"), false, "other.toDouble() > 0. ? at::xlogy(grad, other) : at::xlogy(grad, other).masked_fill(self == 0., 0.)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -27780,8 +27810,8 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[Input(0), Input(1)],
             grads: &[
-                g(0, New, Counted(4), "at::xlogy(grad, other).masked_fill((self == 0.) & (other <= 0.), 0.)"),
-                g(1, New, Counted(1), "grad * self / other"),
+                g(1, New, Counted(1), true, "grad * self / other"),
+                g(0, New, Counted(4), true, "at::xlogy(grad, other).masked_fill((self == 0.) & (other <= 0.), 0.)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -27794,7 +27824,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "zeros_like(grad)"),
+                g(0, New, Counted(0), false, "zeros_like(grad)"),
             ],
             outputs_differentiable: &[true],
         },
@@ -27814,7 +27844,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         autograd: Formulas {
             saved: &[],
             grads: &[
-                g(0, New, Counted(0), "zeros_like(grad)"),
+                g(0, New, Counted(0), false, "zeros_like(grad)"),
             ],
             outputs_differentiable: &[true],
         },

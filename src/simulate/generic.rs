@@ -9,36 +9,119 @@
 //!   at once. No kernel scratch is modelled.
 //! - saved: the generated backward node's `SavedVariable`s: tensor arguments (parameters cost
 //!   nothing more: they are alive anyway) and returns.
-//! - backward: one gradient per differentiable tensor argument that requires grad: the
-//!   incoming gradient itself when the formula returns it or a view of it (and the shapes
-//!   agree), else a new tensor of the argument's size. While a formula runs, the
-//!   intermediate tensors of its expression are alive together (C++ temporaries of one
-//!   statement), each sized like the node's output: the generator counts them.
+//! - backward ([`engine_backward`]): the formulas run in the generated node's order
+//!   (load_derivatives.py: alphabetical by the entry's names), each result kept while the next
+//!   runs, each formula's intermediate tensors alive together while it runs (C++ temporaries
+//!   of one statement, each sized like the output: the generator counts them; a
+//!   `maybe_multiply` by a Scalar argument that is 1 here makes nothing). A result is the
+//!   incoming gradient or a view of it (no memory), or new: of the argument's size, or of the
+//!   output's when the formula is an elementwise expression of `grad`, then summed down to a
+//!   broadcast argument by the engine (`validate_outputs`' `sum_to`), as the incoming gradient
+//!   itself is. A tensor passed as two arguments gets its gradients added up (`InputBuffer`).
 //! - limits: a formula that calls a helper the generator cannot see into holds no
-//!   temporaries here; an op with no derivative entry (or `not_implemented`) takes no
-//!   gradient; a view's output aliases the node's first input. Each is named in the rule's note.
+//!   temporaries here; a helper's statements are counted as one expression; an op with no
+//!   derivative entry (or `not_implemented`) takes no gradient; a view's output aliases the
+//!   node's first input. Each is named in the rule's note.
 
 use super::rules::{Grad, OpRule, Output, Saved, Sizes, Source};
-use crate::ops::aten::{Alias, AtenAutograd, GradResult, SavedTensor, Temporaries};
+use crate::ops::aten::{Alias, AtenAutograd, GradFormula, GradResult, SavedTensor, Temporaries};
 use crate::ops::generic::{AtenNode, AtenValue, TensorRef};
 use crate::shape::Shape;
+
+/// One input of a generic node as the rule sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct NodeInput<'a> {
+    pub shape: &'a Shape,
+    /// Its bytes as a dense tensor (the size of a gradient made for it).
+    pub bytes: u64,
+    /// Whether its gradient is computed (the generated backward node skips a formula whose
+    /// arguments need none: `task_should_compute_output`).
+    pub requires_grad: bool,
+}
+
+/// One input's (or parameter's) gradient once the node's backward and the engine's checks
+/// are done, before it reaches the next node (or a leaf's `AccumulateGrad`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InputGrad {
+    /// Not computed (not differentiable, or not required).
+    None,
+    /// A new tensor of this many bytes.
+    New(u64),
+    /// The incoming gradient or a view of it (no new memory), as the formula returned it.
+    OfGrad(GradResult),
+}
+
+/// The backward of a generic node as autograd's engine runs it (`torch/csrc/autograd/
+/// engine.cpp`, `evaluate_function` then `validate_outputs`): the node's `apply` runs each
+/// formula in turn, each result kept in `grad_inputs` while the next runs (with its
+/// expression's temporaries, C++ temporaries of one statement); then `validate_outputs`
+/// sums each gradient whose shape is not its input's down to it (`at::sum_to`, the old one
+/// freed as it is replaced); then each input's gradients are added up in its `InputBuffer`
+/// (`input_buffer.cpp`: in place into one nobody else holds, else `old + new`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EngineBackward {
+    /// The highest level over the one before (which holds the incoming gradient).
+    pub peak: u64,
+    /// One per node input.
+    pub inputs: Vec<InputGrad>,
+    /// One per parameter of the node.
+    pub params: Vec<InputGrad>,
+}
+
+impl EngineBackward {
+    /// Bytes of the new gradients it leaves.
+    pub fn new_bytes(&self) -> u64 {
+        self.inputs
+            .iter()
+            .chain(self.params.iter())
+            .map(|g| match g {
+                InputGrad::New(b) => *b,
+                _ => 0,
+            })
+            .sum()
+    }
+}
 
 /// The generic rule of `a` at the sizes of `s`.
 pub(super) fn rule(a: &AtenNode, s: &Sizes) -> OpRule {
     let n = s.values.args(s.k).len();
-    let shapes: Vec<&Shape> = (0..n).filter_map(|i| s.shape_in(i)).collect();
-    rule_for(a, s.batch, &shapes)
+    let inputs: Vec<NodeInput> = (0..n)
+        .filter_map(|i| {
+            s.shape_in(i).map(|shape| NodeInput {
+                shape,
+                bytes: s.x(i),
+                requires_grad: true,
+            })
+        })
+        .collect();
+    rule_for_inputs(a, s.batch, &inputs)
 }
 
-/// The generic rule of `a` at `batch`, its inputs of these shapes.
+/// The generic rule of `a` at `batch`, its inputs of these shapes (each of the output's dtype,
+/// each requiring grad).
 pub fn rule_for(a: &AtenNode, batch: u64, inputs: &[&Shape]) -> OpRule {
-    let bytes_of = |o: usize| -> u64 {
-        a.bound
-            .get(o)
-            .map_or(0, |sh| sh.numel_at(batch))
-            .saturating_mul(a.outputs[o].dtype.bytes())
-    };
-    let y = bytes_of(a.item);
+    let e = a.outputs[a.item].dtype.bytes();
+    let inputs: Vec<NodeInput> = inputs
+        .iter()
+        .map(|&shape| NodeInput {
+            shape,
+            bytes: shape.numel_at(batch).saturating_mul(e),
+            requires_grad: true,
+        })
+        .collect();
+    rule_for_inputs(a, batch, &inputs)
+}
+
+fn bytes_of(a: &AtenNode, batch: u64, o: usize) -> u64 {
+    a.bound
+        .get(o)
+        .map_or(0, |sh| sh.numel_at(batch))
+        .saturating_mul(a.outputs.get(o).map_or(0, |x| x.dtype.bytes()))
+}
+
+/// The generic rule of `a` at `batch` for these inputs.
+pub fn rule_for_inputs(a: &AtenNode, batch: u64, inputs: &[NodeInput]) -> OpRule {
+    let y = bytes_of(a, batch, a.item);
     let returns = a.op.returns;
     let alias = returns.get(a.item).map_or(Alias::None, |r| r.alias);
     let output = match alias {
@@ -48,11 +131,9 @@ pub fn rule_for(a: &AtenNode, batch: u64, inputs: &[&Shape]) -> OpRule {
     let n_inputs = inputs.len();
     let mut saved = Vec::new();
     let mut forward_transient = 0u64;
-    let (grads_of, note, source) = match &a.op.autograd {
+    let (differentiable, note, source) = match &a.op.autograd {
         AtenAutograd::Formulas {
-            saved: list,
-            grads,
-            ..
+            saved: list, grads, ..
         } => {
             for t in list.iter() {
                 match *t {
@@ -60,7 +141,7 @@ pub fn rule_for(a: &AtenNode, batch: u64, inputs: &[&Shape]) -> OpRule {
                     SavedTensor::Output(o) if o as usize == a.item => saved.push(Saved::Out),
                     SavedTensor::Output(o) => saved.push(Saved::Internal {
                         what: "another output of the op, saved",
-                        bytes: bytes_of(o as usize),
+                        bytes: bytes_of(a, batch, o as usize),
                     }),
                 }
             }
@@ -72,25 +153,25 @@ pub fn rule_for(a: &AtenNode, batch: u64, inputs: &[&Shape]) -> OpRule {
             } else {
                 "generic ATen op (derivatives.yaml): saves what its backward node saves; each gradient formula's temporaries counted from its expression"
             };
-            (Some(grads), note, Source::TorchSource)
+            (true, note, Source::TorchSource)
         }
         AtenAutograd::NotImplemented => (
-            None,
+            false,
             "generic ATen op: derivatives.yaml says not_implemented; no gradient (approximate)",
             Source::Assumed,
         ),
         AtenAutograd::NonDifferentiable => (
-            None,
+            false,
             "generic ATen op: not differentiable (derivatives.yaml); saves nothing",
             Source::TorchSource,
         ),
         AtenAutograd::Missing if a.op.composite => (
-            None,
+            false,
             "generic ATen op, a composite drawn whole (CompositeImplicitAutograd): the gradient flows to its inputs, what its decomposition saves is not drawn (approximate)",
             Source::Assumed,
         ),
         AtenAutograd::Missing => (
-            None,
+            false,
             "generic ATen op with no derivatives.yaml entry: no gradient, nothing saved (approximate)",
             Source::Assumed,
         ),
@@ -101,52 +182,26 @@ pub fn rule_for(a: &AtenNode, batch: u64, inputs: &[&Shape]) -> OpRule {
         let kept = saved.iter().any(|x| matches!(x, Saved::Internal { .. }))
             && matches!(&a.op.autograd, AtenAutograd::Formulas { saved, .. } if saved.contains(&SavedTensor::Output(o as u8)));
         if made && !kept {
-            forward_transient = forward_transient.saturating_add(bytes_of(o));
+            forward_transient = forward_transient.saturating_add(bytes_of(a, batch, o));
         }
     }
     let mut grads = vec![Grad::None; n_inputs];
-    let mut temporaries = 0u64;
-    // Arguments broadcast to the output: the formula makes their gradient at the output's
-    // size and the engine sums it down (`validate_outputs`' `sum_to`): both exist a moment.
-    let mut broadcast = 0u64;
-    let out_dims: Vec<u64> = a.shape().0.iter().map(|d| d.at(batch)).collect();
-    let broadcasts = |dims: &[u64]| dims != out_dims.as_slice() && broadcastable(dims, &out_dims);
-    if let Some(formulas) = grads_of {
-        for (i, g) in grads.iter_mut().enumerate() {
-            let Some(arg) = arg_holding(a, i) else {
-                continue;
+    let mut backward_transient = 0;
+    if differentiable {
+        let engine = engine_backward(a, batch, inputs);
+        for (g, e) in grads.iter_mut().zip(&engine.inputs) {
+            *g = match e {
+                InputGrad::None => Grad::None,
+                InputGrad::New(_) => Grad::New,
+                InputGrad::OfGrad(_) => Grad::OfOutput,
             };
-            let Some(f) = formulas.iter().find(|f| f.input as usize == arg) else {
-                continue;
-            };
-            let same_shape = inputs.get(i).is_some_and(|sh| **sh == *a.shape());
-            *g = match f.result {
-                GradResult::OfGrad if same_shape => Grad::OfOutput,
-                _ => Grad::New,
-            };
-            if let Temporaries::Counted(n) = f.temporaries {
-                temporaries = temporaries.max(n as u64);
-            }
-            let dims: Vec<u64> = inputs
-                .get(i)
-                .map_or(vec![], |sh| sh.0.iter().map(|d| d.at(batch)).collect());
-            if broadcasts(&dims) {
-                broadcast = broadcast.saturating_add(y);
-            }
         }
-        for (p, param) in a.params.iter().enumerate() {
-            let Some(arg) = a.arg_of(TensorRef::Param(p)) else {
-                continue;
-            };
-            if formulas.iter().any(|f| f.input as usize == arg) && broadcasts(&param.shape) {
-                broadcast = broadcast.saturating_add(y);
-            }
-        }
+        backward_transient = engine.peak.saturating_sub(engine.new_bytes());
     } else if a.op.composite && matches!(a.op.autograd, AtenAutograd::Missing) {
         // A composite op drawn whole: its decomposition's gradient flows to every input
         // (the incoming one where the op is a view), its inner ops' savings unknown.
         for (i, g) in grads.iter_mut().enumerate() {
-            let same_shape = inputs.get(i).is_some_and(|sh| **sh == *a.shape());
+            let same_shape = inputs.get(i).is_some_and(|x| *x.shape == *a.shape());
             *g = if alias != Alias::None && same_shape {
                 Grad::OfOutput
             } else {
@@ -156,10 +211,197 @@ pub fn rule_for(a: &AtenNode, batch: u64, inputs: &[&Shape]) -> OpRule {
     }
     let mut rule = OpRule::new(output, saved, grads, source)
         .fwd(forward_transient)
-        .bwd(temporaries.saturating_mul(y).max(broadcast))
+        .bwd(backward_transient)
         .note(note);
     rule.output_contiguous = Some(a.outputs[a.item].contiguous);
     rule
+}
+
+/// A formula's reading for this call: its `unit` reading when the Scalar arguments it names
+/// are all 1 here (passed as 1, or left at their schema default of 1).
+fn reading(a: &AtenNode, f: &GradFormula) -> (GradResult, Temporaries, bool) {
+    if let Some(u) = &f.unit {
+        let is_one = |name: &str| {
+            let Some(k) = a.op.args.iter().position(|x| x.name == name) else {
+                return false;
+            };
+            match a.arg(k) {
+                None => true,
+                Some(AtenValue::Int(1)) => true,
+                Some(AtenValue::Float(x)) => *x == 1.0,
+                _ => false,
+            }
+        };
+        if u.args.iter().all(|n| is_one(n)) {
+            return (u.result, u.temporaries, u.output_shaped);
+        }
+    }
+    (f.result, f.temporaries, f.output_shaped)
+}
+
+/// One gradient the node's formulas make: for which slot (a node input, or a parameter after
+/// them), what it is, and whether it has the output's shape.
+struct Made {
+    slot: usize,
+    grad: InputGrad,
+    output_shaped: bool,
+}
+
+/// The engine's backward of `a` (see [`EngineBackward`]); every gradient `None` when the op
+/// has no formulas.
+pub fn engine_backward(a: &AtenNode, batch: u64, inputs: &[NodeInput]) -> EngineBackward {
+    let n = inputs.len();
+    let np = a.params.len();
+    let mut out = EngineBackward {
+        peak: 0,
+        inputs: vec![InputGrad::None; n],
+        params: vec![InputGrad::None; np],
+    };
+    let AtenAutograd::Formulas {
+        grads: formulas, ..
+    } = &a.op.autograd
+    else {
+        return out;
+    };
+    let y = bytes_of(a, batch, a.item);
+    let e = a.outputs[a.item].dtype.bytes();
+    let out_dims: Vec<u64> = a.shape().0.iter().map(|d| d.at(batch)).collect();
+    // The slots: node inputs, then parameters (alive anyway, each requiring grad).
+    let mut dims: Vec<Vec<u64>> = inputs
+        .iter()
+        .map(|x| x.shape.0.iter().map(|d| d.at(batch)).collect())
+        .collect();
+    let mut bytes: Vec<u64> = inputs.iter().map(|x| x.bytes).collect();
+    let mut requires: Vec<bool> = inputs.iter().map(|x| x.requires_grad).collect();
+    for p in &a.params {
+        bytes.push(p.shape.iter().product::<u64>().saturating_mul(e));
+        dims.push(p.shape.clone());
+        requires.push(true);
+    }
+    let slot_of = |r: TensorRef| match r {
+        TensorRef::Input(i) => i,
+        TensorRef::Param(p) => n + p,
+    };
+    // Which slots each schema argument holds (a tensor list holds several; one tensor may be
+    // passed as several arguments).
+    let slots_of_arg = |k: usize| -> Vec<usize> {
+        let mut refs = Vec::new();
+        if let Some(v) = a.arg(k) {
+            collect(v, &mut refs);
+        }
+        refs.into_iter()
+            .map(slot_of)
+            .filter(|&s| s < bytes.len())
+            .collect()
+    };
+    // The node's apply: formulas in the entry's order; one shared by several arguments
+    // (`self, other: atan2_backward(...)`) runs once, for the arguments that need it.
+    let mut made: Vec<Made> = Vec::new();
+    let mut live = 0u64;
+    let mut done = vec![false; formulas.len()];
+    for f0 in 0..formulas.len() {
+        if done[f0] {
+            continue;
+        }
+        let group: Vec<usize> = (f0..formulas.len())
+            .filter(|&j| !done[j] && formulas[j].formula == formulas[f0].formula)
+            .collect();
+        let mut results = 0u64;
+        let mut any = false;
+        for &j in &group {
+            done[j] = true;
+            let f = &formulas[j];
+            let (result, _, output_shaped) = reading(a, f);
+            for s in slots_of_arg(f.input as usize) {
+                if !requires[s] {
+                    continue;
+                }
+                any = true;
+                let broadcast = dims[s] != out_dims && broadcastable(&dims[s], &out_dims);
+                let grad = match result {
+                    GradResult::New => {
+                        let b = if output_shaped && broadcast {
+                            y
+                        } else {
+                            bytes[s]
+                        };
+                        results = results.saturating_add(b);
+                        InputGrad::New(b)
+                    }
+                    r => InputGrad::OfGrad(r),
+                };
+                made.push(Made {
+                    slot: s,
+                    grad,
+                    output_shaped: broadcast
+                        && (result == GradResult::Grad
+                            || (result == GradResult::New && output_shaped)),
+                });
+            }
+        }
+        if !any {
+            continue;
+        }
+        let temporaries = match reading(a, &formulas[f0]).1 {
+            Temporaries::Counted(t) => (t as u64).saturating_mul(y),
+            Temporaries::Opaque(_) => 0,
+        };
+        out.peak = out
+            .peak
+            .max(live.saturating_add(temporaries).saturating_add(results));
+        live = live.saturating_add(results);
+    }
+    // validate_outputs: a gradient of the output's shape for a broadcast input is summed
+    // down to the input's (the new sum, then the old one goes).
+    for m in made.iter_mut() {
+        if !m.output_shaped {
+            continue;
+        }
+        let reduced = bytes[m.slot];
+        out.peak = out.peak.max(live.saturating_add(reduced));
+        let old = match m.grad {
+            InputGrad::New(b) => b,
+            _ => 0,
+        };
+        live = live.saturating_sub(old).saturating_add(reduced);
+        m.grad = InputGrad::New(reduced);
+    }
+    // The InputBuffer: a slot given several gradients adds them up, in place into a new one
+    // (the other freed), else into a new sum.
+    for (s, &size) in bytes.iter().enumerate() {
+        let mine: Vec<InputGrad> = made
+            .iter()
+            .filter(|m| m.slot == s)
+            .map(|m| m.grad)
+            .collect();
+        let g = match mine.as_slice() {
+            [] => InputGrad::None,
+            [one] => *one,
+            many => {
+                let news: Vec<u64> = many
+                    .iter()
+                    .filter_map(|g| match g {
+                        InputGrad::New(b) => Some(*b),
+                        _ => None,
+                    })
+                    .collect();
+                if news.is_empty() {
+                    out.peak = out.peak.max(live.saturating_add(size));
+                    live = live.saturating_add(size);
+                } else {
+                    live = live.saturating_sub(news[1..].iter().sum::<u64>());
+                }
+                InputGrad::New(size)
+            }
+        };
+        if s < n {
+            out.inputs[s] = g;
+        } else {
+            out.params[s - n] = g;
+        }
+    }
+    out.peak = out.peak.max(live);
+    out
 }
 
 /// Whether `dims` broadcasts to `out` (numpy's rule: aligned from the right, each axis equal
@@ -194,18 +436,4 @@ fn collect(v: &AtenValue, out: &mut Vec<TensorRef>) {
         AtenValue::List(l) => l.iter().for_each(|x| collect(x, out)),
         _ => {}
     }
-}
-
-/// The schema argument that node input `i` is passed as (directly or inside a list).
-fn arg_holding(a: &AtenNode, i: usize) -> Option<usize> {
-    if let Some(k) = a.arg_of(TensorRef::Input(i)) {
-        return Some(k);
-    }
-    (0..a.op.args.len()).find(|&k| {
-        let mut refs = Vec::new();
-        if let Some(v) = a.arg(k) {
-            collect(v, &mut refs);
-        }
-        refs.contains(&TensorRef::Input(i))
-    })
 }
