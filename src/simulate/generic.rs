@@ -187,6 +187,9 @@ pub fn rule_for_inputs(a: &AtenNode, batch: u64, inputs: &[NodeInput]) -> OpRule
     }
     let mut grads = vec![Grad::None; n_inputs];
     let mut backward_transient = 0;
+    // A gradient that is `grad.reshape(...)`: a view of a contiguous incoming gradient, a copy
+    // of a non-contiguous one (the simulator tracks which).
+    let mut reshapes = false;
     if differentiable {
         let engine = engine_backward(a, batch, inputs);
         for (g, e) in grads.iter_mut().zip(&engine.inputs) {
@@ -196,10 +199,16 @@ pub fn rule_for_inputs(a: &AtenNode, batch: u64, inputs: &[NodeInput]) -> OpRule
                 InputGrad::OfGrad(_) => Grad::OfOutput,
             };
         }
+        reshapes = engine
+            .inputs
+            .iter()
+            .any(|e| matches!(e, InputGrad::OfGrad(GradResult::Reshape)));
         backward_transient = engine.peak.saturating_sub(engine.new_bytes());
     } else if a.op.composite && matches!(a.op.autograd, AtenAutograd::Missing) {
         // A composite op drawn whole: its decomposition's gradient flows to every input
-        // (the incoming one where the op is a view), its inner ops' savings unknown.
+        // (the incoming one where the op is a view, reshaped back), its inner ops' savings
+        // unknown.
+        reshapes = alias != Alias::None;
         for (i, g) in grads.iter_mut().enumerate() {
             let same_shape = inputs.get(i).is_some_and(|x| *x.shape == *a.shape());
             *g = if alias != Alias::None && same_shape {
@@ -214,6 +223,7 @@ pub fn rule_for_inputs(a: &AtenNode, batch: u64, inputs: &[NodeInput]) -> OpRule
         .bwd(backward_transient)
         .note(note);
     rule.output_contiguous = Some(a.outputs[a.item].contiguous);
+    rule.grad_reshapes = reshapes;
     rule
 }
 

@@ -1339,6 +1339,9 @@ impl<'a> Sim<'a> {
                     Op::Reshape { .. } | Op::Flatten { .. } if !contig => {
                         (self.mem.alloc(bytes, Kind::ActivationGradients), true)
                     }
+                    _ if rule.grad_reshapes && !contig => {
+                        (self.mem.alloc(bytes, Kind::ActivationGradients), true)
+                    }
                     _ => {
                         self.mem.retain(g_out);
                         let c = match &node.op {

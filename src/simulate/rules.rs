@@ -205,6 +205,10 @@ pub struct OpRule {
     pub cublas: bool,
     /// The op reads its input contiguously: a non-contiguous input costs a transient copy.
     pub needs_contiguous_input: bool,
+    /// A gradient it hands on as the incoming one (`Grad::OfOutput`) is that gradient
+    /// reshaped (a generic node whose formula is `grad.reshape(...)`): a copy when the
+    /// incoming gradient is not contiguous, as `reshape` and `flatten` make.
+    pub grad_reshapes: bool,
     pub source: Source,
     /// What the rule says, in words (for the docs and `--timeline`).
     pub note: &'static str,
@@ -233,6 +237,7 @@ impl OpRule {
             bf16_param_grads: false,
             cublas: false,
             needs_contiguous_input: false,
+            grad_reshapes: false,
             source,
             note: "",
         }
