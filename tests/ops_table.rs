@@ -9,6 +9,7 @@ use serde_json::{json, Map, Value};
 const EXAMPLES: &[(&str, &str)] = &[
         ("adaptive_avg_pool", "{\"output_size\": 1}"),
         ("add", "{}"),
+        ("aten", "{\"target\": \"aten.addmm.default\", \"args\": [{\"param\": 1}, {\"input\": 0}, {\"param\": 0}], \"params\": [{\"name\": \"fc.weight\", \"shape\": [8, 4]}, {\"name\": \"fc.bias\", \"shape\": [4]}], \"shape\": [\"B\", 4]}"),
         ("avg_pool", "{\"kernel_size\": 2}"),
         ("batch_norm", "{\"num_features\": 64}"),
         ("concat", "{\"dim\": 1}"),
