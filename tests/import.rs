@@ -85,6 +85,30 @@ fn parameter_counts_are_the_published_ones() {
         // bart-large (d 1024, 12 + 12, ffn 4096): 51,471,360 + 2,101,248 + 4,096 + 12 x
         // 12,596,224 + 12 x 16,796,672.
         ("bart-large", 406_291_456),
+        // Issue 37's types: each count is what transformers 5.24 gives for the fixture's
+        // config.json (`AutoConfig.for_model(model_type, **config)`, the model built on the meta
+        // device, `sum(p.numel() for p in model.parameters())`, tied weights counted once;
+        // tests/fixtures/hf/README.md), and the model card's published size.
+        ("gemma-2-2b", 2_614_341_888),
+        ("Phi-3-mini-4k-instruct", 3_821_079_552),
+        ("starcoder2-3b", 3_030_371_328),
+        ("OLMo-1B-hf", 1_176_764_416),
+        ("OLMo-2-1124-7B", 7_298_617_344),
+        ("granite-3.0-2b-base", 2_533_531_648),
+        ("c4ai-command-r-v01", 34_980_831_232),
+        ("stablelm-3b-4e1t", 2_795_443_200),
+        ("pythia-160m", 162_322_944),
+        ("gpt-j-6b", 6_050_882_784),
+        ("phi-2", 2_779_683_840),
+        ("falcon-7b", 6_921_720_704),
+        ("opt-125m", 125_239_296),
+        // The encoders as AutoModel builds them: DistilBertModel and ElectraModel have no
+        // pooler, CamembertModel has one.
+        ("distilbert-base-uncased", 66_362_880),
+        ("electra-small-discriminator", 13_483_008),
+        ("camembert-base", 110_621_952),
+        ("Qwen1.5-MoE-A2.7B", 14_315_784_192),
+        ("DeepSeek-V2-Lite", 15_706_484_224),
     ] {
         let g = import(&fixture(model), &[]);
         assert_eq!(g.parameters(), count, "{model}");
@@ -175,8 +199,11 @@ fn bad_configs_exit_2_naming_the_file_and_the_field() {
     };
     let cases = [
         (
-            write("falcon.json", r#"{"model_type": "falcon"}"#),
-            "field `model_type`: `falcon`",
+            write(
+                "rwkv.json",
+                r#"{"model_type": "rwkv", "vocab_size": 50277}"#,
+            ),
+            "field `model_type`: `rwkv`",
         ),
         (
             write("none.json", r#"{"n_embd": 8}"#),
@@ -201,6 +228,56 @@ fn bad_configs_exit_2_naming_the_file_and_the_field() {
             write("cut.json", r#"{"model_type": "#),
             "malformed Hugging Face config",
         ),
+        // Fields that contradict each other: both named.
+        (
+            write(
+                "heads.json",
+                r#"{"model_type": "phi3", "hidden_size": 100, "num_attention_heads": 3, "num_hidden_layers": 2, "vocab_size": 10, "intermediate_size": 8}"#,
+            ),
+            "field `num_attention_heads`: 3 does not divide `hidden_size` 100",
+        ),
+        (
+            write(
+                "kv.json",
+                r#"{"model_type": "starcoder2", "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 3, "num_hidden_layers": 2, "vocab_size": 10, "intermediate_size": 8}"#,
+            ),
+            "field `num_key_value_heads`: 3 does not divide `num_attention_heads` 4",
+        ),
+        (
+            write(
+                "dim.json",
+                r#"{"model_type": "distilbert", "dim": 100, "n_heads": 3, "n_layers": 2, "vocab_size": 10, "hidden_dim": 8}"#,
+            ),
+            "field `n_heads`: 3 does not divide `dim` 100",
+        ),
+        (
+            write(
+                "falcon-kv.json",
+                r#"{"model_type": "falcon", "hidden_size": 64, "num_attention_heads": 8, "new_decoder_architecture": true, "num_kv_heads": 3, "num_hidden_layers": 2, "vocab_size": 10}"#,
+            ),
+            "field `num_kv_heads`: 3 does not divide `num_attention_heads` 8",
+        ),
+        (
+            write(
+                "moe.json",
+                r#"{"model_type": "qwen2_moe", "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 10, "intermediate_size": 8, "num_experts": -4}"#,
+            ),
+            "field `num_experts`: must be a positive integer",
+        ),
+        (
+            write(
+                "mla.json",
+                r#"{"model_type": "deepseek_v2", "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 10, "moe_intermediate_size": 8, "kv_lora_rank": -1}"#,
+            ),
+            "field `kv_lora_rank`: must be a positive integer",
+        ),
+        (
+            write(
+                "granite.json",
+                r#"{"model_type": "granite", "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 10, "intermediate_size": 8, "logits_scaling": -8}"#,
+            ),
+            "field `logits_scaling`: must be a positive number",
+        ),
     ];
     for (path, want) in &cases {
         let o = memcal(&["import", "hf", path.to_str().unwrap()]);
@@ -212,6 +289,16 @@ fn bad_configs_exit_2_naming_the_file_and_the_field() {
             "{err}"
         );
     }
+    // An unknown model_type is refused with the exporter's exact command for the file.
+    let o = memcal(&["import", "hf", cases[0].0.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains(&format!(
+            "PYTHONPATH=.libtorch:.libtorch/py:exporter python3 -m memcal_export --hf-config {} --input input_ids=B,1024:int64:50277",
+            cases[0].0.display()
+        )),
+        "{err}"
+    );
     // A sequence longer than the learned positions.
     let gpt2 = fixture("gpt2");
     let o = memcal(&["import", "hf", gpt2.to_str().unwrap(), "--seq", "2048"]);
@@ -705,4 +792,155 @@ fn a_models_folder_imports_its_config_json() {
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.contains("a folder without a config.json"), "{err}");
     std::fs::remove_dir_all(&empty).ok();
+}
+
+/// `memcal import hf --help` names every model_type the importer reads.
+#[test]
+fn the_help_lists_every_type() {
+    let o = memcal(&["import", "hf", "--help"]);
+    assert_eq!(o.status.code(), Some(0));
+    let help = String::from_utf8_lossy(&o.stdout)
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    for t in memcal::import::supported() {
+        assert!(
+            help.contains(&format!(" {t},")) || help.contains(&format!(" {t})")),
+            "{t} is not in --help: {help}"
+        );
+    }
+}
+
+/// Issue 37's types: what each draws beyond LLaMA's shape, and what it says.
+#[test]
+fn issue_37_types_are_drawn_as_transformers_runs_them() {
+    use memcal::ops::Op;
+    let note = |model: &str| {
+        let o = memcal(&[
+            "import",
+            "hf",
+            fixture(model).to_str().unwrap(),
+            "--seq",
+            "64",
+        ]);
+        let err = String::from_utf8_lossy(&o.stderr).to_string();
+        assert_eq!(o.status.code(), Some(0), "{model}: {err}");
+        err
+    };
+    let ids = |model: &str| -> Vec<String> {
+        import(&fixture(model), &["64"])
+            .nodes
+            .iter()
+            .map(|n| n.id.clone())
+            .collect()
+    };
+    // Gemma-2: four norms a layer, the final soft-capping, eager attention, said.
+    let g = ids("gemma-2-2b");
+    for id in [
+        "layers0.post_feedforward_norm",
+        "softcap.tanh",
+        "embed_scale",
+    ] {
+        assert!(g.iter().any(|i| i == id), "{id}");
+    }
+    let n = note("gemma-2-2b");
+    assert!(
+        n.contains("attn_logit_softcapping = 50") && n.contains("eager"),
+        "{n}"
+    );
+    // OLMo: the bare LayerNorm as torch's call; OLMo-2: q/k norms over all heads, one sdpa.
+    let g = import(&fixture("OLMo-1B-hf"), &["64"]);
+    assert!(g.nodes.iter().any(|n| matches!(n.op, Op::Aten(_))));
+    let g = import(&fixture("OLMo-2-1124-7B"), &["64"]);
+    assert!(g
+        .nodes
+        .iter()
+        .any(|n| matches!(n.op, Op::Sdpa { causal: true, .. })));
+    assert!(g.nodes.iter().any(|n| n.id == "layers0.self_attn.k_norm"));
+    // Parallel residuals: GPT-J, Phi, Falcon-7B and Cohere read one norm, GPT-NeoX two.
+    for model in [
+        "gpt-j-6b",
+        "phi-2",
+        "falcon-7b",
+        "c4ai-command-r-v01",
+        "pythia-160m",
+    ] {
+        let g = ids(model);
+        assert!(g.iter().any(|i| i == "layers0.attn_mlp_add"), "{model}");
+        assert_eq!(
+            g.iter().any(|i| i == "layers0.post_attention_norm"),
+            model == "pythia-160m",
+            "{model}"
+        );
+    }
+    // Falcon-7B: multi-query attention.
+    let g = import(&fixture("falcon-7b"), &["64"]);
+    assert!(g.nodes.iter().any(|n| matches!(
+        n.op,
+        Op::GqaAttention {
+            num_heads: 71,
+            num_kv_heads: 1,
+            ..
+        }
+    )));
+    // Granite's multipliers and Cohere's logit scale.
+    assert!(note("granite-3.0-2b-base").contains("divided by 8"));
+    assert!(note("c4ai-command-r-v01").contains("times 0.0625"));
+    // Phi-2 (resid_pdrop 0.1): dropout after each attention and MLP; StarCoder2's three.
+    assert!(note("phi-2").contains("dropout (resid_pdrop = 0.1): 32 drawn"));
+    assert!(note("starcoder2-3b").contains("dropout (embedding_dropout = 0.1): 1 drawn"));
+    // Qwen2-MoE: the shared expert's sigmoid gate; DeepSeek-V2: MLA and one dense layer.
+    assert!(ids("Qwen1.5-MoE-A2.7B")
+        .iter()
+        .any(|i| i == "layers3.shared_expert.gated"));
+    let g = import(&fixture("DeepSeek-V2-Lite"), &["64"]);
+    assert!(g
+        .nodes
+        .iter()
+        .any(|n| matches!(n.op, Op::MlaAttention { .. })));
+    // Phi-3's 2047-token window is said when the sequence is longer.
+    let o = memcal(&[
+        "import",
+        "hf",
+        fixture("Phi-3-mini-4k-instruct").to_str().unwrap(),
+        "--seq",
+        "4096",
+    ]);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("sliding_window = 2047"));
+    // Every type's import plans, and a sequence axis plans like a fixed length.
+    let dir = tempfile::tempdir().unwrap();
+    for model in [
+        "OLMo-1B-hf",
+        "Qwen1.5-MoE-A2.7B",
+        "OLMo-2-1124-7B",
+        "opt-125m",
+    ] {
+        let (axis, fixed) = (dir.path().join("axis.json"), dir.path().join("fixed.json"));
+        for (out, extra) in [(&axis, "--seq-axis"), (&fixed, "--seq=64")] {
+            let o = memcal(&[
+                "import",
+                "hf",
+                fixture(model).to_str().unwrap(),
+                extra,
+                "--force",
+                "--out",
+                out.to_str().unwrap(),
+            ]);
+            assert_eq!(o.status.code(), Some(0), "{model}");
+        }
+        let plan = |path: &Path, extra: &[&str]| {
+            let mut args = vec!["plan", path.to_str().unwrap(), "--batch", "1", "--json"];
+            args.extend_from_slice(extra);
+            let o = memcal(&args);
+            assert_eq!(
+                o.status.code(),
+                Some(0),
+                "{model}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+            let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+            v["features"].clone()
+        };
+        assert_eq!(plan(&axis, &["--seq", "64"]), plan(&fixed, &[]), "{model}");
+    }
 }

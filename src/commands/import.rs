@@ -14,9 +14,12 @@ pub struct Args {
 
 #[derive(Subcommand)]
 pub enum Source {
-    /// A Hugging Face `config.json`, or a model's folder holding one (gpt2, llama, mistral,
-    /// mixtral, qwen2, qwen3, gemma, bert, roberta, xlm-roberta, t5, bart, vit): the graph
-    /// transformers' model class builds from it, at its real parameter count.
+    /// A Hugging Face `config.json`, or a model's folder holding one (model_type gpt2,
+    /// llama, mistral, mixtral, qwen2, qwen3, gemma, bert, roberta, xlm-roberta, camembert,
+    /// opt, distilbert, electra, deepseek_v2, t5, bart, vit, gemma2, phi3, starcoder2, olmo,
+    /// olmo2, granite, cohere, stablelm, gpt_neox, gptj, phi, falcon, qwen2_moe): the graph
+    /// transformers' model class builds from it, at its real parameter count. Another
+    /// model_type is refused with the exporter's command for it.
     /// Prints the graph (or writes --out) and, on stderr, what it assumed.
     Hf {
         /// The model's config.json, as it is on the hub.

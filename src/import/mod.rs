@@ -11,7 +11,10 @@ use serde_json::{Map, Value};
 use std::path::Path;
 
 mod activation;
+mod decoders;
 mod dropout;
+mod more;
+use more::{deepseek_v2, distilbert, electra, opt};
 pub mod measured;
 
 /// One supported `model_type`: what transformers class it is, and how its graph is built.
@@ -43,6 +46,12 @@ const BART_ALIASES: &[(&str, &str)] = &[
     ("num_hidden_layers", "encoder_layers"),
 ];
 const MIXTRAL_ALIASES: &[(&str, &str)] = &[("num_experts", "num_local_experts")];
+const DISTILBERT_ALIASES: &[(&str, &str)] = &[
+    ("hidden_size", "dim"),
+    ("num_attention_heads", "n_heads"),
+    ("num_hidden_layers", "n_layers"),
+];
+const DEEPSEEK_V2_ALIASES: &[(&str, &str)] = &[("num_experts", "n_routed_experts")];
 
 /// Every supported `model_type` (adding one touches this table and its builder).
 const KINDS: &[Kind] = &[
@@ -108,6 +117,38 @@ const KINDS: &[Kind] = &[
         build: bert,
         aliases: &[],
     },
+    // CamembertModel is RoBERTa's code too (modeling_camembert.py is generated from
+    // modeling_roberta.py).
+    Kind {
+        model_type: "camembert",
+        class: "CamembertModel (with its pooler)",
+        build: bert,
+        aliases: &[],
+    },
+    Kind {
+        model_type: "opt",
+        class: "OPTForCausalLM",
+        build: opt,
+        aliases: &[],
+    },
+    Kind {
+        model_type: "distilbert",
+        class: "DistilBertModel",
+        build: distilbert,
+        aliases: DISTILBERT_ALIASES,
+    },
+    Kind {
+        model_type: "electra",
+        class: "ElectraModel",
+        build: electra,
+        aliases: &[],
+    },
+    Kind {
+        model_type: "deepseek_v2",
+        class: "DeepseekV2ForCausalLM",
+        build: deepseek_v2,
+        aliases: DEEPSEEK_V2_ALIASES,
+    },
     Kind {
         model_type: "t5",
         class: "T5ForConditionalGeneration",
@@ -130,7 +171,78 @@ const KINDS: &[Kind] = &[
 
 /// The model types `memcal import hf` reads.
 pub fn supported() -> Vec<&'static str> {
-    KINDS.iter().map(|k| k.model_type).collect()
+    KINDS
+        .iter()
+        .map(|k| k.model_type)
+        .chain(decoders::DECODERS.iter().map(|d| d.model_type))
+        .collect()
+}
+
+/// How a model type is built: its own function, or a decoder described in the table
+/// ([`decoders::DECODERS`]).
+enum Builds {
+    Own(&'static Kind),
+    Table(&'static decoders::Desc),
+}
+
+impl Builds {
+    fn find(model_type: &str) -> Option<Builds> {
+        KINDS
+            .iter()
+            .find(|k| k.model_type == model_type)
+            .map(Builds::Own)
+            .or_else(|| {
+                decoders::DECODERS
+                    .iter()
+                    .find(|d| d.model_type == model_type)
+                    .map(Builds::Table)
+            })
+    }
+
+    fn class(&self) -> &'static str {
+        match self {
+            Builds::Own(k) => k.class,
+            Builds::Table(d) => d.class,
+        }
+    }
+
+    fn aliases(&self) -> &'static [(&'static str, &'static str)] {
+        match self {
+            Builds::Own(k) => k.aliases,
+            Builds::Table(d) => d.aliases,
+        }
+    }
+
+    fn build(&self, c: &Config, o: &Options) -> Result<Built> {
+        match self {
+            Builds::Own(k) => (k.build)(c, o),
+            Builds::Table(d) => decoders::build(d, c, o),
+        }
+    }
+}
+
+/// What an unknown model type's refusal says: memcal's exporter traces the config's own
+/// transformers class (torch and transformers needed), with the exact command for `path`.
+fn exporter_route(path: &Path, map: &Map<String, Value>, model_type: &str) -> String {
+    let vocab = map
+        .get("vocab_size")
+        .and_then(Value::as_u64)
+        .map_or("VOCAB".to_string(), |v| v.to_string());
+    let name = path
+        .parent()
+        .and_then(|p| p.file_name())
+        .and_then(|s| s.to_str())
+        .filter(|s| !s.is_empty())
+        .unwrap_or("model");
+    let family = if model_type.is_empty() {
+        "hf-model".to_string()
+    } else {
+        format!("hf-{model_type}")
+    };
+    format!(
+        "trace it with memcal's exporter instead (torch and transformers; exporter/README.md): `PYTHONPATH=.libtorch:.libtorch/py:exporter python3 -m memcal_export --hf-config {} --input input_ids=B,1024:int64:{vocab} --name {name} --family {family} --out {name}.json`, or write the graph by hand (docs/graph-format.md)",
+        path.display()
+    )
 }
 
 /// Choices the config does not fix.
@@ -437,7 +549,7 @@ pub(crate) fn read_config(path: &Path) -> Result<Map<String, Value>> {
 pub fn hf_fields(path: &Path, map: &Map<String, Value>, options: &Options) -> Result<Imported> {
     let raw = Config { path, map };
     let model_type = raw.text_or("model_type", "")?;
-    let Some(kind) = KINDS.iter().find(|k| k.model_type == model_type) else {
+    let Some(kind) = Builds::find(model_type) else {
         let found = if model_type.is_empty() {
             "missing".to_string()
         } else {
@@ -446,15 +558,19 @@ pub fn hf_fields(path: &Path, map: &Map<String, Value>, options: &Options) -> Re
         return Err(Error::field(
             path,
             "model_type",
-            format!("{found}; memcal imports {} (others: write the graph by hand, docs/graph-format.md)", supported().join(", ")),
+            format!(
+                "{found}; memcal imports {}; {}",
+                supported().join(", "),
+                exporter_route(path, map, model_type)
+            ),
         ));
     };
-    let resolved = resolve_aliases(path, map, kind.aliases)?;
+    let resolved = resolve_aliases(path, map, kind.aliases())?;
     let config = Config {
         path,
         map: &resolved,
     };
-    let built = (kind.build)(&config, options)?;
+    let built = kind.build(&config, options)?;
     let mut graph = built.graph;
     if options.seq_axis {
         symbolic_sequence(&mut graph, model_type, built.seq, options)
@@ -469,14 +585,14 @@ pub fn hf_fields(path: &Path, map: &Map<String, Value>, options: &Options) -> Re
     graph.cut_from = None;
     graph.description = Some(format!(
         "imported from a Hugging Face config ({}, model_type {model_type}) at sequence length {}: {}",
-        kind.class,
+        kind.class(),
         built.seq,
         graph.description.clone().unwrap_or_default()
     ));
     Ok(Imported {
         graph,
         model_type: model_type.to_string(),
-        class: kind.class,
+        class: kind.class(),
         seq: built.seq,
         seq_source: built.seq_source,
         approximations: built.approximations,
@@ -530,6 +646,29 @@ fn symbolic_sequence(
     for input in &mut graph.inputs {
         if SEQUENCE_INPUTS.contains(&input.name.as_str()) && input.shape.len() == 2 {
             input.shape[1] = crate::graph::FileDim::Symbol("T".into());
+        }
+    }
+    // The builders' `aten` nodes (OLMo's bare LayerNorm, Qwen2-MoE's gate product) write their
+    // `[B, T, ...]` output shapes with the length; the axis is "T" there too.
+    let seq_axis = |shape: &mut Value| {
+        if let Some(dim) = shape.as_array_mut().and_then(|a| a.get_mut(1)) {
+            if dim.as_u64() == Some(seq) {
+                *dim = Value::from("T");
+            }
+        }
+    };
+    for node in graph.nodes.iter_mut().filter(|n| n.op == "aten") {
+        for (key, value) in node.attributes.iter_mut() {
+            match (key.as_str(), value) {
+                ("shape", shape) => seq_axis(shape),
+                ("outputs", Value::Array(outputs)) => {
+                    outputs
+                        .iter_mut()
+                        .filter_map(|o| o.get_mut("shape"))
+                        .for_each(seq_axis);
+                }
+                _ => {}
+            }
         }
     }
     Ok(())
@@ -923,7 +1062,10 @@ fn gemma(c: &Config, o: &Options) -> Result<Built> {
 }
 
 fn bert(c: &Config, o: &Options) -> Result<Built> {
-    let roberta = matches!(c.text_or("model_type", "")?, "roberta" | "xlm-roberta");
+    let roberta = matches!(
+        c.text_or("model_type", "")?,
+        "roberta" | "xlm-roberta" | "camembert"
+    );
     let positions = c.size("max_position_embeddings")?;
     // RoBERTa's positions start after the padding index: two rows are never used for tokens.
     let usable = if roberta {

@@ -933,6 +933,479 @@ pub(crate) mod sized {
         b.finish("loss")
     }
 
+    /// A decoder layer's normalization ([`Parts::norm`]).
+    #[derive(Debug, Clone, Copy, PartialEq)]
+    pub(crate) enum Norm {
+        /// RMSNorm with a weight of d.
+        Rms,
+        /// LayerNorm with a weight, and a bias when `bias`.
+        Layer { bias: bool },
+        /// LayerNorm without weight or bias (OLMo's `F.layer_norm(x, shape, None, None)`):
+        /// drawn as the `aten.native_layer_norm` call torch records, with its eps.
+        Bare { eps: f64 },
+    }
+
+    /// Which attention projections carry a bias.
+    #[derive(Debug, Clone, Copy, PartialEq)]
+    pub(crate) enum Bias {
+        None,
+        /// q, k and v (Qwen2's), not the output projection.
+        Qkv,
+        /// All four.
+        All,
+    }
+
+    /// How q and k are normalized before attention.
+    #[derive(Debug, Clone, Copy, PartialEq)]
+    pub(crate) enum QkNorm {
+        None,
+        /// RMSNorm per head over head_dim (Qwen3's `q_norm`, `k_norm`: gqa_attention qk_norm).
+        PerHead,
+        /// RMSNorm over the whole projection, heads x head_dim (OLMo-2's): the attention is
+        /// then drawn op by op, projections, norms, head views and one sdpa call.
+        Full,
+    }
+
+    /// How a layer adds its attention and feed-forward to the residual stream.
+    #[derive(Debug, Clone, Copy, PartialEq)]
+    pub(crate) enum Residual {
+        /// x + attn(norm(x)), then x + mlp(norm(x)) (LLaMA).
+        Sequential,
+        /// x + attn(norm(x)) + mlp(norm'(x)); `shared_norm`: one norm read by both (GPT-J,
+        /// Phi, Falcon-7B, Cohere), else two (GPT-NeoX).
+        Parallel { shared_norm: bool },
+        /// Gemma-2's: x + norm(attn(norm(x))), then x + norm(mlp(norm(x))).
+        Sandwich,
+        /// OLMo-2's: x + norm(attn(x)), then x + norm(mlp(x)).
+        PostNorm,
+    }
+
+    /// A sparse feed-forward ([`Parts::moe`]).
+    #[derive(Debug, Clone, PartialEq)]
+    pub(crate) struct Sparse {
+        pub(crate) experts: u64,
+        pub(crate) hidden: u64,
+        pub(crate) top_k: u64,
+        /// An always-on SwiGLU expert of this width (0: none).
+        pub(crate) shared: u64,
+        /// The shared expert's output times sigmoid(linear(x, 1)) (Qwen2-MoE's
+        /// `shared_expert_gate`).
+        pub(crate) shared_gate: bool,
+        /// Which layers are sparse (the others take the dense feed-forward of `Parts::ff`).
+        pub(crate) layers: Vec<bool>,
+    }
+
+    /// A decoder described part by part, for the importer's table of types: each field is
+    /// one choice a model class makes.
+    #[derive(Debug, Clone, PartialEq)]
+    pub(crate) struct Parts {
+        pub(crate) vocab: u64,
+        pub(crate) t: u64,
+        pub(crate) d: u64,
+        pub(crate) layers: u64,
+        pub(crate) heads: u64,
+        pub(crate) kv_heads: u64,
+        pub(crate) head_dim: u64,
+        /// The dense feed-forward's hidden width.
+        pub(crate) ff: u64,
+        pub(crate) norm: Norm,
+        pub(crate) attn_bias: Bias,
+        pub(crate) qk_norm: QkNorm,
+        /// A gated feed-forward down(act(gate(x)) * up(x)), else down(act(up(x))). Its
+        /// activation is drawn as the `gelu` op (id `….mlp.act`), which the importer rewrites
+        /// as the config's.
+        pub(crate) gated: bool,
+        pub(crate) mlp_bias: bool,
+        pub(crate) residual: Residual,
+        /// Learned positions (a table of this many rows added to the embedding).
+        pub(crate) positions: Option<u64>,
+        /// The embedding's output times this.
+        pub(crate) embed_scale: Option<f64>,
+        /// Each attention and feed-forward output times this before the residual add.
+        pub(crate) residual_scale: Option<f64>,
+        /// The logits times this.
+        pub(crate) logits_scale: Option<f64>,
+        /// The logits soft-capped: cap * tanh(logits / cap).
+        pub(crate) softcap: Option<f64>,
+        pub(crate) tied: bool,
+        pub(crate) head_bias: bool,
+        pub(crate) moe: Option<Sparse>,
+    }
+
+    fn norm(b: &mut Builder, id_: &str, x: &str, d: u64, t: u64, kind: Norm) -> String {
+        match kind {
+            Norm::Rms => rms(b, id_, x, d),
+            Norm::Layer { bias: true } => {
+                b.node(id_, "layer_norm", &[x], json!({"normalized_shape": d}))
+            }
+            Norm::Layer { bias: false } => b.node(
+                id_,
+                "layer_norm",
+                &[x],
+                json!({"normalized_shape": d, "bias": false}),
+            ),
+            Norm::Bare { eps } => b.node(
+                id_,
+                "aten",
+                &[x],
+                json!({
+                    "target": "aten.native_layer_norm.default",
+                    "args": [{"input": 0}, [d], null, null, eps],
+                    "outputs": [{"shape": ["B", t, d]}, {"shape": ["B", t, 1]}, {"shape": ["B", t, 1]}],
+                    "module": id_,
+                }),
+            ),
+        }
+    }
+
+    fn scaled(b: &mut Builder, id_: &str, x: &str, scale: Option<f64>) -> String {
+        match scale {
+            Some(s) => b.node(id_, "unary", &[x], json!({"fn": "mul_scalar", "scalar": s})),
+            None => x.to_string(),
+        }
+    }
+
+    /// The attention of [`Parts`] at layer prefix `p`.
+    fn parts_attention(b: &mut Builder, p: &str, x: &str, c: &Parts) -> String {
+        let (h, kv, hd) = (c.heads, c.kv_heads, c.head_dim);
+        if c.qk_norm != QkNorm::Full {
+            let mut a =
+                json!({"embed_dim": c.d, "num_heads": h, "num_kv_heads": kv, "head_dim": hd});
+            match c.attn_bias {
+                Bias::None => {}
+                Bias::Qkv => a["bias"] = json!("qkv"),
+                Bias::All => a["bias"] = json!(true),
+            }
+            if c.qk_norm == QkNorm::PerHead {
+                a["qk_norm"] = json!(true);
+            }
+            return b.node(&id(p, "self_attn"), "gqa_attention", &[x], a);
+        }
+        let qkv_bias = c.attn_bias != Bias::None;
+        let heads = |b: &mut Builder, name: &str, n: u64| {
+            let proj = linear(
+                b,
+                &id(p, &format!("self_attn.{name}_proj")),
+                x,
+                c.d,
+                n * hd,
+                qkv_bias,
+            );
+            let normed = if name == "v" {
+                proj
+            } else {
+                rms(b, &id(p, &format!("self_attn.{name}_norm")), &proj, n * hd)
+            };
+            let view = b.node(
+                &id(p, &format!("self_attn.{name}_view")),
+                "reshape",
+                &[&normed],
+                json!({"shape": ["B", -1, n, hd]}),
+            );
+            b.node(
+                &id(p, &format!("self_attn.{name}_heads")),
+                "permute",
+                &[&view],
+                json!({"dims": [0, 2, 1, 3]}),
+            )
+        };
+        let q = heads(b, "q", h);
+        let k = heads(b, "k", kv);
+        let v = heads(b, "v", kv);
+        let attn = b.node(
+            &id(p, "self_attn.sdpa"),
+            "sdpa",
+            &[&q, &k, &v],
+            json!({"causal": true, "enable_gqa": kv != h}),
+        );
+        let back = b.node(
+            &id(p, "self_attn.transpose"),
+            "permute",
+            &[&attn],
+            json!({"dims": [0, 2, 1, 3]}),
+        );
+        let flat = b.node(
+            &id(p, "self_attn.merge"),
+            "reshape",
+            &[&back],
+            json!({"shape": ["B", -1, h * hd]}),
+        );
+        linear(
+            b,
+            &id(p, "self_attn"),
+            &flat,
+            h * hd,
+            c.d,
+            c.attn_bias == Bias::All,
+        )
+    }
+
+    /// The feed-forward of [`Parts`] at layer `l` (prefix `p`).
+    fn parts_mlp(b: &mut Builder, p: &str, l: u64, x: &str, c: &Parts) -> String {
+        if let Some(s) = c.moe.as_ref().filter(|s| s.layers[l as usize]) {
+            let moe = b.node(
+                &id(p, "moe"),
+                "moe",
+                &[x],
+                json!({"dim": c.d, "hidden": s.hidden, "num_experts": s.experts, "top_k": s.top_k}),
+            );
+            if s.shared == 0 {
+                return moe;
+            }
+            let mut shared = swiglu(b, &id(p, "shared_expert"), x, c.d, s.shared);
+            if s.shared_gate {
+                let g = linear(b, &id(p, "shared_expert_gate"), x, c.d, 1, false);
+                let g = b.node(
+                    &id(p, "shared_expert_gate.sigmoid"),
+                    "unary",
+                    &[&g],
+                    json!({"fn": "sigmoid"}),
+                );
+                // sigmoid(gate) [B, T, 1] * shared [B, T, d]: torch broadcasts, which the
+                // graph's `mul` does not; drawn as the aten call torch records.
+                shared = b.node(
+                    &id(p, "shared_expert.gated"),
+                    "aten",
+                    &[&g, &shared],
+                    json!({
+                        "target": "aten.mul.Tensor",
+                        "args": [{"input": 0}, {"input": 1}],
+                        "shape": ["B", c.t, c.d],
+                        "module": id(p, "shared_expert"),
+                    }),
+                );
+            }
+            return b.node(&id(p, "moe_add"), "add", &[&moe, &shared], Value::Null);
+        }
+        let mp = id(p, "mlp");
+        let hidden = c.ff;
+        if c.gated {
+            let gate = linear(b, &id(&mp, "gate_proj"), x, c.d, hidden, c.mlp_bias);
+            let act = b.node(&id(&mp, "act"), "gelu", &[&gate], Value::Null);
+            let up = linear(b, &id(&mp, "up_proj"), x, c.d, hidden, c.mlp_bias);
+            let h = b.node(&id(&mp, "mul"), "mul", &[&act, &up], Value::Null);
+            linear(b, &id(&mp, "down_proj"), &h, hidden, c.d, c.mlp_bias)
+        } else {
+            let up = linear(b, &id(&mp, "up_proj"), x, c.d, hidden, c.mlp_bias);
+            let act = b.node(&id(&mp, "act"), "gelu", &[&up], Value::Null);
+            linear(b, &id(&mp, "down_proj"), &act, hidden, c.d, c.mlp_bias)
+        }
+    }
+
+    /// The decoder [`Parts`] describes, with the LM head and the loss. Node ids follow the
+    /// zoo's decoders: `embed_tokens`, `layers<l>.input_norm`, `.self_attn`, `.attn_add`,
+    /// `.post_attention_norm`, `.mlp…`, `.mlp_add`, `norm`, `lm_head`.
+    pub(crate) fn decoder(c: &Parts, desc: String) -> GraphFile {
+        let mut b = start("decoder", "full", "decoder-full", desc);
+        let tokens = b.int_input("tokens", &[B, c.t], c.vocab);
+        let labels = b.int_input("labels", &[B, c.t], c.vocab);
+        let mut x = b.node(
+            "embed_tokens",
+            "embedding",
+            &[&tokens],
+            json!({"num_embeddings": c.vocab, "embedding_dim": c.d}),
+        );
+        x = scaled(&mut b, "embed_scale", &x, c.embed_scale);
+        if let Some(n) = c.positions {
+            x = b.node(
+                "embed_positions",
+                "learned_position",
+                &[&x],
+                json!({"num_positions": n, "dim": c.d}),
+            );
+        }
+        let (d, t) = (c.d, c.t);
+        for l in 0..c.layers {
+            let p = format!("layers{l}");
+            let p = p.as_str();
+            x = match c.residual {
+                Residual::Sequential | Residual::Sandwich | Residual::PostNorm => {
+                    let sandwich = c.residual == Residual::Sandwich;
+                    let post = c.residual == Residual::PostNorm;
+                    let h = if post {
+                        x.clone()
+                    } else {
+                        norm(&mut b, &id(p, "input_norm"), &x, d, t, c.norm)
+                    };
+                    let mut a = parts_attention(&mut b, p, &h, c);
+                    if sandwich || post {
+                        a = norm(&mut b, &id(p, "post_attention_norm"), &a, d, t, c.norm);
+                    }
+                    let a = scaled(&mut b, &id(p, "attn_scale"), &a, c.residual_scale);
+                    let x1 = b.node(&id(p, "attn_add"), "add", &[&x, &a], Value::Null);
+                    let h2 = if post {
+                        x1.clone()
+                    } else if sandwich {
+                        norm(&mut b, &id(p, "pre_feedforward_norm"), &x1, d, t, c.norm)
+                    } else {
+                        norm(&mut b, &id(p, "post_attention_norm"), &x1, d, t, c.norm)
+                    };
+                    let mut m = parts_mlp(&mut b, p, l, &h2, c);
+                    if sandwich || post {
+                        m = norm(&mut b, &id(p, "post_feedforward_norm"), &m, d, t, c.norm);
+                    }
+                    let m = scaled(&mut b, &id(p, "mlp_scale"), &m, c.residual_scale);
+                    b.node(&id(p, "mlp_add"), "add", &[&x1, &m], Value::Null)
+                }
+                Residual::Parallel { shared_norm } => {
+                    let h = norm(&mut b, &id(p, "input_norm"), &x, d, t, c.norm);
+                    let a = parts_attention(&mut b, p, &h, c);
+                    let h2 = if shared_norm {
+                        h
+                    } else {
+                        norm(&mut b, &id(p, "post_attention_norm"), &x, d, t, c.norm)
+                    };
+                    let m = parts_mlp(&mut b, p, l, &h2, c);
+                    let s = b.node(&id(p, "attn_mlp_add"), "add", &[&a, &m], Value::Null);
+                    b.node(&id(p, "mlp_add"), "add", &[&x, &s], Value::Null)
+                }
+            };
+        }
+        let ln = norm(&mut b, "norm", &x, d, t, c.norm);
+        let mut head = json!({"in_features": d, "out_features": c.vocab});
+        if !c.head_bias {
+            head["bias"] = json!(false);
+        }
+        if c.tied {
+            head["tie"] = json!("embed_tokens");
+        }
+        let mut logits = b.node("lm_head", "linear", &[&ln], head);
+        logits = scaled(&mut b, "logits_scale", &logits, c.logits_scale);
+        if let Some(cap) = c.softcap {
+            let s = scaled(&mut b, "softcap.div", &logits, Some(1.0 / cap));
+            let s = b.node("softcap.tanh", "unary", &[&s], json!({"fn": "tanh"}));
+            logits = scaled(&mut b, "softcap", &s, Some(cap));
+        }
+        b.node("loss", "cross_entropy", &[&logits, &labels], Value::Null);
+        b.finish("loss")
+    }
+
+    /// An encoder without BERT's extras, for [`encoder`].
+    #[derive(Debug, Clone, Copy)]
+    pub(crate) struct Encoder {
+        pub(crate) vocab: u64,
+        /// Token types (0: none, DistilBERT's).
+        pub(crate) type_vocab: u64,
+        pub(crate) positions: u64,
+        pub(crate) t: u64,
+        /// The embeddings' width (ELECTRA-small's 128), projected to d when it differs.
+        pub(crate) embed: u64,
+        pub(crate) d: u64,
+        pub(crate) layers: u64,
+        pub(crate) heads: u64,
+        pub(crate) ff: u64,
+    }
+
+    /// A post-LN encoder without a pooler (DistilBertModel, ElectraModel): BERT's layers,
+    /// trained by MSE of the first token's output against a target.
+    pub(crate) fn encoder(e: Encoder, desc: String) -> GraphFile {
+        let c = Tf {
+            vocab: e.vocab,
+            positions: e.positions,
+            t: e.t,
+            d: e.d,
+            layers: e.layers,
+            heads: e.heads,
+            ff: e.ff,
+        };
+        let mut b = start("encoder", "full", "encoder-full", desc);
+        let ids = b.int_input("input_ids", &[B, c.t], c.vocab);
+        let types =
+            (e.type_vocab > 0).then(|| b.int_input("token_type_ids", &[B, c.t], e.type_vocab));
+        let target = b.input("target", &[B, c.d]);
+        b.buffer("embeddings.position_ids", &[1, c.positions], "int64");
+        if e.type_vocab > 0 {
+            b.buffer("embeddings.token_type_ids", &[1, c.positions], "int64");
+        }
+        let mut x = b.node(
+            "embeddings.word",
+            "embedding",
+            &[&ids],
+            json!({"num_embeddings": c.vocab, "embedding_dim": e.embed}),
+        );
+        if let Some(types) = types {
+            let ty = b.node(
+                "embeddings.token_type",
+                "embedding",
+                &[&types],
+                json!({"num_embeddings": e.type_vocab, "embedding_dim": e.embed}),
+            );
+            x = b.node("embeddings.add", "add", &[&x, &ty], Value::Null);
+        }
+        let pos = b.node(
+            "embeddings.position",
+            "learned_position",
+            &[&x],
+            json!({"num_positions": c.positions, "dim": e.embed}),
+        );
+        x = b.node(
+            "embeddings.layer_norm",
+            "layer_norm",
+            &[&pos],
+            json!({"normalized_shape": e.embed}),
+        );
+        if e.embed != c.d {
+            x = linear(&mut b, "embeddings_project", &x, e.embed, c.d, true);
+        }
+        for l in 0..c.layers {
+            x = post_ln_block(&mut b, &format!("encoder.layer{l}"), &x, &c);
+        }
+        let first = b.node("first_token", "select_token", &[&x], json!({"index": 0}));
+        b.node("loss", "mse", &[&first, &target], Value::Null);
+        b.finish("loss")
+    }
+
+    /// DeepSeek-V2's MLA attention sizes.
+    #[derive(Debug, Clone, Copy)]
+    pub(crate) struct Mla {
+        pub(crate) heads: u64,
+        pub(crate) q_lora_rank: u64,
+        pub(crate) kv_lora_rank: u64,
+        pub(crate) nope: u64,
+        pub(crate) rope: u64,
+        pub(crate) v: u64,
+    }
+
+    /// DeepSeek-V2: the zoo's MLA decoder, the first `dense_layers` layers with a SwiGLU of
+    /// `ff`, the others `experts` routed SwiGLU experts of `hidden` (top-`top_k`) plus a
+    /// shared SwiGLU of `shared`; untied LM head.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn deepseek_v2(
+        vocab: u64,
+        t: u64,
+        d: u64,
+        layers: u64,
+        a: Mla,
+        [ff, dense_layers]: [u64; 2],
+        [experts, hidden, top_k, shared]: [u64; 4],
+    ) -> GraphFile {
+        super::mla(
+            "full",
+            Decoder {
+                vocab,
+                t,
+                d,
+                layers,
+                attn: Attn::Mla {
+                    heads: a.heads,
+                    q_lora_rank: a.q_lora_rank,
+                    kv_lora_rank: a.kv_lora_rank,
+                    nope: a.nope,
+                    rope: a.rope,
+                    v: a.v,
+                },
+                first_ffn: Ffn::Dense(ff),
+                dense_layers,
+                ffn: Ffn::Moe {
+                    experts,
+                    hidden,
+                    top_k,
+                    shared,
+                },
+            },
+        )
+    }
+
     /// Mixtral-style sparse decoder (`experts` SwiGLU experts of `hidden`, top-`top_k`).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn mixtral(
