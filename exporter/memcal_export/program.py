@@ -12,8 +12,20 @@ How a node is drawn:
 - A module with a rule in `GROUPS` (attention classes, RMS norms, transformers' Conv1D) is drawn
   as one or a few memcal ops from the values that enter it, whatever aten ops its code runs.
 - Every other aten op is drawn by `ATEN`, one entry per op (linear, embedding, layer_norm,
-  dropout, activations, elementwise arithmetic, views, mean, softmax, cat, select).
-- Anything else raises ExportError naming the aten node, its module and what to do.
+  batch_norm, group_norm, dropout, activations, elementwise arithmetic, views, mean, softmax,
+  cat, select).
+- Anything else is drawn as what torch records, a generic `aten` node (`generic.py`): an op
+  with no ATEN entry, one whose entry does not fit the call (a broadcast, a strided slice, a
+  select on another axis: the entry refuses and what it drew is undone), an integer or boolean
+  result, a cast. What such an op reads that is not drawn (parameters, values computed from
+  parameters or from an int64 input alone, constants, buffers) is drawn where it is read. A
+  module drawn whole whose rule does not fit it (a cross-attention, an attribute its class
+  lacks, biases on some projections only) is drawn op by op instead (`_Decline`). An op torch
+  records is never refused; what the graph format cannot write (an argument that follows the
+  batch outside a view or an expand, a size that is not c x B^k) raises ExportError naming it.
+- Shapes in B: the program is traced at batch 3; the generic nodes' shapes are solved against a
+  second trace at batch 5 (`generic.Twin`; torch.export's dynamic batch changes what
+  transformers traces, e.g. its mask construction, so the drawn program stays the static one).
 
 Transformers' masks: tracing makes transformers build its causal mask from constants, where an
 eager run without a padding mask passes none and sets `is_causal`. A mask computed from constants
@@ -27,6 +39,7 @@ path.
 
 import functools
 
+from . import generic
 from .trace import ExportError, add_node, fresh_id, torch_mha_attrs
 
 EXAMPLE_BATCH = 3
@@ -222,6 +235,9 @@ def _bart_attention(m, grp):
     core = _attention_core(grp, type(m).__name__)
     if m.k_proj.in_features != m.embed_dim:
         raise ExportError(f"module `{grp.path}`: a memory of width {m.k_proj.in_features} != embed_dim {m.embed_dim}")
+    if (m.q_proj.bias is None) != (m.out_proj.bias is None):
+        # GPT-Neo: q, k and v without biases, out_proj with one; memcal's attention has all or none.
+        raise ExportError(f"module `{grp.path}`: biases on some projections only")
     cross = len(grp.inputs) > 1
     attrs = _mha_attrs(m.embed_dim, m.num_heads, bool(getattr(m, "is_causal", False)) and not cross,
                        m.q_proj.bias is not None, core)
@@ -310,14 +326,27 @@ RESHAPES = {"view", "reshape", "_unsafe_view", "unsqueeze", "squeeze", "flatten"
 # Ops that return their input (or the same values): drawn as the input itself.
 ALIASES = {"alias", "contiguous", "clone", "detach", "lift_fresh_copy", "to", "_to_copy", "type_as"}
 # memcal ops named by the module that runs them alone (its path is the node id).
-OWN_OPS = {"linear", "conv2d", "embedding", "layer_norm", "dropout", "gelu", "relu", "silu", "tanh", "softmax"}
+OWN_OPS = {"linear", "conv2d", "embedding", "layer_norm", "batch_norm", "group_norm", "dropout", "gelu", "relu", "silu",
+           "tanh", "softmax"}
+# Views through which an op reads a parameter it holds (nn.MultiheadAttention's in_proj_bias).
+PARAM_VIEWS = {"slice", "select", "view", "reshape", "_unsafe_view", "unsqueeze", "squeeze", "t", "transpose",
+               "permute", "expand", "alias", "split", "chunk", "getitem"}
 # Ops with no tensor to draw.
 IGNORED = {"_assert_tensor_metadata", "sym_size", "_assert_scalar", "sym_constrain_range_for_size",
            "_assert_async", "sym_numel", "sym_stride"}
 
 
+class _Decline(Exception):
+    """A module drawn whole whose rule does not fit it: the program is drawn again with that
+    module drawn op by op."""
+
+    def __init__(self, key):
+        super().__init__(key)
+        self.key = key
+
+
 class _Program:
-    def __init__(self, ep, root, input_names, index_lists=None):
+    def __init__(self, ep, root, input_names, index_lists=None, twin=None, declined=()):
         self.ep, self.root = ep, root
         self.input_names = input_names
         self.index_lists = index_lists  # lifted constant -> the Python list it was made from
@@ -339,6 +368,9 @@ class _Program:
         self.modules = dict(root.named_modules())
         self.notes = []  # approximations: what the model computes that the graph does not draw
         self.drawn = set()  # the parameters the graph's ops hold (ids of the tensors)
+        self.undrawn = 0  # elements of the parameters no op holds (named in a note)
+        self.declined = set(declined)  # modules whose rule does not fit them: drawn op by op
+        self.generic = generic.Generic(self, twin)  # ops no memcal op stands for
 
     # classification --------------------------------------------------------------------------
 
@@ -393,10 +425,9 @@ class _Program:
         if name in ALIASES:
             v, u = n.meta.get("val"), x.meta.get("val")
             if hasattr(v, "dtype") and hasattr(u, "dtype") and v.dtype != u.dtype and self.kind(x) == "value":
-                if self.kinds.get(n) == "ivalue":
-                    return False  # a padding mask cast to bool: a new tensor, drawn where it is read
-                self.check_float(n, name)
-                raise ExportError(f"aten node `{n.name}` ({self.where(n)}): a cast from {u.dtype} to {v.dtype}; memcal draws one precision per graph")
+                # A cast: a new tensor (a padding mask cast to bool, drawn where it is read; a
+                # value cast to another dtype, a generic node).
+                return False
             return True
         if name == "dropout":
             return not _arg(n, 2, "train", True) or float(_arg(n, 1, "p", 0.5)) == 0.0
@@ -426,7 +457,7 @@ class _Program:
         """Each aten node joins the outermost module drawn whole that runs it. A module whose code
         its memcal op cannot stand for (`_whole`) is drawn op by op: its children are grouped
         again."""
-        declined = set()
+        declined = set(self.declined)
         while True:
             self.groups, self.group_of = {}, {}
             for n in self.ep.graph.nodes:
@@ -491,15 +522,37 @@ class _Program:
             name = _name(n.target)
             if name in IGNORED:
                 continue
-            self.check_float(n, name)
             handler = ATEN.get(name)
-            if handler is None:
-                raise ExportError(
-                    f"aten node `{n.name}` ({self.where(n)}): `{name}` has no memcal op; write it with ops memcal "
-                    "knows (docs/graph-format.md), or open an issue naming this op and module"
-                )
-            handler(self, n)
+            if handler is None or not self.floating_result(n, name):
+                self.generic.draw(n)  # no memcal op stands for it: the generic `aten` node
+                continue
+            saved = self.checkpoint()
+            try:
+                handler(self, n)
+            except ExportError:
+                # Its memcal op does not fit this call (a shape, a layout, a broadcast): drawn as
+                # what torch records.
+                self.rollback(saved, n)
+                self.generic.draw(n)
+        self.notes.extend(self.generic.finish())
         self.note_undrawn()
+
+    def checkpoint(self):
+        return len(self.nodes), len(self.extra_inputs), set(self.drawn)
+
+    def rollback(self, saved, n):
+        """Undoes what an ATen entry drew before it refused node `n`."""
+        nodes, extra, drawn = saved
+        gone = {e["id"] for e in self.nodes[nodes:]} | {e["name"] for e in self.extra_inputs[extra:]}
+        del self.nodes[nodes:]
+        del self.extra_inputs[extra:]
+        self.used -= gone
+        self.drawn = drawn
+        for table in (self.ids, self.constants, self.embedded):
+            for k in [k for k, v in table.items() if v in gone]:
+                del table[k]
+        self.empty.discard(n)
+        self.splits.pop(n, None)
 
     def note_undrawn(self):
         """Every parameter of the model is held by a drawn op, or named in a note."""
@@ -511,18 +564,13 @@ class _Program:
         if left:
             shown = ", ".join(left[:4]) + (f" and {len(left) - 4} more" if len(left) > 4 else "")
             self.notes.append(f"{count:,} parameters no memcal op holds ({shown})")
+        self.undrawn = count
 
-    def check_float(self, n, name):
-        """memcal draws float values that take a gradient; an integer or boolean one computed
-        from them (an argmax, a routing index) has no memcal op."""
+    def floating_result(self, n, name):
+        """memcal's ops draw float values; an integer or boolean one computed from them (an
+        argmax, a routing index) is a generic node."""
         v = n.meta.get("val")
-        if name == "embedding" or not hasattr(v, "dtype") or v.dtype.is_floating_point:
-            return
-        raise ExportError(
-            f"aten node `{n.name}` ({self.where(n)}): computes a {v.dtype} tensor from the model's float values; "
-            "memcal draws masks computed from an int64 input where attention reads them, and no other "
-            "integer or boolean tensor: write this part with ops memcal knows (docs/graph-format.md)"
-        )
+        return name == "embedding" or not hasattr(v, "dtype") or v.dtype.is_floating_point
 
     def draw_group(self, grp):
         members = set(grp.nodes)
@@ -538,11 +586,16 @@ class _Program:
         outputs = {self.resolve(u_in) for u in self.ep.graph.nodes if u not in members
                    for u_in in _flat(list(u.args) + list(u.kwargs.values()))
                    if _is_node(u_in) and self.resolve(u_in) in members and self.kind(u_in) == "value"}
-        if len(outputs) > 1:
-            raise ExportError(f"module `{grp.path}` ({type(grp.module).__name__}): more than one of its values is read outside it")
-        if not grp.inputs:
-            raise ExportError(f"module `{grp.path}` ({type(grp.module).__name__}): no drawn value enters it")
-        steps = _group_rule(grp.module)(grp.module, grp)
+        try:
+            if len(outputs) > 1:
+                raise ExportError(f"module `{grp.path}` ({type(grp.module).__name__}): more than one of its values is read outside it")
+            if not grp.inputs:
+                raise ExportError(f"module `{grp.path}` ({type(grp.module).__name__}): no drawn value enters it")
+            steps = _group_rule(grp.module)(grp.module, grp)
+        except (ExportError, AttributeError):
+            # The rule does not fit this module (a cross-attention, a mask it takes none of, an
+            # attribute its class lacks): drawn op by op instead.
+            raise _Decline(grp.key)
         self.notes.extend(grp.notes)
         self.drawn.update(grp.drawn_parameters())
         prev = None
@@ -570,6 +623,9 @@ class _Program:
     def put(self, n, op, attrs, inputs, base=None):
         for a in _flat(list(n.args) + list(n.kwargs.values())):
             r = self.through_expand(a) if _is_node(a) else None
+            while r is not None and r not in self.params and r.op == "call_function" and \
+                    _name(r.target) in PARAM_VIEWS and _is_node(r.args[0]):
+                r = self.resolve(r.args[0])  # a slice of a parameter (a packed in_proj_bias)
             if r in self.params:
                 self.drawn.add(id(self.params[r]))
         self.ids[n] = self.emit(base or self.base_id(n, op), op, attrs, inputs)
@@ -638,6 +694,30 @@ def _conv2d(ex, n):
     attrs = {"in_channels": int(t.shape[1]) * groups, "out_channels": int(t.shape[0]), "kernel_size": int(t.shape[2]),
              "stride": stride, "padding": one(padding, "padding"), "groups": groups, "bias": b is not None}
     ex.put(n, "conv2d", attrs, [ex.id_of(x, n)])
+
+
+def _norm_params(ex, n, w, b, what):
+    """The weight and bias of a norm: parameters of the model, else the entry refuses."""
+    for t in (w, b):
+        if not _is_node(t) or ex.resolve(t) not in ex.params:
+            raise ExportError(f"aten node `{n.name}` ({ex.where(n)}): a {what} without a weight and a bias")
+
+
+def _batch_norm(ex, n):
+    """F.batch_norm in training, with its weight, bias and running statistics: memcal's
+    batch_norm (as the fx route draws nn.BatchNorm)."""
+    x, w, b, mean, var = (n.args + (None,) * 5)[:5]
+    _norm_params(ex, n, w, b, "batch norm")
+    if not _arg(n, 5, "training", False) or not all(_is_node(t) for t in (mean, var)):
+        raise ExportError(f"aten node `{n.name}` ({ex.where(n)}): batch norm without running statistics or in eval")
+    ex.put(n, "batch_norm", {"num_features": int(_shape(x)[1])}, [ex.id_of(x, n)])
+
+
+def _group_norm(ex, n):
+    """F.group_norm with its weight and bias: memcal's group_norm."""
+    x, groups = n.args[0], int(n.args[1])
+    _norm_params(ex, n, _arg(n, 2, "weight"), _arg(n, 3, "bias"), "group norm")
+    ex.put(n, "group_norm", {"num_groups": groups, "num_channels": int(_shape(x)[1])}, [ex.id_of(x, n)])
 
 
 def _dropout(ex, n):
@@ -812,6 +892,11 @@ def _batch_source(ex, r, x, n):
 
 def _reshape(ex, n):
     out = _shape(n)
+    if out and out[0] == EXAMPLE_BATCH and _shape(n.args[0])[0] != EXAMPLE_BATCH and \
+            int(ex.generic.twin.of(n, ex.where(n)).meta["val"].shape[0]) == EXAMPLE_BATCH:
+        # A first axis of the example batch's size that is not the batch (traced again at
+        # another batch, it stays): no batch axis for memcal's reshape; a generic view.
+        raise ExportError(f"aten node `{n.name}` ({ex.where(n)}): a reshape to {out} without the batch axis")
     if out and out[0] == EXAMPLE_BATCH:
         shape = ["B"] + out[1:]
     elif out and out[0] % EXAMPLE_BATCH == 0 and _shape(n.args[0])[0] == EXAMPLE_BATCH:
@@ -1072,6 +1157,8 @@ ATEN = {
     "linear": _linear,
     "conv2d": _conv2d,
     "layer_norm": _layer_norm,
+    "batch_norm": _batch_norm,
+    "group_norm": _group_norm,
     "dropout": _dropout,
     "gelu": _gelu,
     "tanh": _tanh,
@@ -1169,6 +1256,8 @@ def _wrapper_class():
             self.names, self.kw, self.out = names, kwargs, output
 
         def forward(self, *xs):
+            if self.names is None:  # the forward's arguments in order
+                return _pick(self.model(*xs, **self.kw), self.out)
             return _pick(self.model(**dict(zip(self.names, xs)), **self.kw), self.out)
 
     return Call
@@ -1216,34 +1305,55 @@ def _IndexLists():
     return Mode()
 
 
-def trace(module, inputs, kwargs=None, output=None):
+def trace(module, inputs, kwargs=None, output=None, positional=False):
     """Runs torch.export on the meta device; returns (nodes, output id, output shape, extra
-    inputs, notes: what the model computes that the graph does not draw)."""
+    inputs, notes: what the model computes that the graph does not draw or approximates,
+    elements of the parameters no op holds). `positional`: the inputs are the forward's
+    arguments in order (a module the fx route refused), not its keyword arguments."""
     import torch
 
     names = [i[0] for i in inputs]
     kwargs = default_kwargs(module) if kwargs is None else kwargs
-    examples = []
-    for _, shape, dtype in inputs:
-        dims = [EXAMPLE_BATCH if d == "B" else int(d) for d in shape]
-        dt = torch.int64 if isinstance(dtype, tuple) else torch.float32
-        examples.append(torch.zeros(dims, dtype=dt, device="meta"))
+
+    def examples(batch):
+        out = []
+        for _, shape, dtype in inputs:
+            dims = [batch if d == "B" else int(d) for d in shape]
+            dt = torch.int64 if isinstance(dtype, tuple) else torch.float32
+            out.append(torch.zeros(dims, dtype=dt, device="meta"))
+        return tuple(out)
+
     was_training = module.training
     module.train()  # the training step is what memcal plans: dropout on, batch statistics
-    root = _wrapper_class()(module, names, kwargs, output)
+    root = _wrapper_class()(module, None if positional else names, kwargs, output)
+
+    def export_at(batch):
+        """The program traced at another batch (generic nodes' shapes in B)."""
+        try:
+            return torch.export.export(root, examples(batch), strict=False)
+        except Exception as e:
+            raise ExportError(f"torch.export could not trace {type(module).__name__} at batch {batch}: {type(e).__name__}: "
+                              f"{str(e).strip().splitlines()[0] if str(e).strip() else ''}") from e
+
     try:
         lists = _IndexLists()
         try:
             with lists:
-                ep = torch.export.export(root, tuple(examples), strict=False)
+                ep = torch.export.export(root, examples(EXAMPLE_BATCH), strict=False)
         except Exception as e:  # torch.export's own errors name the line of model code that failed
             first = str(e).strip().splitlines()[0] if str(e).strip() else ""
             raise ExportError(f"torch.export could not trace {type(module).__name__}: {type(e).__name__}: {first}") from e
-        ex = _Program(ep, root, names, lists.by_constant(ep))
-        ex.run()
+        twin, declined = generic.Twin(export_at), set()
+        while True:
+            ex = _Program(ep, root, names, lists.by_constant(ep), twin, declined)
+            try:
+                ex.run()
+                break
+            except _Decline as d:
+                declined.add(d.key)
     finally:
         module.train(was_training)
-    return ex.nodes, ex.ids[ex.output], _shape(ex.output), ex.extra_inputs, _collapse(ex.notes)
+    return ex.nodes, ex.ids[ex.output], _shape(ex.output), ex.extra_inputs, _collapse(ex.notes), ex.undrawn
 
 
 def _collapse(notes):
@@ -1252,7 +1362,7 @@ def _collapse(notes):
 
     order, counts = [], {}
     for note in notes:
-        key = re.sub(r"\.\d+\.", ".*.", note) if "`" in note else note
+        key = re.sub(r"(?<=\.)\d+(?=\.)", "*", note) if "`" in note else note
         if key not in counts:
             order.append(key)
         counts[key] = counts.get(key, 0) + 1

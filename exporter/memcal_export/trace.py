@@ -573,26 +573,60 @@ def export(
     (torch.export, `program.py`: the inputs are passed by name, with `kwargs`, and `output`
     names the field of the result the loss reads) or "auto" (export for transformers models and
     modules with torch's nn.TransformerEncoderLayer or DecoderLayer, fx otherwise)."""
+    from . import program
+
+    undrawn, positional = 0, False
+    how = None
     if tracer == "auto":
         tracer = "export" if _needs_export(module) else "fx"
+        if tracer == "fx":
+            try:
+                nodes, out_id, out_shape = _trace_fx(module, inputs, leaf_modules)
+                extra, notes, how = [], [], "torch.fx"
+            except Exception as e:  # noqa: BLE001 - what fx cannot draw, torch.export may
+                # A function or module no memcal op stands for (or code fx cannot trace): the
+                # torch.export route draws it (generic `aten` nodes), the inputs in order.
+                fx_error, tracer, positional = e, "export", True
     if tracer == "export":
-        from . import program
-
-        nodes, out_id, out_shape, extra, notes = program.trace(module, inputs, kwargs=kwargs, output=output)
+        try:
+            nodes, out_id, out_shape, extra, notes, undrawn = program.trace(
+                module, inputs, kwargs=kwargs, output=output, positional=positional)
+        except ExportError as e:
+            if positional:
+                raise ExportError(f"{e} (torch.fx refused it first: {fx_error})") from e
+            raise
         how = "torch.export"
     elif tracer == "fx":
-        nodes, out_id, out_shape = _trace_fx(module, inputs, leaf_modules)
-        extra, notes, how = [], [], "torch.fx"
+        if how is None:
+            nodes, out_id, out_shape = _trace_fx(module, inputs, leaf_modules)
+            extra, notes, how = [], [], "torch.fx"
     else:
         raise ExportError(f"tracer `{tracer}`: use fx, export or auto")
     if not description:
         description = f"{type(module).__name__}, exported by memcal_export ({how} on the meta device)"
         if notes:
-            description += ". Not drawn (the plan is low by what they keep): " + "; ".join(notes)
+            description += ". Not drawn or approximated (what the plan leaves out or counts otherwise): " + "; ".join(notes)
     for note in notes:
         warnings.warn(f"memcal_export: {note}", stacklevel=2)
-    return _graph(nodes, out_id, out_shape, inputs, extra, loss=loss, classes=classes, name=name, family=family,
-                  description=description)
+    graph = _graph(nodes, out_id, out_shape, inputs, extra, loss=loss, classes=classes, name=name, family=family,
+                   description=description)
+    _check_parameters(module, graph, undrawn)
+    return graph
+
+
+def _check_parameters(module, graph, undrawn):
+    """memcal's count of the graph's parameters is the module's (each shared parameter once),
+    less those a note names as held by no op."""
+    from .generic import graph_parameters
+
+    want = parameters(module) - undrawn
+    got = graph_parameters(graph)
+    if got != want:
+        raise ExportError(
+            f"the graph holds {got:,} parameters where {type(module).__name__} has {want:,}"
+            + (f" (less {undrawn:,} that no op holds, noted)" if undrawn else "")
+            + ": an op is drawn with parameters it does not have, or a parameter is counted twice"
+        )
 
 
 def _trace_fx(module, inputs, leaf_modules):
