@@ -137,6 +137,14 @@ pub fn rule_for_inputs(a: &AtenNode, batch: u64, inputs: &[NodeInput]) -> OpRule
         } => {
             for t in list.iter() {
                 match *t {
+                    // An in-place op saving the argument it writes saves a clone taken
+                    // before the write (gen_variable_type.py's `original_self`).
+                    SavedTensor::Input(k) if alias == Alias::InPlace(k) => {
+                        saved.push(Saved::Internal {
+                            what: "a clone of the argument written in place, taken before the write (original_self), saved",
+                            bytes: y,
+                        })
+                    }
                     SavedTensor::Input(k) => saved_input(a, k as usize, &mut saved),
                     SavedTensor::Output(o) if o as usize == a.item => saved.push(Saved::Out),
                     SavedTensor::Output(o) => saved.push(Saved::Internal {
