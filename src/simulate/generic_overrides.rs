@@ -161,7 +161,10 @@ pub struct Override {
 
 /// The entry of `op` (`sort.default`), if any.
 pub fn lookup(op: &str) -> Option<&'static Override> {
-    OVERRIDES.iter().find(|o| o.op == op)
+    OVERRIDES
+        .binary_search_by(|o| o.op.cmp(op))
+        .ok()
+        .map(|k| &OVERRIDES[k])
 }
 
 /// The forward scratch of this call (0 without an entry).
@@ -210,6 +213,59 @@ fn fill_indices(dim_size: u64) -> u64 {
 /// The table: one entry per op, sorted by name.
 pub static OVERRIDES: &[Override] = &[
     Override {
+        op: "clamp_max.Tensor",
+        read_from: "derivatives.yaml clamp_max.Tensor",
+        forward_scratch: None,
+        // `where(self > max, grad, at::scalar_tensor(0., grad.options()))` (and `<=` for
+        // self): a bool of the broadcast shape and a 0-dim zero of grad's dtype.
+        backward_temporaries: Some(|c, _| Some(c.out_numel(0) + c.out_elem(0))),
+        approximates: None,
+    },
+    Override {
+        op: "clamp_min.Tensor",
+        read_from: "derivatives.yaml clamp_min.Tensor",
+        forward_scratch: None,
+        // `where(self < min, grad, at::scalar_tensor(0., grad.options()))` (and `>=` for
+        // self): a bool of the broadcast shape and a 0-dim zero of grad's dtype.
+        backward_temporaries: Some(|c, _| Some(c.out_numel(0) + c.out_elem(0))),
+        approximates: None,
+    },
+    Override {
+        op: "copysign.Tensor",
+        read_from: "FunctionsManual.cpp: copysign_tensor_self_backward; BinaryOps.cpp: eq.Scalar (wrapped_scalar_tensor)",
+        forward_scratch: None,
+        // self: `ratio = result / self` (the output's size); `ratio.masked_fill_(self == 0,
+        // 0)`: a bool of self's size and the comparison's wrapped int64 scalar, gone by the
+        // next statement; `grad * ratio` beside ratio. other: `zeros_like(other)`, nothing
+        // more. The highest of the statements, over the result.
+        backward_temporaries: Some(|c, arg| {
+            if arg != "self" {
+                return Some(0);
+            }
+            let ratio = c.out_numel(0) * c.out_elem(0);
+            Some((c.numel("self") + 8).max(ratio))
+        }),
+        approximates: None,
+    },
+    Override {
+        op: "fmax.default",
+        read_from: "derivatives.yaml fmax; TensorCompare.cpp: isnan (`self != self`)",
+        forward_scratch: None,
+        // `grad.masked_fill((self >= other).logical_or_(other.isnan()), 0)` (`.logical_not_()`
+        // for self, in place): a bool of the broadcast shape and one of other's.
+        backward_temporaries: Some(|c, _| Some(c.out_numel(0) + c.numel("other"))),
+        approximates: None,
+    },
+    Override {
+        op: "fmin.default",
+        read_from: "derivatives.yaml fmin; TensorCompare.cpp: isnan (`self != self`)",
+        forward_scratch: None,
+        // `grad.masked_fill((self <= other).logical_or_(other.isnan()), 0)` (`.logical_not_()`
+        // for self, in place): a bool of the broadcast shape and one of other's.
+        backward_temporaries: Some(|c, _| Some(c.out_numel(0) + c.numel("other"))),
+        approximates: None,
+    },
+    Override {
         op: "kthvalue.default",
         read_from: "aten/src/ATen/native/Sorting.cpp: kthvalue_out_impl_cpu",
         // `tmp_values = self.clone(Contiguous)`, `tmp_indices = at::empty(self.sizes(), kLong)`
@@ -242,6 +298,26 @@ pub static OVERRIDES: &[Override] = &[
         // `grad * (self - result).exp().conj()`: `self - result` and its `exp` (the input's
         // size; `conj` of a real tensor is itself), both alive as the product is made.
         backward_temporaries: Some(|c, _| Some(2 * c.numel("self") * c.elem("self"))),
+        approximates: None,
+    },
+    Override {
+        op: "maximum.default",
+        read_from: "derivatives.yaml maximum",
+        forward_scratch: None,
+        // `at::where(self == other, grad / 2, grad).masked_fill_(self > other, 0)`: two bools
+        // of the broadcast shape and `grad / 2` (the output's size), all alive until the
+        // statement ends (the where is the result).
+        backward_temporaries: Some(|c, _| Some(2 * c.out_numel(0) + c.out_bytes(0))),
+        approximates: None,
+    },
+    Override {
+        op: "minimum.default",
+        read_from: "derivatives.yaml minimum",
+        forward_scratch: None,
+        // `at::where(self == other, grad / 2, grad).masked_fill_(self < other, 0)`: two bools
+        // of the broadcast shape and `grad / 2` (the output's size), all alive until the
+        // statement ends (the where is the result).
+        backward_temporaries: Some(|c, _| Some(2 * c.out_numel(0) + c.out_bytes(0))),
         approximates: None,
     },
     Override {
@@ -313,6 +389,42 @@ pub static OVERRIDES: &[Override] = &[
         backward_temporaries: None,
         approximates: None,
     },
+    Override {
+        op: "special_xlog1py.default",
+        read_from: "derivatives.yaml special_xlog1py",
+        forward_scratch: None,
+        // other: `grad * self / (other + 1)`: the product (the output's size) and `other + 1`
+        // (other's). self: `at::special_xlog1py(grad, other).masked_fill((self == 0.) &
+        // (other <= -1.), 0.)`: the xlog1py (the output's size), a bool of self's size, one
+        // of other's and their `&` (the broadcast shape).
+        backward_temporaries: Some(|c, arg| {
+            let (n, e) = (c.out_numel(0), c.out_elem(0));
+            Some(if arg == "other" {
+                n * e + c.numel("other") * c.elem("other")
+            } else {
+                n * e + c.numel("self") + c.numel("other") + n
+            })
+        }),
+        approximates: None,
+    },
+    Override {
+        op: "xlogy.Tensor",
+        read_from: "derivatives.yaml xlogy.Tensor",
+        forward_scratch: None,
+        // other: `grad * self / other`: the product (the output's size). self:
+        // `at::xlogy(grad, other).masked_fill((self == 0.) & (other <= 0.), 0.)`: the xlogy
+        // (the output's size), a bool of self's size, one of other's and their `&` (the
+        // broadcast shape).
+        backward_temporaries: Some(|c, arg| {
+            let (n, e) = (c.out_numel(0), c.out_elem(0));
+            Some(if arg == "other" {
+                n * e
+            } else {
+                n * e + c.numel("self") + c.numel("other") + n
+            })
+        }),
+        approximates: None,
+    },
 ];
 
 #[cfg(test)]
@@ -334,5 +446,19 @@ mod tests {
             );
             assert!(!o.read_from.is_empty(), "{} cites no source", o.op);
         }
+    }
+
+    #[test]
+    fn the_table_is_sorted() {
+        for w in OVERRIDES.windows(2) {
+            assert!(w[0].op < w[1].op, "{} then {}", w[0].op, w[1].op);
+        }
+    }
+
+    #[test]
+    fn dims_wrap_and_strides_are_contiguous() {
+        assert_eq!(wrap(-1, 3), 2);
+        assert_eq!(wrap(0, 0), 0);
+        assert_eq!(contiguous_strides(&[5, 10, 5]), vec![50, 5, 1]);
     }
 }
