@@ -461,4 +461,51 @@ mod tests {
         assert_eq!(wrap(0, 0), 0);
         assert_eq!(contiguous_strides(&[5, 10, 5]), vec![50, 5, 1]);
     }
+    fn node(target: &str, args: serde_json::Value, shape: &[u64], dtypes: &[&str]) -> AtenNode {
+        let outputs: Vec<serde_json::Value> = dtypes
+            .iter()
+            .map(|d| serde_json::json!({"shape": shape, "dtype": d}))
+            .collect();
+        let v = serde_json::json!({"target": target, "args": args, "outputs": outputs});
+        let mut n = AtenNode::parse(v.as_object().unwrap()).unwrap();
+        n.bind(None).unwrap();
+        n
+    }
+
+    #[test]
+    fn sort_scratch_is_the_sorted_axis_indices() {
+        let n = node(
+            "aten.sort.default",
+            serde_json::json!([{"input": 0}, 0]),
+            &[8, 3],
+            &["float32", "int64"],
+        );
+        let shape = crate::shape::Shape(vec![
+            crate::shape::Dim::fixed(8),
+            crate::shape::Dim::fixed(3),
+        ]);
+        let inputs = [NodeInput {
+            shape: &shape,
+            bytes: 96,
+            requires_grad: false,
+        }];
+        let call = Call {
+            node: &n,
+            batch: 1,
+            inputs: &inputs,
+        };
+        assert_eq!(forward_scratch(&call), 8 * 8);
+    }
+
+    #[test]
+    fn an_entrys_assumption_is_reported() {
+        let n = node(
+            "aten.nanmedian.dim",
+            serde_json::json!([{"input": 0}, 0]),
+            &[3],
+            &["float32", "int64"],
+        );
+        let v = approximations(&n);
+        assert!(v.iter().any(|t| t.contains("contiguous")), "{v:?}");
+    }
 }
