@@ -415,7 +415,7 @@ pub fn predict(s: &Value) -> Result<Phases, String> {
         (peak, live)
     });
     Ok(Phases {
-        forward_peak: forward,
+        forward_peak: forward.max(rule.forward_peak.unwrap_or(0)),
         forward_end: forward,
         backward_peak: backward.map(|b| b.0),
         backward_end: backward.map(|b| b.1),

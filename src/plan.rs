@@ -414,7 +414,7 @@ pub fn approximations(graph: &Graph) -> Vec<crate::graph::GraphNote> {
     let mut v = graph.notes.clone();
     for n in &graph.nodes {
         if let crate::ops::Op::Aten(a) = &n.op {
-            if let Some(text) = a.approximation() {
+            for text in crate::simulate::generic_overrides::approximations(a) {
                 v.push(crate::graph::GraphNote {
                     node: Some(n.id.clone()),
                     text,

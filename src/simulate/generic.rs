@@ -6,7 +6,8 @@
 //! - forward: the node's output is a new tensor of its shape and dtype, unless the schema says
 //!   the return aliases an argument (a view, or an in-place write): then no new memory. The
 //!   op's other tensor returns are made too; autograd keeps those it saves, the rest are freed
-//!   at once. No kernel scratch is modelled.
+//!   at once. Kernel scratch (buffers freed inside the call) only where the op's entry in
+//!   [`super::generic_overrides`] gives it, read from the kernel's source.
 //! - saved: the generated backward node's `SavedVariable`s: tensor arguments (parameters cost
 //!   nothing more: they are alive anyway) and returns.
 //! - backward ([`engine_backward`]): the formulas run in the generated node's order
@@ -19,10 +20,11 @@
 //!   broadcast argument by the engine (`validate_outputs`' `sum_to`), as the incoming gradient
 //!   itself is. A tensor passed as two arguments gets its gradients added up (`InputBuffer`).
 //! - limits: a formula that calls a helper the generator cannot see into holds no
-//!   temporaries here; a helper's statements are counted as one expression; an op with no
+//!   temporaries here (unless the op's override entry gives them); a helper's statements are counted as one expression; an op with no
 //!   derivative entry (or `not_implemented`) takes no gradient; a view's output aliases the
 //!   node's first input. Each is named in the rule's note.
 
+use super::generic_overrides::{self as overrides, Call};
 use super::rules::{Grad, OpRule, Output, Saved, Sizes, Source};
 use crate::ops::aten::{Alias, AtenAutograd, GradFormula, GradResult, SavedTensor, Temporaries};
 use crate::ops::generic::{AtenNode, AtenValue, TensorRef};
@@ -156,7 +158,9 @@ pub fn rule_for_inputs(a: &AtenNode, batch: u64, inputs: &[NodeInput]) -> OpRule
             let opaque = grads
                 .iter()
                 .any(|g| matches!(g.temporaries, Temporaries::Opaque(_)));
-            let note = if opaque {
+            let note = if opaque && overrides::covers_backward(a) {
+                "generic ATen op (derivatives.yaml): saves what its backward node saves; its gradient helper's temporaries read from torch's source (generic_overrides.rs)"
+            } else if opaque {
                 "generic ATen op (derivatives.yaml): saves what its backward node saves; a gradient formula calls a helper whose temporaries are not counted (approximate backward)"
             } else {
                 "generic ATen op (derivatives.yaml): saves what its backward node saves; each gradient formula's temporaries counted from its expression"
@@ -226,12 +230,35 @@ pub fn rule_for_inputs(a: &AtenNode, batch: u64, inputs: &[NodeInput]) -> OpRule
             };
         }
     }
+    // Kernel scratch (generic_overrides.rs): buffers freed inside the call, over its end.
+    let scratch = overrides::forward_scratch(&Call {
+        node: a,
+        batch,
+        inputs,
+    });
+    let forward_peak = (scratch > 0).then(|| {
+        let made = match output {
+            Output::New(b) => b,
+            _ => 0,
+        };
+        let internal: u64 = saved
+            .iter()
+            .map(|x| match x {
+                Saved::Internal { bytes, .. } => *bytes,
+                _ => 0,
+            })
+            .sum();
+        made.saturating_add(forward_transient)
+            .saturating_add(internal)
+            .saturating_add(scratch)
+    });
     let mut rule = OpRule::new(output, saved, grads, source)
         .fwd(forward_transient)
         .bwd(backward_transient)
         .note(note);
     rule.output_contiguous = Some(a.outputs[a.item].contiguous);
     rule.grad_reshapes = reshapes;
+    rule.forward_peak = forward_peak;
     rule
 }
 
@@ -360,9 +387,22 @@ pub fn engine_backward(a: &AtenNode, batch: u64, inputs: &[NodeInput]) -> Engine
         if !any {
             continue;
         }
-        let temporaries = match reading(a, &formulas[f0]).1 {
-            Temporaries::Counted(t) => (t as u64).saturating_mul(y),
-            Temporaries::Opaque(_) => 0,
+        let call = Call {
+            node: a,
+            batch,
+            inputs,
+        };
+        let arg =
+            a.op.args
+                .get(formulas[f0].input as usize)
+                .map_or("", |x| x.name);
+        let temporaries = match (
+            overrides::backward_temporaries(&call, arg),
+            reading(a, &formulas[f0]).1,
+        ) {
+            (Some(b), _) => b,
+            (None, Temporaries::Counted(t)) => (t as u64).saturating_mul(y),
+            (None, Temporaries::Opaque(_)) => 0,
         };
         out.peak = out
             .peak

@@ -17,6 +17,7 @@ pub mod allocator;
 pub mod cuda;
 pub mod device;
 pub mod generic;
+pub mod generic_overrides;
 pub mod lowrank;
 pub mod render;
 pub mod rules;
