@@ -198,6 +198,47 @@ def _bert_attention(m, grp):
     )
 
 
+# Ops a whole-module rule never counts: views, metadata and same-dtype casts.
+_FREE_IN_RULES = {"view", "reshape", "_unsafe_view", "unsqueeze", "squeeze", "flatten", "transpose", "permute",
+                  "expand", "t", "alias", "detach", "lift_fresh_copy", "to", "_to_copy", "type_as", "getitem",
+                  "_assert_tensor_metadata", "sym_size", "_assert_scalar", "sym_constrain_range_for_size",
+                  "_assert_async", "sym_numel", "sym_stride", "dim", "size"}
+
+
+def _ops_within(grp, allowed, what):
+    """The module runs only ops its memcal op models, each at most as often as the rule counts
+    (`allowed`: op name -> count); anything more (StableLM's partial rotary: two more cats and
+    four more slices; Gemma 3's `1 + weight` norms; XGLM's mask clamp) declines the rule, and the
+    module is drawn op by op."""
+    counts = {}
+    for n in grp.nodes:
+        if n.op == "call_function":
+            name = _name(n.target)
+            if name not in _FREE_IN_RULES:
+                counts[name] = counts.get(name, 0) + 1
+    extra = sorted(f"{k} x{c - allowed.get(k, 0)}" for k, c in counts.items() if c > allowed.get(k, 0))
+    if extra:
+        raise ExportError(f"module `{grp.path}`: runs ops {what} does not model ({', '.join(extra)})")
+
+
+def _plus(*counts):
+    out = {}
+    for c in counts:
+        for k, v in c.items():
+            out[k] = out.get(k, 0) + v
+    return out
+
+
+# What memcal's attention ops model, by part (counts of aten calls in one module call).
+_ROTARY = {"slice": 4, "neg": 2, "cat": 2, "mul": 4, "add": 2}  # rotate_half on q and k
+# The attention itself, and its output made contiguous for the output projection
+# (transformers' `attn_output.transpose(1, 2).contiguous()`).
+_SDPA = {"scaled_dot_product_attention": 1, "contiguous": 1}
+_EAGER = {"matmul": 2, "bmm": 2, "softmax": 1, "_softmax": 1, "dropout": 1, "mul": 1, "div": 1, "add": 1,
+          "contiguous": 1}
+_QK_RMS = {"mean": 2, "pow": 2, "rsqrt": 2, "mul": 4, "add": 2}  # per-head RMS norms of q and k
+
+
 def _gqa_attention(m, grp):
     """Llama-family attention (q_proj, k_proj, v_proj, o_proj, a head_dim): Llama, Mistral,
     Qwen2, Gemma. Rotary tables are constants (not drawn). K and V are repeated to every head
@@ -210,8 +251,14 @@ def _gqa_attention(m, grp):
     attrs = {"embed_dim": int(q.in_features), "num_heads": heads, "num_kv_heads": kv}
     if heads * hd != q.in_features:
         attrs["head_dim"] = hd
+    biased = [p.bias is not None for p in (q, k, m.v_proj)]
+    if any(biased) and not all(biased):
+        # BEiT: biased q and v, an unbiased k; memcal's op biases all three or none.
+        raise ExportError(f"module `{grp.path}`: biases on some of q, k and v only")
     if q.bias is not None:
         attrs["bias"] = True if o.bias is not None else "qkv"
+    elif o.bias is not None:
+        raise ExportError(f"module `{grp.path}`: a biased output projection after unbiased q, k and v")
     if not _causal(m, core):
         attrs["causal"] = False
     attrs["repeat_kv"] = core["backend"] != "sdpa"
@@ -226,6 +273,9 @@ def _gqa_attention(m, grp):
         attrs["qk_norm"] = True
         drawn += ["q_norm", "k_norm"]
     grp.unread_children(*drawn)
+    core_ops = _SDPA if core["backend"] == "sdpa" else _EAGER
+    _ops_within(grp, _plus({"linear": 4}, _ROTARY, core_ops, _QK_RMS if attrs.get("qk_norm") else {}),
+                "gqa_attention")
     return [("", "gqa_attention", attrs, ["in0"])]
 
 
@@ -241,6 +291,9 @@ def _bart_attention(m, grp):
     cross = len(grp.inputs) > 1
     attrs = _mha_attrs(m.embed_dim, m.num_heads, bool(getattr(m, "is_causal", False)) and not cross,
                        m.q_proj.bias is not None, core)
+    # The query scaled by a mul (BART's `q_proj(x) * scaling`), the attention itself.
+    _ops_within(grp, _plus({"linear": 4, "mul": 1}, _SDPA if core["backend"] == "sdpa" else _EAGER),
+                "multihead_attention")
     return [("", "multihead_attention", attrs, ["in0"] + (["in1"] if cross else []))]
 
 
@@ -596,6 +649,10 @@ class _Program:
             # The rule does not fit this module (a cross-attention, a mask it takes none of, an
             # attribute its class lacks): drawn op by op instead.
             raise _Decline(grp.key)
+        if self.reads_undrawn(grp):
+            # A child the rule leaves out that the module's code reads (OLMo-2's full-width q
+            # and k norms): drawn op by op, so nothing it computes is left out.
+            raise _Decline(grp.key)
         self.notes.extend(grp.notes)
         self.drawn.update(grp.drawn_parameters())
         prev = None
@@ -604,6 +661,14 @@ class _Program:
             prev = self.emit(f"{grp.path}.{suffix}" if suffix else grp.path, op, attrs, ins)
         for o in outputs:
             self.ids[o] = prev
+
+    def reads_undrawn(self, grp):
+        """Whether a node of `grp` reads a parameter of a child its rule does not draw."""
+        prefixes = tuple(f"{grp.path}.{c}." for c in grp.undrawn)
+        if not prefixes:
+            return False
+        return any(_is_node(a) and self.kinds.get(a) == "param" and self.targets.get(a, "").startswith(prefixes)
+                   for n in grp.nodes for a in _flat(list(n.args) + list(n.kwargs.values())))
 
     def through_expand(self, n):
         """The tensor an expand broadcasts (a class token's parameter), else `n` resolved."""
@@ -866,7 +931,10 @@ def _constant(ex, n, c, x, onto=None):
     if r not in ex.constants:
         attrs = {"shape": _batched(_shape(r), xs)}
         v = r.meta.get("val")
-        if getattr(v, "dtype", None) is not None and str(v.dtype) == "torch.bool":
+        # The tensor the op reads may be a cast of the one stored (`mask.to(torch.bool)`: `to`
+        # resolves to its input): the dtype is the read one's.
+        read = c.meta.get("val") if _is_node(c) else None
+        if any(getattr(t, "dtype", None) is not None and str(t.dtype) == "torch.bool" for t in (v, read)):
             attrs["dtype"] = "bool"
         elif not _floating(r):
             raise ExportError(f"aten node `{n.name}` ({ex.where(n)}): reads a {v.dtype} tensor computed from the inputs")

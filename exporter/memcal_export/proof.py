@@ -350,13 +350,13 @@ def _hf_vit():
     ))
 
 
-def _tv(name):
-    """A torchvision classifier of 10 classes by its builder's name."""
+def _tv(name, **kw):
+    """A torchvision classifier of 10 classes by its builder's name (and its other arguments)."""
 
     def build():
         import torchvision
 
-        return getattr(torchvision.models, name)(num_classes=10)
+        return getattr(torchvision.models, name)(num_classes=10, **kw)
 
     return build
 
@@ -428,6 +428,26 @@ def _hf_esm():
     return EsmConfig(num_hidden_layers=2, hidden_size=128, num_attention_heads=4, intermediate_size=256,
                      vocab_size=33, max_position_embeddings=66, pad_token_id=1, mask_token_id=32,
                      position_embedding_type="rotary")
+
+
+def _cfg(name, **kw):
+    """A transformers config class by name, built with these fields (a tiny config)."""
+
+    def build():
+        import transformers
+
+        return getattr(transformers, name)(**kw)
+
+    return build
+
+
+_TINY_TEXT = dict(num_hidden_layers=2, hidden_size=128, num_attention_heads=4, intermediate_size=256,
+                  vocab_size=1000)
+_TINY_SEQ2SEQ = dict(encoder_layers=2, decoder_layers=2, d_model=128, encoder_attention_heads=4,
+                     decoder_attention_heads=4, encoder_ffn_dim=256, decoder_ffn_dim=256, vocab_size=1000,
+                     max_position_embeddings=64)
+_TINY_VIT = {"image_size": 64, "patch_size": 8, "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+             "intermediate_size": 128}
 
 
 def _hf_image(config, cls):
@@ -554,6 +574,64 @@ CASES = [
     _hf_image_case("transformers-cvt-export", _hf_image(
         ("CvtConfig", {"embed_dim": [16, 32, 48], "num_heads": [1, 2, 2], "depth": [1, 2, 3]}),
         "CvtForImageClassification")),
+    # More families, each new to the proof (tiny configs of the real classes).
+    _hf_export("transformers-xglm-export", _cfg("XGLMConfig", num_layers=2, d_model=128, attention_heads=4,
+                                                ffn_dim=256, vocab_size=1000, max_position_embeddings=64),
+               "XGLMForCausalLM"),
+    _hf_export("transformers-biogpt-export", _cfg("BioGptConfig", max_position_embeddings=64, **_TINY_TEXT),
+               "BioGptForCausalLM"),
+    _hf_export("transformers-pegasus-export", _cfg("PegasusConfig", **_TINY_SEQ2SEQ),
+               "PegasusForConditionalGeneration"),
+    _hf_export("transformers-mbart-export", _cfg("MBartConfig", **_TINY_SEQ2SEQ), "MBartForConditionalGeneration"),
+    _hf_export("transformers-blenderbot-export", _cfg("BlenderbotConfig", **_TINY_SEQ2SEQ),
+               "BlenderbotForConditionalGeneration"),
+    _hf_export("transformers-data2vec-text-export", _cfg("Data2VecTextConfig", max_position_embeddings=80,
+                                                         **_TINY_TEXT), "Data2VecTextForMaskedLM"),
+    _hf_export("transformers-xlm-roberta-export", _cfg("XLMRobertaConfig", max_position_embeddings=80, **_TINY_TEXT),
+               "XLMRobertaForMaskedLM"),
+    _hf_export("transformers-megatron-bert-export", _cfg("MegatronBertConfig", max_position_embeddings=64,
+                                                         **_TINY_TEXT), "MegatronBertForMaskedLM"),
+    _hf_export("transformers-rembert-export", _cfg("RemBertConfig", max_position_embeddings=64, input_embedding_size=64,
+                                                   output_embedding_size=64, **_TINY_TEXT), "RemBertForMaskedLM"),
+    _hf_export("transformers-bigbird-export", _cfg("BigBirdConfig", max_position_embeddings=64,
+                                                   attention_type="original_full", **_TINY_TEXT), "BigBirdForMaskedLM"),
+    # Attention modules whose code differs from the rule's (partial rotary, full-width or
+    # `1 + weight` q/k norms, a clamped mask): drawn op by op.
+    _hf_export("transformers-stablelm-export", _cfg("StableLmConfig", num_key_value_heads=2, max_position_embeddings=64,
+                                                    **_TINY_TEXT), "StableLmForCausalLM"),
+    _hf_export("transformers-olmo2-export", _cfg("Olmo2Config", max_position_embeddings=64, **_TINY_TEXT),
+               "Olmo2ForCausalLM"),
+    _hf_export("transformers-gemma3-text-export", _cfg("Gemma3TextConfig", num_key_value_heads=2, head_dim=32,
+                                                       max_position_embeddings=64, sliding_window=16, **_TINY_TEXT),
+               "Gemma3ForCausalLM"),
+    _image_case("torchvision-alexnet", _tv("alexnet"), 64, 10, 4),
+    _image_case("torchvision-squeezenet1-1", _tv("squeezenet1_1"), 64, 10, 4),
+    _image_case("torchvision-mobilenet-v3-large", _tv("mobilenet_v3_large"), 64, 10, 4),
+    _hf_image_case("transformers-resnet-export", _hf_image(
+        ("ResNetConfig", {"hidden_sizes": [16, 32, 48, 64], "depths": [1, 1, 1, 1], "embedding_size": 16}),
+        "ResNetForImageClassification")),
+    _hf_image_case("transformers-deit-export", _hf_image(("DeiTConfig", _TINY_VIT), "DeiTForImageClassification")),
+    _hf_image_case("transformers-beit-export", _hf_image(("BeitConfig", _TINY_VIT), "BeitForImageClassification")),
+    _hf_image_case("transformers-dinov2-export", _hf_image(("Dinov2Config", _TINY_VIT),
+                                                           "Dinov2ForImageClassification")),
+    _hf_image_case("transformers-pvt-export", _hf_image(
+        ("PvtConfig", {"image_size": 64, "hidden_sizes": [16, 32, 64, 128], "num_attention_heads": [1, 2, 4, 8],
+                       "depths": [1, 1, 1, 1]}), "PvtForImageClassification")),
+    # Reported, not held: a conv whose input is a channels-last view (ConvNeXt's, SegFormer's
+    # patch embeddings after a permuted norm) runs oneDNN in channels-last, which the conv rule
+    # does not model. Then GoogLeNet (held: its ceil_mode pools are drawn by torch.export).
+    _hf_image_case("transformers-convnextv2-export", _hf_image(
+        ("ConvNextV2Config", {"hidden_sizes": [16, 32, 48, 64], "depths": [1, 1, 1, 1]}),
+        "ConvNextV2ForImageClassification")),
+    _hf_image_case("transformers-segformer-export", _hf_image(
+        ("SegformerConfig", {"hidden_sizes": [16, 32, 48, 64], "depths": [1, 1, 1, 1], "decoder_hidden_size": 64}),
+        "SegformerForImageClassification")),
+    _image_case("torchvision-googlenet", _tv("googlenet", aux_logits=False, init_weights=False), 64, 10, 4),
+    # Heavy (tens of seconds and 1-3 GB each on CPU): run with --all, not in CI.
+    dict(_image_case("torchvision-vgg11", _tv("vgg11"), 32, 10, 2), heavy=True),
+    dict(_image_case("torchvision-wide-resnet50-2", _tv("wide_resnet50_2"), 32, 10, 2), heavy=True),
+    dict(_image_case("torchvision-efficientnet-v2-s", _tv("efficientnet_v2_s"), 64, 10, 2), heavy=True),
+    dict(_image_case("torchvision-resnet152", _tv("resnet152"), 32, 10, 2), heavy=True),
 ]
 
 # The cases held to TOLERANCE by `--check` (the others are reported, with their gaps documented
@@ -597,8 +675,7 @@ CHECKED = [
     "transformers-gpt2-padded-export",
     "transformers-gemma2-padded-export",
     # Generic `aten` nodes. Reported, not held (the graph is measured exactly by memcal-measure;
-    # the simulator's generic rule is off): torchvision-mobilenet-v2 (its in-place hardtanh_
-    # after batch norm), torchvision-convnext (layer scale: the backward), transformers-funnel-
+    # the simulator's generic rule is off): torchvision-convnext (layer scale: the backward), transformers-funnel-
     # export, transformers-levit-export.
     "torchvision-mobilenet-v3-small",
     "torchvision-mnasnet0-5",
@@ -614,6 +691,33 @@ CHECKED = [
     "transformers-mobilevit-export",
     "transformers-poolformer-export",
     "transformers-cvt-export",
+    "torchvision-mobilenet-v2",
+    "transformers-xglm-export",
+    "transformers-biogpt-export",
+    "transformers-pegasus-export",
+    "transformers-mbart-export",
+    "transformers-blenderbot-export",
+    "transformers-data2vec-text-export",
+    "transformers-xlm-roberta-export",
+    "transformers-megatron-bert-export",
+    "transformers-rembert-export",
+    "transformers-bigbird-export",
+    "transformers-stablelm-export",
+    "transformers-olmo2-export",
+    "transformers-gemma3-text-export",
+    "torchvision-alexnet",
+    "torchvision-squeezenet1-1",
+    "torchvision-mobilenet-v3-large",
+    "transformers-resnet-export",
+    "transformers-deit-export",
+    "transformers-beit-export",
+    "transformers-dinov2-export",
+    "transformers-pvt-export",
+    "torchvision-googlenet",
+    "torchvision-vgg11",
+    "torchvision-wide-resnet50-2",
+    "torchvision-efficientnet-v2-s",
+    "torchvision-resnet152",
 ]
 
 
@@ -771,7 +875,8 @@ def main(argv=None):
     ap.add_argument("--memcal", required=True)
     ap.add_argument("--measure", required=True)
     ap.add_argument("--out", required=True)
-    ap.add_argument("--case", action="append", help="run only these cases (default: all)")
+    ap.add_argument("--case", action="append", help="run only these cases (default: all but the heavy ones)")
+    ap.add_argument("--all", action="store_true", help="also run the heavy cases (tens of seconds and 1-3 GB each)")
     ap.add_argument("--check", action="store_true", help=f"exit 1 if a checked case (CHECKED, {len(CHECKED)} of {len(CASES)}) is off by more than {TOLERANCE:.0%}%")
     args = ap.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
@@ -780,8 +885,16 @@ def main(argv=None):
     for case in CASES:
         if args.case and case["name"] not in args.case:
             continue
+        if case.get("heavy") and not (args.all or args.case):
+            continue
         t0 = time.monotonic()
-        r = run_case(case, counter, args)
+        try:
+            r = run_case(case, counter, args)
+        except Exception as e:  # noqa: BLE001 - one case's refusal is reported, the rest still run
+            print(f"{case['name']:28} {case['route']:9} not drawn or not measured: {e}", flush=True)
+            results.append({"case": case["name"], "route": case["route"], "error": str(e)})
+            failed.append(case["name"])
+            continue
         seconds = time.monotonic() - t0
         results.append(r)
         print(

@@ -115,6 +115,10 @@ def _pool(kind):
         attrs["padding"] = _square(m.padding, "padding", ctx.name)
         if kind == "max_pool" and _square(m.dilation, "dilation", ctx.name) != 1:
             raise ExportError(f"node `{ctx.name}`: max pool with dilation has no memcal attribute")
+        if getattr(m, "ceil_mode", False):
+            # A larger output than memcal's pool ops compute (GoogLeNet): the torch.export route
+            # draws the ATen call itself.
+            raise ExportError(f"node `{ctx.name}`: a pool with ceil_mode has no memcal attribute")
         return kind, attrs
 
     return draw
