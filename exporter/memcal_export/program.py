@@ -477,9 +477,11 @@ class _Program:
         same = _shape(x) is not None and _shape(x) == _shape(n)
         if name in ALIASES:
             v, u = n.meta.get("val"), x.meta.get("val")
-            if hasattr(v, "dtype") and hasattr(u, "dtype") and v.dtype != u.dtype and self.kind(x) == "value":
+            cast = hasattr(v, "dtype") and hasattr(u, "dtype") and v.dtype != u.dtype
+            if cast and (self.kind(x) == "value" or str(v.dtype) == "torch.bool"):
                 # A cast: a new tensor (a padding mask cast to bool, drawn where it is read; a
-                # value cast to another dtype, a generic node).
+                # value cast to another dtype, a generic node; MPT's float mask made bool for
+                # masked_fill, a bool constant).
                 return False
             return True
         if name == "dropout":

@@ -604,6 +604,9 @@ CASES = [
     _hf_export("transformers-gemma3-text-export", _cfg("Gemma3TextConfig", num_key_value_heads=2, head_dim=32,
                                                        max_position_embeddings=64, sliding_window=16, **_TINY_TEXT),
                "Gemma3ForCausalLM"),
+    # MPT: ALiBi biases and a float mask cast to bool for masked_fill.
+    _hf_export("transformers-mpt-export", _cfg("MptConfig", n_layers=2, d_model=128, n_heads=4, vocab_size=1000,
+                                               max_seq_len=64), "MptForCausalLM"),
     _image_case("torchvision-alexnet", _tv("alexnet"), 64, 10, 4),
     _image_case("torchvision-squeezenet1-1", _tv("squeezenet1_1"), 64, 10, 4),
     _image_case("torchvision-mobilenet-v3-large", _tv("mobilenet_v3_large"), 64, 10, 4),
@@ -705,6 +708,7 @@ CHECKED = [
     "transformers-stablelm-export",
     "transformers-olmo2-export",
     "transformers-gemma3-text-export",
+    "transformers-mpt-export",
     "torchvision-alexnet",
     "torchvision-squeezenet1-1",
     "torchvision-mobilenet-v3-large",
