@@ -360,3 +360,32 @@ fn strategy_rows_are_compared_with_their_formulas_and_label_the_plan() {
         "{text}"
     );
 }
+
+#[test]
+fn an_attention_drawn_op_by_op_caches_what_its_sdpa_reads() {
+    // An exported graph's attention drawn op by op: sdpa reads k and v `[B, 4, 64, 32]`.
+    let g = Graph::load(Path::new("tests/fixtures/sim/sim-sdpa-mask.json")).unwrap();
+    let layers = memory::cache_layers(&g);
+    assert_eq!(layers.len(), 1);
+    assert_eq!(layers[0].node, "o");
+    assert_eq!(
+        (layers[0].tensors, layers[0].kv_heads, layers[0].head_dim),
+        (2, 4, 32)
+    );
+    let out = memcal(&[
+        "plan",
+        "tests/fixtures/sim/sim-sdpa-mask.json",
+        "--batch",
+        "2",
+        "--precision",
+        "fp32",
+        "--inference",
+        "--context",
+        "100",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

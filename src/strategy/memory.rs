@@ -352,13 +352,24 @@ pub struct CacheLayer {
     pub head_dim: u64,
 }
 
-/// The attention layers' cache shapes (GQA-aware; MLA caches its latent and rope key).
+/// The attention layers' cache shapes (GQA-aware; MLA caches its latent and rope key). An
+/// attention drawn op by op (an exported graph's `sdpa` node) caches its k and v inputs,
+/// `[B, kv_heads, T, head_dim]`: k's heads and width (k as sdpa reads it: repeated to every
+/// query head where the graph repeats it).
 pub fn cache_layers(graph: &Graph) -> Vec<CacheLayer> {
     graph
         .nodes
         .iter()
-        .filter_map(|n| {
+        .enumerate()
+        .filter_map(|(k, n)| {
             let (tensors, kv_heads, head_dim) = match &n.op {
+                Op::Sdpa { .. } => {
+                    let key = graph.input_shape(k, 1)?;
+                    if key.rank() != 4 {
+                        return None;
+                    }
+                    (2, key.0[1].as_fixed()?, key.0[3].as_fixed()?)
+                }
                 Op::MultiheadAttention {
                     embed_dim,
                     num_heads,
