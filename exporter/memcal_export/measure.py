@@ -61,9 +61,16 @@ def measure(counter, build_model, make_inputs, loss_of, threads=2, seed=0):
     Returns the phases as dicts with start, peak, end and wall_seconds, and the parameter count."""
     import torch
 
+    import gc
+
     torch.set_num_threads(threads)
     phases = []
     state = {}
+    # The harness starts in a fresh process, from zero bytes. Here an earlier run in the same
+    # process may leave garbage (reference cycles of a model) or a cache alive: collected first,
+    # and what stays is the baseline every figure is taken from.
+    gc.collect()
+    base, _ = counter.read()
 
     def phase(name, f):
         start, _ = counter.read()
@@ -72,7 +79,8 @@ def measure(counter, build_model, make_inputs, loss_of, threads=2, seed=0):
         f()
         wall = time.perf_counter() - t0
         end, peak = counter.read()
-        phases.append({"name": name, "start": start, "peak": max(peak, start), "end": end, "wall_seconds": wall})
+        phases.append({"name": name, "start": start - base, "peak": max(peak, start) - base, "end": end - base,
+                       "wall_seconds": wall})
 
     def load():
         torch.manual_seed(seed)
