@@ -605,68 +605,15 @@ impl Model {
                 Tensor::embedding(w, x, -1, false, false)
             }
             (
-                Op::Conv1d(_),
-                Module::Conv {
-                    w,
-                    b,
-                    stride,
-                    padding,
-                    groups,
-                },
-            ) => x.conv1d(w, b.as_ref(), [*stride], [*padding], [1], *groups),
-            (
-                Op::Conv2d(_),
-                Module::Conv {
-                    w,
-                    b,
-                    stride,
-                    padding,
-                    groups,
-                },
-            ) => x.conv2d(
-                w,
-                b.as_ref(),
-                [*stride, *stride],
-                [*padding, *padding],
-                [1, 1],
-                *groups,
-            ),
-            (
-                Op::ConvTranspose2d(_),
-                Module::ConvTranspose {
-                    w,
-                    b,
-                    stride,
-                    padding,
-                    output_padding,
-                },
-            ) => x.conv_transpose2d(
-                w,
-                b.as_ref(),
-                [*stride, *stride],
-                [*padding, *padding],
-                [*output_padding, *output_padding],
-                1,
-                [1, 1],
-            ),
-            (Op::BatchNorm { .. }, Module::BatchNorm { w, b, mean, var }) => Tensor::batch_norm(
-                x,
-                Some(w),
-                Some(b),
-                Some(mean),
-                Some(var),
-                true,
-                0.1,
-                1e-5,
-                true,
-            ),
-            (Op::LayerNorm { .. }, Module::LayerNorm { w, b, d }) => {
-                x.layer_norm([*d], Some(w), b.as_ref(), 1e-5, true)
-            }
-            (Op::RmsNorm { .. }, Module::RmsNorm { w, d }) => x.rms_norm([*d], Some(w), None),
-            (Op::GroupNorm { .. }, Module::GroupNorm { w, b, groups }) => {
-                x.group_norm(*groups, Some(w), Some(b), 1e-5, true)
-            }
+                Op::Conv1d(_)
+                | Op::Conv2d(_)
+                | Op::ConvTranspose2d(_)
+                | Op::BatchNorm { .. }
+                | Op::LayerNorm { .. }
+                | Op::RmsNorm { .. }
+                | Op::GroupNorm { .. },
+                m,
+            ) => layer_forward(k, op, m, x),
             (Op::Activation(act), _) => match act {
                 Activation::Relu => x.relu(),
                 Activation::Gelu => x.gelu("none"),
@@ -681,36 +628,10 @@ impl Model {
             (Op::Sub, _) => x - a[1],
             (Op::Div, _) => x / a[1],
             (Op::Concat { dim }, _) => Tensor::cat(a, *dim),
-            (Op::Upsample { scale_factor }, _) => {
-                let s = i(*scale_factor);
-                let size = x.size();
-                let (h, w) = (size[size.len() - 2], size[size.len() - 1]);
-                x.upsample_nearest2d([h * s, w * s], Some(s as f64), Some(s as f64))
-            }
-            (Op::MaxPool(p), _) => {
-                let (kk, s, pd) = (i(p.kernel_size), i(p.stride), i(p.padding));
-                if x.dim() == 3 {
-                    x.max_pool1d([kk], [s], [pd], [1], false)
-                } else {
-                    x.max_pool2d([kk, kk], [s, s], [pd, pd], [1, 1], false)
-                }
-            }
-            (Op::AvgPool(p), _) => {
-                let (kk, s, pd) = (i(p.kernel_size), i(p.stride), i(p.padding));
-                if x.dim() == 3 {
-                    x.avg_pool1d([kk], [s], [pd], false, true)
-                } else {
-                    x.avg_pool2d([kk, kk], [s, s], [pd, pd], false, true, None)
-                }
-            }
-            (Op::AdaptiveAvgPool { output_size }, _) => {
-                let o = i(*output_size);
-                if x.dim() == 3 {
-                    x.adaptive_avg_pool1d([o])
-                } else {
-                    x.adaptive_avg_pool2d([o, o])
-                }
-            }
+            (
+                Op::Upsample { .. } | Op::MaxPool(_) | Op::AvgPool(_) | Op::AdaptiveAvgPool { .. },
+                _,
+            ) => pool_forward(op, x),
             (Op::Flatten { start_dim, end_dim }, _) => x.flatten(*start_dim, *end_dim),
             (Op::Reshape { shape }, _) => {
                 let dims: Vec<i64> = shape
@@ -736,161 +657,9 @@ impl Model {
                 logits.cross_entropy_loss::<Tensor>(&labels, None, Reduction::Mean, -100, 0.0)
             }
             (Op::Mse, _) => x.mse_loss(a[1], Reduction::Mean),
-            (
-                Op::MultiheadAttention { .. },
-                Module::Mha {
-                    q,
-                    k,
-                    v,
-                    o,
-                    rel,
-                    heads,
-                    causal,
-                    sdpa,
-                    dropout,
-                },
-            ) => {
-                if *sdpa {
-                    // What transformers' sdpa attention and torch.nn.MultiheadAttention with
-                    // need_weights=False run: projections, heads, one sdpa call.
-                    // Cross-attention: k and v project the memory (input 1).
-                    let (b, t, d) = (x.size()[0], x.size()[1], x.size()[2]);
-                    let m = if a.len() > 1 { a[1] } else { x };
-                    let hd = d / heads;
-                    let split = |l: &Lin, i: &Tensor| {
-                        let ti = i.size()[1];
-                        l.fwd(i).view([b, ti, *heads, hd]).transpose(1, 2)
-                    };
-                    let (qh, kh, vh) = (split(q, x), split(k, m), split(v, m));
-                    // dropout_p > 0 (training): on CPU torch runs sdpa's math path.
-                    let y = Tensor::scaled_dot_product_attention::<Tensor>(
-                        &qh, &kh, &vh, None, *dropout, *causal, None, false,
-                    );
-                    o.fwd(&y.transpose(1, 2).reshape([b, t, d]))
-                } else {
-                    let kv_in = if a.len() > 1 { a[1] } else { x };
-                    mha(
-                        x,
-                        kv_in,
-                        q,
-                        k,
-                        v,
-                        o,
-                        rel.as_ref(),
-                        *heads,
-                        *causal,
-                        *dropout,
-                    )
-                }
-            }
-            (
-                Op::MultiheadAttention { .. },
-                Module::TorchMha {
-                    packed,
-                    separate,
-                    in_bias,
-                    o,
-                    heads,
-                    causal,
-                    dropout,
-                    batch_first,
-                },
-            ) => torch_mha(
-                x,
-                a.get(1).copied(),
-                (packed.as_ref(), separate.as_ref(), in_bias.as_ref()),
-                o,
-                (*heads, *causal, *dropout, *batch_first),
-            ),
-            (
-                Op::GqaAttention { .. },
-                Module::Gqa {
-                    repeat_kv,
-                    q,
-                    k,
-                    v,
-                    o,
-                    qk_norm,
-                    heads,
-                    kv_heads,
-                    head_dim,
-                    causal,
-                },
-            ) => {
-                let (b, t) = (x.size()[0], x.size()[1]);
-                // Qwen3: q_norm(q_proj(x).view(b, t, h, hd)), then the transpose to heads.
-                let norm = |y: Tensor, w: Option<&Tensor>| match w {
-                    Some(w) => y.rms_norm([*head_dim], Some(w), None),
-                    None => y,
-                };
-                let qn = qk_norm.as_ref().map(|(w, _)| w);
-                let kn = qk_norm.as_ref().map(|(_, w)| w);
-                let qh = norm(q.fwd(x).view([b, t, *heads, *head_dim]), qn).transpose(1, 2);
-                let rep = heads / kv_heads;
-                let kh = norm(k.fwd(x).view([b, t, *kv_heads, *head_dim]), kn).transpose(1, 2);
-                let vh = v.fwd(x).view([b, t, *kv_heads, *head_dim]).transpose(1, 2);
-                let (kh, vh) = if rep > 1 && *repeat_kv {
-                    (
-                        kh.repeat_interleave_self_int(rep, Some(1), None),
-                        vh.repeat_interleave_self_int(rep, Some(1), None),
-                    )
-                } else {
-                    (kh, vh)
-                };
-                let y = Tensor::scaled_dot_product_attention::<Tensor>(
-                    &qh,
-                    &kh,
-                    &vh,
-                    None,
-                    0.0,
-                    *causal,
-                    None,
-                    rep > 1 && !*repeat_kv,
-                );
-                o.fwd(&y.transpose(1, 2).reshape([b, t, heads * head_dim]))
-            }
-            (
-                Op::MlaAttention { .. },
-                Module::Mla {
-                    q_a,
-                    q,
-                    kv_a,
-                    kv_norm,
-                    kv_b,
-                    o,
-                    heads,
-                    nope,
-                    rope,
-                    v_dim,
-                    kv_rank,
-                    causal,
-                },
-            ) => {
-                let (b, t) = (x.size()[0], x.size()[1]);
-                let h = *heads;
-                let qp = match q_a {
-                    Some((qa, norm)) => {
-                        let r = norm.size()[0];
-                        q.fwd(&qa.fwd(x).rms_norm([r], Some(norm), None))
-                    }
-                    None => q.fwd(x),
-                };
-                let qh = qp.view([b, t, h, nope + rope]).transpose(1, 2);
-                let kva = kv_a.fwd(x);
-                let parts = kva.split_with_sizes([*kv_rank, *rope], -1);
-                let c = parts[0].rms_norm([*kv_rank], Some(kv_norm), None);
-                let k_rope = parts[1]
-                    .view([b, t, 1, *rope])
-                    .expand([b, t, h, *rope], false);
-                let kvb = kv_b.fwd(&c).view([b, t, h, nope + v_dim]);
-                let kv_parts = kvb.split_with_sizes([*nope, *v_dim], -1);
-                let kh = Tensor::cat(&[&kv_parts[0], &k_rope], -1).transpose(1, 2);
-                let vh = kv_parts[1].transpose(1, 2);
-                let y = Tensor::scaled_dot_product_attention::<Tensor>(
-                    &qh, &kh, &vh, None, 0.0, *causal, None, false,
-                );
-                o.fwd(&y.transpose(1, 2).reshape([b, t, h * v_dim]))
-            }
+            (Op::MultiheadAttention { .. }, m) => attention_forward(k, op, m, a),
+            (Op::GqaAttention { .. }, m) => gqa_forward(k, op, m, x),
+            (Op::MlaAttention { .. }, m) => mla_forward(k, op, m, x),
             (
                 Op::Moe { .. },
                 Module::Moe {
@@ -944,12 +713,304 @@ impl Model {
                 Tensor::ones(sizes(shape, batch).as_slice(), (kind, x.device()))
             }
             (Op::Expand { shape }, _) => x.expand(sizes(shape, batch).as_slice(), false),
-            (op, _) => panic!(
-                "node {k}: op `{}` has no module built for it (harness bug)",
-                op.name()
-            ),
+            (op, _) => no_module(k, op),
         }
     }
+}
+
+/// Convolutions and normalisations: their module's weights applied to `x`.
+fn layer_forward(k: usize, op: &Op, m: &Module, x: &Tensor) -> Tensor {
+    match (op, m) {
+        (
+            Op::Conv1d(_),
+            Module::Conv {
+                w,
+                b,
+                stride,
+                padding,
+                groups,
+            },
+        ) => x.conv1d(w, b.as_ref(), [*stride], [*padding], [1], *groups),
+        (
+            Op::Conv2d(_),
+            Module::Conv {
+                w,
+                b,
+                stride,
+                padding,
+                groups,
+            },
+        ) => x.conv2d(
+            w,
+            b.as_ref(),
+            [*stride, *stride],
+            [*padding, *padding],
+            [1, 1],
+            *groups,
+        ),
+        (
+            Op::ConvTranspose2d(_),
+            Module::ConvTranspose {
+                w,
+                b,
+                stride,
+                padding,
+                output_padding,
+            },
+        ) => x.conv_transpose2d(
+            w,
+            b.as_ref(),
+            [*stride, *stride],
+            [*padding, *padding],
+            [*output_padding, *output_padding],
+            1,
+            [1, 1],
+        ),
+        (Op::BatchNorm { .. }, Module::BatchNorm { w, b, mean, var }) => Tensor::batch_norm(
+            x,
+            Some(w),
+            Some(b),
+            Some(mean),
+            Some(var),
+            true,
+            0.1,
+            1e-5,
+            true,
+        ),
+        (Op::LayerNorm { .. }, Module::LayerNorm { w, b, d }) => {
+            x.layer_norm([*d], Some(w), b.as_ref(), 1e-5, true)
+        }
+        (Op::RmsNorm { .. }, Module::RmsNorm { w, d }) => x.rms_norm([*d], Some(w), None),
+        (Op::GroupNorm { .. }, Module::GroupNorm { w, b, groups }) => {
+            x.group_norm(*groups, Some(w), Some(b), 1e-5, true)
+        }
+        (op, _) => no_module(k, op),
+    }
+}
+
+/// Upsampling and the pools (1-d on a rank-3 input, else 2-d).
+fn pool_forward(op: &Op, x: &Tensor) -> Tensor {
+    match op {
+        Op::Upsample { scale_factor } => {
+            let s = i(*scale_factor);
+            let size = x.size();
+            let (h, w) = (size[size.len() - 2], size[size.len() - 1]);
+            x.upsample_nearest2d([h * s, w * s], Some(s as f64), Some(s as f64))
+        }
+        Op::MaxPool(p) => {
+            let (kk, s, pd) = (i(p.kernel_size), i(p.stride), i(p.padding));
+            if x.dim() == 3 {
+                x.max_pool1d([kk], [s], [pd], [1], false)
+            } else {
+                x.max_pool2d([kk, kk], [s, s], [pd, pd], [1, 1], false)
+            }
+        }
+        Op::AvgPool(p) => {
+            let (kk, s, pd) = (i(p.kernel_size), i(p.stride), i(p.padding));
+            if x.dim() == 3 {
+                x.avg_pool1d([kk], [s], [pd], false, true)
+            } else {
+                x.avg_pool2d([kk, kk], [s, s], [pd, pd], false, true, None)
+            }
+        }
+        Op::AdaptiveAvgPool { output_size } => {
+            let o = i(*output_size);
+            if x.dim() == 3 {
+                x.adaptive_avg_pool1d([o])
+            } else {
+                x.adaptive_avg_pool2d([o, o])
+            }
+        }
+        _ => unreachable!("pool_forward: not an upsample or a pool"),
+    }
+}
+
+/// Multi-head attention: sdpa or eager on separate projections, or torch.nn.MultiheadAttention's
+/// own forward; `a[1]`, where given, is the memory for cross-attention.
+fn attention_forward(k: usize, op: &Op, m: &Module, a: &[&Tensor]) -> Tensor {
+    let x = a[0];
+    match (op, m) {
+        (
+            Op::MultiheadAttention { .. },
+            Module::Mha {
+                q,
+                k,
+                v,
+                o,
+                rel,
+                heads,
+                causal,
+                sdpa,
+                dropout,
+            },
+        ) => {
+            if *sdpa {
+                // What transformers' sdpa attention and torch.nn.MultiheadAttention with
+                // need_weights=False run: projections, heads, one sdpa call.
+                // Cross-attention: k and v project the memory (input 1).
+                let (b, t, d) = (x.size()[0], x.size()[1], x.size()[2]);
+                let m = if a.len() > 1 { a[1] } else { x };
+                let hd = d / heads;
+                let split = |l: &Lin, i: &Tensor| {
+                    let ti = i.size()[1];
+                    l.fwd(i).view([b, ti, *heads, hd]).transpose(1, 2)
+                };
+                let (qh, kh, vh) = (split(q, x), split(k, m), split(v, m));
+                // dropout_p > 0 (training): on CPU torch runs sdpa's math path.
+                let y = Tensor::scaled_dot_product_attention::<Tensor>(
+                    &qh, &kh, &vh, None, *dropout, *causal, None, false,
+                );
+                o.fwd(&y.transpose(1, 2).reshape([b, t, d]))
+            } else {
+                let kv_in = if a.len() > 1 { a[1] } else { x };
+                mha(
+                    x,
+                    kv_in,
+                    q,
+                    k,
+                    v,
+                    o,
+                    rel.as_ref(),
+                    *heads,
+                    *causal,
+                    *dropout,
+                )
+            }
+        }
+        (
+            Op::MultiheadAttention { .. },
+            Module::TorchMha {
+                packed,
+                separate,
+                in_bias,
+                o,
+                heads,
+                causal,
+                dropout,
+                batch_first,
+            },
+        ) => torch_mha(
+            x,
+            a.get(1).copied(),
+            (packed.as_ref(), separate.as_ref(), in_bias.as_ref()),
+            o,
+            (*heads, *causal, *dropout, *batch_first),
+        ),
+        (op, _) => no_module(k, op),
+    }
+}
+
+/// Grouped-query attention: k and v repeated to every head (or sdpa's `enable_gqa`), Qwen3's
+/// optional q/k norms.
+fn gqa_forward(k: usize, op: &Op, m: &Module, x: &Tensor) -> Tensor {
+    match (op, m) {
+        (
+            Op::GqaAttention { .. },
+            Module::Gqa {
+                repeat_kv,
+                q,
+                k,
+                v,
+                o,
+                qk_norm,
+                heads,
+                kv_heads,
+                head_dim,
+                causal,
+            },
+        ) => {
+            let (b, t) = (x.size()[0], x.size()[1]);
+            // Qwen3: q_norm(q_proj(x).view(b, t, h, hd)), then the transpose to heads.
+            let norm = |y: Tensor, w: Option<&Tensor>| match w {
+                Some(w) => y.rms_norm([*head_dim], Some(w), None),
+                None => y,
+            };
+            let qn = qk_norm.as_ref().map(|(w, _)| w);
+            let kn = qk_norm.as_ref().map(|(_, w)| w);
+            let qh = norm(q.fwd(x).view([b, t, *heads, *head_dim]), qn).transpose(1, 2);
+            let rep = heads / kv_heads;
+            let kh = norm(k.fwd(x).view([b, t, *kv_heads, *head_dim]), kn).transpose(1, 2);
+            let vh = v.fwd(x).view([b, t, *kv_heads, *head_dim]).transpose(1, 2);
+            let (kh, vh) = if rep > 1 && *repeat_kv {
+                (
+                    kh.repeat_interleave_self_int(rep, Some(1), None),
+                    vh.repeat_interleave_self_int(rep, Some(1), None),
+                )
+            } else {
+                (kh, vh)
+            };
+            let y = Tensor::scaled_dot_product_attention::<Tensor>(
+                &qh,
+                &kh,
+                &vh,
+                None,
+                0.0,
+                *causal,
+                None,
+                rep > 1 && !*repeat_kv,
+            );
+            o.fwd(&y.transpose(1, 2).reshape([b, t, heads * head_dim]))
+        }
+        (op, _) => no_module(k, op),
+    }
+}
+
+/// Multi-head latent attention: low-rank q and kv projections with rms norms, a shared rotary
+/// key part.
+fn mla_forward(k: usize, op: &Op, m: &Module, x: &Tensor) -> Tensor {
+    match (op, m) {
+        (
+            Op::MlaAttention { .. },
+            Module::Mla {
+                q_a,
+                q,
+                kv_a,
+                kv_norm,
+                kv_b,
+                o,
+                heads,
+                nope,
+                rope,
+                v_dim,
+                kv_rank,
+                causal,
+            },
+        ) => {
+            let (b, t) = (x.size()[0], x.size()[1]);
+            let h = *heads;
+            let qp = match q_a {
+                Some((qa, norm)) => {
+                    let r = norm.size()[0];
+                    q.fwd(&qa.fwd(x).rms_norm([r], Some(norm), None))
+                }
+                None => q.fwd(x),
+            };
+            let qh = qp.view([b, t, h, nope + rope]).transpose(1, 2);
+            let kva = kv_a.fwd(x);
+            let parts = kva.split_with_sizes([*kv_rank, *rope], -1);
+            let c = parts[0].rms_norm([*kv_rank], Some(kv_norm), None);
+            let k_rope = parts[1]
+                .view([b, t, 1, *rope])
+                .expand([b, t, h, *rope], false);
+            let kvb = kv_b.fwd(&c).view([b, t, h, nope + v_dim]);
+            let kv_parts = kvb.split_with_sizes([*nope, *v_dim], -1);
+            let kh = Tensor::cat(&[&kv_parts[0], &k_rope], -1).transpose(1, 2);
+            let vh = kv_parts[1].transpose(1, 2);
+            let y = Tensor::scaled_dot_product_attention::<Tensor>(
+                &qh, &kh, &vh, None, 0.0, *causal, None, false,
+            );
+            o.fwd(&y.transpose(1, 2).reshape([b, t, h * v_dim]))
+        }
+        (op, _) => no_module(k, op),
+    }
+}
+
+/// The panic for an op whose module was not built (a harness bug).
+fn no_module(k: usize, op: &Op) -> ! {
+    panic!(
+        "node {k}: op `{}` has no module built for it (harness bug)",
+        op.name()
+    )
 }
 
 /// Eager multi-head attention (torch.nn.MultiheadAttention with need_weights=True,
