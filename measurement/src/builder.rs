@@ -255,203 +255,15 @@ impl Model {
                 Op::Embedding { tie, .. } => {
                     Module::Embedding(table(&n.id, tie.as_deref().unwrap_or(&n.id))?)
                 }
-                Op::Conv1d(c) | Op::Conv2d(c) => {
-                    let mut dims = vec![
-                        i(c.out_channels),
-                        i(c.in_channels / c.groups),
-                        i(c.kernel_size),
-                    ];
-                    if matches!(n.op, Op::Conv2d(_)) {
-                        dims.push(i(c.kernel_size));
-                    }
-                    Module::Conv {
-                        w: p.var("weight", &dims, nn::init::DEFAULT_KAIMING_UNIFORM),
-                        b: c.bias
-                            .then(|| p.var("bias", &[i(c.out_channels)], Init::Const(0.))),
-                        stride: i(c.stride),
-                        padding: i(c.padding),
-                        groups: i(c.groups),
-                    }
+                Op::Conv1d(_) | Op::Conv2d(_) | Op::ConvTranspose2d(_) => conv_module(&p, &n.op),
+                Op::BatchNorm { .. }
+                | Op::LayerNorm { .. }
+                | Op::RmsNorm { .. }
+                | Op::GroupNorm { .. } => norm_module(&p, &n.op),
+                Op::MultiheadAttention { .. } | Op::GqaAttention { .. } => {
+                    attention_module(&p, &n.op)
                 }
-                Op::ConvTranspose2d(c) => {
-                    let dims = [
-                        i(c.in_channels),
-                        i(c.out_channels),
-                        i(c.kernel_size),
-                        i(c.kernel_size),
-                    ];
-                    Module::ConvTranspose {
-                        w: p.var("weight", &dims, nn::init::DEFAULT_KAIMING_UNIFORM),
-                        b: c.bias
-                            .then(|| p.var("bias", &[i(c.out_channels)], Init::Const(0.))),
-                        stride: i(c.stride),
-                        padding: i(c.padding),
-                        output_padding: i(c.output_padding),
-                    }
-                }
-                Op::BatchNorm { num_features } => {
-                    let c = i(*num_features);
-                    Module::BatchNorm {
-                        w: p.var("weight", &[c], Init::Const(1.)),
-                        b: p.var("bias", &[c], Init::Const(0.)),
-                        mean: p.zeros_no_train("running_mean", &[c]),
-                        var: p.ones_no_train("running_var", &[c]),
-                    }
-                }
-                Op::LayerNorm {
-                    normalized_shape,
-                    bias,
-                } => {
-                    let d = i(*normalized_shape);
-                    Module::LayerNorm {
-                        w: p.var("weight", &[d], Init::Const(1.)),
-                        b: bias.then(|| p.var("bias", &[d], Init::Const(0.))),
-                        d,
-                    }
-                }
-                Op::RmsNorm { dim } => Module::RmsNorm {
-                    w: p.var("weight", &[i(*dim)], Init::Const(1.)),
-                    d: i(*dim),
-                },
-                Op::GroupNorm {
-                    num_groups,
-                    num_channels,
-                } => Module::GroupNorm {
-                    w: p.var("weight", &[i(*num_channels)], Init::Const(1.)),
-                    b: p.var("bias", &[i(*num_channels)], Init::Const(0.)),
-                    groups: i(*num_groups),
-                },
-                Op::MultiheadAttention {
-                    embed_dim: d,
-                    num_heads,
-                    causal,
-                    bias,
-                    dropout,
-                    kdim,
-                    torch_impl: true,
-                    batch_first,
-                    ..
-                } => {
-                    let (d, kd) = (i(*d), i(*kdim));
-                    let w = |name: &str, rows: i64, cols: i64| {
-                        p.var(name, &[rows, cols], nn::init::DEFAULT_KAIMING_UNIFORM)
-                    };
-                    Module::TorchMha {
-                        packed: (d == kd).then(|| w("in_proj_weight", 3 * d, d)),
-                        separate: (d != kd).then(|| {
-                            (
-                                w("q_proj_weight", d, d),
-                                w("k_proj_weight", d, kd),
-                                w("v_proj_weight", d, kd),
-                            )
-                        }),
-                        in_bias: bias.then(|| p.var("in_proj_bias", &[3 * d], Init::Const(0.))),
-                        o: Lin::new(&p, "out_proj", d as u64, d as u64, *bias),
-                        heads: i(*num_heads),
-                        causal: *causal,
-                        dropout: *dropout,
-                        batch_first: *batch_first,
-                    }
-                }
-                Op::MultiheadAttention {
-                    embed_dim: d,
-                    num_heads,
-                    causal,
-                    bias,
-                    relative_attention_buckets: nb,
-                    sdpa,
-                    dropout,
-                    kdim,
-                    ..
-                } => Module::Mha {
-                    sdpa: *sdpa,
-                    dropout: *dropout,
-                    q: Lin::new(&p, "q_proj", *d, *d, *bias),
-                    k: Lin::new(&p, "k_proj", *kdim, *d, *bias),
-                    v: Lin::new(&p, "v_proj", *kdim, *d, *bias),
-                    o: Lin::new(&p, "out_proj", *d, *d, *bias),
-                    rel: (*nb > 0).then(|| {
-                        p.var(
-                            "relative_attention_bias",
-                            &[i(*nb), i(*num_heads)],
-                            Init::Randn {
-                                mean: 0.,
-                                stdev: 0.02,
-                            },
-                        )
-                    }),
-                    heads: i(*num_heads),
-                    causal: *causal,
-                },
-                Op::GqaAttention {
-                    embed_dim: d,
-                    num_heads,
-                    num_kv_heads,
-                    head_dim,
-                    causal,
-                    bias,
-                    out_bias,
-                    repeat_kv,
-                    qk_norm,
-                } => Module::Gqa {
-                    repeat_kv: *repeat_kv,
-                    q: Lin::new(&p, "q_proj", *d, num_heads * head_dim, *bias),
-                    k: Lin::new(&p, "k_proj", *d, num_kv_heads * head_dim, *bias),
-                    v: Lin::new(&p, "v_proj", *d, num_kv_heads * head_dim, *bias),
-                    o: Lin::new(&p, "o_proj", num_heads * head_dim, *d, *out_bias),
-                    qk_norm: qk_norm.then(|| {
-                        (
-                            p.var("q_norm", &[i(*head_dim)], Init::Const(1.)),
-                            p.var("k_norm", &[i(*head_dim)], Init::Const(1.)),
-                        )
-                    }),
-                    heads: i(*num_heads),
-                    kv_heads: i(*num_kv_heads),
-                    head_dim: i(*head_dim),
-                    causal: *causal,
-                },
-                Op::MlaAttention {
-                    embed_dim: d,
-                    num_heads: h,
-                    q_lora_rank,
-                    kv_lora_rank,
-                    qk_nope_head_dim: nope,
-                    qk_rope_head_dim: rope,
-                    v_head_dim,
-                    causal,
-                } => {
-                    let qk = h * (nope + rope);
-                    let (q_a, q) = if *q_lora_rank > 0 {
-                        let a = Lin::new(&p, "q_a_proj", *d, *q_lora_rank, false);
-                        let norm = p.var("q_a_norm", &[i(*q_lora_rank)], Init::Const(1.));
-                        (
-                            Some((a, norm)),
-                            Lin::new(&p, "q_b_proj", *q_lora_rank, qk, false),
-                        )
-                    } else {
-                        (None, Lin::new(&p, "q_proj", *d, qk, false))
-                    };
-                    Module::Mla {
-                        q_a,
-                        q,
-                        kv_a: Lin::new(&p, "kv_a_proj", *d, kv_lora_rank + rope, false),
-                        kv_norm: p.var("kv_a_norm", &[i(*kv_lora_rank)], Init::Const(1.)),
-                        kv_b: Lin::new(
-                            &p,
-                            "kv_b_proj",
-                            *kv_lora_rank,
-                            h * (nope + v_head_dim),
-                            false,
-                        ),
-                        o: Lin::new(&p, "o_proj", h * v_head_dim, *d, false),
-                        heads: i(*h),
-                        nope: i(*nope),
-                        rope: i(*rope),
-                        v_dim: i(*v_head_dim),
-                        kv_rank: i(*kv_lora_rank),
-                        causal: *causal,
-                    }
-                }
+                Op::MlaAttention { .. } => mla_module(&p, &n.op),
                 Op::Moe {
                     dim,
                     hidden,
@@ -715,6 +527,233 @@ impl Model {
             (Op::Expand { shape }, _) => x.expand(sizes(shape, batch).as_slice(), false),
             (op, _) => no_module(k, op),
         }
+    }
+}
+
+/// A convolution's weight (Kaiming uniform) and bias.
+fn conv_module(p: &nn::Path, op: &Op) -> Module {
+    match op {
+        Op::Conv1d(c) | Op::Conv2d(c) => {
+            let mut dims = vec![
+                i(c.out_channels),
+                i(c.in_channels / c.groups),
+                i(c.kernel_size),
+            ];
+            if matches!(op, Op::Conv2d(_)) {
+                dims.push(i(c.kernel_size));
+            }
+            Module::Conv {
+                w: p.var("weight", &dims, nn::init::DEFAULT_KAIMING_UNIFORM),
+                b: c.bias
+                    .then(|| p.var("bias", &[i(c.out_channels)], Init::Const(0.))),
+                stride: i(c.stride),
+                padding: i(c.padding),
+                groups: i(c.groups),
+            }
+        }
+        Op::ConvTranspose2d(c) => {
+            let dims = [
+                i(c.in_channels),
+                i(c.out_channels),
+                i(c.kernel_size),
+                i(c.kernel_size),
+            ];
+            Module::ConvTranspose {
+                w: p.var("weight", &dims, nn::init::DEFAULT_KAIMING_UNIFORM),
+                b: c.bias
+                    .then(|| p.var("bias", &[i(c.out_channels)], Init::Const(0.))),
+                stride: i(c.stride),
+                padding: i(c.padding),
+                output_padding: i(c.output_padding),
+            }
+        }
+        _ => unreachable!("conv_module: not a convolution"),
+    }
+}
+
+/// A normalisation's weight (ones) and bias (zeros), and batch norm's running statistics.
+fn norm_module(p: &nn::Path, op: &Op) -> Module {
+    match op {
+        Op::BatchNorm { num_features } => {
+            let c = i(*num_features);
+            Module::BatchNorm {
+                w: p.var("weight", &[c], Init::Const(1.)),
+                b: p.var("bias", &[c], Init::Const(0.)),
+                mean: p.zeros_no_train("running_mean", &[c]),
+                var: p.ones_no_train("running_var", &[c]),
+            }
+        }
+        Op::LayerNorm {
+            normalized_shape,
+            bias,
+        } => {
+            let d = i(*normalized_shape);
+            Module::LayerNorm {
+                w: p.var("weight", &[d], Init::Const(1.)),
+                b: bias.then(|| p.var("bias", &[d], Init::Const(0.))),
+                d,
+            }
+        }
+        Op::RmsNorm { dim } => Module::RmsNorm {
+            w: p.var("weight", &[i(*dim)], Init::Const(1.)),
+            d: i(*dim),
+        },
+        Op::GroupNorm {
+            num_groups,
+            num_channels,
+        } => Module::GroupNorm {
+            w: p.var("weight", &[i(*num_channels)], Init::Const(1.)),
+            b: p.var("bias", &[i(*num_channels)], Init::Const(0.)),
+            groups: i(*num_groups),
+        },
+        _ => unreachable!("norm_module: not a normalisation"),
+    }
+}
+
+/// Multi-head attention's projections (torch.nn.MultiheadAttention's packed or separate ones,
+/// or q, k, v and out projections with an optional relative position bias), and grouped-query
+/// attention's.
+fn attention_module(p: &nn::Path, op: &Op) -> Module {
+    match op {
+        Op::MultiheadAttention {
+            embed_dim: d,
+            num_heads,
+            causal,
+            bias,
+            dropout,
+            kdim,
+            torch_impl: true,
+            batch_first,
+            ..
+        } => {
+            let (d, kd) = (i(*d), i(*kdim));
+            let w = |name: &str, rows: i64, cols: i64| {
+                p.var(name, &[rows, cols], nn::init::DEFAULT_KAIMING_UNIFORM)
+            };
+            Module::TorchMha {
+                packed: (d == kd).then(|| w("in_proj_weight", 3 * d, d)),
+                separate: (d != kd).then(|| {
+                    (
+                        w("q_proj_weight", d, d),
+                        w("k_proj_weight", d, kd),
+                        w("v_proj_weight", d, kd),
+                    )
+                }),
+                in_bias: bias.then(|| p.var("in_proj_bias", &[3 * d], Init::Const(0.))),
+                o: Lin::new(p, "out_proj", d as u64, d as u64, *bias),
+                heads: i(*num_heads),
+                causal: *causal,
+                dropout: *dropout,
+                batch_first: *batch_first,
+            }
+        }
+        Op::MultiheadAttention {
+            embed_dim: d,
+            num_heads,
+            causal,
+            bias,
+            relative_attention_buckets: nb,
+            sdpa,
+            dropout,
+            kdim,
+            ..
+        } => Module::Mha {
+            sdpa: *sdpa,
+            dropout: *dropout,
+            q: Lin::new(p, "q_proj", *d, *d, *bias),
+            k: Lin::new(p, "k_proj", *kdim, *d, *bias),
+            v: Lin::new(p, "v_proj", *kdim, *d, *bias),
+            o: Lin::new(p, "out_proj", *d, *d, *bias),
+            rel: (*nb > 0).then(|| {
+                p.var(
+                    "relative_attention_bias",
+                    &[i(*nb), i(*num_heads)],
+                    Init::Randn {
+                        mean: 0.,
+                        stdev: 0.02,
+                    },
+                )
+            }),
+            heads: i(*num_heads),
+            causal: *causal,
+        },
+        Op::GqaAttention {
+            embed_dim: d,
+            num_heads,
+            num_kv_heads,
+            head_dim,
+            causal,
+            bias,
+            out_bias,
+            repeat_kv,
+            qk_norm,
+        } => Module::Gqa {
+            repeat_kv: *repeat_kv,
+            q: Lin::new(p, "q_proj", *d, num_heads * head_dim, *bias),
+            k: Lin::new(p, "k_proj", *d, num_kv_heads * head_dim, *bias),
+            v: Lin::new(p, "v_proj", *d, num_kv_heads * head_dim, *bias),
+            o: Lin::new(p, "o_proj", num_heads * head_dim, *d, *out_bias),
+            qk_norm: qk_norm.then(|| {
+                (
+                    p.var("q_norm", &[i(*head_dim)], Init::Const(1.)),
+                    p.var("k_norm", &[i(*head_dim)], Init::Const(1.)),
+                )
+            }),
+            heads: i(*num_heads),
+            kv_heads: i(*num_kv_heads),
+            head_dim: i(*head_dim),
+            causal: *causal,
+        },
+        _ => unreachable!("attention_module: not a multi-head or grouped-query attention"),
+    }
+}
+
+/// Multi-head latent attention's low-rank q and kv projections and their norms.
+fn mla_module(p: &nn::Path, op: &Op) -> Module {
+    match op {
+        Op::MlaAttention {
+            embed_dim: d,
+            num_heads: h,
+            q_lora_rank,
+            kv_lora_rank,
+            qk_nope_head_dim: nope,
+            qk_rope_head_dim: rope,
+            v_head_dim,
+            causal,
+        } => {
+            let qk = h * (nope + rope);
+            let (q_a, q) = if *q_lora_rank > 0 {
+                let a = Lin::new(p, "q_a_proj", *d, *q_lora_rank, false);
+                let norm = p.var("q_a_norm", &[i(*q_lora_rank)], Init::Const(1.));
+                (
+                    Some((a, norm)),
+                    Lin::new(p, "q_b_proj", *q_lora_rank, qk, false),
+                )
+            } else {
+                (None, Lin::new(p, "q_proj", *d, qk, false))
+            };
+            Module::Mla {
+                q_a,
+                q,
+                kv_a: Lin::new(p, "kv_a_proj", *d, kv_lora_rank + rope, false),
+                kv_norm: p.var("kv_a_norm", &[i(*kv_lora_rank)], Init::Const(1.)),
+                kv_b: Lin::new(
+                    p,
+                    "kv_b_proj",
+                    *kv_lora_rank,
+                    h * (nope + v_head_dim),
+                    false,
+                ),
+                o: Lin::new(p, "o_proj", h * v_head_dim, *d, false),
+                heads: i(*h),
+                nope: i(*nope),
+                rope: i(*rope),
+                v_dim: i(*v_head_dim),
+                kv_rank: i(*kv_lora_rank),
+                causal: *causal,
+            }
+        }
+        _ => unreachable!("mla_module: not a multi-head latent attention"),
     }
 }
 
