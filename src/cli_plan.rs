@@ -9,103 +9,9 @@ use std::fmt::Write;
 /// The human-readable table `memcal plan` prints.
 pub fn render(p: &Plan) -> String {
     let mut s = String::new();
-    let _ = writeln!(s, "graph       {} (family {})", p.graph, p.family);
-    let _ = writeln!(s, "batch       {}", p.batch);
-    let _ = writeln!(s, "precision   {}", p.precision);
-    let _ = writeln!(s, "parameters  {}", count(p.parameters));
-    if !p.approximations.is_empty() {
-        const SHOWN: usize = 12;
-        let _ = writeln!(
-            s,
-            "approximate graph: {} approximation(s), each an error the estimate may carry",
-            p.approximations.len()
-        );
-        for a in p.approximations.iter().take(SHOWN) {
-            let at = a
-                .node
-                .as_deref()
-                .map_or(String::new(), |n| format!("`{n}`: "));
-            let _ = writeln!(s, "  {at}{}", a.text);
-        }
-        if p.approximations.len() > SHOWN {
-            let _ = writeln!(
-                s,
-                "  ... and {} more (--json lists every one under `approximations`)",
-                p.approximations.len() - SHOWN
-            );
-        }
-    }
-    if !p.has_batch_axis {
-        let _ = writeln!(
-            s,
-            "warning     no batch axis: no input has a `B` dimension, so the batch changes nothing"
-        );
-    }
-    let _ = writeln!(
-        s,
-        "\n{:<18} {:>22} {:>8} {:>28}",
-        "feature", "bytes", "factor", "contribution"
-    );
-    for (i, (name, v)) in FEATURE_NAMES.iter().zip(p.features.as_array()).enumerate() {
-        let _ = writeln!(
-            s,
-            "{:<18} {:>22} {:>8.3} {:>28}",
-            name,
-            count(v),
-            p.factors[i],
-            both(p.factors[i] * v as f64)
-        );
-    }
-    let _ = writeln!(s, "\nestimate    {}", both(p.estimate_bytes));
-    let _ = writeln!(
-        s,
-        "            = max(linear sum {}, phase floor {}){}",
-        gb(p.linear_estimate_bytes),
-        gb(p.floor.bytes as f64),
-        if p.floor_decides {
-            ": the floor decides (the fitted sum is below what the optimizer step provably holds)"
-        } else {
-            ""
-        }
-    );
-    let _ = writeln!(
-        s,
-        "            phase floor: 16 bytes x parameters ({}, weights + gradients + AdamW states) + AdamW temporaries of the largest parameter ({})",
-        gb(p.floor.model_state as f64),
-        gb(p.floor.optimizer_temporaries as f64)
-    );
-    match &p.simulated {
-        Ok(sim) => {
-            let (what, rules) = match &sim.reserved {
-                None => ("", "no fitted factor"),
-                Some(_) => (" allocated", "rules cuda-bf16-autocast, no fitted factor"),
-            };
-            let _ = writeln!(
-                s,
-                "simulated   {}{what}  (peak in {} at `{}`; {rules})",
-                both(sim.bytes as f64),
-                sim.phase,
-                sim.node
-            );
-            if let Some(r) = &sim.reserved {
-                let _ = writeln!(
-                    s,
-                    "            {} reserved   (peak in {} at `{}`; CUDA caching-allocator replay{})",
-                    both(r.bytes as f64),
-                    r.phase,
-                    r.node,
-                    r.allocator_settings
-                        .as_deref()
-                        .map_or(String::new(), |c| format!(
-                            " under PYTORCH_CUDA_ALLOC_CONF={c}"
-                        ))
-                );
-            }
-        }
-        Err(why) => {
-            let _ = writeln!(s, "simulated   not available ({why})");
-        }
-    }
+    render_header(&mut s, p);
+    render_estimate(&mut s, p);
+    render_simulated(&mut s, p);
     let _ = writeln!(
         s,
         "bound       {}  (max(floor, estimate x q95 = {:.2}))",
@@ -145,6 +51,122 @@ pub fn render(p: &Plan) -> String {
             }
         );
     }
+    render_baselines(&mut s, p);
+    s
+}
+
+/// The plan's heading: graph, batch, precision, parameters, the graph's approximations and a
+/// missing batch axis.
+fn render_header(s: &mut String, p: &Plan) {
+    let _ = writeln!(s, "graph       {} (family {})", p.graph, p.family);
+    let _ = writeln!(s, "batch       {}", p.batch);
+    let _ = writeln!(s, "precision   {}", p.precision);
+    let _ = writeln!(s, "parameters  {}", count(p.parameters));
+    if !p.approximations.is_empty() {
+        const SHOWN: usize = 12;
+        let _ = writeln!(
+            s,
+            "approximate graph: {} approximation(s), each an error the estimate may carry",
+            p.approximations.len()
+        );
+        for a in p.approximations.iter().take(SHOWN) {
+            let at = a
+                .node
+                .as_deref()
+                .map_or(String::new(), |n| format!("`{n}`: "));
+            let _ = writeln!(s, "  {at}{}", a.text);
+        }
+        if p.approximations.len() > SHOWN {
+            let _ = writeln!(
+                s,
+                "  ... and {} more (--json lists every one under `approximations`)",
+                p.approximations.len() - SHOWN
+            );
+        }
+    }
+    if !p.has_batch_axis {
+        let _ = writeln!(
+            s,
+            "warning     no batch axis: no input has a `B` dimension, so the batch changes nothing"
+        );
+    }
+}
+
+/// The six features with their factors and contributions, the estimate and its phase floor.
+fn render_estimate(s: &mut String, p: &Plan) {
+    let _ = writeln!(
+        s,
+        "\n{:<18} {:>22} {:>8} {:>28}",
+        "feature", "bytes", "factor", "contribution"
+    );
+    for (i, (name, v)) in FEATURE_NAMES.iter().zip(p.features.as_array()).enumerate() {
+        let _ = writeln!(
+            s,
+            "{:<18} {:>22} {:>8.3} {:>28}",
+            name,
+            count(v),
+            p.factors[i],
+            both(p.factors[i] * v as f64)
+        );
+    }
+    let _ = writeln!(s, "\nestimate    {}", both(p.estimate_bytes));
+    let _ = writeln!(
+        s,
+        "            = max(linear sum {}, phase floor {}){}",
+        gb(p.linear_estimate_bytes),
+        gb(p.floor.bytes as f64),
+        if p.floor_decides {
+            ": the floor decides (the fitted sum is below what the optimizer step provably holds)"
+        } else {
+            ""
+        }
+    );
+    let _ = writeln!(
+        s,
+        "            phase floor: 16 bytes x parameters ({}, weights + gradients + AdamW states) + AdamW temporaries of the largest parameter ({})",
+        gb(p.floor.model_state as f64),
+        gb(p.floor.optimizer_temporaries as f64)
+    );
+}
+
+/// The simulator's peak (and, on CUDA, its allocator replay's reserved peak).
+fn render_simulated(s: &mut String, p: &Plan) {
+    match &p.simulated {
+        Ok(sim) => {
+            let (what, rules) = match &sim.reserved {
+                None => ("", "no fitted factor"),
+                Some(_) => (" allocated", "rules cuda-bf16-autocast, no fitted factor"),
+            };
+            let _ = writeln!(
+                s,
+                "simulated   {}{what}  (peak in {} at `{}`; {rules})",
+                both(sim.bytes as f64),
+                sim.phase,
+                sim.node
+            );
+            if let Some(r) = &sim.reserved {
+                let _ = writeln!(
+                    s,
+                    "            {} reserved   (peak in {} at `{}`; CUDA caching-allocator replay{})",
+                    both(r.bytes as f64),
+                    r.phase,
+                    r.node,
+                    r.allocator_settings
+                        .as_deref()
+                        .map_or(String::new(), |c| format!(
+                            " under PYTORCH_CUDA_ALLOC_CONF={c}"
+                        ))
+                );
+            }
+        }
+        Err(why) => {
+            let _ = writeln!(s, "simulated   not available ({why})");
+        }
+    }
+}
+
+/// The baselines: accelerate's estimate-memory and the textbook formula.
+fn render_baselines(s: &mut String, p: &Plan) {
     let a = &p.accelerate;
     let _ = writeln!(s, "\nbaselines");
     let _ = writeln!(
@@ -174,7 +196,6 @@ pub fn render(p: &Plan) -> String {
             let _ = writeln!(s, "  textbook formula: not applicable ({why})");
         }
     }
-    s
 }
 
 /// The card table, the smallest cards and how usable bytes are made; whether any card has a

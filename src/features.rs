@@ -161,68 +161,8 @@ fn contribution(graph: &Graph, k: usize, batch: u64) -> NodeContribution {
     };
     let mut less_output = false;
     match &node.op {
-        Op::MultiheadAttention {
-            embed_dim: d,
-            num_heads,
-            sdpa,
-            ..
-        } => {
-            let b = x.0[0].at(batch);
-            let tq = x.0[1].at(batch);
-            let tk = node
-                .inputs
-                .get(1)
-                .and_then(|_| graph.input_shape(k, 1))
-                .map_or(tq, |s| s.0[1].at(batch));
-            // q, k, v, and the context entering the output projection.
-            c.intermediate_tensors = vec![
-                prod(&[b, tq, *d]),
-                prod(&[b, tk, *d]),
-                prod(&[b, tk, *d]),
-                prod(&[b, tq, *d]),
-            ];
-            // SDPA never materialises the [B,h,Tq,Tk] scores.
-            c.score_elements = if *sdpa {
-                0
-            } else {
-                prod(&[b, *num_heads, tq, tk])
-            };
-        }
-        Op::GqaAttention {
-            embed_dim,
-            num_heads,
-            num_kv_heads,
-            head_dim,
-            ..
-        } => {
-            let t = tokens(*embed_dim);
-            c.intermediate_tensors = vec![
-                prod(&[t, *num_heads, *head_dim]),
-                prod(&[t, *num_kv_heads, *head_dim]),
-                prod(&[t, *num_kv_heads, *head_dim]),
-                prod(&[t, *num_heads, *head_dim]),
-            ];
-        }
-        Op::MlaAttention {
-            embed_dim,
-            num_heads: h,
-            q_lora_rank,
-            kv_lora_rank,
-            qk_nope_head_dim,
-            qk_rope_head_dim,
-            v_head_dim,
-            ..
-        } => {
-            let t = tokens(*embed_dim);
-            if *q_lora_rank > 0 {
-                c.intermediate_tensors.push(prod(&[t, *q_lora_rank]));
-            }
-            c.intermediate_tensors.extend([
-                prod(&[t, *h, qk_nope_head_dim.saturating_add(*qk_rope_head_dim)]),
-                prod(&[t, kv_lora_rank.saturating_add(*qk_rope_head_dim)]),
-                prod(&[t, *h, qk_nope_head_dim.saturating_add(*v_head_dim)]),
-                prod(&[t, *h, *v_head_dim]),
-            ]);
+        Op::MultiheadAttention { .. } | Op::GqaAttention { .. } | Op::MlaAttention { .. } => {
+            attention_intermediates(graph, k, batch, x, &mut c)
         }
         Op::Moe {
             dim,
@@ -297,6 +237,86 @@ fn contribution(graph: &Graph, k: usize, batch: u64) -> NodeContribution {
         internal
     };
     c
+}
+
+/// An attention layer's q, k, v and context tensors, and (eager multi-head attention) its
+/// B x h x Tq x Tk scores; `x` is its input's shape.
+fn attention_intermediates(
+    graph: &Graph,
+    k: usize,
+    batch: u64,
+    x: &crate::shape::Shape,
+    c: &mut NodeContribution,
+) {
+    let node = &graph.nodes[k];
+    // Tokens: every leading element of a [..., d] input.
+    let tokens = |width: u64| x.numel_at(batch) / width.max(1);
+    match &node.op {
+        Op::MultiheadAttention {
+            embed_dim: d,
+            num_heads,
+            sdpa,
+            ..
+        } => {
+            let b = x.0[0].at(batch);
+            let tq = x.0[1].at(batch);
+            let tk = node
+                .inputs
+                .get(1)
+                .and_then(|_| graph.input_shape(k, 1))
+                .map_or(tq, |s| s.0[1].at(batch));
+            // q, k, v, and the context entering the output projection.
+            c.intermediate_tensors = vec![
+                prod(&[b, tq, *d]),
+                prod(&[b, tk, *d]),
+                prod(&[b, tk, *d]),
+                prod(&[b, tq, *d]),
+            ];
+            // SDPA never materialises the [B,h,Tq,Tk] scores.
+            c.score_elements = if *sdpa {
+                0
+            } else {
+                prod(&[b, *num_heads, tq, tk])
+            };
+        }
+        Op::GqaAttention {
+            embed_dim,
+            num_heads,
+            num_kv_heads,
+            head_dim,
+            ..
+        } => {
+            let t = tokens(*embed_dim);
+            c.intermediate_tensors = vec![
+                prod(&[t, *num_heads, *head_dim]),
+                prod(&[t, *num_kv_heads, *head_dim]),
+                prod(&[t, *num_kv_heads, *head_dim]),
+                prod(&[t, *num_heads, *head_dim]),
+            ];
+        }
+        Op::MlaAttention {
+            embed_dim,
+            num_heads: h,
+            q_lora_rank,
+            kv_lora_rank,
+            qk_nope_head_dim,
+            qk_rope_head_dim,
+            v_head_dim,
+            ..
+        } => {
+            let t = tokens(*embed_dim);
+            if *q_lora_rank > 0 {
+                c.intermediate_tensors.push(prod(&[t, *q_lora_rank]));
+            }
+            c.intermediate_tensors.extend([
+                prod(&[t, *h, qk_nope_head_dim.saturating_add(*qk_rope_head_dim)]),
+                prod(&[t, kv_lora_rank.saturating_add(*qk_rope_head_dim)]),
+                prod(&[t, *h, qk_nope_head_dim.saturating_add(*v_head_dim)]),
+                prod(&[t, *h, *v_head_dim]),
+            ]);
+        }
+        _ => unreachable!("attention_intermediates: not an attention layer"),
+    }
 }
 
 /// The six features of a run.

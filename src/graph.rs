@@ -481,73 +481,12 @@ impl Graph {
                         .expect("inputs come first in a topological order"),
                 })
                 .collect();
-            for (k, (&v, s)) in args_of(i).iter().zip(&ins).enumerate() {
-                let int_input = (v as usize) < n_inputs && inputs[v as usize].dtype == DType::Int64;
-                let wants_int = matches!(op, Op::Embedding { .. })
-                    || (k == 1 && matches!(op, Op::CrossEntropy));
-                // A `constant` reads its input only for its batch: an int64 one is the padding
-                // mask its attention mask is built from.
-                let reads_batch = matches!(op, Op::Constant { .. });
-                if int_input != wants_int && !(int_input && reads_batch) {
-                    let name = &nf.inputs[k];
-                    return Err(Error::node(
-                        path,
-                        &nf.id,
-                        if wants_int {
-                            format!("input `{name}` {s} must be an int64 graph input")
-                        } else {
-                            format!("input `{name}` is an int64 graph input; only embedding, cross_entropy labels and constant (for its batch) take one")
-                        },
-                    ));
-                }
-            }
-            if let Op::Aten(a) = op {
-                let n = nf.inputs.len();
-                if let Some(k) = a.tensor_refs().iter().find_map(|t| match t {
-                    crate::ops::generic::TensorRef::Input(k) if *k >= n => Some(*k),
-                    _ => None,
-                }) {
-                    return Err(Error::node(
-                        path,
-                        &nf.id,
-                        format!(
-                            "attribute `args`: {{\"input\": {k}}}, but the node has {n} input(s)"
-                        ),
-                    ));
-                }
-            }
+            check_input_kinds(path, nf, op, args_of(i), &ins, &inputs)?;
             let output = op.infer(&ins).map_err(|m| Error::node(path, &nf.id, m))?;
             let of_constants = |v: u32| (v as usize) >= n_inputs && constant[v as usize - n_inputs];
             let made_of_constants = matches!(op, Op::Constant { .. })
                 || (op.parameters() == 0 && args_of(i).iter().all(|&v| of_constants(v)));
-            if matches!(op, Op::Add | Op::Mul | Op::Sub | Op::Div) {
-                for (k, (&v, s)) in args_of(i).iter().zip(&ins).enumerate() {
-                    if **s != output && !of_constants(v) {
-                        return Err(Error::node(
-                            path,
-                            &nf.id,
-                            format!(
-                                "input `{}` {s} is broadcast to {output}: only a tensor made from `constant` nodes (no gradient) may be broadcast; give both inputs the shape {output}",
-                                nf.inputs[k]
-                            ),
-                        ));
-                    }
-                }
-            }
-            if matches!(op, Op::Sdpa { .. }) {
-                if let Some(&v) = args_of(i).get(3) {
-                    if !of_constants(v) {
-                        return Err(Error::node(
-                            path,
-                            &nf.id,
-                            format!(
-                                "input `{}` is sdpa's mask: it must be made from `constant` nodes (a mask takes no gradient)",
-                                nf.inputs[3]
-                            ),
-                        ));
-                    }
-                }
-            }
+            check_constant_inputs(path, nf, op, args_of(i), &ins, &output, &of_constants)?;
             constant[i] = made_of_constants;
             outputs[i] = Some(output);
         }
@@ -569,52 +508,8 @@ impl Graph {
                 }
             }
         }
-        // Sizes saturate rather than overflow; a saturated parameter count means absurd sizes.
-        let mut total = 0u64;
-        let mut shared = std::collections::HashSet::new();
-        for &i in &order {
-            let p = match &ops[i] {
-                // A parameter named by several generic nodes is counted once.
-                Op::Aten(a) => a
-                    .params
-                    .iter()
-                    .filter(|p| shared.insert(p.name.clone()))
-                    .map(|p| p.shape.iter().fold(1u64, |x, v| x.saturating_mul(*v)))
-                    .fold(0u64, u64::saturating_add),
-                op => op.parameters(),
-            };
-            match total.checked_add(p) {
-                Some(t) if p != u64::MAX && t != u64::MAX => total = t,
-                _ => {
-                    return Err(Error::node(
-                        path,
-                        &file.nodes[i].id,
-                        "the graph's parameter count overflows 64 bits here; check this node's sizes and its input shapes",
-                    ))
-                }
-            }
-        }
-        match node_op(&file.loss) {
-            None => {
-                return Err(Error::field(
-                    path,
-                    "loss",
-                    format!("names `{}`, which is not a node", file.loss),
-                ))
-            }
-            Some(op) if !op.is_loss() => {
-                return Err(Error::field(
-                    path,
-                    "loss",
-                    format!(
-                        "`{}` is a `{}` node; the loss must be cross_entropy or mse",
-                        file.loss,
-                        op.name()
-                    ),
-                ))
-            }
-            Some(_) => {}
-        }
+        let total = count_parameters(&file, &ops, &order, path)?;
+        check_loss(path, &file.loss, node_op(&file.loss))?;
         // Positions in the graph's (topological) order.
         let mut position = vec![0u32; order.len()];
         for (p, &i) in order.iter().enumerate() {
@@ -1082,6 +977,152 @@ fn topological_order(
         ));
     }
     Ok(order)
+}
+
+/// Node `nf`'s inputs by dtype (an int64 graph input only where the op reads indices, labels or
+/// its batch), and a generic node's input references (each must name an input it has).
+fn check_input_kinds(
+    path: &Path,
+    nf: &NodeFile,
+    op: &Op,
+    args: &[u32],
+    ins: &[&Shape],
+    inputs: &[Input],
+) -> Result<()> {
+    let n_inputs = inputs.len();
+    for (k, (&v, s)) in args.iter().zip(ins).enumerate() {
+        let int_input = (v as usize) < n_inputs && inputs[v as usize].dtype == DType::Int64;
+        let wants_int =
+            matches!(op, Op::Embedding { .. }) || (k == 1 && matches!(op, Op::CrossEntropy));
+        // A `constant` reads its input only for its batch: an int64 one is the padding
+        // mask its attention mask is built from.
+        let reads_batch = matches!(op, Op::Constant { .. });
+        if int_input != wants_int && !(int_input && reads_batch) {
+            let name = &nf.inputs[k];
+            return Err(Error::node(
+                path,
+                &nf.id,
+                if wants_int {
+                    format!("input `{name}` {s} must be an int64 graph input")
+                } else {
+                    format!("input `{name}` is an int64 graph input; only embedding, cross_entropy labels and constant (for its batch) take one")
+                },
+            ));
+        }
+    }
+    if let Op::Aten(a) = op {
+        let n = nf.inputs.len();
+        if let Some(k) = a.tensor_refs().iter().find_map(|t| match t {
+            crate::ops::generic::TensorRef::Input(k) if *k >= n => Some(*k),
+            _ => None,
+        }) {
+            return Err(Error::node(
+                path,
+                &nf.id,
+                format!("attribute `args`: {{\"input\": {k}}}, but the node has {n} input(s)"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Only a tensor made from `constant` nodes (`of_constants`) may be broadcast by a binary op to
+/// its `output`, or be sdpa's mask.
+fn check_constant_inputs(
+    path: &Path,
+    nf: &NodeFile,
+    op: &Op,
+    args: &[u32],
+    ins: &[&Shape],
+    output: &Shape,
+    of_constants: &dyn Fn(u32) -> bool,
+) -> Result<()> {
+    if matches!(op, Op::Add | Op::Mul | Op::Sub | Op::Div) {
+        for (k, (&v, s)) in args.iter().zip(ins).enumerate() {
+            if **s != *output && !of_constants(v) {
+                return Err(Error::node(
+                    path,
+                    &nf.id,
+                    format!(
+                        "input `{}` {s} is broadcast to {output}: only a tensor made from `constant` nodes (no gradient) may be broadcast; give both inputs the shape {output}",
+                        nf.inputs[k]
+                    ),
+                ));
+            }
+        }
+    }
+    if matches!(op, Op::Sdpa { .. }) {
+        if let Some(&v) = args.get(3) {
+            if !of_constants(v) {
+                return Err(Error::node(
+                    path,
+                    &nf.id,
+                    format!(
+                        "input `{}` is sdpa's mask: it must be made from `constant` nodes (a mask takes no gradient)",
+                        nf.inputs[3]
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The trainable parameters of the nodes in `order`, a parameter named by several generic nodes
+/// counted once; an error at the node where the count overflows.
+fn count_parameters(file: &GraphFile, ops: &[Op], order: &[usize], path: &Path) -> Result<u64> {
+    // Sizes saturate rather than overflow; a saturated parameter count means absurd sizes.
+    let mut total = 0u64;
+    let mut shared = std::collections::HashSet::new();
+    for &i in order {
+        let p = match &ops[i] {
+            // A parameter named by several generic nodes is counted once.
+            Op::Aten(a) => a
+                .params
+                .iter()
+                .filter(|p| shared.insert(p.name.clone()))
+                .map(|p| p.shape.iter().fold(1u64, |x, v| x.saturating_mul(*v)))
+                .fold(0u64, u64::saturating_add),
+            op => op.parameters(),
+        };
+        match total.checked_add(p) {
+            Some(t) if p != u64::MAX && t != u64::MAX => total = t,
+            _ => {
+                return Err(Error::node(
+                    path,
+                    &file.nodes[i].id,
+                    "the graph's parameter count overflows 64 bits here; check this node's sizes and its input shapes",
+                ))
+            }
+        }
+    }
+    Ok(total)
+}
+
+/// The loss must name a node (`op`), and one that is a loss.
+fn check_loss(path: &Path, loss: &str, op: Option<&Op>) -> Result<()> {
+    match op {
+        None => {
+            return Err(Error::field(
+                path,
+                "loss",
+                format!("names `{}`, which is not a node", loss),
+            ))
+        }
+        Some(op) if !op.is_loss() => {
+            return Err(Error::field(
+                path,
+                "loss",
+                format!(
+                    "`{}` is a `{}` node; the loss must be cross_entropy or mse",
+                    loss,
+                    op.name()
+                ),
+            ))
+        }
+        Some(_) => {}
+    }
+    Ok(())
 }
 
 /// A tied linear or embedding must name an embedding that owns its table (is not tied itself)

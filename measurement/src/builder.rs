@@ -255,203 +255,15 @@ impl Model {
                 Op::Embedding { tie, .. } => {
                     Module::Embedding(table(&n.id, tie.as_deref().unwrap_or(&n.id))?)
                 }
-                Op::Conv1d(c) | Op::Conv2d(c) => {
-                    let mut dims = vec![
-                        i(c.out_channels),
-                        i(c.in_channels / c.groups),
-                        i(c.kernel_size),
-                    ];
-                    if matches!(n.op, Op::Conv2d(_)) {
-                        dims.push(i(c.kernel_size));
-                    }
-                    Module::Conv {
-                        w: p.var("weight", &dims, nn::init::DEFAULT_KAIMING_UNIFORM),
-                        b: c.bias
-                            .then(|| p.var("bias", &[i(c.out_channels)], Init::Const(0.))),
-                        stride: i(c.stride),
-                        padding: i(c.padding),
-                        groups: i(c.groups),
-                    }
+                Op::Conv1d(_) | Op::Conv2d(_) | Op::ConvTranspose2d(_) => conv_module(&p, &n.op),
+                Op::BatchNorm { .. }
+                | Op::LayerNorm { .. }
+                | Op::RmsNorm { .. }
+                | Op::GroupNorm { .. } => norm_module(&p, &n.op),
+                Op::MultiheadAttention { .. } | Op::GqaAttention { .. } => {
+                    attention_module(&p, &n.op)
                 }
-                Op::ConvTranspose2d(c) => {
-                    let dims = [
-                        i(c.in_channels),
-                        i(c.out_channels),
-                        i(c.kernel_size),
-                        i(c.kernel_size),
-                    ];
-                    Module::ConvTranspose {
-                        w: p.var("weight", &dims, nn::init::DEFAULT_KAIMING_UNIFORM),
-                        b: c.bias
-                            .then(|| p.var("bias", &[i(c.out_channels)], Init::Const(0.))),
-                        stride: i(c.stride),
-                        padding: i(c.padding),
-                        output_padding: i(c.output_padding),
-                    }
-                }
-                Op::BatchNorm { num_features } => {
-                    let c = i(*num_features);
-                    Module::BatchNorm {
-                        w: p.var("weight", &[c], Init::Const(1.)),
-                        b: p.var("bias", &[c], Init::Const(0.)),
-                        mean: p.zeros_no_train("running_mean", &[c]),
-                        var: p.ones_no_train("running_var", &[c]),
-                    }
-                }
-                Op::LayerNorm {
-                    normalized_shape,
-                    bias,
-                } => {
-                    let d = i(*normalized_shape);
-                    Module::LayerNorm {
-                        w: p.var("weight", &[d], Init::Const(1.)),
-                        b: bias.then(|| p.var("bias", &[d], Init::Const(0.))),
-                        d,
-                    }
-                }
-                Op::RmsNorm { dim } => Module::RmsNorm {
-                    w: p.var("weight", &[i(*dim)], Init::Const(1.)),
-                    d: i(*dim),
-                },
-                Op::GroupNorm {
-                    num_groups,
-                    num_channels,
-                } => Module::GroupNorm {
-                    w: p.var("weight", &[i(*num_channels)], Init::Const(1.)),
-                    b: p.var("bias", &[i(*num_channels)], Init::Const(0.)),
-                    groups: i(*num_groups),
-                },
-                Op::MultiheadAttention {
-                    embed_dim: d,
-                    num_heads,
-                    causal,
-                    bias,
-                    dropout,
-                    kdim,
-                    torch_impl: true,
-                    batch_first,
-                    ..
-                } => {
-                    let (d, kd) = (i(*d), i(*kdim));
-                    let w = |name: &str, rows: i64, cols: i64| {
-                        p.var(name, &[rows, cols], nn::init::DEFAULT_KAIMING_UNIFORM)
-                    };
-                    Module::TorchMha {
-                        packed: (d == kd).then(|| w("in_proj_weight", 3 * d, d)),
-                        separate: (d != kd).then(|| {
-                            (
-                                w("q_proj_weight", d, d),
-                                w("k_proj_weight", d, kd),
-                                w("v_proj_weight", d, kd),
-                            )
-                        }),
-                        in_bias: bias.then(|| p.var("in_proj_bias", &[3 * d], Init::Const(0.))),
-                        o: Lin::new(&p, "out_proj", d as u64, d as u64, *bias),
-                        heads: i(*num_heads),
-                        causal: *causal,
-                        dropout: *dropout,
-                        batch_first: *batch_first,
-                    }
-                }
-                Op::MultiheadAttention {
-                    embed_dim: d,
-                    num_heads,
-                    causal,
-                    bias,
-                    relative_attention_buckets: nb,
-                    sdpa,
-                    dropout,
-                    kdim,
-                    ..
-                } => Module::Mha {
-                    sdpa: *sdpa,
-                    dropout: *dropout,
-                    q: Lin::new(&p, "q_proj", *d, *d, *bias),
-                    k: Lin::new(&p, "k_proj", *kdim, *d, *bias),
-                    v: Lin::new(&p, "v_proj", *kdim, *d, *bias),
-                    o: Lin::new(&p, "out_proj", *d, *d, *bias),
-                    rel: (*nb > 0).then(|| {
-                        p.var(
-                            "relative_attention_bias",
-                            &[i(*nb), i(*num_heads)],
-                            Init::Randn {
-                                mean: 0.,
-                                stdev: 0.02,
-                            },
-                        )
-                    }),
-                    heads: i(*num_heads),
-                    causal: *causal,
-                },
-                Op::GqaAttention {
-                    embed_dim: d,
-                    num_heads,
-                    num_kv_heads,
-                    head_dim,
-                    causal,
-                    bias,
-                    out_bias,
-                    repeat_kv,
-                    qk_norm,
-                } => Module::Gqa {
-                    repeat_kv: *repeat_kv,
-                    q: Lin::new(&p, "q_proj", *d, num_heads * head_dim, *bias),
-                    k: Lin::new(&p, "k_proj", *d, num_kv_heads * head_dim, *bias),
-                    v: Lin::new(&p, "v_proj", *d, num_kv_heads * head_dim, *bias),
-                    o: Lin::new(&p, "o_proj", num_heads * head_dim, *d, *out_bias),
-                    qk_norm: qk_norm.then(|| {
-                        (
-                            p.var("q_norm", &[i(*head_dim)], Init::Const(1.)),
-                            p.var("k_norm", &[i(*head_dim)], Init::Const(1.)),
-                        )
-                    }),
-                    heads: i(*num_heads),
-                    kv_heads: i(*num_kv_heads),
-                    head_dim: i(*head_dim),
-                    causal: *causal,
-                },
-                Op::MlaAttention {
-                    embed_dim: d,
-                    num_heads: h,
-                    q_lora_rank,
-                    kv_lora_rank,
-                    qk_nope_head_dim: nope,
-                    qk_rope_head_dim: rope,
-                    v_head_dim,
-                    causal,
-                } => {
-                    let qk = h * (nope + rope);
-                    let (q_a, q) = if *q_lora_rank > 0 {
-                        let a = Lin::new(&p, "q_a_proj", *d, *q_lora_rank, false);
-                        let norm = p.var("q_a_norm", &[i(*q_lora_rank)], Init::Const(1.));
-                        (
-                            Some((a, norm)),
-                            Lin::new(&p, "q_b_proj", *q_lora_rank, qk, false),
-                        )
-                    } else {
-                        (None, Lin::new(&p, "q_proj", *d, qk, false))
-                    };
-                    Module::Mla {
-                        q_a,
-                        q,
-                        kv_a: Lin::new(&p, "kv_a_proj", *d, kv_lora_rank + rope, false),
-                        kv_norm: p.var("kv_a_norm", &[i(*kv_lora_rank)], Init::Const(1.)),
-                        kv_b: Lin::new(
-                            &p,
-                            "kv_b_proj",
-                            *kv_lora_rank,
-                            h * (nope + v_head_dim),
-                            false,
-                        ),
-                        o: Lin::new(&p, "o_proj", h * v_head_dim, *d, false),
-                        heads: i(*h),
-                        nope: i(*nope),
-                        rope: i(*rope),
-                        v_dim: i(*v_head_dim),
-                        kv_rank: i(*kv_lora_rank),
-                        causal: *causal,
-                    }
-                }
+                Op::MlaAttention { .. } => mla_module(&p, &n.op),
                 Op::Moe {
                     dim,
                     hidden,
@@ -605,68 +417,15 @@ impl Model {
                 Tensor::embedding(w, x, -1, false, false)
             }
             (
-                Op::Conv1d(_),
-                Module::Conv {
-                    w,
-                    b,
-                    stride,
-                    padding,
-                    groups,
-                },
-            ) => x.conv1d(w, b.as_ref(), [*stride], [*padding], [1], *groups),
-            (
-                Op::Conv2d(_),
-                Module::Conv {
-                    w,
-                    b,
-                    stride,
-                    padding,
-                    groups,
-                },
-            ) => x.conv2d(
-                w,
-                b.as_ref(),
-                [*stride, *stride],
-                [*padding, *padding],
-                [1, 1],
-                *groups,
-            ),
-            (
-                Op::ConvTranspose2d(_),
-                Module::ConvTranspose {
-                    w,
-                    b,
-                    stride,
-                    padding,
-                    output_padding,
-                },
-            ) => x.conv_transpose2d(
-                w,
-                b.as_ref(),
-                [*stride, *stride],
-                [*padding, *padding],
-                [*output_padding, *output_padding],
-                1,
-                [1, 1],
-            ),
-            (Op::BatchNorm { .. }, Module::BatchNorm { w, b, mean, var }) => Tensor::batch_norm(
-                x,
-                Some(w),
-                Some(b),
-                Some(mean),
-                Some(var),
-                true,
-                0.1,
-                1e-5,
-                true,
-            ),
-            (Op::LayerNorm { .. }, Module::LayerNorm { w, b, d }) => {
-                x.layer_norm([*d], Some(w), b.as_ref(), 1e-5, true)
-            }
-            (Op::RmsNorm { .. }, Module::RmsNorm { w, d }) => x.rms_norm([*d], Some(w), None),
-            (Op::GroupNorm { .. }, Module::GroupNorm { w, b, groups }) => {
-                x.group_norm(*groups, Some(w), Some(b), 1e-5, true)
-            }
+                Op::Conv1d(_)
+                | Op::Conv2d(_)
+                | Op::ConvTranspose2d(_)
+                | Op::BatchNorm { .. }
+                | Op::LayerNorm { .. }
+                | Op::RmsNorm { .. }
+                | Op::GroupNorm { .. },
+                m,
+            ) => layer_forward(k, op, m, x),
             (Op::Activation(act), _) => match act {
                 Activation::Relu => x.relu(),
                 Activation::Gelu => x.gelu("none"),
@@ -681,36 +440,10 @@ impl Model {
             (Op::Sub, _) => x - a[1],
             (Op::Div, _) => x / a[1],
             (Op::Concat { dim }, _) => Tensor::cat(a, *dim),
-            (Op::Upsample { scale_factor }, _) => {
-                let s = i(*scale_factor);
-                let size = x.size();
-                let (h, w) = (size[size.len() - 2], size[size.len() - 1]);
-                x.upsample_nearest2d([h * s, w * s], Some(s as f64), Some(s as f64))
-            }
-            (Op::MaxPool(p), _) => {
-                let (kk, s, pd) = (i(p.kernel_size), i(p.stride), i(p.padding));
-                if x.dim() == 3 {
-                    x.max_pool1d([kk], [s], [pd], [1], false)
-                } else {
-                    x.max_pool2d([kk, kk], [s, s], [pd, pd], [1, 1], false)
-                }
-            }
-            (Op::AvgPool(p), _) => {
-                let (kk, s, pd) = (i(p.kernel_size), i(p.stride), i(p.padding));
-                if x.dim() == 3 {
-                    x.avg_pool1d([kk], [s], [pd], false, true)
-                } else {
-                    x.avg_pool2d([kk, kk], [s, s], [pd, pd], false, true, None)
-                }
-            }
-            (Op::AdaptiveAvgPool { output_size }, _) => {
-                let o = i(*output_size);
-                if x.dim() == 3 {
-                    x.adaptive_avg_pool1d([o])
-                } else {
-                    x.adaptive_avg_pool2d([o, o])
-                }
-            }
+            (
+                Op::Upsample { .. } | Op::MaxPool(_) | Op::AvgPool(_) | Op::AdaptiveAvgPool { .. },
+                _,
+            ) => pool_forward(op, x),
             (Op::Flatten { start_dim, end_dim }, _) => x.flatten(*start_dim, *end_dim),
             (Op::Reshape { shape }, _) => {
                 let dims: Vec<i64> = shape
@@ -736,161 +469,9 @@ impl Model {
                 logits.cross_entropy_loss::<Tensor>(&labels, None, Reduction::Mean, -100, 0.0)
             }
             (Op::Mse, _) => x.mse_loss(a[1], Reduction::Mean),
-            (
-                Op::MultiheadAttention { .. },
-                Module::Mha {
-                    q,
-                    k,
-                    v,
-                    o,
-                    rel,
-                    heads,
-                    causal,
-                    sdpa,
-                    dropout,
-                },
-            ) => {
-                if *sdpa {
-                    // What transformers' sdpa attention and torch.nn.MultiheadAttention with
-                    // need_weights=False run: projections, heads, one sdpa call.
-                    // Cross-attention: k and v project the memory (input 1).
-                    let (b, t, d) = (x.size()[0], x.size()[1], x.size()[2]);
-                    let m = if a.len() > 1 { a[1] } else { x };
-                    let hd = d / heads;
-                    let split = |l: &Lin, i: &Tensor| {
-                        let ti = i.size()[1];
-                        l.fwd(i).view([b, ti, *heads, hd]).transpose(1, 2)
-                    };
-                    let (qh, kh, vh) = (split(q, x), split(k, m), split(v, m));
-                    // dropout_p > 0 (training): on CPU torch runs sdpa's math path.
-                    let y = Tensor::scaled_dot_product_attention::<Tensor>(
-                        &qh, &kh, &vh, None, *dropout, *causal, None, false,
-                    );
-                    o.fwd(&y.transpose(1, 2).reshape([b, t, d]))
-                } else {
-                    let kv_in = if a.len() > 1 { a[1] } else { x };
-                    mha(
-                        x,
-                        kv_in,
-                        q,
-                        k,
-                        v,
-                        o,
-                        rel.as_ref(),
-                        *heads,
-                        *causal,
-                        *dropout,
-                    )
-                }
-            }
-            (
-                Op::MultiheadAttention { .. },
-                Module::TorchMha {
-                    packed,
-                    separate,
-                    in_bias,
-                    o,
-                    heads,
-                    causal,
-                    dropout,
-                    batch_first,
-                },
-            ) => torch_mha(
-                x,
-                a.get(1).copied(),
-                (packed.as_ref(), separate.as_ref(), in_bias.as_ref()),
-                o,
-                (*heads, *causal, *dropout, *batch_first),
-            ),
-            (
-                Op::GqaAttention { .. },
-                Module::Gqa {
-                    repeat_kv,
-                    q,
-                    k,
-                    v,
-                    o,
-                    qk_norm,
-                    heads,
-                    kv_heads,
-                    head_dim,
-                    causal,
-                },
-            ) => {
-                let (b, t) = (x.size()[0], x.size()[1]);
-                // Qwen3: q_norm(q_proj(x).view(b, t, h, hd)), then the transpose to heads.
-                let norm = |y: Tensor, w: Option<&Tensor>| match w {
-                    Some(w) => y.rms_norm([*head_dim], Some(w), None),
-                    None => y,
-                };
-                let qn = qk_norm.as_ref().map(|(w, _)| w);
-                let kn = qk_norm.as_ref().map(|(_, w)| w);
-                let qh = norm(q.fwd(x).view([b, t, *heads, *head_dim]), qn).transpose(1, 2);
-                let rep = heads / kv_heads;
-                let kh = norm(k.fwd(x).view([b, t, *kv_heads, *head_dim]), kn).transpose(1, 2);
-                let vh = v.fwd(x).view([b, t, *kv_heads, *head_dim]).transpose(1, 2);
-                let (kh, vh) = if rep > 1 && *repeat_kv {
-                    (
-                        kh.repeat_interleave_self_int(rep, Some(1), None),
-                        vh.repeat_interleave_self_int(rep, Some(1), None),
-                    )
-                } else {
-                    (kh, vh)
-                };
-                let y = Tensor::scaled_dot_product_attention::<Tensor>(
-                    &qh,
-                    &kh,
-                    &vh,
-                    None,
-                    0.0,
-                    *causal,
-                    None,
-                    rep > 1 && !*repeat_kv,
-                );
-                o.fwd(&y.transpose(1, 2).reshape([b, t, heads * head_dim]))
-            }
-            (
-                Op::MlaAttention { .. },
-                Module::Mla {
-                    q_a,
-                    q,
-                    kv_a,
-                    kv_norm,
-                    kv_b,
-                    o,
-                    heads,
-                    nope,
-                    rope,
-                    v_dim,
-                    kv_rank,
-                    causal,
-                },
-            ) => {
-                let (b, t) = (x.size()[0], x.size()[1]);
-                let h = *heads;
-                let qp = match q_a {
-                    Some((qa, norm)) => {
-                        let r = norm.size()[0];
-                        q.fwd(&qa.fwd(x).rms_norm([r], Some(norm), None))
-                    }
-                    None => q.fwd(x),
-                };
-                let qh = qp.view([b, t, h, nope + rope]).transpose(1, 2);
-                let kva = kv_a.fwd(x);
-                let parts = kva.split_with_sizes([*kv_rank, *rope], -1);
-                let c = parts[0].rms_norm([*kv_rank], Some(kv_norm), None);
-                let k_rope = parts[1]
-                    .view([b, t, 1, *rope])
-                    .expand([b, t, h, *rope], false);
-                let kvb = kv_b.fwd(&c).view([b, t, h, nope + v_dim]);
-                let kv_parts = kvb.split_with_sizes([*nope, *v_dim], -1);
-                let kh = Tensor::cat(&[&kv_parts[0], &k_rope], -1).transpose(1, 2);
-                let vh = kv_parts[1].transpose(1, 2);
-                let y = Tensor::scaled_dot_product_attention::<Tensor>(
-                    &qh, &kh, &vh, None, 0.0, *causal, None, false,
-                );
-                o.fwd(&y.transpose(1, 2).reshape([b, t, h * v_dim]))
-            }
+            (Op::MultiheadAttention { .. }, m) => attention_forward(k, op, m, a),
+            (Op::GqaAttention { .. }, m) => gqa_forward(k, op, m, x),
+            (Op::MlaAttention { .. }, m) => mla_forward(k, op, m, x),
             (
                 Op::Moe { .. },
                 Module::Moe {
@@ -944,12 +525,531 @@ impl Model {
                 Tensor::ones(sizes(shape, batch).as_slice(), (kind, x.device()))
             }
             (Op::Expand { shape }, _) => x.expand(sizes(shape, batch).as_slice(), false),
-            (op, _) => panic!(
-                "node {k}: op `{}` has no module built for it (harness bug)",
-                op.name()
-            ),
+            (op, _) => no_module(k, op),
         }
     }
+}
+
+/// A convolution's weight (Kaiming uniform) and bias.
+fn conv_module(p: &nn::Path, op: &Op) -> Module {
+    match op {
+        Op::Conv1d(c) | Op::Conv2d(c) => {
+            let mut dims = vec![
+                i(c.out_channels),
+                i(c.in_channels / c.groups),
+                i(c.kernel_size),
+            ];
+            if matches!(op, Op::Conv2d(_)) {
+                dims.push(i(c.kernel_size));
+            }
+            Module::Conv {
+                w: p.var("weight", &dims, nn::init::DEFAULT_KAIMING_UNIFORM),
+                b: c.bias
+                    .then(|| p.var("bias", &[i(c.out_channels)], Init::Const(0.))),
+                stride: i(c.stride),
+                padding: i(c.padding),
+                groups: i(c.groups),
+            }
+        }
+        Op::ConvTranspose2d(c) => {
+            let dims = [
+                i(c.in_channels),
+                i(c.out_channels),
+                i(c.kernel_size),
+                i(c.kernel_size),
+            ];
+            Module::ConvTranspose {
+                w: p.var("weight", &dims, nn::init::DEFAULT_KAIMING_UNIFORM),
+                b: c.bias
+                    .then(|| p.var("bias", &[i(c.out_channels)], Init::Const(0.))),
+                stride: i(c.stride),
+                padding: i(c.padding),
+                output_padding: i(c.output_padding),
+            }
+        }
+        _ => unreachable!("conv_module: not a convolution"),
+    }
+}
+
+/// A normalisation's weight (ones) and bias (zeros), and batch norm's running statistics.
+fn norm_module(p: &nn::Path, op: &Op) -> Module {
+    match op {
+        Op::BatchNorm { num_features } => {
+            let c = i(*num_features);
+            Module::BatchNorm {
+                w: p.var("weight", &[c], Init::Const(1.)),
+                b: p.var("bias", &[c], Init::Const(0.)),
+                mean: p.zeros_no_train("running_mean", &[c]),
+                var: p.ones_no_train("running_var", &[c]),
+            }
+        }
+        Op::LayerNorm {
+            normalized_shape,
+            bias,
+        } => {
+            let d = i(*normalized_shape);
+            Module::LayerNorm {
+                w: p.var("weight", &[d], Init::Const(1.)),
+                b: bias.then(|| p.var("bias", &[d], Init::Const(0.))),
+                d,
+            }
+        }
+        Op::RmsNorm { dim } => Module::RmsNorm {
+            w: p.var("weight", &[i(*dim)], Init::Const(1.)),
+            d: i(*dim),
+        },
+        Op::GroupNorm {
+            num_groups,
+            num_channels,
+        } => Module::GroupNorm {
+            w: p.var("weight", &[i(*num_channels)], Init::Const(1.)),
+            b: p.var("bias", &[i(*num_channels)], Init::Const(0.)),
+            groups: i(*num_groups),
+        },
+        _ => unreachable!("norm_module: not a normalisation"),
+    }
+}
+
+/// Multi-head attention's projections (torch.nn.MultiheadAttention's packed or separate ones,
+/// or q, k, v and out projections with an optional relative position bias), and grouped-query
+/// attention's.
+fn attention_module(p: &nn::Path, op: &Op) -> Module {
+    match op {
+        Op::MultiheadAttention {
+            embed_dim: d,
+            num_heads,
+            causal,
+            bias,
+            dropout,
+            kdim,
+            torch_impl: true,
+            batch_first,
+            ..
+        } => {
+            let (d, kd) = (i(*d), i(*kdim));
+            let w = |name: &str, rows: i64, cols: i64| {
+                p.var(name, &[rows, cols], nn::init::DEFAULT_KAIMING_UNIFORM)
+            };
+            Module::TorchMha {
+                packed: (d == kd).then(|| w("in_proj_weight", 3 * d, d)),
+                separate: (d != kd).then(|| {
+                    (
+                        w("q_proj_weight", d, d),
+                        w("k_proj_weight", d, kd),
+                        w("v_proj_weight", d, kd),
+                    )
+                }),
+                in_bias: bias.then(|| p.var("in_proj_bias", &[3 * d], Init::Const(0.))),
+                o: Lin::new(p, "out_proj", d as u64, d as u64, *bias),
+                heads: i(*num_heads),
+                causal: *causal,
+                dropout: *dropout,
+                batch_first: *batch_first,
+            }
+        }
+        Op::MultiheadAttention {
+            embed_dim: d,
+            num_heads,
+            causal,
+            bias,
+            relative_attention_buckets: nb,
+            sdpa,
+            dropout,
+            kdim,
+            ..
+        } => Module::Mha {
+            sdpa: *sdpa,
+            dropout: *dropout,
+            q: Lin::new(p, "q_proj", *d, *d, *bias),
+            k: Lin::new(p, "k_proj", *kdim, *d, *bias),
+            v: Lin::new(p, "v_proj", *kdim, *d, *bias),
+            o: Lin::new(p, "out_proj", *d, *d, *bias),
+            rel: (*nb > 0).then(|| {
+                p.var(
+                    "relative_attention_bias",
+                    &[i(*nb), i(*num_heads)],
+                    Init::Randn {
+                        mean: 0.,
+                        stdev: 0.02,
+                    },
+                )
+            }),
+            heads: i(*num_heads),
+            causal: *causal,
+        },
+        Op::GqaAttention {
+            embed_dim: d,
+            num_heads,
+            num_kv_heads,
+            head_dim,
+            causal,
+            bias,
+            out_bias,
+            repeat_kv,
+            qk_norm,
+        } => Module::Gqa {
+            repeat_kv: *repeat_kv,
+            q: Lin::new(p, "q_proj", *d, num_heads * head_dim, *bias),
+            k: Lin::new(p, "k_proj", *d, num_kv_heads * head_dim, *bias),
+            v: Lin::new(p, "v_proj", *d, num_kv_heads * head_dim, *bias),
+            o: Lin::new(p, "o_proj", num_heads * head_dim, *d, *out_bias),
+            qk_norm: qk_norm.then(|| {
+                (
+                    p.var("q_norm", &[i(*head_dim)], Init::Const(1.)),
+                    p.var("k_norm", &[i(*head_dim)], Init::Const(1.)),
+                )
+            }),
+            heads: i(*num_heads),
+            kv_heads: i(*num_kv_heads),
+            head_dim: i(*head_dim),
+            causal: *causal,
+        },
+        _ => unreachable!("attention_module: not a multi-head or grouped-query attention"),
+    }
+}
+
+/// Multi-head latent attention's low-rank q and kv projections and their norms.
+fn mla_module(p: &nn::Path, op: &Op) -> Module {
+    match op {
+        Op::MlaAttention {
+            embed_dim: d,
+            num_heads: h,
+            q_lora_rank,
+            kv_lora_rank,
+            qk_nope_head_dim: nope,
+            qk_rope_head_dim: rope,
+            v_head_dim,
+            causal,
+        } => {
+            let qk = h * (nope + rope);
+            let (q_a, q) = if *q_lora_rank > 0 {
+                let a = Lin::new(p, "q_a_proj", *d, *q_lora_rank, false);
+                let norm = p.var("q_a_norm", &[i(*q_lora_rank)], Init::Const(1.));
+                (
+                    Some((a, norm)),
+                    Lin::new(p, "q_b_proj", *q_lora_rank, qk, false),
+                )
+            } else {
+                (None, Lin::new(p, "q_proj", *d, qk, false))
+            };
+            Module::Mla {
+                q_a,
+                q,
+                kv_a: Lin::new(p, "kv_a_proj", *d, kv_lora_rank + rope, false),
+                kv_norm: p.var("kv_a_norm", &[i(*kv_lora_rank)], Init::Const(1.)),
+                kv_b: Lin::new(
+                    p,
+                    "kv_b_proj",
+                    *kv_lora_rank,
+                    h * (nope + v_head_dim),
+                    false,
+                ),
+                o: Lin::new(p, "o_proj", h * v_head_dim, *d, false),
+                heads: i(*h),
+                nope: i(*nope),
+                rope: i(*rope),
+                v_dim: i(*v_head_dim),
+                kv_rank: i(*kv_lora_rank),
+                causal: *causal,
+            }
+        }
+        _ => unreachable!("mla_module: not a multi-head latent attention"),
+    }
+}
+
+/// Convolutions and normalisations: their module's weights applied to `x`.
+fn layer_forward(k: usize, op: &Op, m: &Module, x: &Tensor) -> Tensor {
+    match (op, m) {
+        (
+            Op::Conv1d(_),
+            Module::Conv {
+                w,
+                b,
+                stride,
+                padding,
+                groups,
+            },
+        ) => x.conv1d(w, b.as_ref(), [*stride], [*padding], [1], *groups),
+        (
+            Op::Conv2d(_),
+            Module::Conv {
+                w,
+                b,
+                stride,
+                padding,
+                groups,
+            },
+        ) => x.conv2d(
+            w,
+            b.as_ref(),
+            [*stride, *stride],
+            [*padding, *padding],
+            [1, 1],
+            *groups,
+        ),
+        (
+            Op::ConvTranspose2d(_),
+            Module::ConvTranspose {
+                w,
+                b,
+                stride,
+                padding,
+                output_padding,
+            },
+        ) => x.conv_transpose2d(
+            w,
+            b.as_ref(),
+            [*stride, *stride],
+            [*padding, *padding],
+            [*output_padding, *output_padding],
+            1,
+            [1, 1],
+        ),
+        (Op::BatchNorm { .. }, Module::BatchNorm { w, b, mean, var }) => Tensor::batch_norm(
+            x,
+            Some(w),
+            Some(b),
+            Some(mean),
+            Some(var),
+            true,
+            0.1,
+            1e-5,
+            true,
+        ),
+        (Op::LayerNorm { .. }, Module::LayerNorm { w, b, d }) => {
+            x.layer_norm([*d], Some(w), b.as_ref(), 1e-5, true)
+        }
+        (Op::RmsNorm { .. }, Module::RmsNorm { w, d }) => x.rms_norm([*d], Some(w), None),
+        (Op::GroupNorm { .. }, Module::GroupNorm { w, b, groups }) => {
+            x.group_norm(*groups, Some(w), Some(b), 1e-5, true)
+        }
+        (op, _) => no_module(k, op),
+    }
+}
+
+/// Upsampling and the pools (1-d on a rank-3 input, else 2-d).
+fn pool_forward(op: &Op, x: &Tensor) -> Tensor {
+    match op {
+        Op::Upsample { scale_factor } => {
+            let s = i(*scale_factor);
+            let size = x.size();
+            let (h, w) = (size[size.len() - 2], size[size.len() - 1]);
+            x.upsample_nearest2d([h * s, w * s], Some(s as f64), Some(s as f64))
+        }
+        Op::MaxPool(p) => {
+            let (kk, s, pd) = (i(p.kernel_size), i(p.stride), i(p.padding));
+            if x.dim() == 3 {
+                x.max_pool1d([kk], [s], [pd], [1], false)
+            } else {
+                x.max_pool2d([kk, kk], [s, s], [pd, pd], [1, 1], false)
+            }
+        }
+        Op::AvgPool(p) => {
+            let (kk, s, pd) = (i(p.kernel_size), i(p.stride), i(p.padding));
+            if x.dim() == 3 {
+                x.avg_pool1d([kk], [s], [pd], false, true)
+            } else {
+                x.avg_pool2d([kk, kk], [s, s], [pd, pd], false, true, None)
+            }
+        }
+        Op::AdaptiveAvgPool { output_size } => {
+            let o = i(*output_size);
+            if x.dim() == 3 {
+                x.adaptive_avg_pool1d([o])
+            } else {
+                x.adaptive_avg_pool2d([o, o])
+            }
+        }
+        _ => unreachable!("pool_forward: not an upsample or a pool"),
+    }
+}
+
+/// Multi-head attention: sdpa or eager on separate projections, or torch.nn.MultiheadAttention's
+/// own forward; `a[1]`, where given, is the memory for cross-attention.
+fn attention_forward(k: usize, op: &Op, m: &Module, a: &[&Tensor]) -> Tensor {
+    let x = a[0];
+    match (op, m) {
+        (
+            Op::MultiheadAttention { .. },
+            Module::Mha {
+                q,
+                k,
+                v,
+                o,
+                rel,
+                heads,
+                causal,
+                sdpa,
+                dropout,
+            },
+        ) => {
+            if *sdpa {
+                // What transformers' sdpa attention and torch.nn.MultiheadAttention with
+                // need_weights=False run: projections, heads, one sdpa call.
+                // Cross-attention: k and v project the memory (input 1).
+                let (b, t, d) = (x.size()[0], x.size()[1], x.size()[2]);
+                let m = if a.len() > 1 { a[1] } else { x };
+                let hd = d / heads;
+                let split = |l: &Lin, i: &Tensor| {
+                    let ti = i.size()[1];
+                    l.fwd(i).view([b, ti, *heads, hd]).transpose(1, 2)
+                };
+                let (qh, kh, vh) = (split(q, x), split(k, m), split(v, m));
+                // dropout_p > 0 (training): on CPU torch runs sdpa's math path.
+                let y = Tensor::scaled_dot_product_attention::<Tensor>(
+                    &qh, &kh, &vh, None, *dropout, *causal, None, false,
+                );
+                o.fwd(&y.transpose(1, 2).reshape([b, t, d]))
+            } else {
+                let kv_in = if a.len() > 1 { a[1] } else { x };
+                mha(
+                    x,
+                    kv_in,
+                    q,
+                    k,
+                    v,
+                    o,
+                    rel.as_ref(),
+                    *heads,
+                    *causal,
+                    *dropout,
+                )
+            }
+        }
+        (
+            Op::MultiheadAttention { .. },
+            Module::TorchMha {
+                packed,
+                separate,
+                in_bias,
+                o,
+                heads,
+                causal,
+                dropout,
+                batch_first,
+            },
+        ) => torch_mha(
+            x,
+            a.get(1).copied(),
+            (packed.as_ref(), separate.as_ref(), in_bias.as_ref()),
+            o,
+            (*heads, *causal, *dropout, *batch_first),
+        ),
+        (op, _) => no_module(k, op),
+    }
+}
+
+/// Grouped-query attention: k and v repeated to every head (or sdpa's `enable_gqa`), Qwen3's
+/// optional q/k norms.
+fn gqa_forward(k: usize, op: &Op, m: &Module, x: &Tensor) -> Tensor {
+    match (op, m) {
+        (
+            Op::GqaAttention { .. },
+            Module::Gqa {
+                repeat_kv,
+                q,
+                k,
+                v,
+                o,
+                qk_norm,
+                heads,
+                kv_heads,
+                head_dim,
+                causal,
+            },
+        ) => {
+            let (b, t) = (x.size()[0], x.size()[1]);
+            // Qwen3: q_norm(q_proj(x).view(b, t, h, hd)), then the transpose to heads.
+            let norm = |y: Tensor, w: Option<&Tensor>| match w {
+                Some(w) => y.rms_norm([*head_dim], Some(w), None),
+                None => y,
+            };
+            let qn = qk_norm.as_ref().map(|(w, _)| w);
+            let kn = qk_norm.as_ref().map(|(_, w)| w);
+            let qh = norm(q.fwd(x).view([b, t, *heads, *head_dim]), qn).transpose(1, 2);
+            let rep = heads / kv_heads;
+            let kh = norm(k.fwd(x).view([b, t, *kv_heads, *head_dim]), kn).transpose(1, 2);
+            let vh = v.fwd(x).view([b, t, *kv_heads, *head_dim]).transpose(1, 2);
+            let (kh, vh) = if rep > 1 && *repeat_kv {
+                (
+                    kh.repeat_interleave_self_int(rep, Some(1), None),
+                    vh.repeat_interleave_self_int(rep, Some(1), None),
+                )
+            } else {
+                (kh, vh)
+            };
+            let y = Tensor::scaled_dot_product_attention::<Tensor>(
+                &qh,
+                &kh,
+                &vh,
+                None,
+                0.0,
+                *causal,
+                None,
+                rep > 1 && !*repeat_kv,
+            );
+            o.fwd(&y.transpose(1, 2).reshape([b, t, heads * head_dim]))
+        }
+        (op, _) => no_module(k, op),
+    }
+}
+
+/// Multi-head latent attention: low-rank q and kv projections with rms norms, a shared rotary
+/// key part.
+fn mla_forward(k: usize, op: &Op, m: &Module, x: &Tensor) -> Tensor {
+    match (op, m) {
+        (
+            Op::MlaAttention { .. },
+            Module::Mla {
+                q_a,
+                q,
+                kv_a,
+                kv_norm,
+                kv_b,
+                o,
+                heads,
+                nope,
+                rope,
+                v_dim,
+                kv_rank,
+                causal,
+            },
+        ) => {
+            let (b, t) = (x.size()[0], x.size()[1]);
+            let h = *heads;
+            let qp = match q_a {
+                Some((qa, norm)) => {
+                    let r = norm.size()[0];
+                    q.fwd(&qa.fwd(x).rms_norm([r], Some(norm), None))
+                }
+                None => q.fwd(x),
+            };
+            let qh = qp.view([b, t, h, nope + rope]).transpose(1, 2);
+            let kva = kv_a.fwd(x);
+            let parts = kva.split_with_sizes([*kv_rank, *rope], -1);
+            let c = parts[0].rms_norm([*kv_rank], Some(kv_norm), None);
+            let k_rope = parts[1]
+                .view([b, t, 1, *rope])
+                .expand([b, t, h, *rope], false);
+            let kvb = kv_b.fwd(&c).view([b, t, h, nope + v_dim]);
+            let kv_parts = kvb.split_with_sizes([*nope, *v_dim], -1);
+            let kh = Tensor::cat(&[&kv_parts[0], &k_rope], -1).transpose(1, 2);
+            let vh = kv_parts[1].transpose(1, 2);
+            let y = Tensor::scaled_dot_product_attention::<Tensor>(
+                &qh, &kh, &vh, None, 0.0, *causal, None, false,
+            );
+            o.fwd(&y.transpose(1, 2).reshape([b, t, h * v_dim]))
+        }
+        (op, _) => no_module(k, op),
+    }
+}
+
+/// The panic for an op whose module was not built (a harness bug).
+fn no_module(k: usize, op: &Op) -> ! {
+    panic!(
+        "node {k}: op `{}` has no module built for it (harness bug)",
+        op.name()
+    )
 }
 
 /// Eager multi-head attention (torch.nn.MultiheadAttention with need_weights=True,

@@ -369,23 +369,7 @@ pub fn run_command(a: &RunArgs) -> Result<i32, Exit> {
         regime,
         marker: a.marker.clone(),
         strategy: spec,
-        device: DeviceInfo {
-            kind: env.kind.clone(),
-            name: env.name.clone(),
-            capacity_bytes: env.capacity_bytes,
-            emulated_capacity_bytes: cap_bytes,
-            allocator: env.allocator.clone(),
-            // c10's CUDA allocator reads its settings from this variable at its first use.
-            allocator_settings: (env.kind == "cuda")
-                .then(|| std::env::var("PYTORCH_CUDA_ALLOC_CONF").ok())
-                .flatten()
-                .filter(|s| !s.is_empty()),
-            reserved_equals_allocated: env.reserved_equals_allocated,
-            torch: env.torch.clone(),
-            cuda: env.cuda.clone(),
-            driver: env.driver.clone(),
-            cores: env.torch_threads,
-        },
+        device: device_info(&env, cap_bytes),
         host: env.host.clone(),
         timestamp: memcal::clock::rfc3339_utc(started),
         tool_version: format!("memcal-measure {}", env!("CARGO_PKG_VERSION")),
@@ -425,5 +409,26 @@ pub fn run_command(a: &RunArgs) -> Result<i32, Exit> {
             );
             Ok(EXIT_RUN_ERROR)
         }
+    }
+}
+
+/// The device a row was measured on, with its emulated cap (`--cap-gib`) if any.
+fn device_info(env: &Environment, cap_bytes: Option<u64>) -> DeviceInfo {
+    DeviceInfo {
+        kind: env.kind.clone(),
+        name: env.name.clone(),
+        capacity_bytes: env.capacity_bytes,
+        emulated_capacity_bytes: cap_bytes,
+        allocator: env.allocator.clone(),
+        // c10's CUDA allocator reads its settings from this variable at its first use.
+        allocator_settings: (env.kind == "cuda")
+            .then(|| std::env::var("PYTORCH_CUDA_ALLOC_CONF").ok())
+            .flatten()
+            .filter(|s| !s.is_empty()),
+        reserved_equals_allocated: env.reserved_equals_allocated,
+        torch: env.torch.clone(),
+        cuda: env.cuda.clone(),
+        driver: env.driver.clone(),
+        cores: env.torch_threads,
     }
 }

@@ -380,7 +380,6 @@ pub fn write_data_folder_as(
     layout: Layout,
 ) -> crate::error::Result<u64> {
     use crate::error::Error;
-    use crate::run::{DeviceInfo, Failure, GraphRef, ParameterCounts, Peak, Phase, RunRow};
     let io = |path: &std::path::Path| {
         let path = path.to_path_buf();
         move |source| Error::Io { path, source }
@@ -414,31 +413,6 @@ pub fn write_data_folder_as(
         written += bytes.len() as u64;
         loaded.push(crate::graph::Graph::from_bytes(&bytes, &path)?);
     }
-    let gib = 1u64 << 30;
-    let device = |cap: Option<u64>| DeviceInfo {
-        kind: "cpu".into(),
-        name: "Synthetic CPU".into(),
-        capacity_bytes: 64 * gib,
-        emulated_capacity_bytes: cap,
-        allocator: "cpu-counting-allocator".into(),
-        allocator_settings: None,
-        reserved_equals_allocated: true,
-        torch: "2.11.0".into(),
-        cuda: None,
-        driver: None,
-        cores: 2,
-    };
-    let phase = |name: &str, status: &str, start: u64, peak: Option<u64>, end: Option<u64>| Phase {
-        name: name.into(),
-        status: status.into(),
-        allocated_start: start,
-        reserved_start: start,
-        allocated_peak: peak,
-        reserved_peak: peak,
-        allocated_end: end,
-        reserved_end: end,
-        wall_seconds: 0.25,
-    };
     let mut features = BTreeMap::new();
     let mut folder = None;
     let mut bundle = Vec::new();
@@ -452,95 +426,8 @@ pub fn write_data_folder_as(
         let peak: f64 = (0..N_FEATURES).map(|k| truth[k] * x[k] as f64).sum::<f64>()
             * (1.0 + 0.1 * (2.0 * rng.unit() - 1.0));
         let peak = peak.max(1.0);
-        let kind = rng.unit();
-        let mut regime = "cpu-free";
-        let mut cap = None;
-        let mut oom = false;
-        let mut after_fit = false;
-        if kind < 0.01 {
-            oom = true;
-            cap = Some((peak * (0.6 + 0.35 * rng.unit())).max(1.0) as u64);
-        } else if kind < 0.10 {
-            regime = "cpu-edge";
-            let c = [2, 4, 8][(rng.next_u64() % 3) as usize] * gib;
-            cap = Some(c);
-            if kind < 0.04 || peak > c as f64 {
-                oom = true;
-                cap = Some((peak * (0.6 + 0.35 * rng.unit())).max(1.0) as u64);
-            }
-        } else if kind < 0.12 {
-            after_fit = true;
-        }
-        let peak = peak as u64;
-        let model = x[0] / 4;
-        let mut phases = vec![
-            phase("model_load", "ok", 0, Some(model), Some(model)),
-            phase("inputs", "ok", model, Some(model), Some(model)),
-        ];
-        if oom {
-            phases.push(phase("step1.forward", "oom", model, None, None));
-        } else {
-            phases.push(phase(
-                "step1.forward",
-                "ok",
-                model,
-                Some(peak / 2),
-                Some(peak / 3),
-            ));
-            phases.push(phase(
-                "step1.backward",
-                "ok",
-                peak / 3,
-                Some(peak),
-                Some(model),
-            ));
-            phases.push(phase(
-                "step1.optimizer",
-                "ok",
-                model,
-                Some(model),
-                Some(model),
-            ));
-        }
-        let row = RunRow {
-            format: crate::run::RUN_FORMAT.into(),
-            run_id: format!("{regime}/{}/b{batch}/r{i:07}", g.name),
-            graph: GraphRef {
-                name: g.name.clone(),
-                sha256: g.sha256.clone(),
-            },
-            batch,
-            precision: Precision::Fp32.as_str().into(),
-            regime: regime.into(),
-            marker: after_fit.then(|| super::load::AFTER_FIT.to_string()),
-            strategy: None,
-            device: device(cap),
-            host: "synthetic".into(),
-            timestamp: timestamp(5 * i as u64, after_fit),
-            tool_version: "memcal-measure 0.1.0".into(),
-            implementation: None,
-            parameters: ParameterCounts {
-                graph: g.parameters(),
-                built: g.parameters(),
-            },
-            graph_mismatch: false,
-            status: if oom {
-                RunStatus::Oom
-            } else {
-                RunStatus::Completed
-            },
-            oom: oom.then(|| Failure {
-                phase: "step1.forward".into(),
-                message: "out of memory (synthetic)".into(),
-            }),
-            error: None,
-            phases,
-            peak: (!oom).then(|| Peak {
-                allocated_bytes: peak.max(1),
-                reserved_bytes: peak.max(1),
-                phase: "step1.backward".into(),
-            }),
-        };
+        let d = draw(&mut rng, peak);
+        let row = synthetic_row(i, g, batch, x[0] / 4, peak as u64, d);
         match layout {
             Layout::Files => {
                 let sub = dir.join("runs").join(format!("{:04}", i / 1000));
@@ -572,6 +459,159 @@ pub fn write_data_folder_as(
         }
     }
     Ok(written)
+}
+
+/// A synthetic run's regime as drawn: its emulated capacity, whether it ran out of memory, and
+/// whether it carries the after-fit marker.
+#[derive(Debug, Clone, Copy)]
+struct Draw {
+    regime: &'static str,
+    cap: Option<u64>,
+    oom: bool,
+    after_fit: bool,
+}
+
+/// Draws the regime of a run whose peak is `peak` bytes: out of memory under a cap below its
+/// peak, at the edge of a 2, 4 or 8 GiB cap, marked as run after the fit, or free.
+fn draw(rng: &mut Lcg, peak: f64) -> Draw {
+    let gib = 1u64 << 30;
+    let kind = rng.unit();
+    let mut regime = "cpu-free";
+    let mut cap = None;
+    let mut oom = false;
+    let mut after_fit = false;
+    if kind < 0.01 {
+        oom = true;
+        cap = Some((peak * (0.6 + 0.35 * rng.unit())).max(1.0) as u64);
+    } else if kind < 0.10 {
+        regime = "cpu-edge";
+        let c = [2, 4, 8][(rng.next_u64() % 3) as usize] * gib;
+        cap = Some(c);
+        if kind < 0.04 || peak > c as f64 {
+            oom = true;
+            cap = Some((peak * (0.6 + 0.35 * rng.unit())).max(1.0) as u64);
+        }
+    } else if kind < 0.12 {
+        after_fit = true;
+    }
+    Draw {
+        regime,
+        cap,
+        oom,
+        after_fit,
+    }
+}
+
+/// Row `i` of the synthetic folder: a run of `g` at `batch`, its model `model` bytes and its
+/// peak `peak` bytes, in the regime drawn.
+fn synthetic_row(
+    i: usize,
+    g: &crate::graph::Graph,
+    batch: u64,
+    model: u64,
+    peak: u64,
+    d: Draw,
+) -> crate::run::RunRow {
+    use crate::run::{DeviceInfo, Failure, GraphRef, ParameterCounts, Peak, Phase, RunRow};
+    let Draw {
+        regime,
+        cap,
+        oom,
+        after_fit,
+    } = d;
+    let gib = 1u64 << 30;
+    let device = |cap: Option<u64>| DeviceInfo {
+        kind: "cpu".into(),
+        name: "Synthetic CPU".into(),
+        capacity_bytes: 64 * gib,
+        emulated_capacity_bytes: cap,
+        allocator: "cpu-counting-allocator".into(),
+        allocator_settings: None,
+        reserved_equals_allocated: true,
+        torch: "2.11.0".into(),
+        cuda: None,
+        driver: None,
+        cores: 2,
+    };
+    let phase = |name: &str, status: &str, start: u64, peak: Option<u64>, end: Option<u64>| Phase {
+        name: name.into(),
+        status: status.into(),
+        allocated_start: start,
+        reserved_start: start,
+        allocated_peak: peak,
+        reserved_peak: peak,
+        allocated_end: end,
+        reserved_end: end,
+        wall_seconds: 0.25,
+    };
+    let mut phases = vec![
+        phase("model_load", "ok", 0, Some(model), Some(model)),
+        phase("inputs", "ok", model, Some(model), Some(model)),
+    ];
+    if oom {
+        phases.push(phase("step1.forward", "oom", model, None, None));
+    } else {
+        phases.push(phase(
+            "step1.forward",
+            "ok",
+            model,
+            Some(peak / 2),
+            Some(peak / 3),
+        ));
+        phases.push(phase(
+            "step1.backward",
+            "ok",
+            peak / 3,
+            Some(peak),
+            Some(model),
+        ));
+        phases.push(phase(
+            "step1.optimizer",
+            "ok",
+            model,
+            Some(model),
+            Some(model),
+        ));
+    }
+    RunRow {
+        format: crate::run::RUN_FORMAT.into(),
+        run_id: format!("{regime}/{}/b{batch}/r{i:07}", g.name),
+        graph: GraphRef {
+            name: g.name.clone(),
+            sha256: g.sha256.clone(),
+        },
+        batch,
+        precision: Precision::Fp32.as_str().into(),
+        regime: regime.into(),
+        marker: after_fit.then(|| super::load::AFTER_FIT.to_string()),
+        strategy: None,
+        device: device(cap),
+        host: "synthetic".into(),
+        timestamp: timestamp(5 * i as u64, after_fit),
+        tool_version: "memcal-measure 0.1.0".into(),
+        implementation: None,
+        parameters: ParameterCounts {
+            graph: g.parameters(),
+            built: g.parameters(),
+        },
+        graph_mismatch: false,
+        status: if oom {
+            RunStatus::Oom
+        } else {
+            RunStatus::Completed
+        },
+        oom: oom.then(|| Failure {
+            phase: "step1.forward".into(),
+            message: "out of memory (synthetic)".into(),
+        }),
+        error: None,
+        phases,
+        peak: (!oom).then(|| Peak {
+            allocated_bytes: peak.max(1),
+            reserved_bytes: peak.max(1),
+            phase: "step1.backward".into(),
+        }),
+    }
 }
 
 /// The rows in the bundle that row `i` (its last) closes: `n`, or fewer for the last bundle.

@@ -28,6 +28,97 @@ impl Op {
             } => p.push(vec![*num_embeddings, *embedding_dim]),
             // A tied embedding reads another's table and owns none.
             Op::Embedding { tie: Some(_), .. } => {}
+            Op::Conv1d(_) | Op::Conv2d(_) | Op::ConvTranspose2d(_) => self.conv_parameters(&mut p),
+            Op::BatchNorm { num_features: c } => {
+                p.push(vec![*c]);
+                p.push(vec![*c]);
+            }
+            Op::LayerNorm {
+                normalized_shape: d,
+                bias,
+            } => {
+                p.push(vec![*d]);
+                if *bias {
+                    p.push(vec![*d]);
+                }
+            }
+            Op::RmsNorm { dim } => p.push(vec![*dim]),
+            Op::GroupNorm { num_channels, .. } => {
+                p.push(vec![*num_channels]);
+                p.push(vec![*num_channels]);
+            }
+            Op::MultiheadAttention { .. } | Op::GqaAttention { .. } | Op::MlaAttention { .. } => {
+                self.attention_parameters(&mut p)
+            }
+            Op::Moe {
+                dim,
+                hidden,
+                num_experts,
+                ..
+            } => {
+                p.push(vec![*num_experts, *dim]);
+                for _ in 0..*num_experts {
+                    p.push(vec![*hidden, *dim]);
+                    p.push(vec![*hidden, *dim]);
+                    p.push(vec![*dim, *hidden]);
+                }
+            }
+            Op::Lstm(r) | Op::Gru(r) => {
+                let gates = if matches!(self, Op::Lstm(_)) { 4 } else { 3 };
+                let h = r.hidden_size;
+                for layer in 0..r.num_layers {
+                    let input = if layer == 0 {
+                        r.input_size
+                    } else {
+                        h.saturating_mul(r.directions())
+                    };
+                    let gh = h.saturating_mul(gates);
+                    for _ in 0..r.directions() {
+                        p.push(vec![gh, input]);
+                        p.push(vec![gh, h]);
+                        p.push(vec![gh]);
+                        p.push(vec![gh]);
+                    }
+                }
+            }
+            Op::LearnedPosition { num_positions, dim } => p.push(vec![*num_positions, *dim]),
+            Op::PrependToken { dim } => p.push(vec![*dim]),
+            Op::Parameter { shape } => p.push(shape.clone()),
+            // Its parameters, shared ones included (the graph counts a shared name once).
+            Op::Aten(a) => p.extend(a.parameter_tensors()),
+            // No trainable parameter (listed, not a fallback: a new op must say).
+            Op::Activation(_)
+            | Op::Dropout { .. }
+            | Op::Add
+            | Op::Mul
+            | Op::Sub
+            | Op::Div
+            | Op::Unary(_)
+            | Op::Concat { .. }
+            | Op::Upsample { .. }
+            | Op::MaxPool(_)
+            | Op::AvgPool(_)
+            | Op::AdaptiveAvgPool { .. }
+            | Op::Flatten { .. }
+            | Op::Reshape { .. }
+            | Op::Permute { .. }
+            | Op::SelectToken { .. }
+            | Op::Softmax { .. }
+            | Op::Mean { .. }
+            | Op::CrossEntropy
+            | Op::Mse
+            | Op::Matmul
+            | Op::Slice { .. }
+            | Op::Sdpa { .. }
+            | Op::Constant { .. }
+            | Op::Expand { .. } => {}
+        }
+        p
+    }
+
+    /// The convolutions' weights (and biases).
+    fn conv_parameters(&self, p: &mut Vec<Vec<u64>>) {
+        match self {
             Op::Conv1d(c) => {
                 p.push(vec![
                     c.out_channels,
@@ -60,24 +151,13 @@ impl Op {
                     p.push(vec![c.out_channels]);
                 }
             }
-            Op::BatchNorm { num_features: c } => {
-                p.push(vec![*c]);
-                p.push(vec![*c]);
-            }
-            Op::LayerNorm {
-                normalized_shape: d,
-                bias,
-            } => {
-                p.push(vec![*d]);
-                if *bias {
-                    p.push(vec![*d]);
-                }
-            }
-            Op::RmsNorm { dim } => p.push(vec![*dim]),
-            Op::GroupNorm { num_channels, .. } => {
-                p.push(vec![*num_channels]);
-                p.push(vec![*num_channels]);
-            }
+            _ => unreachable!("conv_parameters: not a convolution"),
+        }
+    }
+
+    /// The attention layers' projections (and biases, relative position bias, q/k norms).
+    fn attention_parameters(&self, p: &mut Vec<Vec<u64>>) {
+        match self {
             Op::MultiheadAttention {
                 embed_dim: d,
                 bias,
@@ -175,70 +255,8 @@ impl Op {
                 ]);
                 p.push(vec![*d, h.saturating_mul(*v_head_dim)]);
             }
-            Op::Moe {
-                dim,
-                hidden,
-                num_experts,
-                ..
-            } => {
-                p.push(vec![*num_experts, *dim]);
-                for _ in 0..*num_experts {
-                    p.push(vec![*hidden, *dim]);
-                    p.push(vec![*hidden, *dim]);
-                    p.push(vec![*dim, *hidden]);
-                }
-            }
-            Op::Lstm(r) | Op::Gru(r) => {
-                let gates = if matches!(self, Op::Lstm(_)) { 4 } else { 3 };
-                let h = r.hidden_size;
-                for layer in 0..r.num_layers {
-                    let input = if layer == 0 {
-                        r.input_size
-                    } else {
-                        h.saturating_mul(r.directions())
-                    };
-                    let gh = h.saturating_mul(gates);
-                    for _ in 0..r.directions() {
-                        p.push(vec![gh, input]);
-                        p.push(vec![gh, h]);
-                        p.push(vec![gh]);
-                        p.push(vec![gh]);
-                    }
-                }
-            }
-            Op::LearnedPosition { num_positions, dim } => p.push(vec![*num_positions, *dim]),
-            Op::PrependToken { dim } => p.push(vec![*dim]),
-            Op::Parameter { shape } => p.push(shape.clone()),
-            // Its parameters, shared ones included (the graph counts a shared name once).
-            Op::Aten(a) => p.extend(a.parameter_tensors()),
-            // No trainable parameter (listed, not a fallback: a new op must say).
-            Op::Activation(_)
-            | Op::Dropout { .. }
-            | Op::Add
-            | Op::Mul
-            | Op::Sub
-            | Op::Div
-            | Op::Unary(_)
-            | Op::Concat { .. }
-            | Op::Upsample { .. }
-            | Op::MaxPool(_)
-            | Op::AvgPool(_)
-            | Op::AdaptiveAvgPool { .. }
-            | Op::Flatten { .. }
-            | Op::Reshape { .. }
-            | Op::Permute { .. }
-            | Op::SelectToken { .. }
-            | Op::Softmax { .. }
-            | Op::Mean { .. }
-            | Op::CrossEntropy
-            | Op::Mse
-            | Op::Matmul
-            | Op::Slice { .. }
-            | Op::Sdpa { .. }
-            | Op::Constant { .. }
-            | Op::Expand { .. } => {}
+            _ => unreachable!("attention_parameters: not an attention layer"),
         }
-        p
     }
 
     /// Trainable parameters this op owns.

@@ -8,63 +8,7 @@ impl Op {
     /// what was found.
     pub fn infer(&self, inputs: &[&Shape]) -> Result<Shape, String> {
         let x = inputs[0];
-        let fixed = |d: Dim, what: &str| {
-            d.as_fixed()
-                .ok_or_else(|| format!("{what} must be a fixed size, found {d} in {x}"))
-        };
-        let expect_last = |want: u64, what: &str| -> Result<(), String> {
-            match x.last() {
-                Some(d) if d == Dim::fixed(want) => Ok(()),
-                Some(d) => Err(format!(
-                    "expected last dimension {want} ({what}), found {d} in input shape {x}"
-                )),
-                None => Err(format!(
-                    "expected a tensor ending in {want}, found a scalar"
-                )),
-            }
-        };
-        let expect_rank = |ranks: &[usize]| -> Result<(), String> {
-            if ranks.contains(&x.rank()) {
-                Ok(())
-            } else {
-                Err(format!(
-                    "expected an input of rank {}, found shape {x}",
-                    ranks
-                        .iter()
-                        .map(|r| r.to_string())
-                        .collect::<Vec<_>>()
-                        .join(" or ")
-                ))
-            }
-        };
-        let expect_channels = |want: u64| -> Result<(), String> {
-            if x.rank() >= 2 && x.0[1] == Dim::fixed(want) {
-                Ok(())
-            } else {
-                Err(format!(
-                    "expected {want} channels at dimension 1, found shape {x}"
-                ))
-            }
-        };
-        let axis = |dim: i64, rank: usize| -> Result<usize, String> {
-            let r = rank as i64;
-            let a = if dim < 0 { dim + r } else { dim };
-            if (0..r).contains(&a) {
-                Ok(a as usize)
-            } else {
-                Err(format!("dimension {dim} is out of range for shape {x}"))
-            }
-        };
-        let spatial = |len: Dim, k: u64, s: u64, p: u64| -> Result<Dim, String> {
-            let len = fixed(len, "a spatial dimension")?;
-            let padded = len.saturating_add(p.saturating_mul(2));
-            if padded < k {
-                return Err(format!(
-                    "kernel {k} is larger than the padded input {padded} in shape {x}"
-                ));
-            }
-            Ok(Dim::fixed((padded - k) / s + 1))
-        };
+        let ck = Checks { x };
         let mut out = x.clone();
         match self {
             Op::Linear {
@@ -72,61 +16,20 @@ impl Op {
                 out_features,
                 ..
             } => {
-                expect_last(*in_features, "in_features")?;
+                ck.expect_last(*in_features, "in_features")?;
                 *out.0.last_mut().unwrap() = Dim::fixed(*out_features);
             }
             Op::Embedding { embedding_dim, .. } => out.0.push(Dim::fixed(*embedding_dim)),
-            Op::Conv1d(c) => {
-                expect_rank(&[3])?;
-                expect_channels(c.in_channels)?;
-                out.0[1] = Dim::fixed(c.out_channels);
-                out.0[2] = spatial(x.0[2], c.kernel_size, c.stride, c.padding)?;
+            Op::Conv1d(_) | Op::Conv2d(_) | Op::ConvTranspose2d(_) => {
+                self.conv_shape(&ck, &mut out)?
             }
-            Op::Conv2d(c) => {
-                expect_rank(&[4])?;
-                expect_channels(c.in_channels)?;
-                out.0[1] = Dim::fixed(c.out_channels);
-                for i in 2..4 {
-                    out.0[i] = spatial(x.0[i], c.kernel_size, c.stride, c.padding)?;
-                }
-            }
-            Op::ConvTranspose2d(c) => {
-                expect_rank(&[4])?;
-                expect_channels(c.in_channels)?;
-                out.0[1] = Dim::fixed(c.out_channels);
-                for i in 2..4 {
-                    let len = fixed(x.0[i], "a spatial dimension")?;
-                    let full = (len - 1)
-                        .saturating_mul(c.stride)
-                        .saturating_add(c.kernel_size)
-                        .saturating_add(c.output_padding);
-                    if full <= c.padding.saturating_mul(2) {
-                        return Err(format!(
-                            "padding {} leaves no output for shape {x}",
-                            c.padding
-                        ));
-                    }
-                    out.0[i] = Dim::fixed(full - c.padding.saturating_mul(2));
-                }
-            }
-            Op::BatchNorm { num_features: c } => {
-                expect_rank(&[2, 3, 4])?;
-                expect_channels(*c)?;
-            }
-            Op::GroupNorm {
-                num_channels: c, ..
-            } => {
-                expect_rank(&[3, 4])?;
-                expect_channels(*c)?;
-            }
-            Op::LayerNorm {
-                normalized_shape: d,
-                ..
-            } => expect_last(*d, "normalized_shape")?,
-            Op::RmsNorm { dim } => expect_last(*dim, "dim")?,
+            Op::BatchNorm { .. }
+            | Op::GroupNorm { .. }
+            | Op::LayerNorm { .. }
+            | Op::RmsNorm { .. } => self.norm_shape(&ck)?,
             Op::Activation(_) | Op::Dropout { .. } | Op::Unary(_) => {}
             Op::Mean { dim, keepdim } => {
-                let a = axis(*dim, x.rank())?;
+                let a = ck.axis(*dim, x.rank())?;
                 if *keepdim {
                     out.0[a] = Dim::fixed(1);
                 } else {
@@ -134,7 +37,7 @@ impl Op {
                 }
             }
             Op::Softmax { dim } => {
-                axis(*dim, x.rank())?;
+                ck.axis(*dim, x.rank())?;
             }
             Op::Add | Op::Mul | Op::Sub | Op::Div => {
                 out = broadcast(x, inputs[1])?;
@@ -153,14 +56,104 @@ impl Op {
                 }
                 out.0[r - 1] = w.0[r - 1];
             }
-            Op::Slice { dim, start, end } => {
-                let a = axis(*dim, x.rank())?;
-                let len = fixed(x.0[a], "the sliced dimension")?;
-                if *end > len {
-                    return Err(format!("slice end {end} exceeds dimension {a} of {x}"));
-                }
-                out.0[a] = Dim::fixed(end - start);
+            Op::Slice { .. }
+            | Op::Expand { .. }
+            | Op::Flatten { .. }
+            | Op::Reshape { .. }
+            | Op::Permute { .. }
+            | Op::SelectToken { .. } => self.view_shape(&ck, &mut out)?,
+            Op::Sdpa { .. } => self.sdpa_shape(inputs, &ck, &mut out)?,
+            Op::Constant { shape, .. } => out = sizes(shape),
+            Op::Aten(a) => out = a.shape().clone(),
+            Op::Concat { .. }
+            | Op::Upsample { .. }
+            | Op::MaxPool(_)
+            | Op::AvgPool(_)
+            | Op::AdaptiveAvgPool { .. } => self.resample_shape(inputs, &ck, &mut out)?,
+            Op::CrossEntropy | Op::Mse => self.loss_shape(inputs, &ck, &mut out)?,
+            Op::MultiheadAttention { .. }
+            | Op::GqaAttention { .. }
+            | Op::MlaAttention { .. }
+            | Op::Moe { .. }
+            | Op::Lstm(_)
+            | Op::Gru(_)
+            | Op::LearnedPosition { .. }
+            | Op::Parameter { .. }
+            | Op::PrependToken { .. } => self.sequence_shape(inputs, &ck, &mut out)?,
+        }
+        Ok(out)
+    }
+
+    /// The convolutions' shapes.
+    fn conv_shape(&self, ck: &Checks, out: &mut Shape) -> Result<(), String> {
+        let x = ck.x;
+        match self {
+            Op::Conv1d(c) => {
+                ck.expect_rank(&[3])?;
+                ck.expect_channels(c.in_channels)?;
+                out.0[1] = Dim::fixed(c.out_channels);
+                out.0[2] = ck.spatial(x.0[2], c.kernel_size, c.stride, c.padding)?;
             }
+            Op::Conv2d(c) => {
+                ck.expect_rank(&[4])?;
+                ck.expect_channels(c.in_channels)?;
+                out.0[1] = Dim::fixed(c.out_channels);
+                for i in 2..4 {
+                    out.0[i] = ck.spatial(x.0[i], c.kernel_size, c.stride, c.padding)?;
+                }
+            }
+            Op::ConvTranspose2d(c) => {
+                ck.expect_rank(&[4])?;
+                ck.expect_channels(c.in_channels)?;
+                out.0[1] = Dim::fixed(c.out_channels);
+                for i in 2..4 {
+                    let len = ck.fixed(x.0[i], "a spatial dimension")?;
+                    let full = (len - 1)
+                        .saturating_mul(c.stride)
+                        .saturating_add(c.kernel_size)
+                        .saturating_add(c.output_padding);
+                    if full <= c.padding.saturating_mul(2) {
+                        return Err(format!(
+                            "padding {} leaves no output for shape {x}",
+                            c.padding
+                        ));
+                    }
+                    out.0[i] = Dim::fixed(full - c.padding.saturating_mul(2));
+                }
+            }
+            _ => unreachable!("conv_shape: not a convolution"),
+        }
+        Ok(())
+    }
+
+    /// The normalisations' shapes: their input's.
+    fn norm_shape(&self, ck: &Checks) -> Result<(), String> {
+        match self {
+            Op::BatchNorm { num_features: c } => {
+                ck.expect_rank(&[2, 3, 4])?;
+                ck.expect_channels(*c)?;
+            }
+            Op::GroupNorm {
+                num_channels: c, ..
+            } => {
+                ck.expect_rank(&[3, 4])?;
+                ck.expect_channels(*c)?;
+            }
+            Op::LayerNorm {
+                normalized_shape: d,
+                ..
+            } => ck.expect_last(*d, "normalized_shape")?,
+            Op::RmsNorm { dim } => ck.expect_last(*dim, "dim")?,
+            _ => unreachable!("norm_shape: not a normalisation"),
+        }
+        Ok(())
+    }
+
+    /// Scaled dot-product attention's shape: q's, with v's head size; the mask must broadcast
+    /// to the scores.
+    fn sdpa_shape(&self, inputs: &[&Shape], ck: &Checks, out: &mut Shape) -> Result<(), String> {
+        let x = ck.x;
+        match self {
             Op::Sdpa { causal, enable_gqa } => {
                 let (k, v) = (inputs[1], inputs[2]);
                 let ok = x.rank() == 4
@@ -204,10 +197,26 @@ impl Op {
                     }
                 }
             }
-            Op::Constant { shape, .. } => out = sizes(shape),
-            Op::Aten(a) => out = a.shape().clone(),
+            _ => unreachable!("sdpa_shape: not sdpa"),
+        }
+        Ok(())
+    }
+
+    /// Views and copies that rearrange their input: slice, expand, flatten, reshape, permute,
+    /// token selection.
+    fn view_shape(&self, ck: &Checks, out: &mut Shape) -> Result<(), String> {
+        let x = ck.x;
+        match self {
+            Op::Slice { dim, start, end } => {
+                let a = ck.axis(*dim, x.rank())?;
+                let len = ck.fixed(x.0[a], "the sliced dimension")?;
+                if *end > len {
+                    return Err(format!("slice end {end} exceeds dimension {a} of {x}"));
+                }
+                out.0[a] = Dim::fixed(end - start);
+            }
             Op::Expand { shape } => {
-                out = sizes(shape);
+                *out = sizes(shape);
                 let fits = out.rank() == x.rank()
                     && x.0
                         .iter()
@@ -219,45 +228,9 @@ impl Op {
                     ));
                 }
             }
-            Op::Concat { dim } => {
-                let a = axis(*dim, x.rank())?;
-                for other in &inputs[1..] {
-                    let same_rest = other.rank() == x.rank()
-                        && (0..x.rank()).all(|i| i == a || other.0[i] == x.0[i]);
-                    if !same_rest {
-                        return Err(format!(
-                            "inputs must agree on every dimension but {a}: expected {x}, found {other}"
-                        ));
-                    }
-                    out.0[a] = out.0[a].plus(other.0[a]).ok_or_else(|| {
-                        format!(
-                            "cannot concatenate {} and {} along dimension {a}",
-                            out.0[a], other.0[a]
-                        )
-                    })?;
-                }
-            }
-            Op::Upsample { scale_factor } => {
-                expect_rank(&[4])?;
-                for i in 2..4 {
-                    out.0[i] = x.0[i].times(Dim::fixed(*scale_factor));
-                }
-            }
-            Op::MaxPool(p) | Op::AvgPool(p) => {
-                expect_rank(&[3, 4])?;
-                for i in 2..x.rank() {
-                    out.0[i] = spatial(x.0[i], p.kernel_size, p.stride, p.padding)?;
-                }
-            }
-            Op::AdaptiveAvgPool { output_size } => {
-                expect_rank(&[3, 4])?;
-                for i in 2..x.rank() {
-                    out.0[i] = Dim::fixed(*output_size);
-                }
-            }
             Op::Flatten { start_dim, end_dim } => {
-                let s = axis(*start_dim, x.rank())?;
-                let e = axis(*end_dim, x.rank())?;
+                let s = ck.axis(*start_dim, x.rank())?;
+                let e = ck.axis(*end_dim, x.rank())?;
                 if s > e {
                     return Err(format!(
                         "start_dim {start_dim} comes after end_dim {end_dim} for shape {x}"
@@ -284,7 +257,7 @@ impl Op {
                 let inferred = inferred.ok_or_else(|| {
                     format!("cannot reshape {x} ({total} elements) into {shape:?}")
                 })?;
-                out = Shape(
+                *out = Shape(
                     shape
                         .iter()
                         .map(|d| match d {
@@ -306,22 +279,81 @@ impl Op {
                 let mut seen = vec![false; x.rank()];
                 let mut v = Vec::with_capacity(dims.len());
                 for d in dims {
-                    let a = axis(*d, x.rank())?;
+                    let a = ck.axis(*d, x.rank())?;
                     if std::mem::replace(&mut seen[a], true) {
                         return Err(format!("dimension {d} appears twice in `dims`"));
                     }
                     v.push(x.0[a]);
                 }
-                out = Shape(v);
+                *out = Shape(v);
             }
             Op::SelectToken { index } => {
-                expect_rank(&[3])?;
-                let t = fixed(x.0[1], "the token dimension")? as i64;
+                ck.expect_rank(&[3])?;
+                let t = ck.fixed(x.0[1], "the token dimension")? as i64;
                 if *index >= t || *index < -t {
                     return Err(format!("token index {index} is out of range for shape {x}"));
                 }
                 out.0.remove(1);
             }
+            _ => unreachable!("view_shape: not a view"),
+        }
+        Ok(())
+    }
+
+    /// Concatenation, upsampling and the pools.
+    fn resample_shape(
+        &self,
+        inputs: &[&Shape],
+        ck: &Checks,
+        out: &mut Shape,
+    ) -> Result<(), String> {
+        let x = ck.x;
+        match self {
+            Op::Concat { dim } => {
+                let a = ck.axis(*dim, x.rank())?;
+                for other in &inputs[1..] {
+                    let same_rest = other.rank() == x.rank()
+                        && (0..x.rank()).all(|i| i == a || other.0[i] == x.0[i]);
+                    if !same_rest {
+                        return Err(format!(
+                            "inputs must agree on every dimension but {a}: expected {x}, found {other}"
+                        ));
+                    }
+                    out.0[a] = out.0[a].plus(other.0[a]).ok_or_else(|| {
+                        format!(
+                            "cannot concatenate {} and {} along dimension {a}",
+                            out.0[a], other.0[a]
+                        )
+                    })?;
+                }
+            }
+            Op::Upsample { scale_factor } => {
+                ck.expect_rank(&[4])?;
+                for i in 2..4 {
+                    out.0[i] = x.0[i].times(Dim::fixed(*scale_factor));
+                }
+            }
+            Op::MaxPool(p) | Op::AvgPool(p) => {
+                ck.expect_rank(&[3, 4])?;
+                for i in 2..x.rank() {
+                    out.0[i] = ck.spatial(x.0[i], p.kernel_size, p.stride, p.padding)?;
+                }
+            }
+            Op::AdaptiveAvgPool { output_size } => {
+                ck.expect_rank(&[3, 4])?;
+                for i in 2..x.rank() {
+                    out.0[i] = Dim::fixed(*output_size);
+                }
+            }
+            _ => unreachable!("resample_shape: not a concat, upsample or pool"),
+        }
+        Ok(())
+    }
+
+    /// The losses: a scalar.
+    fn loss_shape(&self, inputs: &[&Shape], ck: &Checks, out: &mut Shape) -> Result<(), String> {
+        let x = ck.x;
+        match self {
             Op::CrossEntropy => {
                 let labels = inputs[1];
                 let mut want = x.clone();
@@ -331,7 +363,7 @@ impl Op {
                         "labels must have the logits' shape without the class axis: logits {x}, expected labels {want}, found {labels}"
                     ));
                 }
-                out = Shape::default();
+                *out = Shape::default();
             }
             Op::Mse => {
                 if inputs[1] != x {
@@ -340,16 +372,31 @@ impl Op {
                         inputs[1]
                     ));
                 }
-                out = Shape::default();
+                *out = Shape::default();
             }
+            _ => unreachable!("loss_shape: not a loss"),
+        }
+        Ok(())
+    }
+
+    /// Attention, mixture of experts, recurrent layers and the sequence ops: their input's
+    /// shape (a recurrent layer's last axis is its hidden size times its directions).
+    fn sequence_shape(
+        &self,
+        inputs: &[&Shape],
+        ck: &Checks,
+        out: &mut Shape,
+    ) -> Result<(), String> {
+        let x = ck.x;
+        match self {
             Op::MultiheadAttention {
                 embed_dim: d,
                 kdim,
                 batch_first,
                 ..
             } => {
-                expect_rank(&[3])?;
-                expect_last(*d, "embed_dim")?;
+                ck.expect_rank(&[3])?;
+                ck.expect_last(*d, "embed_dim")?;
                 // The batch axis: 0, or 1 in torch's default [T, B, E] layout.
                 let b = usize::from(!*batch_first);
                 match inputs.get(1) {
@@ -374,18 +421,18 @@ impl Op {
             Op::GqaAttention { embed_dim: d, .. }
             | Op::MlaAttention { embed_dim: d, .. }
             | Op::Moe { dim: d, .. } => {
-                expect_rank(&[3])?;
-                expect_last(*d, "model width")?;
+                ck.expect_rank(&[3])?;
+                ck.expect_last(*d, "model width")?;
             }
             Op::Lstm(r) | Op::Gru(r) => {
-                expect_rank(&[3])?;
-                expect_last(r.input_size, "input_size")?;
+                ck.expect_rank(&[3])?;
+                ck.expect_last(r.input_size, "input_size")?;
                 out.0[2] = Dim::fixed(r.hidden_size.saturating_mul(r.directions()));
             }
             Op::LearnedPosition { num_positions, dim } => {
-                expect_rank(&[3])?;
-                expect_last(*dim, "dim")?;
-                let t = fixed(x.0[1], "the sequence dimension")?;
+                ck.expect_rank(&[3])?;
+                ck.expect_last(*dim, "dim")?;
+                let t = ck.fixed(x.0[1], "the sequence dimension")?;
                 if t > *num_positions {
                     return Err(format!(
                         "sequence {t} exceeds num_positions {num_positions}"
@@ -396,21 +443,99 @@ impl Op {
                 if x.rank() == 0 {
                     return Err("the input must have a batch axis (its batch is what the parameter is broadcast over)".into());
                 }
-                out = Shape(
+                *out = Shape(
                     std::iter::once(x.0[0])
                         .chain(shape.iter().map(|&d| Dim::fixed(d)))
                         .collect(),
                 );
             }
             Op::PrependToken { dim } => {
-                expect_rank(&[3])?;
-                expect_last(*dim, "dim")?;
+                ck.expect_rank(&[3])?;
+                ck.expect_last(*dim, "dim")?;
                 out.0[1] = x.0[1].plus(Dim::fixed(1)).ok_or_else(|| {
                     format!("the token dimension must be a fixed size, found {x}")
                 })?;
             }
+            _ => unreachable!("sequence_shape: not a sequence op"),
         }
-        Ok(out)
+        Ok(())
+    }
+}
+
+/// The checks of an op's input `x`; each error says what was expected and what was found.
+struct Checks<'a> {
+    x: &'a Shape,
+}
+
+impl Checks<'_> {
+    /// `d` as a fixed size (`what`: which dimension, for the error).
+    fn fixed(&self, d: Dim, what: &str) -> Result<u64, String> {
+        let x = self.x;
+        d.as_fixed()
+            .ok_or_else(|| format!("{what} must be a fixed size, found {d} in {x}"))
+    }
+
+    fn expect_last(&self, want: u64, what: &str) -> Result<(), String> {
+        let x = self.x;
+        match x.last() {
+            Some(d) if d == Dim::fixed(want) => Ok(()),
+            Some(d) => Err(format!(
+                "expected last dimension {want} ({what}), found {d} in input shape {x}"
+            )),
+            None => Err(format!(
+                "expected a tensor ending in {want}, found a scalar"
+            )),
+        }
+    }
+
+    fn expect_rank(&self, ranks: &[usize]) -> Result<(), String> {
+        let x = self.x;
+        if ranks.contains(&x.rank()) {
+            Ok(())
+        } else {
+            Err(format!(
+                "expected an input of rank {}, found shape {x}",
+                ranks
+                    .iter()
+                    .map(|r| r.to_string())
+                    .collect::<Vec<_>>()
+                    .join(" or ")
+            ))
+        }
+    }
+
+    fn expect_channels(&self, want: u64) -> Result<(), String> {
+        let x = self.x;
+        if x.rank() >= 2 && x.0[1] == Dim::fixed(want) {
+            Ok(())
+        } else {
+            Err(format!(
+                "expected {want} channels at dimension 1, found shape {x}"
+            ))
+        }
+    }
+
+    fn axis(&self, dim: i64, rank: usize) -> Result<usize, String> {
+        let x = self.x;
+        let r = rank as i64;
+        let a = if dim < 0 { dim + r } else { dim };
+        if (0..r).contains(&a) {
+            Ok(a as usize)
+        } else {
+            Err(format!("dimension {dim} is out of range for shape {x}"))
+        }
+    }
+
+    fn spatial(&self, len: Dim, k: u64, s: u64, p: u64) -> Result<Dim, String> {
+        let x = self.x;
+        let len = self.fixed(len, "a spatial dimension")?;
+        let padded = len.saturating_add(p.saturating_mul(2));
+        if padded < k {
+            return Err(format!(
+                "kernel {k} is larger than the padded input {padded} in shape {x}"
+            ));
+        }
+        Ok(Dim::fixed((padded - k) / s + 1))
     }
 }
 

@@ -177,44 +177,26 @@ pub fn rule(graph: &Graph, k: usize, batch: u64, values: &Values) -> OpRule {
             r.autocast = Some(CopySaved::Always);
             r
         }
-        Op::LayerNorm { normalized_shape, .. } => {
-            let rows = s.rows(*normalized_shape) * F32;
-            let (x_saved, grad) = fp32_cast(n_in, ex);
-            OpRule::new(
-                Output::New(n_out * F32),
-                vec![x_saved, Internal { what: "mean+rstd (float32 rows)", bytes: 2 * rows }],
-                vec![grad],
-                TorchSource,
-            )
-            .note("fp32 policy: a bf16 input is cast to float32 (saved); saves mean and rstd; float32 output")
-        }
-        Op::GroupNorm { num_groups, .. } => {
-            let (x_saved, grad) = fp32_cast(n_in, ex);
-            OpRule::new(
-                Output::New(n_out * F32),
-                vec![x_saved, Internal { what: "mean+rstd (2 x B x groups float32)", bytes: 2 * s.dim(0) * num_groups * F32 }],
-                vec![grad],
-                TorchSource,
-            )
-            .note("fp32 policy: a bf16 input is cast to float32 (saved); saves mean and rstd")
-        }
+        Op::LayerNorm { .. } | Op::GroupNorm { .. } | Op::BatchNorm { .. } => norm_rule(&s),
         Op::RmsNorm { dim } if ex == F32 => OpRule::new(
             Output::New(n_out * F32),
-            vec![Input(0), Internal { what: "rstd (float32 rows)", bytes: s.rows(*dim) * F32 }],
+            vec![
+                Input(0),
+                Internal {
+                    what: "rstd (float32 rows)",
+                    bytes: s.rows(*dim) * F32,
+                },
+            ],
             vec![Grad::New],
             TorchSource,
         )
         .note("`_fused_rms_norm` (CUDA kernel; fp32 input and weight): saves its input and rstd"),
-        Op::BatchNorm { num_features } => OpRule::new(
-            Output::New(n_out * ex),
-            vec![Input(0), Internal { what: "save_mean+save_invstd (2C float32)", bytes: 2 * num_features * F32 }],
-            vec![Grad::New],
-            TorchSource,
-        )
-        .note("in no autocast list: runs in its input's dtype (bf16 after a conv); saves its input, mean and inverse std"),
         Op::Dropout { p } if *p > 0.0 => OpRule::new(
             Output::New(n_out * ex),
-            vec![Internal { what: "bool mask (native_dropout)", bytes: n_in }],
+            vec![Internal {
+                what: "bool mask (native_dropout)",
+                bytes: n_in,
+            }],
             vec![Grad::New],
             TorchSource,
         )
@@ -222,45 +204,8 @@ pub fn rule(graph: &Graph, k: usize, batch: u64, values: &Values) -> OpRule {
         .note("CUDA native_dropout: saves a bool mask (1 byte per element)"),
         Op::Upsample { .. } | Op::Softmax { .. } | Op::CrossEntropy | Op::Mse => fp32_policy(&s),
         Op::Unary(f) if fp32_listed(*f) && ex != F32 => unary_fp32(&s, *f, graph, k, batch, values),
-        Op::Matmul | Op::Sdpa { .. } => {
-            // lower_precision_fp: each fp32 operand is cast to a bf16 copy, which the op saves
-            // and whose gradient comes back through the cast; bf16 operands are read as they
-            // are (derived from the autocast lists and the CPU rule; not measured).
-            let mut r = cpu_rule_at(graph, k, batch, values, BF16);
-            // sdpa's mask (input 3) takes no gradient: `sdpa_mask` below.
-            for i in 0..node.inputs.len().min(3) {
-                if s.e_in(i) == F32 {
-                    let n = s.n_in(i);
-                    r.saved.retain(|x| !matches!(x, InputFolded(a, _) | Input(a) if *a == i));
-                    r.saved.push(Internal { what: "bf16 cast of an operand (autocast)", bytes: n * BF16 });
-                    r.grads[i] = Grad::ViaCast(n * BF16);
-                }
-            }
-            if matches!(node.op, Op::Sdpa { .. }) {
-                // The flash kernel on sm90 (no CPU scratch); its Philox RNG state is not counted.
-                r.backward_transient = 0;
-                if node.inputs.len() > 3 {
-                    sdpa_mask(&s, &mut r);
-                }
-            }
-            r.cublas = matches!(node.op, Op::Matmul);
-            r.source = TorchSource;
-            r.note = "lower_precision_fp: fp32 operands cast to bf16 copies (saved); the CPU rule's tensors at bf16 (not measured on a GPU)";
-            r
-        }
-        Op::MultiheadAttention { sdpa: true, torch_impl: true, embed_dim, kdim, bias, .. } => {
-            // torch.nn.MultiheadAttention's own forward: not derived for CUDA; the
-            // separate-projection rule, with out_proj found in its packed parameter list.
-            let mut r = gqa(&s, node);
-            if let Some(peak) = r.backward_peak.as_mut() {
-                peak.params = super::rules::torch_mha_out_proj(*embed_dim, *kdim, *bias);
-            }
-            r.source = Assumed;
-            r
-        }
-        Op::MultiheadAttention { sdpa: true, .. } => gqa(&s, node),
-        Op::MultiheadAttention { .. } => mha(&s, node),
-        Op::GqaAttention { .. } => gqa(&s, node),
+        Op::Matmul | Op::Sdpa { .. } => operand_cast_rule(graph, k, batch, values, &s),
+        Op::MultiheadAttention { .. } | Op::GqaAttention { .. } => attention_rule(&s),
         Op::Lstm(_) | Op::Gru(_) | Op::Moe { .. } | Op::MlaAttention { .. } => {
             let mut r = cpu_rule_at(graph, k, batch, values, BF16);
             r.source = Assumed;
@@ -301,6 +246,110 @@ pub fn rule(graph: &Graph, k: usize, batch: u64, values: &Values) -> OpRule {
         r.bf16_param_grads = true;
     }
     r
+}
+
+/// Layer, group and batch norms under autocast (the fp32 policy, or the input's dtype for batch
+/// norm, which is in no autocast list).
+fn norm_rule(s: &Sizes) -> OpRule {
+    let (n_in, n_out) = (s.n_in(0), s.n_out());
+    let ex = s.e_in(0);
+    use Saved::*;
+    use Source::*;
+    match &s.node.op {
+        Op::LayerNorm { normalized_shape, .. } => {
+            let rows = s.rows(*normalized_shape) * F32;
+            let (x_saved, grad) = fp32_cast(n_in, ex);
+            OpRule::new(
+                Output::New(n_out * F32),
+                vec![x_saved, Internal { what: "mean+rstd (float32 rows)", bytes: 2 * rows }],
+                vec![grad],
+                TorchSource,
+            )
+            .note("fp32 policy: a bf16 input is cast to float32 (saved); saves mean and rstd; float32 output")
+        }
+        Op::GroupNorm { num_groups, .. } => {
+            let (x_saved, grad) = fp32_cast(n_in, ex);
+            OpRule::new(
+                Output::New(n_out * F32),
+                vec![x_saved, Internal { what: "mean+rstd (2 x B x groups float32)", bytes: 2 * s.dim(0) * num_groups * F32 }],
+                vec![grad],
+                TorchSource,
+            )
+            .note("fp32 policy: a bf16 input is cast to float32 (saved); saves mean and rstd")
+        }
+        Op::BatchNorm { num_features } => OpRule::new(
+            Output::New(n_out * ex),
+            vec![Input(0), Internal { what: "save_mean+save_invstd (2C float32)", bytes: 2 * num_features * F32 }],
+            vec![Grad::New],
+            TorchSource,
+        )
+        .note("in no autocast list: runs in its input's dtype (bf16 after a conv); saves its input, mean and inverse std"),
+        _ => unreachable!("norm_rule: not a layer, group or batch norm"),
+    }
+}
+
+/// `matmul` and sdpa: the CPU rule at bf16, with each fp32 operand cast to a saved bf16 copy.
+fn operand_cast_rule(graph: &Graph, k: usize, batch: u64, values: &Values, s: &Sizes) -> OpRule {
+    let node = s.node;
+    use Saved::*;
+    use Source::*;
+    // lower_precision_fp: each fp32 operand is cast to a bf16 copy, which the op saves
+    // and whose gradient comes back through the cast; bf16 operands are read as they
+    // are (derived from the autocast lists and the CPU rule; not measured).
+    let mut r = cpu_rule_at(graph, k, batch, values, BF16);
+    // sdpa's mask (input 3) takes no gradient: `sdpa_mask` below.
+    for i in 0..node.inputs.len().min(3) {
+        if s.e_in(i) == F32 {
+            let n = s.n_in(i);
+            r.saved
+                .retain(|x| !matches!(x, InputFolded(a, _) | Input(a) if *a == i));
+            r.saved.push(Internal {
+                what: "bf16 cast of an operand (autocast)",
+                bytes: n * BF16,
+            });
+            r.grads[i] = Grad::ViaCast(n * BF16);
+        }
+    }
+    if matches!(node.op, Op::Sdpa { .. }) {
+        // The flash kernel on sm90 (no CPU scratch); its Philox RNG state is not counted.
+        r.backward_transient = 0;
+        if node.inputs.len() > 3 {
+            sdpa_mask(s, &mut r);
+        }
+    }
+    r.cublas = matches!(node.op, Op::Matmul);
+    r.source = TorchSource;
+    r.note = "lower_precision_fp: fp32 operands cast to bf16 copies (saved); the CPU rule's tensors at bf16 (not measured on a GPU)";
+    r
+}
+
+/// Multi-head and grouped-query attention under autocast.
+fn attention_rule(s: &Sizes) -> OpRule {
+    let node = s.node;
+    use Source::*;
+    match &node.op {
+        Op::MultiheadAttention {
+            sdpa: true,
+            torch_impl: true,
+            embed_dim,
+            kdim,
+            bias,
+            ..
+        } => {
+            // torch.nn.MultiheadAttention's own forward: not derived for CUDA; the
+            // separate-projection rule, with out_proj found in its packed parameter list.
+            let mut r = gqa(s, node);
+            if let Some(peak) = r.backward_peak.as_mut() {
+                peak.params = super::rules::torch_mha_out_proj(*embed_dim, *kdim, *bias);
+            }
+            r.source = Assumed;
+            r
+        }
+        Op::MultiheadAttention { sdpa: true, .. } => gqa(s, node),
+        Op::MultiheadAttention { .. } => mha(s, node),
+        Op::GqaAttention { .. } => gqa(s, node),
+        _ => unreachable!("attention_rule: not a multi-head or grouped-query attention"),
+    }
 }
 
 /// Upsampling, softmax and the losses: float32 ops under autocast (the fp32 and

@@ -1057,6 +1057,50 @@ impl<'a> Sim<'a> {
             .transients
             .push(self.mem.alloc(transient, Kind::Transients));
         // Saved tensors (only when the node is part of the autograd graph).
+        self.save_tensors(k, rule, out_buf, autograd, saved, scratch);
+        let high = self.rec.high(&node.id, &self.mem).max(early);
+        for &t in &scratch.transients {
+            self.mem.release(t);
+        }
+        saved.starts.push(saved.bufs.len() as u32);
+        env[self.values.node_value(k)] = Some(Value {
+            buf: out_buf,
+            contiguous: out_contig,
+            perm: out_perm,
+            split: out_split,
+            requires_grad: grad_mode && self.requires_grad[k],
+        });
+        high
+    }
+
+    /// CUDA: the forward thread's cuBLAS (and, for a biased linear, cuBLASLt) workspace at the
+    /// first call; kept for the process.
+    fn forward_workspaces(&mut self, op: &Op) {
+        if !self.workspace.forward {
+            self.workspace.forward = true;
+            self.mem.alloc(cuda::CUBLAS_WORKSPACE, Kind::Workspaces);
+        }
+        if !self.workspace.forward_lt && uses_cublaslt(op) {
+            self.workspace.forward_lt = true;
+            self.mem.alloc(cuda::CUBLASLT_WORKSPACE, Kind::Workspaces);
+        }
+    }
+
+    /// What node `k` saves for backward (its inputs, its output `out_buf`, the tensors it makes)
+    /// into `saved`; outside autograd (`autograd` false), its internal tensors as transients
+    /// instead, in `scratch.transients`.
+    fn save_tensors(
+        &mut self,
+        k: usize,
+        rule: &rules::OpRule,
+        out_buf: BufId,
+        autograd: bool,
+        saved: &mut SavedSets,
+        scratch: &mut Scratch,
+    ) {
+        let args = self.values.args(k);
+        let value_bytes = self.value_bytes;
+        let in_bytes = |i: usize| -> u64 { value_bytes[args[i] as usize] };
         let ins = &scratch.ins;
         if autograd {
             for s in &rule.saved {
@@ -1112,32 +1156,6 @@ impl<'a> Sim<'a> {
                         .push(self.mem.alloc(*bytes, Kind::Transients));
                 }
             }
-        }
-        let high = self.rec.high(&node.id, &self.mem).max(early);
-        for &t in &scratch.transients {
-            self.mem.release(t);
-        }
-        saved.starts.push(saved.bufs.len() as u32);
-        env[self.values.node_value(k)] = Some(Value {
-            buf: out_buf,
-            contiguous: out_contig,
-            perm: out_perm,
-            split: out_split,
-            requires_grad: grad_mode && self.requires_grad[k],
-        });
-        high
-    }
-
-    /// CUDA: the forward thread's cuBLAS (and, for a biased linear, cuBLASLt) workspace at the
-    /// first call; kept for the process.
-    fn forward_workspaces(&mut self, op: &Op) {
-        if !self.workspace.forward {
-            self.workspace.forward = true;
-            self.mem.alloc(cuda::CUBLAS_WORKSPACE, Kind::Workspaces);
-        }
-        if !self.workspace.forward_lt && uses_cublaslt(op) {
-            self.workspace.forward_lt = true;
-            self.mem.alloc(cuda::CUBLASLT_WORKSPACE, Kind::Workspaces);
         }
     }
 
@@ -1313,6 +1331,64 @@ impl<'a> Sim<'a> {
                 .transients
                 .push(self.mem.alloc(rule.backward_transient, Kind::Transients));
         }
+        self.input_grads(k, rule, g_out, contig, scratch);
+        // Parameter gradients: the first contribution becomes `.grad`; a later one (a tied
+        // table used twice) is added in place and its buffer freed.
+        // Under autocast the op makes bf16 gradients of its bf16 weight copies; each cast's
+        // ToCopyBackward then makes the fp32 `.grad` (below).
+        scratch.bf16_param_grads.clear();
+        for i in 0..self.node_params[k].len() {
+            let p = self.node_params[k][i];
+            if !scratch.done_params.contains(&p) {
+                if rule.bf16_param_grads {
+                    let b = self.mem.alloc(self.params[p].bytes / 2, Kind::Transients);
+                    scratch.bf16_param_grads.push((p, b));
+                } else {
+                    let t = self.param_grad(p, grads);
+                    scratch.transients.extend(t);
+                }
+            }
+        }
+        let mut high = self.rec.high(&node.id, &self.mem).max(early_high);
+        for &t in &scratch.transients {
+            self.mem.release(t);
+        }
+        self.mem.release(g_out);
+        saved.release(k, &mut self.mem);
+        // The casts' backward: fp32 parameter gradients, then the inputs' gradients in their
+        // own dtype; each op-side gradient goes once converted.
+        for &(p, b) in &scratch.bf16_param_grads {
+            let extra = self.param_grad(p, grads);
+            high = high.max(self.rec.high(&node.id, &self.mem));
+            if let Some(t) = extra {
+                self.mem.release(t);
+            }
+            self.mem.release(b);
+        }
+        for item in scratch.produced.iter_mut() {
+            if scratch.casts.contains(&item.1) {
+                let converted = self.mem.alloc(item.3, Kind::ActivationGradients);
+                high = high.max(self.rec.high(&node.id, &self.mem));
+                self.mem.release(item.1);
+                item.1 = converted;
+            }
+        }
+        high
+    }
+
+    /// Node `k`'s inputs' gradients from its incoming gradient `g_out` (`contig`: whether it is
+    /// contiguous), left in `scratch.produced`, those made at an autocast cast's dtype also in
+    /// `scratch.casts`.
+    fn input_grads(
+        &mut self,
+        k: usize,
+        rule: &rules::OpRule,
+        g_out: BufId,
+        contig: bool,
+        scratch: &mut Scratch,
+    ) {
+        let node = &self.graph.nodes[k];
+        let args = self.values.args(k);
         // Gradients for the inputs.
         scratch.produced.clear();
         // Gradients made at an autocast cast's dtype, converted once the op is done.
@@ -1363,48 +1439,6 @@ impl<'a> Sim<'a> {
             };
             scratch.produced.push((j, g, c, bytes));
         }
-        // Parameter gradients: the first contribution becomes `.grad`; a later one (a tied
-        // table used twice) is added in place and its buffer freed.
-        // Under autocast the op makes bf16 gradients of its bf16 weight copies; each cast's
-        // ToCopyBackward then makes the fp32 `.grad` (below).
-        scratch.bf16_param_grads.clear();
-        for i in 0..self.node_params[k].len() {
-            let p = self.node_params[k][i];
-            if !scratch.done_params.contains(&p) {
-                if rule.bf16_param_grads {
-                    let b = self.mem.alloc(self.params[p].bytes / 2, Kind::Transients);
-                    scratch.bf16_param_grads.push((p, b));
-                } else {
-                    let t = self.param_grad(p, grads);
-                    scratch.transients.extend(t);
-                }
-            }
-        }
-        let mut high = self.rec.high(&node.id, &self.mem).max(early_high);
-        for &t in &scratch.transients {
-            self.mem.release(t);
-        }
-        self.mem.release(g_out);
-        saved.release(k, &mut self.mem);
-        // The casts' backward: fp32 parameter gradients, then the inputs' gradients in their
-        // own dtype; each op-side gradient goes once converted.
-        for &(p, b) in &scratch.bf16_param_grads {
-            let extra = self.param_grad(p, grads);
-            high = high.max(self.rec.high(&node.id, &self.mem));
-            if let Some(t) = extra {
-                self.mem.release(t);
-            }
-            self.mem.release(b);
-        }
-        for item in scratch.produced.iter_mut() {
-            if scratch.casts.contains(&item.1) {
-                let converted = self.mem.alloc(item.3, Kind::ActivationGradients);
-                high = high.max(self.rec.high(&node.id, &self.mem));
-                self.mem.release(item.1);
-                item.1 = converted;
-            }
-        }
-        high
     }
 
     /// Accumulates the gradients a node produced into its inputs' gradient buffers, as torch's
