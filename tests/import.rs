@@ -278,6 +278,57 @@ fn bad_configs_exit_2_naming_the_file_and_the_field() {
             ),
             "field `logits_scaling`: must be a positive number",
         ),
+        (
+            write(
+                "electra-heads.json",
+                r#"{"model_type": "electra", "hidden_size": 100, "num_attention_heads": 3, "num_hidden_layers": 2, "vocab_size": 10, "intermediate_size": 8, "max_position_embeddings": 64}"#,
+            ),
+            "field `num_attention_heads`: 3 does not divide `hidden_size` 100",
+        ),
+        (
+            write(
+                "olmo-kv.json",
+                r#"{"model_type": "olmo", "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 3, "num_hidden_layers": 2, "vocab_size": 10, "intermediate_size": 8}"#,
+            ),
+            "field `num_key_value_heads`: 3 does not divide `num_attention_heads` 4",
+        ),
+        (
+            write(
+                "cohere-neg.json",
+                r#"{"model_type": "cohere", "hidden_size": -64, "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 10, "intermediate_size": 8}"#,
+            ),
+            "field `hidden_size`: must be a positive integer",
+        ),
+        // An alias that disagrees with its field (the config class's attribute_map).
+        (
+            write(
+                "gptj-alias.json",
+                r#"{"model_type": "gptj", "n_embd": 64, "hidden_size": 128, "n_head": 4, "n_layer": 2, "vocab_size": 10, "n_positions": 64}"#,
+            ),
+            "field `hidden_size`: is 128, but `n_embd` is 64",
+        ),
+        (
+            write(
+                "distilbert-alias.json",
+                r#"{"model_type": "distilbert", "dim": 64, "hidden_size": 128, "n_heads": 4, "n_layers": 2, "vocab_size": 10, "hidden_dim": 8}"#,
+            ),
+            "field `hidden_size`: is 128, but `dim` is 64",
+        ),
+        // Two spellings of the rotated share of a head that disagree; one out of range.
+        (
+            write(
+                "neox-rotary.json",
+                r#"{"model_type": "gpt_neox", "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 10, "intermediate_size": 8, "rotary_pct": 0.25, "rope_parameters": {"partial_rotary_factor": 0.5}}"#,
+            ),
+            "field `rotary_pct`: is 0.25, but `rope_parameters.partial_rotary_factor` is 0.5",
+        ),
+        (
+            write(
+                "phi-rotary.json",
+                r#"{"model_type": "phi", "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 10, "intermediate_size": 8, "partial_rotary_factor": 1.5}"#,
+            ),
+            "field `partial_rotary_factor`: must be a number in (0, 1]",
+        ),
     ];
     for (path, want) in &cases {
         let o = memcal(&["import", "hf", path.to_str().unwrap()]);
@@ -873,6 +924,48 @@ fn issue_37_types_are_drawn_as_transformers_runs_them() {
             "{model}"
         );
     }
+    // Rotary through a concatenation (GPT-NeoX, Phi, StableLM, Phi-3), drawn op by op at the
+    // config's share of each head; GPT-NeoX's fused qkv chunked per head, Phi-3's sliced, with
+    // its fused gate_up; Gemma-2's eager attention with soft-capped scores and one float mask;
+    // Cohere's LayerNorm op by op.
+    for (model, id) in [
+        ("pythia-160m", "layers0.self_attn.qkv_heads"),
+        ("pythia-160m", "layers0.self_attn.q_embed"),
+        ("phi-2", "layers0.self_attn.k_embed"),
+        ("stablelm-3b-4e1t", "layers0.self_attn.q_embed"),
+        ("Phi-3-mini-4k-instruct", "layers0.self_attn.v_block"),
+        ("Phi-3-mini-4k-instruct", "layers0.mlp.gate_up_proj"),
+        ("gemma-2-2b", "layers0.self_attn.softcap.tanh"),
+        ("gemma-2-2b", "causal_mask"),
+        ("c4ai-command-r-v01", "layers0.input_norm.rsqrt"),
+    ] {
+        assert!(ids(model).iter().any(|i| i == id), "{model}: {id}");
+    }
+    // Phi-2's partial_rotary_factor 0.4 of head_dim 80: 32 dims; Pythia's rotary_pct 0.25 of 64.
+    for (model, dims) in [("phi-2", 32), ("pythia-160m", 16)] {
+        let g = import(&fixture(model), &["64"]);
+        let rot = g
+            .nodes
+            .iter()
+            .find(|n| n.id == "layers0.self_attn.q_rot")
+            .expect(model);
+        assert!(
+            matches!(rot.op, Op::Slice { start: 0, end, .. } if end == dims),
+            "{model}: {:?}",
+            rot.op
+        );
+    }
+    assert!(note("pythia-160m").contains("the first 16 of each head's 64 dims"));
+    // Their rotary tables are constants of the sequence length: no axis "T", exit 2.
+    let o = memcal(&[
+        "import",
+        "hf",
+        fixture("pythia-160m").to_str().unwrap(),
+        "--seq-axis",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("give --seq N instead"), "{err}");
     // Falcon-7B: multi-query attention.
     let g = import(&fixture("falcon-7b"), &["64"]);
     assert!(g.nodes.iter().any(|n| matches!(

@@ -7,7 +7,7 @@
 use super::ROTARY;
 use super::{activation, dropout, gqa, lm_head_drawn, sequence, Attn, Built, Config, Options};
 use crate::error::{Error, Result};
-use crate::zoo::sized::{Bias, Norm, Parts, QkNorm, Residual, Sparse};
+use crate::zoo::sized::{Bias, Eager, Fused, Norm, Parts, QkNorm, Residual, Rotary, Sparse};
 
 /// Where a dropout of the config sits (the node it follows).
 #[derive(Clone, Copy)]
@@ -52,6 +52,10 @@ pub(super) struct Desc {
     dropouts: &'static [(&'static str, f64, Site)],
     /// The attention-probability dropout's field (gqa_attention draws none: said when > 0).
     attn_dropout: &'static str,
+    /// Partial rotary drawn op by op (`rotary_qk`: the rotated part concatenated with the
+    /// rest, a new q and k in the heads' layout): transformers' default
+    /// `partial_rotary_factor` for the type; None: rotary left to gqa_attention.
+    rotary: Option<f64>,
     /// What the type does beyond the table: edits the parts, returns (drawn, approximations).
     tweak: Tweak,
 }
@@ -74,8 +78,6 @@ const GPTJ_ALIASES: &[(&str, &str)] = &[
     ("num_hidden_layers", "n_layer"),
 ];
 
-const FUSED_QKV: &str = "the fused q/k/v projection (one matmul, then views) is drawn as three projections (the same parameters; the views' layout differs)";
-
 fn none(_: &Config, _: &mut Parts, _: &mut Notes) -> Result<()> {
     Ok(())
 }
@@ -97,6 +99,7 @@ pub(super) const DECODERS: &[Desc] = &[
         seq_fallback: 8192,
         dropouts: &[],
         attn_dropout: "attention_dropout",
+        rotary: None,
         tweak: gemma2,
     },
     Desc {
@@ -119,6 +122,7 @@ pub(super) const DECODERS: &[Desc] = &[
             ("resid_pdrop", 0.0, Site::Mlp),
         ],
         attn_dropout: "attention_dropout",
+        rotary: Some(1.0),
         tweak: phi3,
     },
     Desc {
@@ -141,6 +145,7 @@ pub(super) const DECODERS: &[Desc] = &[
             ("residual_dropout", 0.0, Site::Mlp),
         ],
         attn_dropout: "attention_dropout",
+        rotary: None,
         tweak: sliding,
     },
     Desc {
@@ -159,6 +164,7 @@ pub(super) const DECODERS: &[Desc] = &[
         seq_fallback: 2048,
         dropouts: &[],
         attn_dropout: "attention_dropout",
+        rotary: None,
         tweak: olmo,
     },
     Desc {
@@ -177,6 +183,7 @@ pub(super) const DECODERS: &[Desc] = &[
         seq_fallback: 2048,
         dropouts: &[],
         attn_dropout: "attention_dropout",
+        rotary: None,
         tweak: olmo2,
     },
     Desc {
@@ -195,6 +202,7 @@ pub(super) const DECODERS: &[Desc] = &[
         seq_fallback: 2048,
         dropouts: &[],
         attn_dropout: "attention_dropout",
+        rotary: None,
         tweak: granite,
     },
     Desc {
@@ -214,6 +222,7 @@ pub(super) const DECODERS: &[Desc] = &[
         seq_fallback: 8192,
         dropouts: &[],
         attn_dropout: "attention_dropout",
+        rotary: None,
         tweak: cohere,
     },
     Desc {
@@ -232,6 +241,7 @@ pub(super) const DECODERS: &[Desc] = &[
         seq_fallback: 4096,
         dropouts: &[("hidden_dropout", 0.0, Site::Mlp)],
         attn_dropout: "attention_dropout",
+        rotary: Some(0.25),
         tweak: stablelm,
     },
     Desc {
@@ -254,6 +264,7 @@ pub(super) const DECODERS: &[Desc] = &[
             ("hidden_dropout", 0.0, Site::Mlp),
         ],
         attn_dropout: "attention_dropout",
+        rotary: Some(0.25),
         tweak: fused,
     },
     Desc {
@@ -276,6 +287,7 @@ pub(super) const DECODERS: &[Desc] = &[
             ("resid_pdrop", 0.0, Site::Mlp),
         ],
         attn_dropout: "attn_pdrop",
+        rotary: None,
         tweak: none,
     },
     Desc {
@@ -298,6 +310,7 @@ pub(super) const DECODERS: &[Desc] = &[
             ("resid_pdrop", 0.0, Site::Mlp),
         ],
         attn_dropout: "attention_dropout",
+        rotary: Some(0.5),
         tweak: phi,
     },
     Desc {
@@ -316,6 +329,7 @@ pub(super) const DECODERS: &[Desc] = &[
         seq_fallback: 2048,
         dropouts: &[],
         attn_dropout: "attention_dropout",
+        rotary: None,
         tweak: falcon,
     },
     Desc {
@@ -334,6 +348,7 @@ pub(super) const DECODERS: &[Desc] = &[
         seq_fallback: 32768,
         dropouts: &[],
         attn_dropout: "attention_dropout",
+        rotary: None,
         tweak: qwen2_moe,
     },
 ];
@@ -431,7 +446,17 @@ pub(super) fn build(desc: &Desc, c: &Config, o: &Options) -> Result<Built> {
         tied,
         head_bias: desc.head_bias,
         moe: None,
+        rotary: None,
+        eager: None,
+        fused_qkv: Fused::No,
+        fused_gate_up: false,
     };
+    if let Some(default) = desc.rotary {
+        parts.rotary = Some(Rotary {
+            dims: rotary_dims(c, head_dim, default)?,
+            concat: true,
+        });
+    }
     let mut notes = Notes::default();
     (desc.tweak)(c, &mut parts, &mut notes)?;
     let description = describe(desc, &parts);
@@ -456,17 +481,7 @@ pub(super) fn build(desc: &Desc, c: &Config, o: &Options) -> Result<Built> {
     ));
     drawn.extend(notes.drawn);
     let attn = notes.attn.unwrap_or(o.attn);
-    let mut approximations = vec![ROTARY.to_string()];
-    if parts.qk_norm == QkNorm::Full {
-        drawn.push("attention: drawn op by op (projections, q/k norms over all heads, head views, one sdpa call with enable_gqa when kv heads are fewer)".into());
-        if attn == Attn::Eager {
-            approximations.push("--attn eager: the attention is drawn as sdpa (its [B, heads, T, T] probabilities are not drawn)".into());
-        }
-    } else {
-        let (said, eager) = gqa(&mut graph, attn);
-        drawn.push(said);
-        approximations.extend(eager);
-    }
+    let mut approximations = attention_notes(&parts, &mut graph, attn, &mut drawn);
     drawn.push(lm_head_drawn(tied));
     for (field, default, site) in desc.dropouts {
         let p = c.probability_or(field, *default)?;
@@ -504,12 +519,54 @@ pub(super) fn build(desc: &Desc, c: &Config, o: &Options) -> Result<Built> {
     })
 }
 
+/// What the decoder's attention is drawn as (pushed onto `drawn`), and what it leaves out
+/// (returned); a `gqa_attention` graph gets `attn`'s repeat_kv choice.
+fn attention_notes(
+    parts: &Parts,
+    graph: &mut crate::graph::GraphFile,
+    attn: Attn,
+    drawn: &mut Vec<String>,
+) -> Vec<String> {
+    let head_dim = parts.head_dim;
+    let mut approximations: Vec<String> = match (parts.rotary, parts.eager) {
+        (None, _) => vec![ROTARY.to_string()],
+        (Some(_), None) => vec!["the causal mask is not drawn (a [T, T] tensor)".to_string()],
+        (Some(_), Some(_)) => Vec::new(),
+    };
+    if let Some(Rotary {
+        dims: rot,
+        concat: true,
+    }) = parts.rotary
+    {
+        drawn.push(format!("rotary: the first {rot} of each head's {head_dim} dims of q and k rotated op by op (x * cos + rotate_half(x) * sin, then concatenated with the rest: new q and k in the heads' layout, so the attention's output is copied back to [B, T, d]); one cos and one sin table of [1, T, {rot}]"));
+    }
+    if parts.eager.is_some() {
+        drawn.push("attention: eager, drawn op by op (projections, head views, rotary, k and v repeated to every head, q @ kᵀ scaled and soft-capped, plus one float causal mask of [B, 1, T, T], softmax, @ v: the [B, heads, T, T] scores and probabilities kept)".into());
+    } else if parts.rotary.is_some() || parts.fused_qkv != Fused::No {
+        drawn.push("attention: drawn op by op (projections, head views, rotary, one sdpa call with enable_gqa when kv heads are fewer)".into());
+        if attn == Attn::Eager {
+            approximations.push("--attn eager: the attention is drawn as sdpa (its [B, heads, T, T] probabilities are not drawn)".into());
+        }
+    } else if parts.qk_norm == QkNorm::Full {
+        drawn.push("attention: drawn op by op (projections, q/k norms over all heads, head views, one sdpa call with enable_gqa when kv heads are fewer)".into());
+        if attn == Attn::Eager {
+            approximations.push("--attn eager: the attention is drawn as sdpa (its [B, heads, T, T] probabilities are not drawn)".into());
+        }
+    } else {
+        let (said, eager) = gqa(graph, attn);
+        drawn.push(said);
+        approximations.extend(eager);
+    }
+    approximations
+}
+
 fn describe(desc: &Desc, p: &Parts) -> String {
     let norm = match p.norm {
         Norm::Rms => "RMSNorm",
         Norm::Layer { bias: true } => "LayerNorm",
         Norm::Layer { bias: false } => "LayerNorm without bias",
         Norm::Bare { .. } => "LayerNorm without weight or bias",
+        Norm::Cohere { .. } => "CohereLayerNorm (a weight, no bias)",
     };
     let ffn = match &p.moe {
         Some(s) => format!(
@@ -553,9 +610,63 @@ fn sliding(c: &Config, p: &mut Parts, n: &mut Notes) -> Result<()> {
     sliding_window(c, p, n, "sliding_window")
 }
 
-fn fused(_: &Config, _: &mut Parts, n: &mut Notes) -> Result<()> {
-    n.approximations.push(FUSED_QKV.into());
+/// GPT-NeoX: one query_key_value projection viewed per head as [q | k | v] and chunked
+/// (`GPTNeoXAttention.forward`), so q, k and v are views of its output.
+fn fused(_: &Config, p: &mut Parts, n: &mut Notes) -> Result<()> {
+    p.fused_qkv = Fused::PerHead;
+    n.drawn.push("query_key_value: one projection of 3 x hidden_size, viewed [B, T, heads, 3 x head_dim] and chunked into q, k and v (views of it)".into());
     Ok(())
+}
+
+/// The rotary dims of a head, `int(head_dim * partial_rotary_factor)` as transformers
+/// computes them; the factor from `rope_parameters`, the top-level `partial_rotary_factor` or
+/// GPT-NeoX's older `rotary_pct` (transformers moves both into `rope_parameters`), else the
+/// type's `default`. Two of them that disagree are an input error naming both.
+fn rotary_dims(c: &Config, head_dim: u64, default: f64) -> Result<u64> {
+    let nested = c
+        .get("rope_parameters")
+        .and_then(|r| r.get("partial_rotary_factor"))
+        .filter(|v| !v.is_null());
+    let found: Vec<(&str, &serde_json::Value)> = [
+        ("rope_parameters.partial_rotary_factor", nested),
+        ("partial_rotary_factor", c.get("partial_rotary_factor")),
+        ("rotary_pct", c.get("rotary_pct")),
+    ]
+    .into_iter()
+    .filter_map(|(f, v)| v.map(|v| (f, v)))
+    .collect();
+    let mut factor = default;
+    for (i, (field, v)) in found.iter().enumerate() {
+        let f = v
+            .as_f64()
+            .filter(|f| *f > 0.0 && *f <= 1.0)
+            .ok_or_else(|| {
+                Error::field(
+                    c.path,
+                    field,
+                    format!("must be a number in (0, 1], found {v}"),
+                )
+            })?;
+        if let Some((first, w)) = found[..i].iter().find(|(_, w)| w.as_f64() != Some(f)) {
+            return Err(Error::field(
+                c.path,
+                field,
+                format!("is {v}, but `{first}` is {w}: both give the share of each head that is rotated; make them equal"),
+            ));
+        }
+        factor = f;
+    }
+    let rot = (head_dim as f64 * factor) as u64;
+    if rot < 2 {
+        return Err(Error::field(
+            c.path,
+            found.first().map_or("partial_rotary_factor", |(f, _)| f),
+            format!(
+                "{factor} of head_dim {head_dim} rotates {rot} dims; rotate_half needs at least 2"
+            ),
+        ));
+    }
+    Ok(rot)
 }
 
 /// Gemma-2: the embedding times sqrt(hidden_size), four norms a layer, the final logits
@@ -586,11 +697,31 @@ fn gemma2(c: &Config, p: &mut Parts, n: &mut Notes) -> Result<()> {
     if let Some(s) = p.softcap {
         n.drawn.push(format!("final_logit_softcapping: logits = {s} * tanh(logits / {s}) (mul_scalar, tanh, mul_scalar)"));
     }
-    if let Some(s) = cap("attn_logit_softcapping", 50.0)? {
-        n.approximations.push(format!(
-            "attn_logit_softcapping = {s}: the scores' tanh capping is not drawn (gqa_attention)"
+    let softcap = cap("attn_logit_softcapping", 50.0)?;
+    if let Some(s) = softcap {
+        n.drawn.push(format!(
+            "attn_logit_softcapping = {s}: the scores {s} * tanh(scores / {s})"
         ));
     }
+    // Gemma2Attention.scaling = query_pre_attn_scalar ** -0.5.
+    let scalar = match c.get("query_pre_attn_scalar") {
+        None => 256.0,
+        Some(v) => v.as_f64().filter(|x| *x > 0.0).ok_or_else(|| {
+            Error::field(
+                c.path,
+                "query_pre_attn_scalar",
+                format!("must be a positive number, found {v}"),
+            )
+        })?,
+    };
+    p.eager = Some(Eager {
+        scale: scalar.powf(-0.5),
+        softcap,
+    });
+    p.rotary = Some(Rotary {
+        dims: p.head_dim,
+        concat: false,
+    });
     n.attn = Some(Attn::Eager);
     n.drawn.push(format!(
         "embedding scale: the embedding's output times sqrt(hidden_size) = {:.4} (a mul_scalar op)",
@@ -603,8 +734,12 @@ fn gemma2(c: &Config, p: &mut Parts, n: &mut Notes) -> Result<()> {
     Ok(())
 }
 
+/// Phi-3 (`modeling_phi3.py`): one qkv_proj sliced into q, k and v, one gate_up_proj chunked
+/// in two (`up * act(gate)`), rotary through a concatenation (`rotary`).
 fn phi3(c: &Config, p: &mut Parts, n: &mut Notes) -> Result<()> {
-    n.approximations.push("the fused qkv_proj and gate_up_proj (one matmul each, then chunk views) are drawn as separate projections (the same parameters)".into());
+    p.fused_qkv = Fused::Blocks;
+    p.fused_gate_up = true;
+    n.drawn.push("qkv_proj and gate_up_proj: one projection each, sliced into q, k and v (then viewed as heads) and into gate and up (views of it)".into());
     sliding_window(c, p, n, "sliding_window")
 }
 
@@ -675,8 +810,20 @@ fn cohere(c: &Config, p: &mut Parts, n: &mut Notes) -> Result<()> {
     n.drawn.push(format!(
         "logit_scale: the logits times {scale} (a mul_scalar op)"
     ));
+    let eps = match c.get("layer_norm_eps") {
+        None => 1e-5,
+        Some(v) => v.as_f64().filter(|e| *e > 0.0).ok_or_else(|| {
+            Error::field(
+                c.path,
+                "layer_norm_eps",
+                format!("must be a positive number, found {v}"),
+            )
+        })?,
+    };
+    p.norm = Norm::Cohere { eps };
+    n.drawn.push("norms: CohereLayerNorm as transformers writes it, op by op (mean, x - mean twice, pow, mean, + eps, rsqrt, two products: each keeps what its backward reads)".into());
     n.approximations.push(
-        "CohereLayerNorm computes in float32 (its casts are not drawn: a layer_norm without bias)"
+        "CohereLayerNorm's float32 casts are not drawn (no-ops on float32 activations; under bf16 autocast the norm's float32 copies are not drawn)"
             .into(),
     );
     Ok(())
@@ -729,7 +876,17 @@ fn falcon(c: &Config, p: &mut Parts, n: &mut Notes) -> Result<()> {
     } else if c.flag_or("multi_query", true)? {
         p.kv_heads = 1;
     }
-    n.approximations.push(FUSED_QKV.into());
+    // FalconAttention (`modeling_falcon.py`): FalconLinear is `x @ W.T (+ bias)`; _split_heads
+    // cuts k and v off the fused output by indexing (copies) and broadcasts them over the
+    // query heads; sdpa gets k and v of one head under multi_query, which only its math path
+    // takes.
+    n.approximations.push(if new {
+        "Falcon's attention is drawn as gqa_attention (three projections, sdpa with enable_gqa): transformers' x @ W.T projections, the fused query_key_value cut by indexing (k and v copied) and k and v broadcast to every head and flattened (copies) are not drawn, so the graph's peak is low".into()
+    } else if p.kv_heads == 1 {
+        "Falcon's attention is drawn as gqa_attention (three projections, sdpa with enable_gqa): transformers' x @ W.T projections, the fused query_key_value cut by indexing (k and v copied), and sdpa's math path (one kv head broadcast over the query heads: the [B, heads, T, T] probabilities kept) are not drawn, so the graph's peak is low".into()
+    } else {
+        "Falcon's attention is drawn as gqa_attention (three projections): transformers' x @ W.T projections and the fused query_key_value's views are not drawn".into()
+    });
     let hidden = c.probability_or("hidden_dropout", 0.0)?;
     let attn = c.probability_or("attention_dropout", 0.0)?;
     // FalconDecoderLayer's dropout_add: hidden_dropout after the layer's output, and (not

@@ -640,6 +640,13 @@ fn symbolic_sequence(
     if model_type == "vit" {
         return Err("a ViT's tokens follow from its image size; it has no sequence axis".into());
     }
+    if graph
+        .nodes
+        .iter()
+        .any(|n| n.op == "constant" || n.op == "expand")
+    {
+        return Err(format!("{model_type}'s graph draws tensors sized by the sequence length (rotary cos and sin tables, the causal mask, repeated k and v: `constant` and `expand` nodes of {seq} tokens), which take no axis \"T\"; give --seq N instead"));
+    }
     if options.decoder_seq.is_some_and(|d| d != seq) {
         return Err("the decoder's length differs from the encoder's; one axis \"T\" cannot be both (leave out --decoder-seq)".into());
     }

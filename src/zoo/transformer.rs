@@ -943,6 +943,9 @@ pub(crate) mod sized {
         /// LayerNorm without weight or bias (OLMo's `F.layer_norm(x, shape, None, None)`):
         /// drawn as the `aten.native_layer_norm` call torch records, with its eps.
         Bare { eps: f64 },
+        /// Cohere's `CohereLayerNorm`, written out in torch ops (mean, centre, variance,
+        /// rsqrt, times a weight of d), each saving what its backward reads: drawn op by op.
+        Cohere { eps: f64 },
     }
 
     /// Which attention projections carry a bias.
@@ -1030,6 +1033,54 @@ pub(crate) mod sized {
         pub(crate) tied: bool,
         pub(crate) head_bias: bool,
         pub(crate) moe: Option<Sparse>,
+        /// Rotary positions drawn op by op ([`Rotary`]); None: not drawn (gqa_attention).
+        pub(crate) rotary: Option<Rotary>,
+        /// Eager attention drawn op by op ([`Eager`]); None: one sdpa call.
+        pub(crate) eager: Option<Eager>,
+        /// One fused q/k/v projection, its output viewed as q, k and v.
+        pub(crate) fused_qkv: Fused,
+        /// One fused gate/up projection chunked in two (Phi-3's `gate_up_proj`):
+        /// `up * act(gate)`.
+        pub(crate) fused_gate_up: bool,
+    }
+
+    /// Rotary positions drawn op by op ([`Parts::rotary`]).
+    #[derive(Debug, Clone, Copy, PartialEq)]
+    pub(crate) struct Rotary {
+        /// The rotated dims of each head (`int(head_dim * partial_rotary_factor)`).
+        pub(crate) dims: u64,
+        /// `cat(x_rot * cos + rotate_half(x_rot) * sin, x[..., dims:])` (GPT-NeoX, Phi,
+        /// StableLM, Phi-3: a new q and k in the heads' layout, even when `dims` is the whole
+        /// head); false: LLaMA's `x * cos + rotate_half(x) * sin` on the whole head.
+        pub(crate) concat: bool,
+    }
+
+    /// Eager attention ([`Parts::eager`]): `softmax(q @ kᵀ * scale (soft-capped) + mask) @ v`
+    /// with k and v repeated to every head (`repeat_kv`), the `[B, heads, T, T]` scores kept.
+    #[derive(Debug, Clone, Copy, PartialEq)]
+    pub(crate) struct Eager {
+        pub(crate) scale: f64,
+        /// `cap * tanh(scores / cap)` (Gemma-2's `attn_logit_softcapping`).
+        pub(crate) softcap: Option<f64>,
+    }
+
+    /// What a decoder's layers share: the rotary cos and sin tables and the float causal mask,
+    /// each computed once a forward and drawn at the first layer that reads it.
+    #[derive(Default)]
+    struct Shared {
+        tables: Option<[String; 2]>,
+        mask: Option<String>,
+    }
+
+    /// How a fused q/k/v projection's output is cut into q, k and v ([`Parts::fused_qkv`]).
+    #[derive(Debug, Clone, Copy, PartialEq)]
+    pub(crate) enum Fused {
+        /// Three projections.
+        No,
+        /// GPT-NeoX's: viewed `[B, T, heads, 3 x head_dim]`, chunked per head.
+        PerHead,
+        /// Phi-3's: `[q | k | v]` sliced off the last axis, then each viewed as heads.
+        Blocks,
     }
 
     fn norm(b: &mut Builder, id_: &str, x: &str, d: u64, t: u64, kind: Norm) -> String {
@@ -1044,6 +1095,7 @@ pub(crate) mod sized {
                 &[x],
                 json!({"normalized_shape": d, "bias": false}),
             ),
+            Norm::Cohere { eps } => cohere_norm(b, id_, x, [d, t], eps),
             Norm::Bare { eps } => b.node(
                 id_,
                 "aten",
@@ -1058,6 +1110,56 @@ pub(crate) mod sized {
         }
     }
 
+    /// `CohereLayerNorm.forward` (`modeling_cohere.py`): `(x - mean) * rsqrt(var + eps)`
+    /// times the weight, `x - mean` computed twice, as torch records it (its float32 casts are
+    /// no-ops on float32 activations). The broadcasting products are `aten` nodes.
+    fn cohere_norm(b: &mut Builder, id_: &str, x: &str, [d, t]: [u64; 2], eps: f64) -> String {
+        let at = |s: &str| format!("{id_}.{s}");
+        let mean = |b: &mut Builder, name: &str, x: &str| {
+            b.node(&at(name), "mean", &[x], json!({"dim": -1, "keepdim": true}))
+        };
+        let aten = |b: &mut Builder, name: &str, target: &str, ins: &[&str], extra: Value| {
+            let mut a = json!({
+                "target": target,
+                "args": [{"input": 0}, {"input": 1}],
+                "shape": ["B", t, d],
+                "module": id_,
+            });
+            if let (Value::Object(a), Value::Object(extra)) = (&mut a, extra) {
+                a.extend(extra);
+            }
+            b.node(&at(name), "aten", ins, a)
+        };
+        let m = mean(b, "mean", x);
+        let centred = aten(b, "sub", "aten.sub.Tensor", &[x, &m], Value::Null);
+        let sq = b.node(
+            &at("pow"),
+            "unary",
+            &[&centred],
+            json!({"fn": "pow", "exponent": 2.0}),
+        );
+        let var = mean(b, "variance", &sq);
+        let centred = aten(b, "sub.2", "aten.sub.Tensor", &[x, &m], Value::Null);
+        let var = b.node(
+            &at("add_eps"),
+            "unary",
+            &[&var],
+            json!({"fn": "add_scalar", "scalar": eps}),
+        );
+        let r = b.node(&at("rsqrt"), "unary", &[&var], json!({"fn": "rsqrt"}));
+        let normed = aten(b, "mul", "aten.mul.Tensor", &[&centred, &r], Value::Null);
+        aten(
+            b,
+            "weight",
+            "aten.mul.Tensor",
+            &[&normed],
+            json!({
+                "args": [{"param": 0}, {"input": 0}],
+                "params": [{"name": at("weight"), "shape": [d]}],
+            }),
+        )
+    }
+
     fn scaled(b: &mut Builder, id_: &str, x: &str, scale: Option<f64>) -> String {
         match scale {
             Some(s) => b.node(id_, "unary", &[x], json!({"fn": "mul_scalar", "scalar": s})),
@@ -1065,10 +1167,17 @@ pub(crate) mod sized {
         }
     }
 
-    /// The attention of [`Parts`] at layer prefix `p`.
-    fn parts_attention(b: &mut Builder, p: &str, x: &str, c: &Parts) -> String {
+    /// The attention of [`Parts`] at layer prefix `p`; `shared`: what the layers share.
+    fn parts_attention(
+        b: &mut Builder,
+        p: &str,
+        x: &str,
+        c: &Parts,
+        shared: &mut Shared,
+    ) -> String {
         let (h, kv, hd) = (c.heads, c.kv_heads, c.head_dim);
-        if c.qk_norm != QkNorm::Full {
+        let by_op = c.qk_norm == QkNorm::Full || c.rotary.is_some() || c.eager.is_some();
+        if !by_op && c.fused_qkv == Fused::No {
             let mut a =
                 json!({"embed_dim": c.d, "num_heads": h, "num_kv_heads": kv, "head_dim": hd});
             match c.attn_bias {
@@ -1082,16 +1191,35 @@ pub(crate) mod sized {
             return b.node(&id(p, "self_attn"), "gqa_attention", &[x], a);
         }
         let qkv_bias = c.attn_bias != Bias::None;
+        let blocks = (c.fused_qkv == Fused::Blocks).then(|| {
+            let width = (h + 2 * kv) * hd;
+            linear(b, &id(p, "self_attn.qkv_proj"), x, c.d, width, qkv_bias)
+        });
         let heads = |b: &mut Builder, name: &str, n: u64| {
-            let proj = linear(
-                b,
-                &id(p, &format!("self_attn.{name}_proj")),
-                x,
-                c.d,
-                n * hd,
-                qkv_bias,
-            );
-            let normed = if name == "v" {
+            let proj = match &blocks {
+                None => linear(
+                    b,
+                    &id(p, &format!("self_attn.{name}_proj")),
+                    x,
+                    c.d,
+                    n * hd,
+                    qkv_bias,
+                ),
+                Some(qkv) => {
+                    let start = match name {
+                        "q" => 0,
+                        "k" => h * hd,
+                        _ => (h + kv) * hd,
+                    };
+                    b.node(
+                        &id(p, &format!("self_attn.{name}_block")),
+                        "slice",
+                        &[qkv],
+                        json!({"dim": 2, "start": start, "end": start + n * hd}),
+                    )
+                }
+            };
+            let normed = if name == "v" || c.qk_norm != QkNorm::Full {
                 proj
             } else {
                 rms(b, &id(p, &format!("self_attn.{name}_norm")), &proj, n * hd)
@@ -1109,15 +1237,24 @@ pub(crate) mod sized {
                 json!({"dims": [0, 2, 1, 3]}),
             )
         };
-        let q = heads(b, "q", h);
-        let k = heads(b, "k", kv);
-        let v = heads(b, "v", kv);
-        let attn = b.node(
-            &id(p, "self_attn.sdpa"),
-            "sdpa",
-            &[&q, &k, &v],
-            json!({"causal": true, "enable_gqa": kv != h}),
-        );
+        let [q, k, v] = if c.fused_qkv == Fused::PerHead {
+            fused_qkv(b, p, x, c)
+        } else {
+            [heads(b, "q", h), heads(b, "k", kv), heads(b, "v", kv)]
+        };
+        let (q, k) = match c.rotary {
+            Some(r) => rotary_qk(b, p, [&q, &k], [c.t, hd], r, &mut shared.tables),
+            None => (q, k),
+        };
+        let attn = match c.eager {
+            None => b.node(
+                &id(p, "self_attn.sdpa"),
+                "sdpa",
+                &[&q, &k, &v],
+                json!({"causal": true, "enable_gqa": kv != h}),
+            ),
+            Some(e) => eager_attention(b, p, [&q, &k, &v], c, e, &mut shared.mask),
+        };
         let back = b.node(
             &id(p, "self_attn.transpose"),
             "permute",
@@ -1138,6 +1275,197 @@ pub(crate) mod sized {
             c.d,
             c.attn_bias == Bias::All,
         )
+    }
+
+    /// GPT-NeoX's fused projection: `query_key_value(x).view(B, T, heads, 3 x head_dim)
+    /// .transpose(1, 2).chunk(3, dim=-1)`: q, k and v are views of one `[B, T, 3d]` output.
+    fn fused_qkv(b: &mut Builder, p: &str, x: &str, c: &Parts) -> [String; 3] {
+        let (h, hd) = (c.heads, c.head_dim);
+        let qkv_bias = c.attn_bias != Bias::None;
+        let proj = linear(
+            b,
+            &id(p, "self_attn.qkv_proj"),
+            x,
+            c.d,
+            3 * h * hd,
+            qkv_bias,
+        );
+        let view = b.node(
+            &id(p, "self_attn.qkv_view"),
+            "reshape",
+            &[&proj],
+            json!({"shape": ["B", -1, h, 3 * hd]}),
+        );
+        let heads = b.node(
+            &id(p, "self_attn.qkv_heads"),
+            "permute",
+            &[&view],
+            json!({"dims": [0, 2, 1, 3]}),
+        );
+        let chunk = |b: &mut Builder, name: &str, i: u64| {
+            b.node(
+                &id(p, &format!("self_attn.{name}_heads")),
+                "slice",
+                &[&heads],
+                json!({"dim": 3, "start": i * hd, "end": (i + 1) * hd}),
+            )
+        };
+        [chunk(b, "q", 0), chunk(b, "k", 1), chunk(b, "v", 2)]
+    }
+
+    /// Rotary positions on the first `rot` dims of q's and k's heads, as transformers'
+    /// `apply_rotary_pos_emb` of GPT-NeoX, Phi and StableLM runs them: `x_rot * cos +
+    /// rotate_half(x_rot) * sin` (rotate_half: `cat(-x2, x1)`), then `cat(x_rot, x_pass)`.
+    /// The cos and sin tables (`[1, T, rot]`, computed once per forward) are `tables`.
+    fn rotary_qk(
+        b: &mut Builder,
+        p: &str,
+        [q, k]: [&str; 2],
+        [t, hd]: [u64; 2],
+        r: Rotary,
+        tables: &mut Option<[String; 2]>,
+    ) -> (String, String) {
+        let rot = r.dims;
+        let slice = |b: &mut Builder, name: &str, x: &str, start: u64, end: u64| {
+            b.node(
+                &id(p, &format!("self_attn.{name}")),
+                "slice",
+                &[x],
+                json!({"dim": 3, "start": start, "end": end}),
+            )
+        };
+        let split = |b: &mut Builder, name: &str, x: &str| {
+            if !r.concat {
+                return (x.to_string(), None);
+            }
+            let rotated = slice(b, &format!("{name}_rot"), x, 0, rot);
+            let pass = (rot < hd).then(|| slice(b, &format!("{name}_pass"), x, rot, hd));
+            (rotated, pass)
+        };
+        let (qr, qp) = split(b, "q", q);
+        let (kr, kp) = split(b, "k", k);
+        let mut rotate = |b: &mut Builder, name: &str, r: &str| {
+            let table = |b: &mut Builder, which: &str, after: &str| {
+                b.node(
+                    &format!("rotary_emb.{which}"),
+                    "constant",
+                    &[after],
+                    json!({"shape": [1, t, rot]}),
+                )
+            };
+            let cos = match tables {
+                Some([cos, _]) => cos.clone(),
+                None => table(b, "cos", r),
+            };
+            let at = |s: &str| id(p, &format!("self_attn.{name}_rotary.{s}"));
+            let m1 = b.node(&at("cos"), "mul", &[r, &cos], Value::Null);
+            let x1 = b.node(
+                &at("x1"),
+                "slice",
+                &[r],
+                json!({"dim": 3, "start": 0, "end": rot / 2}),
+            );
+            let x2 = b.node(
+                &at("x2"),
+                "slice",
+                &[r],
+                json!({"dim": 3, "start": rot / 2, "end": rot}),
+            );
+            let neg = b.node(&at("neg"), "unary", &[&x2], json!({"fn": "neg"}));
+            let half = b.node(
+                &at("rotate_half"),
+                "concat",
+                &[&neg, &x1],
+                json!({"dim": -1}),
+            );
+            let sin = match tables {
+                Some([_, sin]) => sin.clone(),
+                None => {
+                    let sin = table(b, "sin", &half);
+                    *tables = Some([cos, sin.clone()]);
+                    sin
+                }
+            };
+            let m2 = b.node(&at("sin"), "mul", &[&half, &sin], Value::Null);
+            b.node(&at("add"), "add", &[&m1, &m2], Value::Null)
+        };
+        let qe = rotate(b, "q", &qr);
+        let ke = rotate(b, "k", &kr);
+        if !r.concat {
+            return (qe, ke);
+        }
+        let join = |b: &mut Builder, name: &str, e: &str, pass: Option<String>| {
+            let mut ins = vec![e];
+            ins.extend(pass.as_deref());
+            b.node(
+                &id(p, &format!("self_attn.{name}_embed")),
+                "concat",
+                &ins,
+                json!({"dim": -1}),
+            )
+        };
+        (join(b, "q", &qe, qp), join(b, "k", &ke, kp))
+    }
+
+    /// transformers' `eager_attention_forward` (Gemma-2's): k and v repeated to every head
+    /// (`repeat_kv`: a view expanded, then copied), `q @ kᵀ * scale`, soft-capped, plus the
+    /// float causal mask (`[B, 1, T, T]`, built once a forward: `mask`), softmax, `@ v`.
+    fn eager_attention(
+        b: &mut Builder,
+        p: &str,
+        [q, k, v]: [&str; 3],
+        c: &Parts,
+        e: Eager,
+        mask: &mut Option<String>,
+    ) -> String {
+        let (h, kv, hd, t) = (c.heads, c.kv_heads, c.head_dim, c.t);
+        let at = |s: &str| id(p, &format!("self_attn.{s}"));
+        let repeat = |b: &mut Builder, name: &str, x: &str| {
+            if kv == h {
+                return x.to_string();
+            }
+            let one = b.node(
+                &at(&format!("{name}_group")),
+                "reshape",
+                &[x],
+                json!({"shape": ["B", kv, 1, t, hd]}),
+            );
+            let wide = b.node(
+                &at(&format!("{name}_expand")),
+                "expand",
+                &[&one],
+                json!({"shape": ["B", kv, h / kv, t, hd]}),
+            );
+            b.node(
+                &at(&format!("{name}_repeat")),
+                "reshape",
+                &[&wide],
+                json!({"shape": ["B", h, t, hd]}),
+            )
+        };
+        let k = repeat(b, "k", k);
+        let v = repeat(b, "v", v);
+        let kt = b.node(&at("k_t"), "permute", &[&k], json!({"dims": [0, 1, 3, 2]}));
+        let scores = b.node(&at("scores"), "matmul", &[q, &kt], Value::Null);
+        let mut s = scaled(b, &at("scale"), &scores, Some(e.scale));
+        if let Some(cap) = e.softcap {
+            s = scaled(b, &at("softcap.div"), &s, Some(1.0 / cap));
+            s = b.node(&at("softcap.tanh"), "unary", &[&s], json!({"fn": "tanh"}));
+            s = scaled(b, &at("softcap"), &s, Some(cap));
+        }
+        let m = mask
+            .get_or_insert_with(|| {
+                b.node(
+                    "causal_mask",
+                    "constant",
+                    &[&s],
+                    json!({"shape": ["B", 1, t, t]}),
+                )
+            })
+            .clone();
+        let masked = b.node(&at("masked"), "add", &[&s, &m], Value::Null);
+        let probs = b.node(&at("softmax"), "softmax", &[&masked], json!({"dim": -1}));
+        b.node(&at("attn_v"), "matmul", &[&probs, &v], Value::Null)
     }
 
     /// The feed-forward of [`Parts`] at layer `l` (prefix `p`).
@@ -1179,7 +1507,22 @@ pub(crate) mod sized {
         }
         let mp = id(p, "mlp");
         let hidden = c.ff;
-        if c.gated {
+        if c.fused_gate_up {
+            let gu = linear(b, &id(&mp, "gate_up_proj"), x, c.d, 2 * hidden, c.mlp_bias);
+            let half = |b: &mut Builder, name: &str, start: u64| {
+                b.node(
+                    &id(&mp, name),
+                    "slice",
+                    &[&gu],
+                    json!({"dim": 2, "start": start, "end": start + hidden}),
+                )
+            };
+            let gate = half(b, "gate", 0);
+            let up = half(b, "up", hidden);
+            let act = b.node(&id(&mp, "act"), "gelu", &[&gate], Value::Null);
+            let h = b.node(&id(&mp, "mul"), "mul", &[&up, &act], Value::Null);
+            linear(b, &id(&mp, "down_proj"), &h, hidden, c.d, c.mlp_bias)
+        } else if c.gated {
             let gate = linear(b, &id(&mp, "gate_proj"), x, c.d, hidden, c.mlp_bias);
             let act = b.node(&id(&mp, "act"), "gelu", &[&gate], Value::Null);
             let up = linear(b, &id(&mp, "up_proj"), x, c.d, hidden, c.mlp_bias);
@@ -1215,6 +1558,7 @@ pub(crate) mod sized {
             );
         }
         let (d, t) = (c.d, c.t);
+        let mut shared = Shared::default();
         for l in 0..c.layers {
             let p = format!("layers{l}");
             let p = p.as_str();
@@ -1227,7 +1571,7 @@ pub(crate) mod sized {
                     } else {
                         norm(&mut b, &id(p, "input_norm"), &x, d, t, c.norm)
                     };
-                    let mut a = parts_attention(&mut b, p, &h, c);
+                    let mut a = parts_attention(&mut b, p, &h, c, &mut shared);
                     if sandwich || post {
                         a = norm(&mut b, &id(p, "post_attention_norm"), &a, d, t, c.norm);
                     }
@@ -1249,7 +1593,7 @@ pub(crate) mod sized {
                 }
                 Residual::Parallel { shared_norm } => {
                     let h = norm(&mut b, &id(p, "input_norm"), &x, d, t, c.norm);
-                    let a = parts_attention(&mut b, p, &h, c);
+                    let a = parts_attention(&mut b, p, &h, c, &mut shared);
                     let h2 = if shared_norm {
                         h
                     } else {
