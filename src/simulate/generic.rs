@@ -409,23 +409,34 @@ pub fn engine_backward(a: &AtenNode, batch: u64, inputs: &[NodeInput]) -> Engine
             .max(live.saturating_add(temporaries).saturating_add(results));
         live = live.saturating_add(results);
     }
-    // validate_outputs: a gradient of the output's shape for a broadcast input is summed
-    // down to the input's (the new sum, then the old one goes).
+    sum_down(&mut made, &bytes, &mut live, &mut out.peak);
+    input_buffers(&made, &bytes, n, &mut live, &mut out);
+    out.peak = out.peak.max(live);
+    out
+}
+
+/// validate_outputs: a gradient of the output's shape for a broadcast input is summed down to
+/// the input's (the new sum, then the old one goes).
+fn sum_down(made: &mut [Made], bytes: &[u64], live: &mut u64, peak: &mut u64) {
     for m in made.iter_mut() {
         if !m.output_shaped {
             continue;
         }
         let reduced = bytes[m.slot];
-        out.peak = out.peak.max(live.saturating_add(reduced));
+        *peak = (*peak).max(live.saturating_add(reduced));
         let old = match m.grad {
             InputGrad::New(b) => b,
             _ => 0,
         };
-        live = live.saturating_sub(old).saturating_add(reduced);
+        *live = live.saturating_sub(old).saturating_add(reduced);
         m.grad = InputGrad::New(reduced);
     }
-    // The InputBuffer: a slot given several gradients adds them up, in place into a new one
-    // (the other freed), else into a new sum.
+}
+
+/// The InputBuffer: a slot given several gradients adds them up, in place into a new one (the
+/// other freed), else into a new sum. Slots below `n` are the node's inputs, the rest its
+/// parameters.
+fn input_buffers(made: &[Made], bytes: &[u64], n: usize, live: &mut u64, out: &mut EngineBackward) {
     for (s, &size) in bytes.iter().enumerate() {
         let mine: Vec<InputGrad> = made
             .iter()
@@ -445,9 +456,9 @@ pub fn engine_backward(a: &AtenNode, batch: u64, inputs: &[NodeInput]) -> Engine
                     .collect();
                 if news.is_empty() {
                     out.peak = out.peak.max(live.saturating_add(size));
-                    live = live.saturating_add(size);
+                    *live = live.saturating_add(size);
                 } else {
-                    live = live.saturating_sub(news[1..].iter().sum::<u64>());
+                    *live = live.saturating_sub(news[1..].iter().sum::<u64>());
                 }
                 InputGrad::New(size)
             }
@@ -458,8 +469,6 @@ pub fn engine_backward(a: &AtenNode, batch: u64, inputs: &[NodeInput]) -> Engine
             out.params[s - n] = g;
         }
     }
-    out.peak = out.peak.max(live);
-    out
 }
 
 /// Whether `dims` broadcasts to `out` (numpy's rule: aligned from the right, each axis equal

@@ -1777,7 +1777,13 @@ pub(crate) mod sized {
 /// Every transformer graph.
 pub(crate) fn graphs() -> Vec<GraphFile> {
     let mut g = Vec::new();
+    encoders_and_gpt2(&mut g);
+    decoders(&mut g);
+    g
+}
 
+/// GPT-2, BERT, ViT and T5: the full sizes and their reduced variants.
+fn encoders_and_gpt2(g: &mut Vec<GraphFile>) {
     // GPT-2 small: 124,439,808 parameters.
     let gpt2 = Tf {
         vocab: 50257,
@@ -1894,7 +1900,10 @@ pub(crate) fn graphs() -> Vec<GraphFile> {
             },
         ));
     }
+}
 
+/// LLaMA, Mixtral and the MLA decoder: the full sizes and their reduced variants.
+fn decoders(g: &mut Vec<GraphFile>) {
     // LLaMA-7B: 6,738,415,616 parameters.
     let dense = |vocab, t, d, layers, heads, kv_heads, ff| Decoder {
         vocab,
@@ -2004,5 +2013,4 @@ pub(crate) fn graphs() -> Vec<GraphFile> {
             },
         ),
     ));
-    g
 }
