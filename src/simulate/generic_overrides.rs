@@ -210,24 +210,49 @@ fn fill_indices(dim_size: u64) -> u64 {
     dim_size.saturating_mul(8)
 }
 
+/// sort's scratch (both overloads): `values.copy_(self)` into the output, then sort_kernel's
+/// `_fill_indices`: an arange of the sorted axis in int64 (nothing for a 0-dim input).
+fn sort_scratch(c: &Call) -> u64 {
+    let d = c.dims("self");
+    if d.is_empty() {
+        return 0;
+    }
+    fill_indices(d[wrap(c.int("dim").unwrap_or(-1), d.len())])
+}
+
+/// clamp_min/clamp_max.Tensor's backward: `where(<comparison>, grad, at::scalar_tensor(0.,
+/// grad.options()))`: a bool of the broadcast shape and a 0-dim zero of grad's dtype.
+fn clamp_tensor_backward(c: &Call, _: &str) -> Option<u64> {
+    Some(c.out_numel(0) + c.out_elem(0))
+}
+
+/// fmax/fmin's backward: `grad.masked_fill((<comparison>).logical_or_(other.isnan()), 0)`
+/// (`.logical_not_()` for self, in place): a bool of the broadcast shape and one of other's.
+fn fmax_fmin_backward(c: &Call, _: &str) -> Option<u64> {
+    Some(c.out_numel(0) + c.numel("other"))
+}
+
+/// maximum/minimum's backward: `at::where(self == other, grad / 2, grad).masked_fill_(<strict
+/// comparison>, 0)`: two bools of the broadcast shape and `grad / 2` (the output's size), all
+/// alive until the statement ends (the where is the result).
+fn maximum_minimum_backward(c: &Call, _: &str) -> Option<u64> {
+    Some(2 * c.out_numel(0) + c.out_bytes(0))
+}
+
 /// The table: one entry per op, sorted by name.
 pub static OVERRIDES: &[Override] = &[
     Override {
         op: "clamp_max.Tensor",
         read_from: "derivatives.yaml clamp_max.Tensor",
         forward_scratch: None,
-        // `where(self > max, grad, at::scalar_tensor(0., grad.options()))` (and `<=` for
-        // self): a bool of the broadcast shape and a 0-dim zero of grad's dtype.
-        backward_temporaries: Some(|c, _| Some(c.out_numel(0) + c.out_elem(0))),
+        backward_temporaries: Some(clamp_tensor_backward),
         approximates: None,
     },
     Override {
         op: "clamp_min.Tensor",
         read_from: "derivatives.yaml clamp_min.Tensor",
         forward_scratch: None,
-        // `where(self < min, grad, at::scalar_tensor(0., grad.options()))` (and `>=` for
-        // self): a bool of the broadcast shape and a 0-dim zero of grad's dtype.
-        backward_temporaries: Some(|c, _| Some(c.out_numel(0) + c.out_elem(0))),
+        backward_temporaries: Some(clamp_tensor_backward),
         approximates: None,
     },
     Override {
@@ -251,18 +276,14 @@ pub static OVERRIDES: &[Override] = &[
         op: "fmax.default",
         read_from: "derivatives.yaml fmax; TensorCompare.cpp: isnan (`self != self`)",
         forward_scratch: None,
-        // `grad.masked_fill((self >= other).logical_or_(other.isnan()), 0)` (`.logical_not_()`
-        // for self, in place): a bool of the broadcast shape and one of other's.
-        backward_temporaries: Some(|c, _| Some(c.out_numel(0) + c.numel("other"))),
+        backward_temporaries: Some(fmax_fmin_backward),
         approximates: None,
     },
     Override {
         op: "fmin.default",
         read_from: "derivatives.yaml fmin; TensorCompare.cpp: isnan (`self != self`)",
         forward_scratch: None,
-        // `grad.masked_fill((self <= other).logical_or_(other.isnan()), 0)` (`.logical_not_()`
-        // for self, in place): a bool of the broadcast shape and one of other's.
-        backward_temporaries: Some(|c, _| Some(c.out_numel(0) + c.numel("other"))),
+        backward_temporaries: Some(fmax_fmin_backward),
         approximates: None,
     },
     Override {
@@ -304,20 +325,14 @@ pub static OVERRIDES: &[Override] = &[
         op: "maximum.default",
         read_from: "derivatives.yaml maximum",
         forward_scratch: None,
-        // `at::where(self == other, grad / 2, grad).masked_fill_(self > other, 0)`: two bools
-        // of the broadcast shape and `grad / 2` (the output's size), all alive until the
-        // statement ends (the where is the result).
-        backward_temporaries: Some(|c, _| Some(2 * c.out_numel(0) + c.out_bytes(0))),
+        backward_temporaries: Some(maximum_minimum_backward),
         approximates: None,
     },
     Override {
         op: "minimum.default",
         read_from: "derivatives.yaml minimum",
         forward_scratch: None,
-        // `at::where(self == other, grad / 2, grad).masked_fill_(self < other, 0)`: two bools
-        // of the broadcast shape and `grad / 2` (the output's size), all alive until the
-        // statement ends (the where is the result).
-        backward_temporaries: Some(|c, _| Some(2 * c.out_numel(0) + c.out_bytes(0))),
+        backward_temporaries: Some(maximum_minimum_backward),
         approximates: None,
     },
     Override {
@@ -362,30 +377,14 @@ pub static OVERRIDES: &[Override] = &[
     Override {
         op: "sort.default",
         read_from: "aten/src/ATen/native/Sorting.cpp: sort_stable_out, _fill_indices (cpu/SortingKernel.cpp: sort_kernel)",
-        // `values.copy_(self)` into the output, then sort_kernel's `_fill_indices`: an
-        // arange of the sorted axis in int64 (nothing for a 0-dim input).
-        forward_scratch: Some(|c| {
-            let d = c.dims("self");
-            if d.is_empty() {
-                return 0;
-            }
-            fill_indices(d[wrap(c.int("dim").unwrap_or(-1), d.len())])
-        }),
+        forward_scratch: Some(sort_scratch),
         backward_temporaries: None,
         approximates: None,
     },
     Override {
         op: "sort.stable",
         read_from: "aten/src/ATen/native/Sorting.cpp: sort_stable_out (the stable overload), _fill_indices (cpu/SortingKernel.cpp: sort_kernel)",
-        // `values.copy_(self)` into the output, then sort_kernel's `_fill_indices`: an
-        // arange of the sorted axis in int64 (nothing for a 0-dim input).
-        forward_scratch: Some(|c| {
-            let d = c.dims("self");
-            if d.is_empty() {
-                return 0;
-            }
-            fill_indices(d[wrap(c.int("dim").unwrap_or(-1), d.len())])
-        }),
+        forward_scratch: Some(sort_scratch),
         backward_temporaries: None,
         approximates: None,
     },
