@@ -614,6 +614,10 @@ def export(
         warnings.warn(f"memcal_export: {note}", stacklevel=2)
     graph = _graph(nodes, out_id, out_shape, inputs, extra, loss=loss, classes=classes, name=name, family=family,
                    description=description)
+    if notes:
+        # Written into the graph, so `memcal plan` prints them first, in --json and on the page
+        # (the graph is an "approximate graph"), not only as a Python warning.
+        graph["notes"] = [{"text": note} for note in notes]
     _check_parameters(module, graph, undrawn)
     return graph
 
