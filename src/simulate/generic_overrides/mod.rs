@@ -3,8 +3,8 @@
 //! temporaries of a `FunctionsManual.cpp` helper the table's generator cannot see into or
 //! counts as one expression (backward).
 //!
-//! One [`Override`] per ATen op, holding all its facts: adding an op touches one place
-//! ([`OVERRIDES`]). Each entry is read from torch's source (the file and function are cited in
+//! One [`Override`] per ATen op, holding all its facts: adding an op touches one place (an
+//! entry in one of the [`TABLES`]). Each entry is read from torch's source (the file and function are cited in
 //! `read_from`) and gives its bytes as a function of the call's shapes, dtypes and arguments;
 //! none is a number picked to match a measurement. What an entry still approximates (a layout
 //! it assumes, a branch it does not follow) is in its `approximates`, which `memcal plan`
@@ -159,12 +159,19 @@ pub struct Override {
     pub approximates: Option<&'static str>,
 }
 
+mod backward;
+mod forward;
+
+/// The tables, each sorted by op name: this file's, the forward kernel scratch entries
+/// ([`forward`]) and the backward helpers' entries ([`backward`]). An op has one entry in one
+/// of them.
+pub static TABLES: &[&[Override]] = &[OVERRIDES, forward::OVERRIDES, backward::OVERRIDES];
+
 /// The entry of `op` (`sort.default`), if any.
 pub fn lookup(op: &str) -> Option<&'static Override> {
-    OVERRIDES
-        .binary_search_by(|o| o.op.cmp(op))
-        .ok()
-        .map(|k| &OVERRIDES[k])
+    TABLES
+        .iter()
+        .find_map(|t| t.binary_search_by(|o| o.op.cmp(op)).ok().map(|k| &t[k]))
 }
 
 /// The forward scratch of this call (0 without an entry).
@@ -432,25 +439,24 @@ mod tests {
 
     #[test]
     fn every_entry_names_a_table_op_once() {
-        for (k, o) in OVERRIDES.iter().enumerate() {
+        let all: Vec<&Override> = TABLES.iter().flat_map(|t| t.iter()).collect();
+        for (k, o) in all.iter().enumerate() {
             assert!(
                 crate::ops::aten::lookup(o.op).is_some(),
                 "{} is not in the ATen table",
                 o.op
             );
-            assert!(
-                OVERRIDES[..k].iter().all(|p| p.op != o.op),
-                "{} twice",
-                o.op
-            );
+            assert!(all[..k].iter().all(|p| p.op != o.op), "{} twice", o.op);
             assert!(!o.read_from.is_empty(), "{} cites no source", o.op);
         }
     }
 
     #[test]
-    fn the_table_is_sorted() {
-        for w in OVERRIDES.windows(2) {
-            assert!(w[0].op < w[1].op, "{} then {}", w[0].op, w[1].op);
+    fn the_tables_are_sorted() {
+        for t in TABLES {
+            for w in t.windows(2) {
+                assert!(w[0].op < w[1].op, "{} then {}", w[0].op, w[1].op);
+            }
         }
     }
 
