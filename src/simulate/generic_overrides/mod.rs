@@ -159,13 +159,18 @@ pub struct Override {
     pub approximates: Option<&'static str>,
 }
 
-mod backward;
-mod forward;
+mod formulas;
+mod kernels;
+mod linalg;
 
-/// The tables, each sorted by op name: this file's, the forward kernel scratch entries
-/// ([`forward`]) and the backward helpers' entries ([`backward`]). An op has one entry in one
-/// of them.
-pub static TABLES: &[&[Override]] = &[OVERRIDES, forward::OVERRIDES, backward::OVERRIDES];
+/// The tables, each sorted by op name: this file's, then one per op family ([`formulas`],
+/// [`kernels`], [`linalg`]). An op has one entry in one of them.
+pub static TABLES: &[&[Override]] = &[
+    OVERRIDES,
+    formulas::OVERRIDES,
+    kernels::OVERRIDES,
+    linalg::OVERRIDES,
+];
 
 /// The entry of `op` (`sort.default`), if any.
 pub fn lookup(op: &str) -> Option<&'static Override> {

@@ -1,5 +1,5 @@
-//! Override entries for the forward kernel scratch of CPU kernels (LAPACK, upsample, indexing):
-//! see [`super`]. Sorted by op name.
+//! Override entries for the linear algebra ops (LAPACK workspaces, pivots, the `linalg_*`
+//! backward helpers): see [`super`]. Sorted by op name.
 
 #[allow(unused_imports)]
 use super::{wrap, Call, Override};
