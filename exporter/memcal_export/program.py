@@ -760,7 +760,24 @@ def _conv2d(ex, n):
     groups = int(_arg(n, 6, "groups", 1))
     attrs = {"in_channels": int(t.shape[1]) * groups, "out_channels": int(t.shape[0]), "kernel_size": int(t.shape[2]),
              "stride": stride, "padding": one(padding, "padding"), "groups": groups, "bias": b is not None}
-    ex.put(n, "conv2d", attrs, [ex.id_of(x, n)])
+    node_id = ex.put(n, "conv2d", attrs, [ex.id_of(x, n)])
+    if _channels_last(x):
+        ex.notes.append(f"conv2d `{node_id}`: its input is a channels-last view, so oneDNN runs "
+                        "the convolution in channels-last; its scratch there (chosen by oneDNN at run time, "
+                        "large in the backward of a depthwise conv) is not in memcal's conv rule, which counts "
+                        "the contiguous layout")
+
+
+def _channels_last(x):
+    """Whether a 4-d tensor is laid out channels-last and not contiguous (a permuted view, or
+    an elementwise result that kept such a view's strides): `aten/src/ATen/native/ConvUtils.h`
+    `mkldnn_conv_use_channels_last` then picks channels-last for oneDNN."""
+    import torch
+
+    v = x.meta.get("val") if _is_node(x) else None
+    if not isinstance(v, torch.Tensor) or v.dim() != 4 or v.is_contiguous():
+        return False
+    return v.is_contiguous(memory_format=torch.channels_last)
 
 
 def _norm_params(ex, n, w, b, what):

@@ -537,10 +537,22 @@ fn conv_rule(graph: &Graph, s: &Sizes) -> OpRule {
         Op::ConvTranspose2d(c) => c.in_channels,
         _ => 16,
     };
+    // oneDNN's "first convolution" (`is_1stconv` in `jit_avx512_common_conv_kernel.cpp`: fewer
+    // than 16 input channels, one group, on avx512_core) reads its input in the plain layout;
+    // other inputs are reordered into 16-channel blocks.
+    let first_conv = in_c < 16
+        && match &node.op {
+            Op::Conv1d(c) | Op::Conv2d(c) => c.groups == 1,
+            _ => false,
+        };
     let (pad_fwd, pad_bwd) = if out_c < 8 {
         // Its input is reordered with channels padded to a multiple of 16 too
-        // (measured: 64 and 24 input channels).
-        let pad_in = x * in_c.div_ceil(16) * 16 / in_c - x;
+        // (measured: 64 and 24 input channels), unless oneDNN reads it plain.
+        let pad_in = if first_conv {
+            0
+        } else {
+            x * in_c.div_ceil(16) * 16 / in_c - x
+        };
         (y * 16 / out_c - y + pad_in, y * 16 / out_c + pad_in)
     } else {
         (0, 0)
