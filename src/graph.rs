@@ -119,6 +119,15 @@ pub struct GraphFile {
     pub notes: Vec<GraphNote>,
 }
 
+impl GraphFile {
+    /// The bytes memcal writes for a graph file: pretty JSON with a trailing newline.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut bytes = serde_json::to_vec_pretty(self).expect("a graph always serialises");
+        bytes.push(b'\n');
+        bytes
+    }
+}
+
 /// One approximation the exporter made, at a node (or the whole graph).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -167,6 +176,12 @@ pub struct Graph {
     pub seq: Option<u64>,
     /// SHA-256 (hex) of the file's bytes; empty for a graph built in memory.
     pub sha256: String,
+    /// For a file with notes: SHA-256 (hex) of the bytes memcal writes for it without them
+    /// ([`GraphFile::to_bytes`]). A run measured on the graph before its approximations were
+    /// written into it still measured this graph: notes are words about the drawing, not part
+    /// of it.
+    #[serde(skip)]
+    pub sha256_without_notes: Option<String>,
     /// Where it was loaded from, if anywhere.
     #[serde(skip)]
     pub path: Option<PathBuf>,
@@ -421,8 +436,15 @@ impl Graph {
         };
         de.end()
             .map_err(|e| trailing_error(path, "graph JSON", &e))?;
+        // Only a file with notes pays for the second serialisation.
+        let without_notes = (!file.notes.is_empty()).then(|| {
+            let mut bare = file.clone();
+            bare.notes.clear();
+            sha256_hex(&bare.to_bytes())
+        });
         let mut g = Graph::check_owned_at(file, path, seq)?;
         g.sha256 = sha256_hex(bytes);
+        g.sha256_without_notes = without_notes;
         Ok(g)
     }
 
@@ -571,6 +593,7 @@ impl Graph {
             notes: file.notes,
             seq: if has_seq { seq } else { None },
             sha256: String::new(),
+            sha256_without_notes: None,
             path: None,
         })
     }

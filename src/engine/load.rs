@@ -624,7 +624,8 @@ fn join<'g>(
     Ok(Row {
         file: rel.into(),
         file_sha256,
-        graph_changed: row.graph.sha256 != g.sha256,
+        graph_changed: row.graph.sha256 != g.sha256
+            && g.sha256_without_notes.as_deref() != Some(&*row.graph.sha256),
         run_id: row.run_id.as_ref().into(),
         family: names.name(&info.family),
         graph: names.name(name),

@@ -589,6 +589,16 @@ pub fn hf_fields(path: &Path, map: &Map<String, Value>, options: &Options) -> Re
         built.seq,
         graph.description.clone().unwrap_or_default()
     ));
+    // What the drawing approximates is written into the graph, so `memcal plan` prints it
+    // (first, in --json and on the page) wherever the graph goes, not only on import's stderr.
+    graph.notes = built
+        .approximations
+        .iter()
+        .map(|text| crate::graph::GraphNote {
+            node: None,
+            text: text.clone(),
+        })
+        .collect();
     Ok(Imported {
         graph,
         model_type: model_type.to_string(),

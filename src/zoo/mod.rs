@@ -147,9 +147,7 @@ pub fn all() -> Vec<GraphFile> {
 
 /// The bytes of a graph file: pretty JSON with a trailing newline.
 pub fn to_bytes(graph: &GraphFile) -> Vec<u8> {
-    let mut bytes = serde_json::to_vec_pretty(graph).expect("a graph always serialises");
-    bytes.push(b'\n');
-    bytes
+    graph.to_bytes()
 }
 
 /// [`write`] of `graphs`, refusing (unless `force`) to write over a file whose bytes differ

@@ -27,11 +27,10 @@ pub(super) fn page<'r>(
                     .node
                     .as_deref()
                     .map_or(String::new(), |n| format!("`{n}`: "));
-                Some(format!(
-                    "{g} ({} approximations; first {at}{})",
-                    a.len(),
-                    a[0].text
-                ))
+                Some(match a.len() {
+                    1 => format!("{g} (1 approximation: {at}{})", a[0].text),
+                    n => format!("{g} ({n} approximations; first {at}{})", a[0].text),
+                })
             })
             .collect();
         if !approximate.is_empty() {
