@@ -1,8 +1,140 @@
 //! Override entries for the linear algebra ops (LAPACK workspaces, pivots, the `linalg_*`
 //! backward helpers): see [`super`]. Sorted by op name.
 
-#[allow(unused_imports)]
-use super::{wrap, Call, Override};
+use super::{Call, Override};
+use crate::ops::generic::AtenValue;
+
+/// Scalar argument `name` as a number (`default` when left out; `inf`/`-inf` as written).
+fn scalar(c: &Call, name: &str, default: f64) -> f64 {
+    match c.value(name) {
+        None | Some(AtenValue::None) => default,
+        Some(AtenValue::Int(i)) => *i as f64,
+        Some(AtenValue::Float(x)) => *x,
+        Some(AtenValue::Other(t)) if t.contains("-inf") => f64::NEG_INFINITY,
+        Some(AtenValue::Other(t)) if t.contains("inf") => f64::INFINITY,
+        Some(_) => f64::NAN,
+    }
+}
+
+/// Whether tensor argument `name` takes a gradient here.
+fn requires_grad(c: &Call, name: &str) -> bool {
+    c.input(name).is_some_and(|x| x.requires_grad)
+}
+
+/// `wrapped_scalar_tensor(s)` (aten/src/ATen/ScalarOps.h), which a `Tensor * Scalar` makes
+/// for its Scalar: a 0-dim double (or int64) tensor, freed as the product returns.
+const WRAPPED_SCALAR: u64 = 8;
+
+/// The broadcast shape's elements of tensor arguments `a` and `b` (`infer_size`).
+fn broadcast_numel(c: &Call, a: &str, b: &str) -> u64 {
+    let (x, y) = (c.dims(a), c.dims(b));
+    let n = x.len().max(y.len());
+    (0..n)
+        .map(|k| {
+            let dx = if k + x.len() >= n {
+                x[k + x.len() - n]
+            } else {
+                1
+            };
+            let dy = if k + y.len() >= n {
+                y[k + y.len() - n]
+            } else {
+                1
+            };
+            if dx == 1 {
+                dy
+            } else {
+                dx
+            }
+        })
+        .product()
+}
+
+/// `maybe_multiply(product, alpha)` (FunctionsManual.cpp) for argument `arg`: with `alpha`
+/// other than 1, `product * alpha` is made beside the product (the argument's size) and the
+/// Scalar's wrapped tensor; with `alpha` 1 the product is the result. `beta`'s `grad * beta`
+/// is the result itself, beside the wrapped Scalar.
+fn maybe_multiply_backward(c: &Call, arg: &str) -> Option<u64> {
+    if arg == "self" {
+        return Some(if scalar(c, "beta", 1.0) == 1.0 {
+            0
+        } else {
+            WRAPPED_SCALAR
+        });
+    }
+    if scalar(c, "alpha", 1.0) == 1.0 {
+        return Some(0);
+    }
+    Some(c.numel(arg) * c.elem(arg) + WRAPPED_SCALAR)
+}
+
+/// `norm_backward(grad, self, p, norm)` (FunctionsManual.cpp) on a `d`-byte input of `n`
+/// elements with a 0-dim norm of `e` bytes: the bytes it holds besides its result at its
+/// highest point, the input itself (a temporary of the caller) included. None: a branch not
+/// read here.
+fn norm_backward_temporaries(p: f64, d: u64, e: u64) -> Option<u64> {
+    if p == 1.0 {
+        // `self.sgn() * grad`: the sgn beside the product.
+        Some(d + d)
+    } else if p == 2.0 {
+        // `grad * (self / norm).masked_fill_(norm == 0, 0)`: the quotient and a 0-dim bool
+        // beside the product.
+        Some(d + d + 1)
+    } else if p.is_finite() && p > 2.0 {
+        // `self_scaled = self * self.abs().pow_(p - 2)` (the abs beside it, then gone);
+        // `scale_v = grad / norm.pow(p - 1)` (0-dim); `self_scaled * scale_v`.
+        Some(d + d + e)
+    } else {
+        None
+    }
+}
+
+/// dist's backward: `-norm_backward(grad, self - other, p, result)` for other (its result
+/// negated: the un-negated one is held as the negation is made), then `norm_backward(grad,
+/// self - other, p, result)` for self. Each gradient has the broadcast shape until the engine
+/// sums it down after the node: an argument smaller than it holds the difference more.
+fn dist_backward(c: &Call, arg: &str) -> Option<u64> {
+    let e = c.out_elem(0);
+    let d = broadcast_numel(c, "self", "other") * e;
+    let t = norm_backward_temporaries(scalar(c, "p", 2.0), d, e)?;
+    let wider = |name: &str| d.saturating_sub(c.numel(name) * c.elem(name));
+    Some(if arg == "other" {
+        t.max(d + d) + wider("other")
+    } else {
+        let held = if requires_grad(c, "other") {
+            wider("other")
+        } else {
+            0
+        };
+        t + held + wider("self")
+    })
+}
 
 /// The table: one entry per op, sorted by name.
-pub static OVERRIDES: &[Override] = &[];
+pub static OVERRIDES: &[Override] = &[
+    Override {
+        op: "addbmm.default",
+        read_from: "derivatives.yaml addbmm; FunctionsManual.cpp: maybe_multiply",
+        forward_scratch: None,
+        // batch1/batch2: `maybe_multiply(<bmm>, alpha)`: the bmm is the argument's size.
+        backward_temporaries: Some(maybe_multiply_backward),
+        approximates: None,
+    },
+    Override {
+        op: "addmv.default",
+        read_from: "derivatives.yaml addmv; FunctionsManual.cpp: maybe_multiply",
+        forward_scratch: None,
+        // mat: `maybe_multiply(grad.ger(vec), alpha)`; vec: `maybe_multiply(mat.t().mv(grad),
+        // alpha)`: the ger and the mv are the argument's size.
+        backward_temporaries: Some(maybe_multiply_backward),
+        approximates: None,
+    },
+    Override {
+        op: "dist.default",
+        read_from: "aten/src/ATen/native/ReduceOps.cpp: dist; derivatives.yaml dist; FunctionsManual.cpp: norm_backward",
+        // `at::norm(self - other, p)`: the difference, of the broadcast shape.
+        forward_scratch: Some(|c| broadcast_numel(c, "self", "other") * c.out_elem(0)),
+        backward_temporaries: Some(dist_backward),
+        approximates: Some("backward: norm_backward's p = 1, 2 and finite p > 2 branches are read; another p keeps the generic count"),
+    },
+];
