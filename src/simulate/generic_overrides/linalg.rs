@@ -68,22 +68,38 @@ fn maybe_multiply_backward(c: &Call, arg: &str) -> Option<u64> {
     Some(c.numel(arg) * c.elem(arg) + WRAPPED_SCALAR)
 }
 
-/// `norm_backward(grad, self, p, norm)` (FunctionsManual.cpp) on a `d`-byte input of `n`
-/// elements with a 0-dim norm of `e` bytes: the bytes it holds besides its result at its
-/// highest point, the input itself (a temporary of the caller) included. None: a branch not
-/// read here.
-fn norm_backward_temporaries(p: f64, d: u64, e: u64) -> Option<u64> {
+/// `norm_backward(grad, self, p, norm, dim, keepdim)` (FunctionsManual.cpp) on an input of
+/// `n` elements (`d` bytes) with a norm of `r` elements of `e` bytes: the bytes it holds
+/// besides its result at its highest point (its input not counted). None: `p == 0` (no
+/// gradient) or a p that is not a number.
+fn norm_backward_temporaries(p: f64, d: u64, n: u64, r: u64, e: u64) -> Option<u64> {
     if p == 1.0 {
         // `self.sgn() * grad`: the sgn beside the product.
-        Some(d + d)
+        Some(d)
     } else if p == 2.0 {
-        // `grad * (self / norm).masked_fill_(norm == 0, 0)`: the quotient and a 0-dim bool
-        // beside the product.
-        Some(d + d + 1)
-    } else if p.is_finite() && p > 2.0 {
+        // `grad * (self / norm).masked_fill_(norm == 0, 0)`: the quotient and a bool of the
+        // norm's shape beside the product.
+        Some(d + r)
+    } else if p.is_infinite() {
+        // `self_abs = self.abs()`; `mask = self_abs.eq(norm).logical_or(self_abs.isnan())`
+        // (a bool of the input's shape); `self.sgn() * ((grad / mask.sum(dim, true)) *
+        // mask)`: the int64 sum and the quotient (the norm's shape), `* mask` and the sgn
+        // (the input's), all alive with the product (GCC evaluates the right operand first:
+        // the bool-to-int64 copy of the sum is gone by then).
+        Some(d + n + 8 * r + r * e + d + d)
+    } else if p > 0.0 && p < 1.0 {
+        // `self_scaled = self.sgn() * self.abs().pow_(p - 1).masked_fill_(self == 0, 0)`:
+        // the sgn, the abs and a bool of the input's shape beside it; then `self_scaled *
+        // grad * norm.pow(1 - p)`: `self_scaled * grad` and the pow beside self_scaled.
+        Some(d + d + n.max(r * e))
+    } else if p > 1.0 && p < 2.0 {
+        // `self_scaled = self.sgn() * self.abs().pow_(p - 1)` (the sgn and the abs beside
+        // it); `scale_v = grad / norm.pow(p - 1)`; `self_scaled * scale_v`.
+        Some((d + d).max(d + r * e))
+    } else if p > 2.0 {
         // `self_scaled = self * self.abs().pow_(p - 2)` (the abs beside it, then gone);
-        // `scale_v = grad / norm.pow(p - 1)` (0-dim); `self_scaled * scale_v`.
-        Some(d + d + e)
+        // `scale_v = grad / norm.pow(p - 1)` (the norm's shape); `self_scaled * scale_v`.
+        Some(d.max(d + r * e))
     } else {
         None
     }
@@ -96,7 +112,9 @@ fn norm_backward_temporaries(p: f64, d: u64, e: u64) -> Option<u64> {
 fn dist_backward(c: &Call, arg: &str) -> Option<u64> {
     let e = c.out_elem(0);
     let d = broadcast_numel(c, "self", "other") * e;
-    let t = norm_backward_temporaries(scalar(c, "p", 2.0), d, e)?;
+    let n = broadcast_numel(c, "self", "other");
+    // `self - other` is a temporary of the statement: alive throughout.
+    let t = d + norm_backward_temporaries(scalar(c, "p", 2.0), d, n, 1, e)?;
     let wider = |name: &str| d.saturating_sub(c.numel(name) * c.elem(name));
     Some(if arg == "other" {
         t.max(d + d) + wider("other")
@@ -136,5 +154,16 @@ pub static OVERRIDES: &[Override] = &[
         forward_scratch: Some(|c| broadcast_numel(c, "self", "other") * c.out_elem(0)),
         backward_temporaries: Some(dist_backward),
         approximates: Some("backward: norm_backward's p = 1, 2 and finite p > 2 branches are read; another p keeps the generic count"),
+    },
+    Override {
+        op: "linalg_vector_norm.default",
+        read_from: "derivatives.yaml linalg_vector_norm; FunctionsManual.cpp: linalg_vector_norm_backward, norm_backward",
+        forward_scratch: None,
+        backward_temporaries: Some(|c, _| {
+            let n = c.numel("self");
+            let (r, e) = (c.out_numel(0), c.out_elem(0));
+            norm_backward_temporaries(scalar(c, "ord", 2.0), n * c.elem("self"), n, r, e)
+        }),
+        approximates: Some("backward: ord = 0 returns no gradient in torch; the generic rule still draws one"),
     },
 ];
