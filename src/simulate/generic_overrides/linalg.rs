@@ -128,6 +128,118 @@ fn dist_backward(c: &Call, arg: &str) -> Option<u64> {
     })
 }
 
+/// Bytes held over a helper's statements: `live` now, `peak` the highest so far.
+#[derive(Default)]
+struct Trace {
+    live: u64,
+    peak: u64,
+}
+
+impl Trace {
+    /// A tensor of `b` bytes made.
+    fn make(&mut self, b: u64) {
+        self.live = self.live.saturating_add(b);
+        self.peak = self.peak.max(self.live);
+    }
+
+    /// A tensor of `b` bytes freed.
+    fn free(&mut self, b: u64) {
+        self.live = self.live.saturating_sub(b);
+    }
+
+    /// An op's result of `out` bytes made while a copy of `tmp` bytes it made of an input (a
+    /// cast, a wrapped Scalar) is alive; the copy then freed.
+    fn with(&mut self, tmp: u64, out: u64) {
+        self.make(tmp);
+        self.make(out);
+        self.free(tmp);
+    }
+}
+
+/// The accumulate type's element bytes on CPU for `e`-byte floats
+/// (`at::toAccumulateType(t, kCPU)`, ATen/AccumulateType.h: float and double accumulate in
+/// double, half and bfloat16 in float).
+fn cpu_acc_elem(e: u64) -> u64 {
+    if e >= 4 {
+        8
+    } else {
+        4
+    }
+}
+
+/// renorm's backward (FunctionsManual.cpp: renorm_backward) on CPU: its statements in order,
+/// with the accumulate type (`a` bytes, double for float) for the norm and everything mixed
+/// with it. A binary op of a float and a double tensor on CPU first copies the float input to
+/// double (TensorIterator's `promote_inputs_to_common_dtype`: `op.tensor().to(common_dtype_)`),
+/// (aten/src/ATen/TensorIterator.cpp: compute_types), and a reduction to another dtype copies
+/// its input (ReduceOps.cpp: `make_reduction`'s `self.to(in_dtype)`).
+/// None: a p whose `norm_backward` branch is not read here.
+fn renorm_backward(c: &Call, _: &str) -> Option<u64> {
+    let d = c.dims("self");
+    if d.is_empty() {
+        return None;
+    }
+    let dim = super::wrap(c.int("dim").unwrap_or(0), d.len());
+    let (n, r, e) = (c.numel("self"), d[dim], c.elem("self"));
+    let a = cpu_acc_elem(e);
+    let cast = |k: u64| if a == e { 0 } else { k * a };
+    let p = scalar(c, "p", 2.0);
+    let mut t = Trace::default();
+    // norm = linalg_vector_norm(self, p, reduce_dims, keepdim, acc_type): self copied to it.
+    t.with(cast(n), r * a);
+    // grad_output = (self.conj() * grad).sum(reduce_dims, true, acc_type).
+    t.make(n * e);
+    t.with(cast(n), r * a);
+    t.free(n * e);
+    // nb = norm_backward(grad_output, self, p, norm, reduce_dims, true): acc-typed.
+    if p == 2.0 {
+        // grad * (self / norm).masked_fill_(norm == 0, 0)
+        t.with(cast(n), n * a);
+        t.make(r);
+        t.make(n * a);
+        t.free(n * a + r);
+    } else if p == 1.0 {
+        // self.sgn() * grad
+        t.make(n * e);
+        t.with(cast(n), n * a);
+        t.free(n * e);
+    } else if p.is_infinite() {
+        // self_abs; mask = self_abs.eq(norm).logical_or(self_abs.isnan()); then
+        // self.sgn() * ((grad / mask.sum(dim, true)) * mask), the right operand first.
+        t.make(n * e);
+        t.with(cast(n), n);
+        t.make(n);
+        t.make(n);
+        t.free(n + n);
+        t.with(8 * n, 8 * r);
+        t.with(r * a, r * a);
+        t.with(n * a, n * a);
+        t.make(n * e);
+        t.with(cast(n), n * a);
+        t.free(n * e + n + 8 * r + r * a + n * a + n * e);
+    } else {
+        return None;
+    }
+    // grad_output, moved into norm_backward's by-value parameter, goes with the statement.
+    t.free(r * a);
+    // invnorm = (norm + 1e-7).reciprocal()
+    t.make(r * a);
+    t.make(r * a);
+    t.free(r * a);
+    // grad_norm = maxnorm * invnorm * (grad - invnorm * nb)
+    t.make(r * a);
+    t.make(n * a);
+    t.with(cast(n), n * a);
+    t.make(n * a);
+    t.free(r * a + n * a + n * a);
+    // at::where(norm > maxnorm, grad_norm.to(grad.scalar_type()), grad): the result, which
+    // the generic rule counts apart (made last: the bytes beside it are the peak less it).
+    t.make(r);
+    t.make(if a == e { 0 } else { n * e });
+    t.make(n * e);
+    Some(t.peak - n * e)
+}
+
 /// The table: one entry per op, sorted by name.
 pub static OVERRIDES: &[Override] = &[
     Override {
@@ -165,5 +277,29 @@ pub static OVERRIDES: &[Override] = &[
             norm_backward_temporaries(scalar(c, "ord", 2.0), n * c.elem("self"), n, r, e)
         }),
         approximates: Some("backward: ord = 0 returns no gradient in torch; the generic rule still draws one"),
+    },
+    Override {
+        op: "renorm.default",
+        read_from: "aten/src/ATen/native/Normalization.cpp: renorm_out; FunctionsManual.cpp: renorm_backward, norm_backward",
+        // `norm = at::linalg_vector_norm(self, p, reduce_dims, /*keepdim=*/true)` in the CUDA
+        // accumulate type (float for float, half and bfloat16): the size of `dim`; the scale
+        // factor is written into it, or into an `at::empty` of the input's dtype when that
+        // differs.
+        forward_scratch: Some(|c| {
+            let d = c.dims("self");
+            let r = if d.is_empty() {
+                1
+            } else {
+                d[super::wrap(c.int("dim").unwrap_or(0), d.len())]
+            };
+            let e = c.elem("self");
+            if e < 4 {
+                r * 4 + r * e
+            } else {
+                r * e
+            }
+        }),
+        backward_temporaries: Some(renorm_backward),
+        approximates: Some("backward: norm_backward's p = 1, 2 and inf branches are read; another p keeps the generic count"),
     },
 ];
