@@ -240,8 +240,154 @@ fn renorm_backward(c: &Call, _: &str) -> Option<u64> {
     Some(t.peak - n * e)
 }
 
+/// The batch (product of all but the last two sizes) and the last size of tensor argument
+/// `name` (a square matrix or a batch of them).
+fn batch_and_n(c: &Call, name: &str) -> (u64, u64) {
+    let d = c.dims(name);
+    let k = d.len().saturating_sub(2);
+    (d[..k].iter().product(), d.last().copied().unwrap_or(0))
+}
+
+/// `lu_solve_kernel`'s sanity checks (BatchLinearAlgebraKernel.cpp):
+/// `pivots.gt(0).all().item<bool>()`, then `pivots.le(LU.size(-2)).all()`: each a wrapped
+/// int64 Scalar, its int32 copy (TensorIterator's input cast) and a bool of the pivots' shape,
+/// made and freed one after the other. Nothing when the result is empty (the trivial case
+/// returns before).
+fn lu_solve_checks(pivots: u64, result_empty: bool) -> u64 {
+    if result_empty {
+        0
+    } else {
+        WRAPPED_SCALAR + 4 + pivots
+    }
+}
+
+/// `lu_det_P(pivots)` (LinearAlgebra.cpp) for `b` matrices of size `n`, one statement:
+/// `(at::arange(1, n + 1, int32) != pivots).sum(-1, false, kLong).fmod_(2).mul_(-2).add_(1)`:
+/// the arange and the bool stay to its end; the sum copies the bool to int64 first; each
+/// in-place op wraps its Scalar. Leaves the int64 result (`8 * b` bytes) made.
+fn lu_det_p(t: &mut Trace, b: u64, n: u64) {
+    t.make(4 * n);
+    t.make(b * n);
+    t.with(8 * b * n, 8 * b);
+    t.with(WRAPPED_SCALAR, 0);
+    t.free(4 * n + b * n);
+}
+
+/// _linalg_det's forward (LinearAlgebra.cpp: _linalg_det_out): `info` (int32, one per
+/// matrix); `linalg_lu_factor_ex_out` into the F-contiguous LU (getrf: no workspace); then
+/// `at::mul_out(result, lu_det_P(pivots), at::prod(LU.diagonal(), -1))`, GCC evaluating the
+/// right argument first (the prod is alive through lu_det_P); the int64 sign cast to the
+/// result's dtype by the mul.
+fn linalg_det_forward(c: &Call) -> u64 {
+    let (b, n) = batch_and_n(c, "A");
+    let e = c.elem("A");
+    let mut t = Trace::default();
+    t.make(4 * b);
+    t.make(b * e);
+    lu_det_p(&mut t, b, n);
+    t.with(b * e, 0);
+    t.peak
+}
+
+/// linalg_det_backward (FunctionsManual.cpp), grad mode off: `d_diag = grad * det.conj()`;
+/// `d = at::diag_embed(d_diag...expand_as(pivots)).mT()` (the input's size); `LU_ = LU +
+/// at::diag_embed(at::where(LU.diagonal() == 0., eps, 0.))`: the comparison's wrapped double
+/// and its cast, a bool per diagonal element, `where`'s two default-dtype (float) wrapped
+/// Scalars, the float diagonal and its float diag_embed, the sum (the input's size; F-strided
+/// like LU, so lu_solve does not clone it); then `at::linalg_lu_solve(LU_, pivots, d)`: the
+/// result and the kernel's checks. Nothing for an empty input (`return {}`).
+fn linalg_det_backward(c: &Call, _: &str) -> Option<u64> {
+    let (b, n) = batch_and_n(c, "A");
+    let e = c.elem("A");
+    let m = b * n * n * e;
+    if m == 0 {
+        return Some(0);
+    }
+    let cast = |bytes: u64| if e == 4 { 0 } else { bytes };
+    let mut t = Trace::default();
+    t.make(b * e);
+    t.make(m);
+    t.with(WRAPPED_SCALAR + cast(e), b * n);
+    t.with(4 + 4, b * n * 4);
+    t.make(b * n * n * 4);
+    t.with(cast(b * n * n * e), m);
+    t.free(b * n + b * n * 4 + b * n * n * 4);
+    t.make(m);
+    t.with(lu_solve_checks(b * n, false), 0);
+    Some(t.peak - m)
+}
+
+/// _linalg_slogdet's forward (LinearAlgebra.cpp: _linalg_slogdet_out): `info`; the LU into
+/// the F-contiguous output; `at::mul_out(sign, diag_U.sgn().prod(-1), lu_det_P(pivots))`,
+/// GCC evaluating the right argument first (lu_det_P's int64 result alive through the sgn and
+/// its prod), the sign cast by the mul; then `at::sum_out(logabsdet, diag_U.abs().log_(),
+/// -1)`.
+fn linalg_slogdet_forward(c: &Call) -> u64 {
+    let (b, n) = batch_and_n(c, "A");
+    let e = c.elem("A");
+    let mut t = Trace::default();
+    t.make(4 * b);
+    lu_det_p(&mut t, b, n);
+    t.make(b * n * e);
+    t.make(b * e);
+    t.with(b * e, 0);
+    t.free(8 * b + b * n * e + b * e);
+    t.with(b * n * e, 0);
+    t.peak
+}
+
+/// triangular_solve_backward (FunctionsManual.cpp), `output_mask` the arguments that take a
+/// gradient: `grad_b = std::get<0>(grad_x.triangular_solve(a.conj(), ...))` (its cloned
+/// coefficient, A's size, gone with the statement); for A, `-grad_b.matmul(x.mH())` (the
+/// matmul and its negation, A's size), then `.triu/.tril` (a new one beside it) and
+/// `grad_a.add(grad_m)` (another). `grad_b` is made even when only A takes a gradient.
+fn triangular_solve_backward(c: &Call, _: &str) -> Option<u64> {
+    let bsz = c.out_bytes(0);
+    let m = c.out_bytes(1);
+    let (self_rg, a_rg) = (requires_grad(c, "self"), requires_grad(c, "A"));
+    let mut t = Trace::default();
+    t.make(bsz);
+    t.make(m);
+    t.free(m);
+    if a_rg {
+        t.make(m);
+        t.make(m);
+        t.free(m);
+        t.make(m);
+        t.free(m);
+        t.make(m);
+        t.free(m);
+    }
+    let results = if self_rg { bsz } else { 0 } + if a_rg { m } else { 0 };
+    Some(t.peak.saturating_sub(results))
+}
+
 /// The table: one entry per op, sorted by name.
 pub static OVERRIDES: &[Override] = &[
+    Override {
+        op: "_linalg_det.default",
+        read_from: "aten/src/ATen/native/LinearAlgebra.cpp: _linalg_det_out, lu_det_P; FunctionsManual.cpp: linalg_det_backward; BatchLinearAlgebraKernel.cpp: lu_solve_kernel",
+        forward_scratch: Some(linalg_det_forward),
+        backward_temporaries: Some(linalg_det_backward),
+        approximates: Some("backward: with grad mode off (no create_graph); float32 (where's float wrapped Scalars and diagonal)"),
+    },
+    Override {
+        op: "_linalg_slogdet.default",
+        read_from: "aten/src/ATen/native/LinearAlgebra.cpp: _linalg_slogdet_out, lu_det_P; FunctionsManual.cpp: slogdet_backward; BatchLinearAlgebraKernel.cpp: lu_solve_kernel",
+        forward_scratch: Some(linalg_slogdet_forward),
+        // A real input, grad mode off: `d = at::diag_embed(g...expand_as(pivots)).mT()`
+        // (the input's size), then `at::linalg_lu_solve(LU, pivots, d, ...)` on the
+        // F-contiguous LU: its result and the kernel's checks.
+        backward_temporaries: Some(|c, _| {
+            let (b, n) = batch_and_n(c, "A");
+            let m = b * n * n * c.elem("A");
+            if m == 0 {
+                return Some(0);
+            }
+            Some(m + lu_solve_checks(b * n, false))
+        }),
+        approximates: Some("backward: a real input with grad mode off (no create_graph)"),
+    },
     Override {
         op: "addbmm.default",
         read_from: "derivatives.yaml addbmm; FunctionsManual.cpp: maybe_multiply",
@@ -266,6 +412,15 @@ pub static OVERRIDES: &[Override] = &[
         forward_scratch: Some(|c| broadcast_numel(c, "self", "other") * c.out_elem(0)),
         backward_temporaries: Some(dist_backward),
         approximates: Some("backward: norm_backward's p = 1, 2 and finite p > 2 branches are read; another p keeps the generic count"),
+    },
+    Override {
+        op: "linalg_lu_solve.default",
+        read_from: "aten/src/ATen/native/BatchLinearAlgebra.cpp: linalg_lu_solve_out; BatchLinearAlgebraKernel.cpp: lu_solve_kernel",
+        // B copied into the result; LU used as is when F-contiguous (`borrow_else_clone`);
+        // the kernel's pivot checks.
+        forward_scratch: Some(|c| lu_solve_checks(c.numel("pivots"), c.out_numel(0) == 0)),
+        backward_temporaries: None,
+        approximates: Some("LU taken as F-contiguous (lu_factor's layout; another is cloned)"),
     },
     Override {
         op: "linalg_vector_norm.default",
@@ -301,5 +456,12 @@ pub static OVERRIDES: &[Override] = &[
         }),
         backward_temporaries: Some(renorm_backward),
         approximates: Some("backward: norm_backward's p = 1, 2 and inf branches are read; another p keeps the generic count"),
+    },
+    Override {
+        op: "triangular_solve.default",
+        read_from: "FunctionsManual.cpp: triangular_solve_backward",
+        forward_scratch: None,
+        backward_temporaries: Some(triangular_solve_backward),
+        approximates: None,
     },
 ];
