@@ -362,6 +362,64 @@ fn triangular_solve_backward(c: &Call, _: &str) -> Option<u64> {
     Some(t.peak.saturating_sub(results))
 }
 
+/// The batch (product of all but the last two sizes) and the last two sizes of tensor
+/// argument `name`.
+fn batch_m_n(c: &Call, name: &str) -> (u64, u64, u64) {
+    let d = c.dims(name);
+    let k = d.len().saturating_sub(2);
+    let at = |i: usize| d.get(i).copied().unwrap_or(1);
+    (d[..k].iter().product(), at(k), at(k + 1))
+}
+
+/// svd_backward (FunctionsManual.cpp) with the gradients of U, S and Vh all defined (the
+/// OpInfo check gives every output one), real: `UhgU = skew(U^H gU)` and `VhgV = skew(Vh
+/// gVh^H)` (k x k, the matmul beside the skew); `E` (its `S * S` beside it); `(UhgU * S +
+/// S * VhgV) / E` (four k x k at once); `+ gS.diag_embed()`; then for m > n `U gA`, `gUSinv
+/// = gU / S`, `gA + gUSinv - U (U^H gUSinv)` and `gA Vh` (m < n the mirror image), for m ==
+/// n `U (gA Vh)`. The result (m x n) is made last.
+fn svd_backward(c: &Call, _: &str) -> Option<u64> {
+    let (b, m, n) = batch_m_n(c, "A");
+    let e = c.elem("A");
+    let k = m.min(n);
+    let (kk, s, result) = (b * k * k * e, b * k * e, b * m * n * e);
+    if result == 0 {
+        return Some(0);
+    }
+    let mut t = Trace::default();
+    for _ in 0..2 {
+        t.make(kk);
+        t.make(kk);
+        t.free(kk);
+    }
+    t.make(s);
+    t.make(kk);
+    t.free(s);
+    // a, b, their sum and the quotient; a, b, the sum and E then go.
+    t.make(4 * kk);
+    t.free(4 * kk);
+    // `ret + gS.diag_embed()`: the diag_embed and the sum; the old ret and it then go.
+    t.make(kk);
+    t.make(kk);
+    t.free(2 * kk);
+    if m != n {
+        // mk: U gA (m > n) or gA Vh (m < n), the long side by k.
+        let mk = b * m.max(n) * k * e;
+        t.make(mk);
+        t.free(kk);
+        t.make(mk);
+        t.make(mk);
+        t.make(kk);
+        t.make(mk);
+        t.make(mk);
+        t.free(mk + kk + mk + mk);
+        t.make(result);
+    } else {
+        t.make(kk);
+        t.make(result);
+    }
+    Some(t.peak - result)
+}
+
 /// The table: one entry per op, sorted by name.
 pub static OVERRIDES: &[Override] = &[
     Override {
@@ -387,6 +445,22 @@ pub static OVERRIDES: &[Override] = &[
             Some(m + lu_solve_checks(b * n, false))
         }),
         approximates: Some("backward: a real input with grad mode off (no create_graph)"),
+    },
+    Override {
+        op: "_linalg_svd.default",
+        read_from: "aten/src/ATen/native/BatchLinearAlgebra.cpp: _linalg_svd_out; BatchLinearAlgebraKernel.cpp: svd_kernel, apply_svd; FunctionsManual.cpp: svd_backward",
+        // `info = at::zeros(<batch>, kInt)`; svd_kernel's `cloneBatchedColumnMajor(A)` (gesdd
+        // destroys its input). The LAPACK workspace (`work`, `iwork`, `rwork`) is a
+        // std::vector, outside the tensor allocator. Nothing for an empty input.
+        forward_scratch: Some(|c| {
+            let (b, m, n) = batch_m_n(c, "A");
+            if b * m * n == 0 {
+                return 0;
+            }
+            c.bytes("A") + 4 * b
+        }),
+        backward_temporaries: Some(svd_backward),
+        approximates: Some("backward: the gradients of U, S and Vh all defined (svdvals alone takes a shorter path); a real input, reduced matrices"),
     },
     Override {
         op: "addbmm.default",
