@@ -420,6 +420,73 @@ fn svd_backward(c: &Call, _: &str) -> Option<u64> {
     Some(t.peak - result)
 }
 
+/// Whether B is a vector (or a batch of them) on the right of A
+/// (`linalg_solve_is_vector_rhs`, LinearAlgebraUtils.h): one dim fewer than A, A's shape
+/// without its last size.
+fn solve_vector_rhs(c: &Call) -> bool {
+    let (a, b) = (c.dims("A"), c.dims("B"));
+    b.len() + 1 == a.len() && b[..] == a[..a.len() - 1]
+}
+
+/// _linalg_solve_ex's forward (BatchLinearAlgebra.cpp: _linalg_solve_ex_out): the LU into
+/// its output; `at::linalg_lu_solve_out(result_, ...)` with `result_ = result.unsqueeze(-1)`
+/// for a vector B, whose strides are not the F-contiguous ones the structured kernel asks for:
+/// a proxy of the result's size, copied back; then lu_solve_kernel's checks.
+fn linalg_solve_ex_forward(c: &Call) -> u64 {
+    let (b, n) = batch_and_n(c, "A");
+    let empty = c.out_numel(0) == 0;
+    let proxy = if solve_vector_rhs(c) && !empty {
+        c.out_bytes(0)
+    } else {
+        0
+    };
+    proxy + lu_solve_checks(b * n, empty)
+}
+
+/// linalg_solve_backward (FunctionsManual.cpp), grad mode off: `gB_ =
+/// at::linalg_lu_solve(LU, pivots, gX, ...)` (B's size, with the kernel's checks); for A,
+/// `-gB_.matmul(X_.mH())` (the matmul and its negation, A's size). gB_ is made even when only
+/// A takes a gradient.
+fn linalg_solve_backward(c: &Call, _: &str) -> Option<u64> {
+    let (b, n) = batch_and_n(c, "A");
+    let (gb, m) = (c.bytes("B"), c.bytes("A"));
+    let mut t = Trace::default();
+    t.make(gb);
+    t.with(lu_solve_checks(b * n, gb == 0), 0);
+    if requires_grad(c, "A") {
+        t.make(m);
+        t.make(m);
+        t.free(m);
+    }
+    let results =
+        if requires_grad(c, "A") { m } else { 0 } + if requires_grad(c, "B") { gb } else { 0 };
+    Some(t.peak.saturating_sub(results))
+}
+
+/// cholesky_backward (FunctionsManual.cpp): `gA = L_.mH().matmul(gL_).tril()` (the matmul
+/// beside the tril); `gA = 0.5 * (gA + gA.tril(-1).mH())` (the tril, the sum and the product,
+/// with the Scalar's wrapped double and its cast to the input's dtype); then two
+/// `linalg_solve_triangular` calls, each making the next gA (the last one the result).
+fn cholesky_backward(c: &Call, _: &str) -> Option<u64> {
+    let e = c.elem("self");
+    let m = c.bytes("self");
+    if m == 0 {
+        return Some(0);
+    }
+    let mut t = Trace::default();
+    t.make(m);
+    t.make(m);
+    t.free(m);
+    t.make(m);
+    t.make(m);
+    t.with(WRAPPED_SCALAR + if e == 8 { 0 } else { e }, m);
+    t.free(3 * m);
+    t.make(m);
+    t.free(m);
+    t.make(m);
+    Some(t.peak - m)
+}
+
 /// The table: one entry per op, sorted by name.
 pub static OVERRIDES: &[Override] = &[
     Override {
@@ -445,6 +512,13 @@ pub static OVERRIDES: &[Override] = &[
             Some(m + lu_solve_checks(b * n, false))
         }),
         approximates: Some("backward: a real input with grad mode off (no create_graph)"),
+    },
+    Override {
+        op: "_linalg_solve_ex.default",
+        read_from: "aten/src/ATen/native/BatchLinearAlgebra.cpp: _linalg_solve_ex_out, linalg_lu_solve_out; BatchLinearAlgebraKernel.cpp: lu_solve_kernel; FunctionsManual.cpp: linalg_solve_backward",
+        forward_scratch: Some(linalg_solve_ex_forward),
+        backward_temporaries: Some(linalg_solve_backward),
+        approximates: Some("backward: grad mode off (no create_graph)"),
     },
     Override {
         op: "_linalg_svd.default",
@@ -480,12 +554,42 @@ pub static OVERRIDES: &[Override] = &[
         approximates: None,
     },
     Override {
+        op: "cholesky.default",
+        read_from: "FunctionsManual.cpp: cholesky_backward",
+        forward_scratch: None,
+        backward_temporaries: Some(cholesky_backward),
+        approximates: Some("backward: linalg_solve_triangular's own copies are not drawn"),
+    },
+    Override {
         op: "dist.default",
         read_from: "aten/src/ATen/native/ReduceOps.cpp: dist; derivatives.yaml dist; FunctionsManual.cpp: norm_backward",
         // `at::norm(self - other, p)`: the difference, of the broadcast shape.
         forward_scratch: Some(|c| broadcast_numel(c, "self", "other") * c.out_elem(0)),
         backward_temporaries: Some(dist_backward),
         approximates: Some("backward: norm_backward's p = 1, 2 and finite p > 2 branches are read; another p keeps the generic count"),
+    },
+    Override {
+        op: "linalg_cholesky_ex.default",
+        read_from: "FunctionsManual.cpp: cholesky_backward",
+        forward_scratch: None,
+        backward_temporaries: Some(cholesky_backward),
+        approximates: Some("backward: linalg_solve_triangular's own copies are not drawn"),
+    },
+    Override {
+        op: "linalg_inv_ex.default",
+        read_from: "aten/src/ATen/native/BatchLinearAlgebra.cpp: linalg_inv_ex_out, linalg_solve_ex_out, _linalg_solve_ex_out; BatchLinearAlgebraKernel.cpp: lu_solve_kernel",
+        // The identity in the result, then `at::linalg_solve_ex_out(result, info, A, result)`:
+        // `LU = B.new_empty({0})` and `pivots` (int32), filled by the LU factorization, then
+        // the solve in place (lu_solve_kernel's checks).
+        forward_scratch: Some(|c| {
+            let (b, n) = batch_and_n(c, "A");
+            if b * n == 0 {
+                return 0;
+            }
+            c.bytes("A") + 4 * b * n + lu_solve_checks(b * n, false)
+        }),
+        backward_temporaries: None,
+        approximates: None,
     },
     Override {
         op: "linalg_lu_solve.default",
