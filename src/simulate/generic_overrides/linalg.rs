@@ -487,6 +487,34 @@ fn cholesky_backward(c: &Call, _: &str) -> Option<u64> {
     Some(t.peak - m)
 }
 
+/// lu_unpack_backward (FunctionsManual.cpp) with both L's and U's gradients defined (the
+/// OpInfo check gives every differentiable output one): m == n, `L_grad.tril(-1) +
+/// U_grad.triu()`; else `get_L1(L_grad) + get_U1(U_grad)` (two k x k and their sum), then
+/// `at::cat` with the rest of the longer one. The result (LU's size) is made last.
+fn lu_unpack_backward(c: &Call, _: &str) -> Option<u64> {
+    let (b, m, n) = batch_m_n(c, "LU_data");
+    let e = c.elem("LU_data");
+    let k = m.min(n);
+    let result = b * m * n * e;
+    if result == 0 {
+        return Some(0);
+    }
+    let kk = b * k * k * e;
+    let mut t = Trace::default();
+    if m == n {
+        t.make(kk);
+        t.make(kk);
+        t.make(result);
+    } else {
+        t.make(kk);
+        t.make(kk);
+        t.make(kk);
+        t.free(2 * kk);
+        t.make(result);
+    }
+    Some(t.peak - result)
+}
+
 /// The table: one entry per op, sorted by name.
 pub static OVERRIDES: &[Override] = &[
     Override {
@@ -610,6 +638,23 @@ pub static OVERRIDES: &[Override] = &[
             norm_backward_temporaries(scalar(c, "ord", 2.0), n * c.elem("self"), n, r, e)
         }),
         approximates: Some("backward: ord = 0 returns no gradient in torch; the generic rule still draws one"),
+    },
+    Override {
+        op: "lu_unpack.default",
+        read_from: "aten/src/ATen/native/BatchLinearAlgebra.cpp: lu_unpack_out; FunctionsManual.cpp: lu_unpack_backward",
+        // unpack_pivots: `perm = at::arange(m, kLong).expand(P.shape[:-1]).contiguous()` (the
+        // arange, and for a batch its expanded copy, alive together); `pivots.contiguous()`
+        // of contiguous pivots is themselves. L and U are written into the outputs.
+        forward_scratch: Some(|c| {
+            if c.flag("unpack_pivots") == Some(false) {
+                return 0;
+            }
+            let (b, m, _) = batch_m_n(c, "LU_data");
+            let batched = c.dims("LU_data").len() > 2;
+            8 * m + if batched { 8 * b * m } else { 0 }
+        }),
+        backward_temporaries: Some(lu_unpack_backward),
+        approximates: Some("backward: the gradients of L and U both defined"),
     },
     Override {
         op: "renorm.default",
