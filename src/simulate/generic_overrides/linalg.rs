@@ -515,6 +515,50 @@ fn lu_unpack_backward(c: &Call, _: &str) -> Option<u64> {
     Some(t.peak - result)
 }
 
+/// linalg_lu_solve's backward. B: `at::linalg_lu_solve(LU, pivots, grad, left, !adjoint)`
+/// (its result, the kernel's checks). LU: linalg_lu_solve_LU (FunctionsManual.cpp), `[P, L,
+/// U] = at::lu_unpack(LU, pivots, true, left == adjoint)` (P and the int64 permutation only
+/// when unpacking the pivots), then for left != adjoint `gR = solve_triangular(U^H,
+/// -gX.matmul(X^H))` (the product, its negation, the solve), `gL = solve_triangular(L^H,
+/// gR.matmul(U^H), ...).tril(-1)`, `gL + gR.triu()`; else `gR = -P^T X gX^H P` (the chain's
+/// products, the first X's size), `gR = solve_triangular(L^H, gR, ...)`, `gU =
+/// solve_triangular(U^H, L^H gR, ...).triu()`, `gR.tril(-1) + gU`. Each product of the
+/// square LU's size; the result (the last sum) made last.
+fn linalg_lu_solve_backward(c: &Call, arg: &str) -> Option<u64> {
+    let (b, n) = batch_and_n(c, "LU");
+    if arg == "B" {
+        return Some(lu_solve_checks(b * n, c.out_numel(0) == 0));
+    }
+    let kk = c.bytes("LU");
+    let x = c.out_bytes(0);
+    if kk == 0 || x == 0 {
+        return Some(0);
+    }
+    let left = c.flag("left").unwrap_or(true);
+    let adjoint = c.flag("adjoint").unwrap_or(false);
+    let mut t = Trace::default();
+    if left != adjoint {
+        t.make(2 * kk);
+        t.make(3 * kk);
+        t.free(2 * kk);
+        t.make(3 * kk);
+        t.free(2 * kk);
+    } else {
+        let batched = c.dims("LU").len() > 2;
+        t.make(3 * kk);
+        t.with(8 * n + if batched { 8 * b * n } else { 0 }, 0);
+        t.make(x + 3 * kk);
+        t.free(x + 2 * kk);
+        t.make(kk);
+        t.free(kk);
+        t.make(3 * kk);
+        t.free(2 * kk);
+    }
+    t.make(kk);
+    t.make(kk);
+    Some(t.peak - kk)
+}
+
 /// The table: one entry per op, sorted by name.
 pub static OVERRIDES: &[Override] = &[
     Override {
@@ -621,12 +665,12 @@ pub static OVERRIDES: &[Override] = &[
     },
     Override {
         op: "linalg_lu_solve.default",
-        read_from: "aten/src/ATen/native/BatchLinearAlgebra.cpp: linalg_lu_solve_out; BatchLinearAlgebraKernel.cpp: lu_solve_kernel",
+        read_from: "aten/src/ATen/native/BatchLinearAlgebra.cpp: linalg_lu_solve_out, lu_unpack_out; BatchLinearAlgebraKernel.cpp: lu_solve_kernel; FunctionsManual.cpp: linalg_lu_solve_LU",
         // B copied into the result; LU used as is when F-contiguous (`borrow_else_clone`);
         // the kernel's pivot checks.
         forward_scratch: Some(|c| lu_solve_checks(c.numel("pivots"), c.out_numel(0) == 0)),
-        backward_temporaries: None,
-        approximates: Some("LU taken as F-contiguous (lu_factor's layout; another is cloned)"),
+        backward_temporaries: Some(linalg_lu_solve_backward),
+        approximates: Some("LU taken as F-contiguous (lu_factor's layout; another is cloned); linalg_solve_triangular's own copies are not drawn"),
     },
     Override {
         op: "linalg_vector_norm.default",
