@@ -559,6 +559,64 @@ fn linalg_lu_solve_backward(c: &Call, arg: &str) -> Option<u64> {
     Some(t.peak - kk)
 }
 
+/// linalg_lu_factor_ex's backward (FunctionsManual.cpp): lu_factor_ex_backward unpacks `[P,
+/// L, U] = at::lu_unpack(LU, pivots, true, pivot)` (the int64 permutation beside them), then
+/// linalg_lu_backward with `L_grad`, `U_grad` views of grad: for m == n `L^H L_grad` and its
+/// `tril(-1)`, `+ (U_grad U^H).triu()` (product, triu, sum), two triangular solves; for m < n
+/// `L^H L_grad`, `- U_grad.triu() U^H` (triu of U's size, product, difference), the solve of
+/// its `tril(-1)`, `at::cat({A_grad + U1_grad.triu(), U2_grad})` (A's size), the second solve
+/// (m > n the mirror image, L's `tril(-1)` of L's size); then `P.matmul(A_grad)` (the
+/// result) when pivoting.
+fn lu_factor_ex_backward(c: &Call, _: &str) -> Option<u64> {
+    let (b, m, n) = batch_m_n(c, "A");
+    let e = c.elem("A");
+    let k = m.min(n);
+    let a = b * m * n * e;
+    if a == 0 {
+        return Some(0);
+    }
+    let pivot = c.flag("pivot").unwrap_or(true);
+    let kk = b * k * k * e;
+    let (p, l, u) = (
+        if pivot { b * m * m * e } else { 0 },
+        b * m * k * e,
+        b * k * n * e,
+    );
+    let mut t = Trace::default();
+    t.make(p + l + u);
+    if pivot {
+        let batched = c.dims("A").len() > 2;
+        t.with(8 * m + if batched { 8 * b * m } else { 0 }, 0);
+    }
+    if m == n {
+        t.make(kk);
+        t.make(kk);
+        t.free(kk);
+        t.make(3 * kk);
+        t.free(3 * kk);
+        for _ in 0..2 {
+            t.make(kk);
+            t.free(kk);
+        }
+    } else {
+        // The long factor's triangle: U_grad.triu() (m < n) or L_grad.tril(-1) (m > n).
+        let long = if m < n { u } else { l };
+        t.make(kk);
+        t.make(long + 2 * kk);
+        t.free(long + 2 * kk);
+        t.make(2 * kk);
+        t.free(2 * kk);
+        t.make(2 * kk + a);
+        t.free(3 * kk);
+        t.make(a);
+        t.free(a);
+    }
+    if pivot {
+        t.make(a);
+    }
+    Some(t.peak.saturating_sub(a))
+}
+
 /// The table: one entry per op, sorted by name.
 pub static OVERRIDES: &[Override] = &[
     Override {
@@ -662,6 +720,13 @@ pub static OVERRIDES: &[Override] = &[
         }),
         backward_temporaries: None,
         approximates: None,
+    },
+    Override {
+        op: "linalg_lu_factor_ex.default",
+        read_from: "FunctionsManual.cpp: lu_factor_ex_backward, linalg_lu_backward; BatchLinearAlgebra.cpp: lu_unpack_out",
+        forward_scratch: None,
+        backward_temporaries: Some(lu_factor_ex_backward),
+        approximates: Some("backward: linalg_solve_triangular's own copies are not drawn"),
     },
     Override {
         op: "linalg_lu_solve.default",
