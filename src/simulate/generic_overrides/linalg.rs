@@ -617,6 +617,48 @@ fn lu_factor_ex_backward(c: &Call, _: &str) -> Option<u64> {
     Some(t.peak.saturating_sub(a))
 }
 
+/// linalg_qr_backward (FunctionsManual.cpp) with the gradients of Q and R both defined:
+/// `gA = gR.matmul(R.mH()) - Q.mH().matmul(gQ)` (two k x k products and their difference);
+/// for m >= n `Q.matmul(syminvadj(gA.triu()))` (the triu, `X + X.mH()`, the product of Q's
+/// size), `gA + gQ`, the triangular solve (the result); for m < n
+/// `Q.matmul(trilImInvAdjSkew(-gA))` (the negation, `X - X.mH()` and its tril, the product),
+/// the solve, `at::cat({gA, gA.new_zeros(..)}, -1)` (A's size) and `gA + Q.matmul(gR)` (the
+/// product and the result, A's size).
+fn linalg_qr_backward(c: &Call, _: &str) -> Option<u64> {
+    let (b, m, n) = batch_m_n(c, "A");
+    let e = c.elem("A");
+    let k = m.min(n);
+    let a = b * m * n * e;
+    if a == 0 {
+        return Some(0);
+    }
+    let kk = b * k * k * e;
+    let mut t = Trace::default();
+    t.make(3 * kk);
+    t.free(2 * kk);
+    if m >= n {
+        t.make(2 * kk);
+        t.make(a);
+        t.free(3 * kk);
+        t.make(a);
+        t.free(a);
+        t.make(a);
+    } else {
+        t.make(3 * kk);
+        t.free(kk);
+        t.make(kk);
+        t.free(3 * kk);
+        t.make(kk);
+        t.free(kk);
+        let zeros = b * m * (n - m) * e;
+        t.make(zeros + a);
+        t.free(zeros + kk);
+        t.make(a);
+        t.make(a);
+    }
+    Some(t.peak - a)
+}
+
 /// The table: one entry per op, sorted by name.
 pub static OVERRIDES: &[Override] = &[
     Override {
@@ -736,6 +778,15 @@ pub static OVERRIDES: &[Override] = &[
         forward_scratch: Some(|c| lu_solve_checks(c.numel("pivots"), c.out_numel(0) == 0)),
         backward_temporaries: Some(linalg_lu_solve_backward),
         approximates: Some("LU taken as F-contiguous (lu_factor's layout; another is cloned); linalg_solve_triangular's own copies are not drawn"),
+    },
+    Override {
+        op: "linalg_qr.default",
+        read_from: "FunctionsManual.cpp: linalg_qr_backward",
+        // geqrf/orgqr's `work` (BatchLinearAlgebraKernel.cpp: `at::empty({lwork})`) is sized
+        // by the LAPACK library's workspace query: not drawn.
+        forward_scratch: None,
+        backward_temporaries: Some(linalg_qr_backward),
+        approximates: Some("forward: the LAPACK workspace (sized by the library's query) is not drawn; backward: the gradients of Q and R both defined, linalg_solve_triangular's own copies not drawn"),
     },
     Override {
         op: "linalg_vector_norm.default",
