@@ -659,6 +659,61 @@ fn linalg_qr_backward(c: &Call, _: &str) -> Option<u64> {
     Some(t.peak - a)
 }
 
+/// householder_product_backward (FunctionsManual.cpp), grad mode off (K updated in place),
+/// `flip_order` false: `input = input_.tril(-1)`; the squared column norms (a product of the
+/// first k columns, then their sum); `sigma = tau / (tau * norms - 1.0)`; `K =
+/// result.matmul(grad.mH())` (m x m); `apply_simple_transformation` in place (`u` a row,
+/// `t * v` a column, their product the narrowed K's size); `input_grad` and `tau_grad` as
+/// zeros; then per column i `update_grad` (`vHK`, `Kv`, and `v_grad`'s products beside
+/// them, `tau_grad`'s 1 x 1 product) and, but for the last, the two in-place updates of K
+/// while `v_grad` and `tau_grad` are held. Returns the peak over the two results.
+fn householder_product_backward(c: &Call, _: &str) -> Option<u64> {
+    let (b, m, n) = batch_m_n(c, "input");
+    let e = c.elem("input");
+    let k = c.dims("tau").last().copied().unwrap_or(0);
+    let (inp, tau) = (b * m * n * e, b * k * e);
+    if inp == 0 || tau == 0 {
+        return Some(0);
+    }
+    let col = b * m * e;
+    let mut t = Trace::default();
+    t.make(inp);
+    t.make(b * m * k * e);
+    t.make(tau);
+    t.free(b * m * k * e);
+    t.make(tau);
+    t.with(WRAPPED_SCALAR + if e == 8 { 0 } else { e }, tau);
+    t.make(tau);
+    t.free(2 * tau);
+    t.make(b * m * m * e);
+    // K <- H_0^{-1} K (left, in place, from row 0).
+    t.make(col + col + b * m * m * e);
+    t.free(col + col + b * m * m * e);
+    t.make(inp + tau);
+    for i in 0..k {
+        t.make(col + col);
+        t.make(b * e + col + col + col);
+        t.free(b * e + col + col);
+        t.make(b * e + b * e);
+        t.free(b * e);
+        t.free(col + col);
+        if i + 1 < k {
+            let rows = m.saturating_sub(i + 1);
+            t.make(col + b * rows * e + b * rows * m * e);
+            t.free(col + b * rows * e + b * rows * m * e);
+            let cols = m.saturating_sub(i);
+            t.make(b * cols * e + col);
+            t.free(b * cols * e);
+            t.make(b * m * cols * e);
+            t.free(col + b * m * cols * e);
+        }
+        t.free(col + b * e);
+    }
+    let results = if requires_grad(c, "input") { inp } else { 0 }
+        + if requires_grad(c, "tau") { tau } else { 0 };
+    Some(t.peak.saturating_sub(results))
+}
+
 /// The table: one entry per op, sorted by name.
 pub static OVERRIDES: &[Override] = &[
     Override {
@@ -746,6 +801,15 @@ pub static OVERRIDES: &[Override] = &[
         forward_scratch: None,
         backward_temporaries: Some(cholesky_backward),
         approximates: Some("backward: linalg_solve_triangular's own copies are not drawn"),
+    },
+    Override {
+        op: "linalg_householder_product.default",
+        read_from: "FunctionsManual.cpp: householder_product_backward, apply_simple_transformation",
+        // orgqr's `work` (`at::empty({lwork})`, sized by the library's workspace query): not
+        // drawn.
+        forward_scratch: None,
+        backward_temporaries: Some(householder_product_backward),
+        approximates: Some("forward: the LAPACK workspace (sized by the library's query) is not drawn; backward: grad mode off"),
     },
     Override {
         op: "linalg_inv_ex.default",
