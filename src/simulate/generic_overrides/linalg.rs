@@ -660,23 +660,33 @@ fn linalg_qr_backward(c: &Call, _: &str) -> Option<u64> {
 }
 
 /// householder_product_backward (FunctionsManual.cpp), grad mode off (K updated in place),
-/// `flip_order` false: `input = input_.tril(-1)`; the squared column norms (a product of the
-/// first k columns, then their sum); `sigma = tau / (tau * norms - 1.0)`; `K =
-/// result.matmul(grad.mH())` (m x m); `apply_simple_transformation` in place (`u` a row,
-/// `t * v` a column, their product the narrowed K's size); `input_grad` and `tau_grad` as
-/// zeros; then per column i `update_grad` (`vHK`, `Kv`, and `v_grad`'s products beside
-/// them, `tau_grad`'s 1 x 1 product) and, but for the last, the two in-place updates of K
-/// while `v_grad` and `tau_grad` are held. Returns the peak over the two results.
-fn householder_product_backward(c: &Call, _: &str) -> Option<u64> {
-    let (b, m, n) = batch_m_n(c, "input");
-    let e = c.elem("input");
-    let k = c.dims("tau").last().copied().unwrap_or(0);
-    let (inp, tau) = (b * m * n * e, b * k * e);
-    if inp == 0 || tau == 0 {
-        return Some(0);
-    }
-    let col = b * m * e;
-    let mut t = Trace::default();
+/// on an input of `b` matrices m x n with k reflectors, elements of `e` bytes: `input =
+/// input_.tril(-1)`; the squared column norms (a product of the first k columns, then their
+/// sum); `sigma = tau / (tau * norms - 1.0)`; `K = result.matmul(grad.mH())` (m x m);
+/// `apply_simple_transformation` in place (left: `u` a row, `t * v` a column, their product
+/// the narrowed K's size; right: `t * v` gone before `u * v.mH()`); `input_grad` and
+/// `tau_grad` as zeros; then per column i (last to first with `flip_order`) `update_grad`
+/// (`vHK`, `Kv`, and `v_grad`'s products beside them, `tau_grad`'s 1 x 1 product) and, but
+/// for the last, the two in-place updates of K while `v_grad` and `tau_grad` are held.
+fn householder_backward_trace(
+    t: &mut Trace,
+    (b, m, n, k, e): (u64, u64, u64, u64, u64),
+    flip: bool,
+) {
+    let (inp, tau, col) = (b * m * n * e, b * k * e, b * m * e);
+    // In-place updates of K from row/column j: left (rows m - j), right (columns m - j).
+    let left = |t: &mut Trace, j: u64| {
+        let rows = m.saturating_sub(j);
+        t.make(col + b * rows * e + b * rows * m * e);
+        t.free(col + b * rows * e + b * rows * m * e);
+    };
+    let right = |t: &mut Trace, j: u64| {
+        let cols = m.saturating_sub(j);
+        t.make(b * cols * e + col);
+        t.free(b * cols * e);
+        t.make(b * m * cols * e);
+        t.free(col + b * m * cols * e);
+    };
     t.make(inp);
     t.make(b * m * k * e);
     t.make(tau);
@@ -686,31 +696,71 @@ fn householder_product_backward(c: &Call, _: &str) -> Option<u64> {
     t.make(tau);
     t.free(2 * tau);
     t.make(b * m * m * e);
-    // K <- H_0^{-1} K (left, in place, from row 0).
-    t.make(col + col + b * m * m * e);
-    t.free(col + col + b * m * m * e);
+    if flip {
+        right(t, k - 1);
+    } else {
+        left(t, 0);
+    }
     t.make(inp + tau);
-    for i in 0..k {
+    for step in 0..k {
+        let i = if flip { k - 1 - step } else { step };
         t.make(col + col);
         t.make(b * e + col + col + col);
         t.free(b * e + col + col);
         t.make(b * e + b * e);
         t.free(b * e);
         t.free(col + col);
-        if i + 1 < k {
-            let rows = m.saturating_sub(i + 1);
-            t.make(col + b * rows * e + b * rows * m * e);
-            t.free(col + b * rows * e + b * rows * m * e);
-            let cols = m.saturating_sub(i);
-            t.make(b * cols * e + col);
-            t.free(b * cols * e);
-            t.make(b * m * cols * e);
-            t.free(col + b * m * cols * e);
+        if step + 1 < k {
+            if flip {
+                right(t, i - 1);
+                left(t, i);
+            } else {
+                left(t, i + 1);
+                right(t, i);
+            }
         }
         t.free(col + b * e);
     }
+}
+
+/// linalg_householder_product's backward: [`householder_backward_trace`] over the results
+/// (input's and tau's gradients, the zeros it fills).
+fn householder_product_backward(c: &Call, _: &str) -> Option<u64> {
+    let (b, m, n) = batch_m_n(c, "input");
+    let e = c.elem("input");
+    let k = c.dims("tau").last().copied().unwrap_or(0);
+    let (inp, tau) = (b * m * n * e, b * k * e);
+    if inp == 0 || tau == 0 {
+        return Some(0);
+    }
+    let mut t = Trace::default();
+    householder_backward_trace(&mut t, (b, m, n, k, e), false);
     let results = if requires_grad(c, "input") { inp } else { 0 }
         + if requires_grad(c, "tau") { tau } else { 0 };
+    Some(t.peak.saturating_sub(results))
+}
+
+/// ormqr_backward (FunctionsManual.cpp): for other, `at::ormqr(self, tau, grad, left,
+/// !transpose)` (other's size); for self or tau, householder_product_backward with
+/// `flip_order = !(left ^ transpose)` ([`householder_backward_trace`]), K the square of
+/// self's rows.
+fn ormqr_backward(c: &Call, _: &str) -> Option<u64> {
+    let (b, m, n) = batch_m_n(c, "self");
+    let e = c.elem("self");
+    let k = c.dims("input2").last().copied().unwrap_or(0);
+    let (inp, tau, other) = (b * m * n * e, b * k * e, c.bytes("input3"));
+    let mut t = Trace::default();
+    if requires_grad(c, "input3") {
+        t.make(other);
+    }
+    if (requires_grad(c, "self") || requires_grad(c, "input2")) && inp > 0 && tau > 0 {
+        let left = c.flag("left").unwrap_or(true);
+        let transpose = c.flag("transpose").unwrap_or(false);
+        householder_backward_trace(&mut t, (b, m, n, k, e), !(left ^ transpose));
+    }
+    let results = if requires_grad(c, "self") { inp } else { 0 }
+        + if requires_grad(c, "input2") { tau } else { 0 }
+        + if requires_grad(c, "input3") { other } else { 0 };
     Some(t.peak.saturating_sub(results))
 }
 
@@ -879,6 +929,15 @@ pub static OVERRIDES: &[Override] = &[
         }),
         backward_temporaries: Some(lu_unpack_backward),
         approximates: Some("backward: the gradients of L and U both defined"),
+    },
+    Override {
+        op: "ormqr.default",
+        read_from: "FunctionsManual.cpp: ormqr_backward, householder_product_backward, apply_simple_transformation",
+        // ormqr's `work` (`at::empty({lwork})`, sized by the library's workspace query), in
+        // the forward and in the backward's `at::ormqr`: not drawn.
+        forward_scratch: None,
+        backward_temporaries: Some(ormqr_backward),
+        approximates: Some("the LAPACK workspace (sized by the library's query) is not drawn; backward: grad mode off"),
     },
     Override {
         op: "renorm.default",
