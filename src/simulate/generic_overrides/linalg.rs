@@ -568,6 +568,17 @@ fn linalg_lu_solve_backward(c: &Call, arg: &str) -> Option<u64> {
 /// (m > n the mirror image, L's `tril(-1)` of L's size); then `P.matmul(A_grad)` (the
 /// result) when pivoting.
 fn lu_factor_ex_backward(c: &Call, _: &str) -> Option<u64> {
+    lu_backward(c, true)
+}
+
+/// linalg_lu's backward: linalg_lu_backward (FunctionsManual.cpp) on the saved P, L and U,
+/// both gradients defined (see [`lu_factor_ex_backward`], without its unpacking).
+fn linalg_lu_backward(c: &Call, _: &str) -> Option<u64> {
+    lu_backward(c, false)
+}
+
+/// linalg_lu_backward's statements, after `lu_unpack` when `unpack` (lu_factor_ex_backward).
+fn lu_backward(c: &Call, unpack: bool) -> Option<u64> {
     let (b, m, n) = batch_m_n(c, "A");
     let e = c.elem("A");
     let k = m.min(n);
@@ -583,8 +594,10 @@ fn lu_factor_ex_backward(c: &Call, _: &str) -> Option<u64> {
         b * k * n * e,
     );
     let mut t = Trace::default();
-    t.make(p + l + u);
-    if pivot {
+    if unpack {
+        t.make(p + l + u);
+    }
+    if unpack && pivot {
         let batched = c.dims("A").len() > 2;
         t.with(8 * m + if batched { 8 * b * m } else { 0 }, 0);
     }
@@ -764,6 +777,27 @@ fn ormqr_backward(c: &Call, _: &str) -> Option<u64> {
     Some(t.peak.saturating_sub(results))
 }
 
+/// linalg_lu's forward (BatchLinearAlgebra.cpp: linalg_lu_out): `pivots` (int32, k per
+/// matrix) and `info` (int32, one per matrix); `linalg_lu_factor_ex_out` into L (m > n) or U,
+/// C-contiguous outputs (the meta's `set_output_raw_strided(.., {}, ..)`) the structured
+/// kernel does not take as its F-contiguous LU: a proxy of A's size, copied back; then `lu_unpack_out`'s int64 permutation when pivoting.
+fn linalg_lu_forward(c: &Call) -> u64 {
+    let (b, m, n) = batch_m_n(c, "A");
+    let e = c.elem("A");
+    let k = m.min(n);
+    if b * m * n == 0 {
+        return 0;
+    }
+    // `maybe_create_proxy` compares the strides exactly.
+    let proxy = b * m * n * e;
+    let perm = if c.flag("pivot").unwrap_or(true) {
+        8 * m + if c.dims("A").len() > 2 { 8 * b * m } else { 0 }
+    } else {
+        0
+    };
+    4 * b * k + 4 * b + proxy.max(perm)
+}
+
 /// The table: one entry per op, sorted by name.
 pub static OVERRIDES: &[Override] = &[
     Override {
@@ -876,6 +910,13 @@ pub static OVERRIDES: &[Override] = &[
         }),
         backward_temporaries: None,
         approximates: None,
+    },
+    Override {
+        op: "linalg_lu.default",
+        read_from: "aten/src/ATen/native/BatchLinearAlgebra.cpp: linalg_lu_out, lu_unpack_out; FunctionsManual.cpp: linalg_lu_backward",
+        forward_scratch: Some(linalg_lu_forward),
+        backward_temporaries: Some(linalg_lu_backward),
+        approximates: Some("backward: the gradients of L and U both defined; linalg_solve_triangular's own copies are not drawn"),
     },
     Override {
         op: "linalg_lu_factor_ex.default",
