@@ -2,7 +2,292 @@
 //! upsample, masked, sparse, fft, loss and copy ops: see [`super`]. Sorted by op name.
 
 #[allow(unused_imports)]
-use super::{wrap, Call, Override};
+use super::{contiguous_strides, wrap, Call, Override};
+use crate::ops::generic::AtenValue;
+
+/// Float argument `name` as given (an int given for it counts; None: left out or None).
+fn float(c: &Call, name: &str) -> Option<f64> {
+    match c.value(name)? {
+        AtenValue::Float(v) => Some(*v),
+        AtenValue::Int(v) => Some(*v as f64),
+        _ => None,
+    }
+}
+
+/// Whether tensor argument `name` is an int32 tensor (4-byte elements of an index argument).
+fn is_int32_index(c: &Call, name: &str) -> bool {
+    c.numel(name) > 0 && c.elem(name) == 4
+}
+
+/// `index.to(kLong)`: an int32 index made int64 before the kernel runs (gather, scatter).
+fn int32_index_as_long(c: &Call) -> u64 {
+    if is_int32_index(c, "index") {
+        c.numel("index").saturating_mul(8)
+    } else {
+        0
+    }
+}
+
+/// The interpolated axes of an upsample call: (input size, output size, scale argument) per
+/// axis after batch and channels.
+fn upsample_axes(c: &Call, scales: &[&str]) -> Vec<(u64, u64, Option<f64>)> {
+    let (i, o) = (c.dims("self"), c.out_dims(0));
+    let k = scales.len();
+    if i.len() < k || o.len() < k {
+        return Vec::new();
+    }
+    (0..k)
+        .map(|a| {
+            let d = i.len() - k + a;
+            (i[d], o[o.len() - k + a], float(c, scales[a]))
+        })
+        .collect()
+}
+
+/// `HelperInterpBase::init_indices_weights` for every interpolated axis
+/// (`upsample_generic_Nd_kernel_impl`): `interp_size` pairs of an int64 index and a weight
+/// of the input's dtype, each the axis's output length (nearest: one pair, its weight
+/// `at::ones`). All alive until the TensorIterator has run.
+fn generic_nd_indices_weights(c: &Call, scales: &[&str], interp_size: u64) -> u64 {
+    let e = c.elem("self");
+    upsample_axes(c, scales)
+        .iter()
+        .map(|&(_, out, _)| interp_size * out * (8 + e))
+        .sum()
+}
+
+/// `area_pixel_compute_scale<float>` (UpSample.h): `(in - 1) / (out - 1)` with
+/// `align_corners`, else `compute_scales_value`: `1 / scale` when a positive scale is given,
+/// else `in / out`.
+fn area_pixel_scale(input: u64, output: u64, align_corners: bool, scale: Option<f64>) -> f32 {
+    if align_corners {
+        if output > 1 {
+            (input - 1) as f32 / (output - 1) as f32
+        } else {
+            0.0
+        }
+    } else {
+        match scale {
+            Some(s) if s > 0.0 => (1.0 / s) as f32,
+            _ => input as f32 / output.max(1) as f32,
+        }
+    }
+}
+
+/// `_compute_index_ranges_weights` (antialias): three int64 tensors of the output length
+/// (xmin, size, stride), the weights (`output * max_interp_size` of the dtype) and their
+/// int64 offsets; `max_interp_size = ceil(support) * 2 + 1`, `support = interp_size / 2`
+/// times the scale when it is at least 1.
+fn aa_index_ranges_weights(
+    input: u64,
+    output: u64,
+    align_corners: bool,
+    scale: Option<f64>,
+    interp_size: u64,
+    e: u64,
+) -> u64 {
+    let s = area_pixel_scale(input, output, align_corners, scale);
+    let half = interp_size as f32 * 0.5;
+    let support = if s >= 1.0 { half * s } else { half };
+    let max_interp = support.ceil() as u64 * 2 + 1;
+    4 * output * 8 + output * max_interp * e
+}
+
+/// `separable_upsample_generic_Nd_kernel_impl` (antialias): the last axis first, then the
+/// others from the inside out, each only when its size changes; every pass but the last
+/// writes a new temporary of the input's shape with the axes done so far at their output
+/// size; a pass holds its input, its output and its index ranges and weights.
+fn separable_aa_scratch(c: &Call, scales: &[&str], interp_size: u64) -> u64 {
+    let axes = upsample_axes(c, scales);
+    let e = c.elem("self");
+    let align = c.flag("align_corners").unwrap_or(false);
+    let mut shape = c.dims("self");
+    let k = axes.len();
+    let mut passes = (0..k).rev().filter(|&a| axes[a].0 != axes[a].1).count();
+    let (mut peak, mut held) = (0u64, 0u64);
+    for a in (0..k).rev() {
+        let (i, o, s) = axes[a];
+        if i == o {
+            continue;
+        }
+        passes -= 1;
+        let d = shape.len() - k + a;
+        shape[d] = o;
+        let temp = if passes > 0 {
+            shape.iter().product::<u64>() * e
+        } else {
+            0
+        };
+        let weights = aa_index_ranges_weights(i, o, align, s, interp_size, e);
+        peak = peak.max(held + temp + weights);
+        held = temp;
+    }
+    peak
+}
+
+/// c10's `is_contiguous(ChannelsLast)` of a contiguous NCHW tensor (strides of `dims`).
+fn contiguous_is_channels_last(dims: &[u64]) -> bool {
+    if dims.len() != 4 {
+        return false;
+    }
+    let st = contiguous_strides(dims);
+    let mut expected = 1u64;
+    for d in [1, 3, 2, 0] {
+        if dims[d] != 1 {
+            if st[d] != expected {
+                return false;
+            }
+            expected *= dims[d];
+        }
+    }
+    true
+}
+
+/// upsample_bilinear2d's float kernel (`upsample_bilinear2d_kernel_impl_float`): the
+/// channels-last kernel when `_use_vectorized_kernel_cond_2d` holds (a channels-last input
+/// of more than 3 channels, or `out_h + out_w <= 128`), which works on
+/// `input.contiguous(ChannelsLast)` and `output.contiguous(ChannelsLast)` (copies of a
+/// channels-first input and output) and copies the result back; else the generic kernel's
+/// two index and weight pairs per axis.
+fn bilinear2d_scratch(c: &Call) -> u64 {
+    let (i, o) = (c.dims("self"), c.out_dims(0));
+    if i.len() != 4 || o.len() != 4 {
+        return 0;
+    }
+    let input_cl = contiguous_is_channels_last(&i);
+    if (input_cl && i[1] > 3) || o[2] + o[3] <= 128 {
+        let copy = |dims: &[u64], bytes: u64| {
+            if contiguous_is_channels_last(dims) {
+                0
+            } else {
+                bytes
+            }
+        };
+        copy(&i, c.bytes("self")) + copy(&o, c.out_bytes(0))
+    } else {
+        generic_nd_indices_weights(c, &["scales_h", "scales_w"], 2)
+    }
+}
+
+const UPSAMPLE_CITE: &str = "aten/src/ATen/native/cpu/UpSampleKernel.cpp: upsample_generic_Nd_kernel_impl, HelperInterpBase::init_indices_weights";
 
 /// The table: one entry per op, sorted by name.
-pub static OVERRIDES: &[Override] = &[];
+pub static OVERRIDES: &[Override] = &[
+    Override {
+        op: "_upsample_bilinear2d_aa.default",
+        read_from: "aten/src/ATen/native/cpu/UpSampleKernel.cpp: separable_upsample_generic_Nd_kernel_impl, HelperInterpBase::_compute_index_ranges_weights; UpSample.h: area_pixel_compute_scale",
+        forward_scratch: Some(|c| separable_aa_scratch(c, &["scales_h", "scales_w"], 2)),
+        backward_temporaries: None,
+        approximates: Some("a float input (a uint8 one takes the AVX kernel)"),
+    },
+    Override {
+        op: "_upsample_nearest_exact1d.default",
+        read_from: UPSAMPLE_CITE,
+        forward_scratch: Some(|c| generic_nd_indices_weights(c, &["scales"], 1)),
+        backward_temporaries: None,
+        approximates: None,
+    },
+    Override {
+        op: "gather.default",
+        read_from: "aten/src/ATen/native/TensorAdvancedIndexing.cpp: gather_out (an int32 index is made int64, `index.to(kLong)`: aten::to inside aten::gather under torch.profiler, torch 2.11)",
+        forward_scratch: Some(int32_index_as_long),
+        // `gather_backward`: `grad.new_zeros(self.sizes()).scatter_add_(dim, index, grad)`,
+        // the result; scatter_add makes an int32 index int64 the same way.
+        backward_temporaries: Some(|c, _| Some(int32_index_as_long(c))),
+        approximates: None,
+    },
+    Override {
+        op: "histc.default",
+        read_from: "aten/src/ATen/native/Histogram.cpp: histogram_histc_out (bin_edges, `linspace` of bins + 1); cpu/HistogramKernel.cpp: histogramdd_cpu_contiguous (thread_histograms)",
+        // `bin_edges` of `bins + 1` elements, and `at::zeros({num_threads, bins})` summed
+        // into the result (`at::sum_out(hist, thread_histograms, 0)`).
+        forward_scratch: Some(|c| {
+            let (bins, e) = (c.out_numel(0), c.out_elem(0));
+            (bins + 1) * e + bins * e
+        }),
+        backward_temporaries: None,
+        approximates: Some("one intra-op thread (thread_histograms holds one histogram per thread)"),
+    },
+    Override {
+        op: "isinf.default",
+        read_from: "aten/src/ATen/native/TensorCompare.cpp: isinf; BinaryOps.cpp: eq.Scalar (wrapped_scalar_tensor)",
+        // A floating input: `self.abs() == infinity`: the `abs` (the input's size) and the
+        // comparison's wrapped double scalar. An integral one: `zeros_like` only.
+        forward_scratch: Some(|c| {
+            let e = c.elem("self");
+            if c.numel("self") == 0 || e == 1 {
+                return 0;
+            }
+            c.bytes("self") + 8
+        }),
+        backward_temporaries: None,
+        approximates: Some("a real floating input (a complex one runs isinf on its real and imaginary views; an integral one makes no scratch but is drawn with it when 2 bytes or more)"),
+    },
+    Override {
+        op: "multinomial.default",
+        read_from: "aten/src/ATen/native/Distributions.cpp: multinomial_out; cpu/MultinomialKernel.cpp: multinomial_with_replacement_apply",
+        // Without replacement or one sample: `q = at::empty_like(self).exponential_()`, then
+        // `topk_out` into `vals = at::empty(result.sizes(), self.options())` (argmax for one
+        // sample). With replacement: `cum_dist = at::empty({n_categories})`.
+        forward_scratch: Some(|c| {
+            let n = c.int("num_samples").unwrap_or(1);
+            let e = c.elem("self");
+            let replacement = c.flag("replacement").unwrap_or(false);
+            if !replacement || n == 1 {
+                let vals = if n > 1 { c.out_numel(0) * e } else { 0 };
+                c.bytes("self") + vals
+            } else {
+                c.dims("self").last().copied().unwrap_or(0) * e
+            }
+        }),
+        backward_temporaries: None,
+        approximates: None,
+    },
+    Override {
+        op: "scatter.src",
+        read_from: "aten/src/ATen/native/TensorAdvancedIndexing.cpp: scatter_impl (an int32 index is made int64, `index.to(kLong)`: aten::to inside aten::scatter under torch.profiler, torch 2.11)",
+        forward_scratch: Some(int32_index_as_long),
+        // self: `grad.scatter(dim, index, 0)`; src: `grad.gather(dim, index)`: each makes an
+        // int32 index int64 while it runs.
+        backward_temporaries: Some(|c, _| Some(int32_index_as_long(c))),
+        approximates: None,
+    },
+    Override {
+        op: "upsample_bicubic2d.default",
+        read_from: "aten/src/ATen/native/cpu/UpSampleKernel.cpp: upsample_bicubic2d_kernel_impl, upsample_generic_Nd_kernel_impl, HelperInterpCubic::compute_indices_weights",
+        forward_scratch: Some(|c| generic_nd_indices_weights(c, &["scales_h", "scales_w"], 4)),
+        backward_temporaries: None,
+        approximates: Some("a float input (a uint8 one takes the separable kernel)"),
+    },
+    Override {
+        op: "upsample_bilinear2d.default",
+        read_from: "aten/src/ATen/native/cpu/UpSampleKernel.cpp: upsample_bilinear2d_kernel_impl_float, _use_vectorized_kernel_cond_2d, cpu_upsample_linear_channels_last, upsample_generic_Nd_kernel_impl",
+        forward_scratch: Some(bilinear2d_scratch),
+        backward_temporaries: None,
+        approximates: Some("a contiguous float input; with one intra-op thread a 3-channel input takes the channels-last kernel at any output size (drawn only when out_h + out_w <= 128)"),
+    },
+    Override {
+        op: "upsample_linear1d.default",
+        read_from: UPSAMPLE_CITE,
+        forward_scratch: Some(|c| generic_nd_indices_weights(c, &["scales"], 2)),
+        backward_temporaries: None,
+        approximates: None,
+    },
+    Override {
+        op: "upsample_nearest1d.default",
+        read_from: UPSAMPLE_CITE,
+        forward_scratch: Some(|c| generic_nd_indices_weights(c, &["scales"], 1)),
+        backward_temporaries: None,
+        approximates: None,
+    },
+    Override {
+        op: "upsample_trilinear3d.default",
+        read_from: "aten/src/ATen/native/cpu/UpSampleKernel.cpp: upsample_trilinear3d_kernel_impl (_use_vectorized_kernel_cond_3d), upsample_generic_Nd_kernel_impl",
+        // The generic kernel unless the input is channels-last-3d with more than 3 channels.
+        forward_scratch: Some(|c| {
+            generic_nd_indices_weights(c, &["scales_d", "scales_h", "scales_w"], 2)
+        }),
+        backward_temporaries: None,
+        approximates: Some("a contiguous (channels-first) input"),
+    },
+];
