@@ -169,10 +169,110 @@ fn bilinear2d_scratch(c: &Call) -> u64 {
     }
 }
 
+/// The (sizes, element bytes) of each tensor in tensor-list argument `name`.
+fn list_tensors(c: &Call, name: &str) -> Vec<(Vec<u64>, u64)> {
+    let Some(AtenValue::List(l)) = c.value(name) else {
+        return Vec::new();
+    };
+    l.iter()
+        .filter_map(|v| match v {
+            AtenValue::Input(i) => c.inputs.get(*i),
+            _ => None,
+        })
+        .map(|x| {
+            let dims: Vec<u64> = x.shape.0.iter().map(|d| d.at(c.batch)).collect();
+            let n = x.shape.numel_at(c.batch);
+            let e = x.bytes.checked_div(n).unwrap_or(4);
+            (dims, e)
+        })
+        .collect()
+}
+
+/// `_pad_chunk` (TensorShape.cpp, for `_chunk_cat`): a tensor whose `dim` is not a multiple
+/// of `num_chunks` is copied into `tensor.new_zeros(padded_size)` (its `dim` rounded up to
+/// the multiple); the others are reshaped views. All are alive while `at::cat` writes the
+/// output.
+fn chunk_cat_padding(c: &Call) -> u64 {
+    let chunks = c.int("num_chunks").unwrap_or(1).max(1) as u64;
+    let tensors = list_tensors(c, "tensors");
+    let Some(rank) = tensors.first().map(|t| t.0.len()) else {
+        return 0;
+    };
+    let dim = wrap(c.int("dim").unwrap_or(0), rank);
+    tensors
+        .iter()
+        .filter(|(d, _)| d.get(dim).is_some_and(|&n| n % chunks != 0))
+        .map(|(d, e)| {
+            let padded = d[dim].div_ceil(chunks) * chunks;
+            let rest: u64 = d
+                .iter()
+                .enumerate()
+                .filter(|&(k, _)| k != dim)
+                .map(|(_, &x)| x)
+                .product();
+            padded * rest * e
+        })
+        .sum()
+}
+
+/// `_maybe_overlapping_memory` (FunctionsManual.cpp): the axes by stride, each stride beyond
+/// the furthest element the smaller ones reach.
+fn maybe_overlapping(sizes: &[u64], strides: &[i64]) -> bool {
+    let mut order: Vec<usize> = (0..sizes.len()).collect();
+    order.sort_by_key(|&k| strides[k]);
+    let mut reach = 0i64;
+    for k in order {
+        if strides[k] <= reach {
+            return true;
+        }
+        reach += strides[k] * (sizes[k] as i64 - 1);
+    }
+    false
+}
+
+/// `as_strided_backward` (FunctionsManual.cpp), for as_strided and as_strided_copy: the
+/// output geometry less its size-1 axes; when it may overlap, `at::arange(0, base_size,
+/// kLong)` and `out_indices.reshape(-1)` (a copy: an overlapping view is not contiguous), the
+/// int64 index of `storage.index_add_`, beside the result `storage`. The input is taken as
+/// a dense tensor at storage offset 0 (its geometry is not in the graph), so it does not
+/// overlap and `base_size` is the larger of its numel and the output's reach.
+fn as_strided_backward_temporaries(c: &Call, _: &str) -> Option<u64> {
+    let (size, stride) = (c.ints("size"), c.ints("stride"));
+    if size.len() != stride.len() || size.contains(&0) {
+        return Some(0);
+    }
+    let (sizes, strides): (Vec<u64>, Vec<i64>) = size
+        .iter()
+        .zip(&stride)
+        .filter(|&(&n, &s)| n != 1 && s != 0)
+        .map(|(&n, &s)| (n as u64, s))
+        .unzip();
+    if !maybe_overlapping(&sizes, &strides) {
+        return Some(0);
+    }
+    let offset = c.int("storage_offset").unwrap_or(0).max(0) as u64;
+    let reach = offset
+        + 1
+        + sizes
+            .iter()
+            .zip(&strides)
+            .map(|(&n, &s)| (n - 1) * s.max(0) as u64)
+            .sum::<u64>();
+    let base = reach.max(c.numel("self"));
+    Some(base * 8 + sizes.iter().product::<u64>() * 8)
+}
+
 const UPSAMPLE_CITE: &str = "aten/src/ATen/native/cpu/UpSampleKernel.cpp: upsample_generic_Nd_kernel_impl, HelperInterpBase::init_indices_weights";
 
 /// The table: one entry per op, sorted by name.
 pub static OVERRIDES: &[Override] = &[
+    Override {
+        op: "_chunk_cat.default",
+        read_from: "aten/src/ATen/native/TensorShape.cpp: _chunk_cat, _pad_chunk",
+        forward_scratch: Some(chunk_cat_padding),
+        backward_temporaries: None,
+        approximates: Some("contiguous inputs (a strided one's `reshape` may copy)"),
+    },
     Override {
         op: "_upsample_bilinear2d_aa.default",
         read_from: "aten/src/ATen/native/cpu/UpSampleKernel.cpp: separable_upsample_generic_Nd_kernel_impl, HelperInterpBase::_compute_index_ranges_weights; UpSample.h: area_pixel_compute_scale",
@@ -186,6 +286,43 @@ pub static OVERRIDES: &[Override] = &[
         forward_scratch: Some(|c| generic_nd_indices_weights(c, &["scales"], 1)),
         backward_temporaries: None,
         approximates: None,
+    },
+    Override {
+        op: "as_strided.default",
+        read_from: "torch/csrc/autograd/FunctionsManual.cpp: as_strided_backward, _maybe_overlapping_memory, _min_storage_size",
+        forward_scratch: None,
+        backward_temporaries: Some(as_strided_backward_temporaries),
+        approximates: Some("the input taken as dense at storage offset 0 (an overlapping input's `count` tensor, and a stride-0 output axis's `sum`, are not drawn)"),
+    },
+    Override {
+        op: "as_strided_copy.default",
+        read_from: "torch/csrc/autograd/FunctionsManual.cpp: as_strided_backward, _maybe_overlapping_memory, _min_storage_size",
+        forward_scratch: None,
+        backward_temporaries: Some(as_strided_backward_temporaries),
+        approximates: Some("the input taken as dense at storage offset 0 (an overlapping input's `count` tensor, and a stride-0 output axis's `sum`, are not drawn)"),
+    },
+    Override {
+        op: "binary_cross_entropy_with_logits.default",
+        read_from: "aten/src/ATen/native/Loss.cpp: binary_cross_entropy_with_logits, apply_loss_reduction; FunctionsManual.cpp: binary_cross_entropy_with_logits_backward, binary_cross_entropy_with_logits_target_backward (call sequence checked with torch.profiler, torch 2.11)",
+        // `at::log_sigmoid(input)` (log_sigmoid_forward's output and buffer, both the input's
+        // size, the buffer dropped), then `(1 - target).mul_(input).sub_(log_sigmoid_input)`:
+        // the loss beside log_sigmoid's result; a reduction (`loss.mean()`/`sum()`) is made
+        // beside both, with mean's divisor as a 0-dim tensor (8 bytes at most). Without a
+        // reduction the loss is the result.
+        forward_scratch: Some(|c| {
+            let n = c.bytes("self");
+            if c.int("reduction") == Some(0) {
+                n
+            } else {
+                2 * n + 8
+            }
+        }),
+        // self: `input.sigmoid().sub_(target)`, scaled in place: the result only. target:
+        // `-input` (the input's size) beside the product with grad (the result).
+        backward_temporaries: Some(|c, arg| {
+            Some(if arg == "target" { c.bytes("self") } else { 0 })
+        }),
+        approximates: Some("no pos_weight (its `(pos_weight - 1).mul(target)` and `pos_weight.mul(target)` are not drawn)"),
     },
     Override {
         op: "gather.default",
@@ -241,6 +378,17 @@ pub static OVERRIDES: &[Override] = &[
             }
         }),
         backward_temporaries: None,
+        approximates: None,
+    },
+    Override {
+        op: "native_dropout_backward.default",
+        read_from: "aten/src/ATen/native/Dropout.cpp: native_dropout_backward; FunctionsManual.cpp: native_dropout_double_backward",
+        // `grad * mask * scale`: `grad * mask` (grad's size) before the result, and the
+        // scalar's wrapped double.
+        forward_scratch: Some(|c| c.bytes("grad_output") + 8),
+        // `ggI.type_as(grad) * (mask.type_as(grad) * scale)`: the mask made grad's dtype and
+        // its scaled copy (the output's size each), alive as the product is made.
+        backward_temporaries: Some(|c, _| Some(2 * c.out_bytes(0))),
         approximates: None,
     },
     Override {
