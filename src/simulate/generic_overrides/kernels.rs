@@ -262,6 +262,55 @@ fn as_strided_backward_temporaries(c: &Call, _: &str) -> Option<u64> {
     Some(base * 8 + sizes.iter().product::<u64>() * 8)
 }
 
+/// Bytes of the tensors of the `indices` list (`Tensor?[]`; None entries hold nothing): the
+/// `at::clamp`ed copies `_unsafe_masked_index` and its backward make of each.
+fn clamped_indices(c: &Call) -> u64 {
+    list_tensors(c, "indices")
+        .iter()
+        .map(|(d, e)| d.iter().product::<u64>() * e)
+        .sum()
+}
+
+/// `_unsafe_masked_index(self, mask, indices, fill)` (TensorAdvancedIndexing.cpp): the
+/// clamped indices, `self._unsafe_index(clamped)` (a tensor of `values` bytes) and
+/// `at::logical_not(mask)` (one byte an element), all alive while `result.masked_fill(..)`
+/// makes its copy (the returned tensor, not counted here).
+fn unsafe_masked_index_scratch(c: &Call, values: u64) -> u64 {
+    clamped_indices(c) + values + c.numel("mask")
+}
+
+/// `_unsafe_masked_index_put_accumulate(self, mask, indices, values)`
+/// (TensorAdvancedIndexing.cpp): the clamped indices, then `values.masked_fill(
+/// at::logical_not(mask), 0)` (the bool and the masked copy of `values`), then
+/// `self._unsafe_index_put(clamped, masked_value, true)`, whose `index_put` clones `self`
+/// (the returned tensor) beside the masked values. The highest point over the result.
+fn unsafe_masked_index_put_scratch(c: &Call, values: u64) -> u64 {
+    let idx = clamped_indices(c);
+    let result = c.bytes("self");
+    let masking = idx + c.numel("mask") + values;
+    let putting = idx + values + result;
+    masking.max(putting) - result
+}
+
+/// `fft_r2c_backward` (FunctionsManual.cpp): `at::real(at::_fft_c2c(full, dim, norm,
+/// false))`, a real view of a complex tensor of the input's shape (twice its bytes); a
+/// onesided transform first pads the gradient with `grad.new_zeros(full shape)` (complex,
+/// the input's shape) when the last transformed axis was halved. The view is strided: the
+/// result drawn at the input's size is the dense copy its consumer (a leaf's
+/// `AccumulateGrad`) makes once the padded gradient is gone.
+fn fft_r2c_backward_temporaries(c: &Call, _: &str) -> Option<u64> {
+    let d = c.dims("self");
+    let full = c.numel("self") * 2 * c.elem("self");
+    let last = c.ints("dim").last().map(|&k| wrap(k, d.len()));
+    let padded = c.flag("onesided").unwrap_or(false)
+        && last.is_some_and(|k| c.out_dims(0).get(k) < d.get(k));
+    Some(if padded {
+        (2 * full).saturating_sub(c.bytes("self")).max(full)
+    } else {
+        full
+    })
+}
+
 const UPSAMPLE_CITE: &str = "aten/src/ATen/native/cpu/UpSampleKernel.cpp: upsample_generic_Nd_kernel_impl, HelperInterpBase::init_indices_weights";
 
 /// The table: one entry per op, sorted by name.
@@ -272,6 +321,40 @@ pub static OVERRIDES: &[Override] = &[
         forward_scratch: Some(chunk_cat_padding),
         backward_temporaries: None,
         approximates: Some("contiguous inputs (a strided one's `reshape` may copy)"),
+    },
+    Override {
+        op: "_fft_r2c.default",
+        read_from: "torch/csrc/autograd/FunctionsManual.cpp: fft_r2c_backward (call sequence checked with torch.profiler, torch 2.11)",
+        forward_scratch: None,
+        backward_temporaries: Some(fft_r2c_backward_temporaries),
+        approximates: Some("the gradient's consumer copies the strided real view (a leaf's AccumulateGrad does); a consumer that takes it as it is holds the complex buffer, twice the input's bytes"),
+    },
+    Override {
+        op: "_unsafe_masked_index.default",
+        read_from: "aten/src/ATen/native/TensorAdvancedIndexing.cpp: _unsafe_masked_index, _unsafe_masked_index_put_accumulate (call sequence checked with torch.profiler, torch 2.11)",
+        forward_scratch: Some(|c| unsafe_masked_index_scratch(c, c.out_bytes(0))),
+        // `at::_unsafe_masked_index_put_accumulate(grad.new_zeros(self.sizes()), mask,
+        // indices, grad)`: the zeros (self's size, dropped once the clone is made) and the
+        // put's own highest point.
+        backward_temporaries: Some(|c, _| {
+            let self_bytes = c.bytes("self");
+            Some(self_bytes + unsafe_masked_index_put_scratch(c, c.out_bytes(0)))
+        }),
+        approximates: None,
+    },
+    Override {
+        op: "_unsafe_masked_index_put_accumulate.default",
+        read_from: "aten/src/ATen/native/TensorAdvancedIndexing.cpp: _unsafe_masked_index_put_accumulate, _unsafe_masked_index (call sequence checked with torch.profiler, torch 2.11)",
+        forward_scratch: Some(|c| unsafe_masked_index_put_scratch(c, c.bytes("values"))),
+        // values: `at::_unsafe_masked_index(grad, mask, indices, 0)`; self: `grad` itself.
+        backward_temporaries: Some(|c, arg| {
+            Some(if arg == "values" {
+                unsafe_masked_index_scratch(c, c.bytes("values"))
+            } else {
+                0
+            })
+        }),
+        approximates: None,
     },
     Override {
         op: "_upsample_bilinear2d_aa.default",
