@@ -311,6 +311,13 @@ fn fft_r2c_backward_temporaries(c: &Call, _: &str) -> Option<u64> {
     })
 }
 
+/// `ctc_loss_backward_cpu_template`: the result `grad = at::full_like(log_probs, neginf)`
+/// and `log_beta = at::empty_like(log_alpha)`, the saved second return's size, alive while
+/// the kernel runs.
+fn ctc_loss_backward_temporaries(c: &Call, _: &str) -> Option<u64> {
+    Some(c.out_bytes(1))
+}
+
 const UPSAMPLE_CITE: &str = "aten/src/ATen/native/cpu/UpSampleKernel.cpp: upsample_generic_Nd_kernel_impl, HelperInterpBase::init_indices_weights";
 
 /// The table: one entry per op, sorted by name.
@@ -321,6 +328,20 @@ pub static OVERRIDES: &[Override] = &[
         forward_scratch: Some(chunk_cat_padding),
         backward_temporaries: None,
         approximates: Some("contiguous inputs (a strided one's `reshape` may copy)"),
+    },
+    Override {
+        op: "_ctc_loss.Tensor",
+        read_from: "aten/src/ATen/native/LossCTC.cpp: ctc_loss_backward_cpu_template (the Tensor overload calls the IntArrayRef one)",
+        forward_scratch: None,
+        backward_temporaries: Some(ctc_loss_backward_temporaries),
+        approximates: None,
+    },
+    Override {
+        op: "_ctc_loss.default",
+        read_from: "aten/src/ATen/native/LossCTC.cpp: ctc_loss_backward_cpu_template",
+        forward_scratch: None,
+        backward_temporaries: Some(ctc_loss_backward_temporaries),
+        approximates: None,
     },
     Override {
         op: "_fft_r2c.default",
