@@ -318,6 +318,38 @@ fn ctc_loss_backward_temporaries(c: &Call, _: &str) -> Option<u64> {
     Some(c.out_bytes(1))
 }
 
+/// Elements of the broadcast shape of tensor arguments `a` and `b` (`infer_size`).
+fn broadcast_numel(c: &Call, a: &str, b: &str) -> u64 {
+    let (x, y) = (c.dims(a), c.dims(b));
+    let r = x.len().max(y.len());
+    (0..r)
+        .map(|k| {
+            let at = |d: &[u64]| (k + d.len()).checked_sub(r).map_or(1, |i| d[i]);
+            at(&x).max(at(&y))
+        })
+        .product()
+}
+
+/// `masked_select_out_impl_cpu` (TensorAdvancedIndexing.cpp): `expand_outplace(mask,
+/// self)`, then `_mask->sum()`, whose reduction makes the bool mask int64 first
+/// (ReduceOps.cpp `make_reduction_from_out_ty`: `self.to(out_dtype)`; the broadcast shape,
+/// 8 bytes an element) before the result exists; then the serial kernel when both expanded
+/// tensors are contiguous (nothing broadcast) and `self` has fewer than GRAIN_SIZE (32768)
+/// elements, else the prefix-sum kernel's `mask_long` and `mask_prefix_sum` (int64, the
+/// broadcast shape) beside the result.
+fn masked_select_scratch(c: &Call) -> u64 {
+    let nb = broadcast_numel(c, "self", "mask");
+    let out = c.out_bytes(0);
+    let summing = nb * 8 + 8;
+    let serial = c.numel("self") < 32768 && c.numel("self") == nb && c.numel("mask") == nb;
+    let highest = if serial {
+        summing
+    } else {
+        summing.max(out + 16 * nb)
+    };
+    highest.saturating_sub(out)
+}
+
 const UPSAMPLE_CITE: &str = "aten/src/ATen/native/cpu/UpSampleKernel.cpp: upsample_generic_Nd_kernel_impl, HelperInterpBase::init_indices_weights";
 
 /// The table: one entry per op, sorted by name.
@@ -463,6 +495,47 @@ pub static OVERRIDES: &[Override] = &[
         }),
         backward_temporaries: None,
         approximates: Some("a real floating input (a complex one runs isinf on its real and imaginary views; an integral one makes no scratch but is drawn with it when 2 bytes or more)"),
+    },
+    Override {
+        op: "masked_fill.Tensor",
+        read_from: "torch/csrc/autograd/FunctionsManual.cpp: masked_fill_backward (`grad.masked_select(mask).sum()`); TensorAdvancedIndexing.cpp: masked_select_out_impl_cpu; ReduceOps.cpp: make_reduction_from_out_ty",
+        forward_scratch: None,
+        // value: `grad.masked_select(mask).sum()`: masked_select's int64 copy of the
+        // (broadcast) mask for its count, before its result; the serial kernel (nothing
+        // broadcast) makes nothing more, and the selection (at most the output's elements)
+        // and its sum are smaller. The prefix-sum kernel adds two int64 buffers and the
+        // selection, counted here at its largest. self: `grad.masked_fill(mask, 0)`.
+        backward_temporaries: Some(|c, arg| {
+            if arg != "value" {
+                return Some(0);
+            }
+            let nb = broadcast_numel(c, "self", "mask").max(c.out_numel(0));
+            let counting = nb * 8 + 8;
+            let serial = c.out_numel(0) < 32768 && c.out_numel(0) == nb && c.numel("mask") == nb;
+            Some(if serial {
+                counting
+            } else {
+                counting.max(16 * nb + c.out_bytes(0))
+            })
+        }),
+        approximates: Some("a broadcast mask's selection counted at its largest (masked_select's result is sized by the mask's values)"),
+    },
+    Override {
+        op: "masked_select.default",
+        read_from: "aten/src/ATen/native/TensorAdvancedIndexing.cpp: masked_select_out_impl_cpu; ReduceOps.cpp: make_reduction_from_out_ty; FunctionsManual.cpp: masked_select_backward",
+        forward_scratch: Some(masked_select_scratch),
+        // `at::zeros_like(input.expand(infer_size(input, mask)))` then `masked_scatter_`:
+        // a result of the broadcast shape, summed down to the input by the engine (the
+        // input-sized sum is the drawn result).
+        backward_temporaries: Some(|c, _| {
+            let nb = broadcast_numel(c, "self", "mask");
+            Some(if nb > c.numel("self") {
+                nb * c.elem("self")
+            } else {
+                0
+            })
+        }),
+        approximates: Some("more than one intra-op thread (with one thread a contiguous call of 32768 elements or more also takes the serial kernel)"),
     },
     Override {
         op: "multinomial.default",
