@@ -383,6 +383,25 @@ pub static OVERRIDES: &[Override] = &[
         approximates: Some("the gradient's consumer copies the strided real view (a leaf's AccumulateGrad does); a consumer that takes it as it is holds the complex buffer, twice the input's bytes"),
     },
     Override {
+        op: "_safe_softmax.default",
+        read_from: "aten/src/ATen/native/transformers/attention.cpp: _safe_softmax (the stored text compares with a -inf scalar_tensor and makes a new where; torch 2.11 calls, under torch.profiler: softmax, isneginf, all(dim, keepdim), scalar_tensor, then where's out= overload writing into the softmax)",
+        // `self.isneginf()` (a bool of the input's shape), its `all` over `dim` kept (a bool
+        // of the reduced shape) and a 0-dim zero of the output's dtype, beside the softmax,
+        // which `where` overwrites.
+        forward_scratch: Some(|c| {
+            let d = c.dims("self");
+            let n = c.numel("self");
+            let along = if d.is_empty() {
+                1
+            } else {
+                d[wrap(c.int("dim").unwrap_or(0), d.len())].max(1)
+            };
+            n + n / along + c.out_elem(0)
+        }),
+        backward_temporaries: None,
+        approximates: None,
+    },
+    Override {
         op: "_unsafe_masked_index.default",
         read_from: "aten/src/ATen/native/TensorAdvancedIndexing.cpp: _unsafe_masked_index, _unsafe_masked_index_put_accumulate (call sequence checked with torch.profiler, torch 2.11)",
         forward_scratch: Some(|c| unsafe_masked_index_scratch(c, c.out_bytes(0))),
