@@ -350,6 +350,38 @@ fn masked_select_scratch(c: &Call) -> u64 {
     highest.saturating_sub(out)
 }
 
+/// `make_offset2bag` (EmbeddingBag.cpp) when the forward left `offset2bag` empty: the int64
+/// `zeros({indices.size(0) + 1})` it fills (None: the forward's is used).
+fn offset2bag_made(c: &Call) -> Option<u64> {
+    (c.out_numel(1) == 0 && c.numel("indices") > 0).then(|| (c.numel("indices") + 1) * 8)
+}
+
+/// The backward of `_embedding_bag` (EmbeddingBag.cpp), dense, mode sum or mean.
+/// per_sample_weights (`_embedding_bag_per_sample_weights_backward_cpu_template`): the result
+/// `zeros({num_samples})`, then `make_offset2bag`: `index_add_` of `ones_like(offsets)`, and
+/// `offset2bag.cumsum(0)` beside the old one. weight (`_embedding_bag_backward_symint`): the
+/// same `offset2bag`, then `_embedding_bag_dense_backward_cpu`'s result `zeros({num_weights,
+/// D})` and `_embedding_bag_dense_backward_cpu_sum_mean`'s `indices_.sort()` (sorted values
+/// and int64 positions, the sort's int64 arange while it runs), then `offset2bag_.index_select`
+/// and `per_sample_weights_.index_select` by the sort's positions.
+fn embedding_bag_backward_temporaries(c: &Call, arg: &str) -> Option<u64> {
+    let o2b = offset2bag_made(c).unwrap_or(0);
+    let making = if o2b > 0 {
+        o2b + (c.numel("offsets") * 8).max(o2b)
+    } else {
+        0
+    };
+    if arg == "per_sample_weights" {
+        return Some(making);
+    }
+    let n = c.numel("indices");
+    let ie = c.elem("indices");
+    let psw = c.bytes("per_sample_weights");
+    let sorting = n * ie + n * 8 + (n * 8).max(n * ie + psw);
+    let grad_weight = c.bytes("weight");
+    Some(making.saturating_sub(grad_weight).max(o2b + sorting))
+}
+
 const UPSAMPLE_CITE: &str = "aten/src/ATen/native/cpu/UpSampleKernel.cpp: upsample_generic_Nd_kernel_impl, HelperInterpBase::init_indices_weights";
 
 /// The table: one entry per op, sorted by name.
@@ -374,6 +406,13 @@ pub static OVERRIDES: &[Override] = &[
         forward_scratch: None,
         backward_temporaries: Some(ctc_loss_backward_temporaries),
         approximates: None,
+    },
+    Override {
+        op: "_embedding_bag.default",
+        read_from: "aten/src/ATen/native/EmbeddingBag.cpp: _embedding_bag_backward_symint, make_offset2bag, _embedding_bag_dense_backward_cpu(_sum_mean), _embedding_bag_per_sample_weights_backward_cpu_template",
+        forward_scratch: None,
+        backward_temporaries: Some(embedding_bag_backward_temporaries),
+        approximates: Some("dense gradients in mode sum or mean (mode max's nonzero-indexed selections and the sparse backward are not drawn)"),
     },
     Override {
         op: "_fft_r2c.default",
