@@ -1,7 +1,6 @@
 //! Override entries for CPU kernels' scratch and backward helpers of indexing, scatter,
 //! upsample, masked, sparse, fft, loss and copy ops: see [`super`]. Sorted by op name.
 
-#[allow(unused_imports)]
 use super::{contiguous_strides, wrap, Call, Override};
 use crate::ops::generic::AtenValue;
 
@@ -674,3 +673,78 @@ pub static OVERRIDES: &[Override] = &[
         approximates: Some("a contiguous (channels-first) input"),
     },
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::super::forward_scratch;
+    use super::*;
+    use crate::ops::generic::AtenNode;
+    use crate::shape::{Dim, Shape};
+    use crate::simulate::generic::NodeInput;
+
+    fn node(target: &str, args: serde_json::Value, shape: &[u64], dtype: &str) -> AtenNode {
+        let v = serde_json::json!({"target": target, "args": args,
+            "outputs": [{"shape": shape, "dtype": dtype}]});
+        let mut n = AtenNode::parse(v.as_object().unwrap()).unwrap();
+        n.bind(None).unwrap();
+        n
+    }
+
+    fn shape(d: &[u64]) -> Shape {
+        Shape(d.iter().map(|&x| Dim::fixed(x)).collect())
+    }
+
+    #[test]
+    fn linear1d_holds_two_index_weight_pairs() {
+        let n = node(
+            "aten.upsample_linear1d.default",
+            serde_json::json!([{"input": 0}, [5], true]),
+            &[2, 3, 5],
+            "float32",
+        );
+        let s = shape(&[2, 3, 4]);
+        let inputs = [NodeInput {
+            shape: &s,
+            bytes: 96,
+            requires_grad: false,
+        }];
+        let call = Call {
+            node: &n,
+            batch: 1,
+            inputs: &inputs,
+        };
+        // Two int64 indices and two float weights of the output width.
+        assert_eq!(forward_scratch(&call), 2 * 5 * (8 + 4));
+    }
+
+    #[test]
+    fn masked_select_counts_the_mask_as_int64() {
+        let n = node(
+            "aten.masked_select.default",
+            serde_json::json!([{"input": 0}, {"input": 1}]),
+            &[49],
+            "float32",
+        );
+        let (a, b) = (shape(&[10, 10]), shape(&[10, 10]));
+        let inputs = [
+            NodeInput {
+                shape: &a,
+                bytes: 400,
+                requires_grad: false,
+            },
+            NodeInput {
+                shape: &b,
+                bytes: 100,
+                requires_grad: false,
+            },
+        ];
+        let call = Call {
+            node: &n,
+            batch: 1,
+            inputs: &inputs,
+        };
+        // The serial kernel: only `sum`'s int64 copy of the mask and its 0-dim result,
+        // before the 196-byte result exists.
+        assert_eq!(forward_scratch(&call), 100 * 8 + 8 - 196);
+    }
+}
