@@ -16,7 +16,7 @@
 //! cloned (the caller still holds it); a view of it is kept when it obeys the layout contract
 //! (`obeys_layout_contract`), else cloned.
 
-use crate::ops::aten::GradResult;
+use crate::ops::aten::{Alias, GradResult};
 use crate::ops::generic::{AtenNode, AtenValue, ElemType};
 use crate::shape::{Dim, Shape};
 use crate::simulate::generic::{engine_backward, rule_for_inputs, InputGrad, NodeInput};
@@ -362,6 +362,23 @@ pub fn predict(s: &Value) -> Result<Phases, String> {
         Output::New(b) => b,
         Output::View | Output::ReshapeView => 0,
     };
+    // A `Tensor[]` return is drawn one node per item (the exporter's `item`): a call whose
+    // list is new (no alias annotation) makes every item, the other items' nodes' values.
+    let mut other_items = 0u64;
+    if let [r] = node.op.returns {
+        if r.list && r.alias == Alias::None {
+            for (k, o) in node
+                .outputs
+                .iter()
+                .enumerate()
+                .filter(|&(k, _)| k != node.item)
+            {
+                let n = node.bound.get(k).map_or(0, |sh| sh.numel_at(1));
+                other_items += n.saturating_mul(o.dtype.bytes());
+            }
+        }
+    }
+    forward += other_items;
     // Returns other than the node's value: saved ones are `Internal`, the rest the transient.
     forward += rule.forward_transient;
     for x in &rule.saved {
@@ -415,7 +432,7 @@ pub fn predict(s: &Value) -> Result<Phases, String> {
         (peak, live)
     });
     Ok(Phases {
-        forward_peak: forward.max(rule.forward_peak.unwrap_or(0)),
+        forward_peak: forward.max(rule.forward_peak.unwrap_or(0) + other_items),
         forward_end: forward,
         backward_peak: backward.map(|b| b.0),
         backward_end: backward.map(|b| b.1),
