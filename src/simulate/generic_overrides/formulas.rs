@@ -7,7 +7,7 @@
 //! wrapped 0-dim tensor lives only inside the op that wraps it, so it is not drawn.
 
 use super::{wrap, Call, Override};
-use crate::ops::generic::AtenValue;
+use crate::ops::generic::{AtenValue, ElemType};
 
 /// The value passed as schema argument `name`, if any.
 fn value<'a>(c: &'a Call, name: &str) -> Option<&'a AtenValue> {
@@ -203,8 +203,206 @@ fn ldexp_backward(c: &Call, arg: &str) -> Option<u64> {
     })
 }
 
+/// logcumsumexp's backward (FunctionsManual.cpp logcumsumexp_backward, real branch): named
+/// `grad_min` (a 0-dim scalar), `log_abs_grad = grad.abs().log()`, `log_grad_positive` and
+/// `log_grad_negative` (`at::where`, the output's size each), then `output_pos` and
+/// `output_neg`, each `(reverse_logcumsumexp(x - result) + self).exp()`: the difference, the
+/// lambda's returned flip (its inner flip and logcumsumexp freed as it returns), the sum and the
+/// exp, with `output_pos` alive while `output_neg` is made; the result is their difference.
+fn logcumsumexp_backward(c: &Call, _: &str) -> Option<u64> {
+    if c.dims("self").is_empty() || c.numel("self") == 0 {
+        return Some(0);
+    }
+    let (y, e) = (c.out_bytes(0), c.out_elem(0));
+    // Highest: the three named, output_pos, and output_neg's four; less the result.
+    Some(e + 3 * y + y + 4 * y - y)
+}
+
+/// mvlgamma's forward (UnaryOps.cpp mvlgamma): `args = arange(-p / 2 + 0.5, 0.5, 0.5)` (p
+/// elements), `args = args.add(self.unsqueeze(-1))` (p of self's size; the arange freed),
+/// `args.lgamma_().sum(-1)` (the result) and its `.add_(<double>)`: the wrapped double scalar
+/// and its copy at the result's dtype (TensorIterator's promotion), alive with `args`.
+fn mvlgamma_forward(c: &Call) -> u64 {
+    let (y, e) = (c.out_bytes(0), c.out_elem(0));
+    let p = c.int("p").unwrap_or(1).max(1) as u64;
+    let first = p * e + p * y;
+    let last = p * y + y + 8 + e;
+    first.max(last).saturating_sub(y)
+}
+
+/// mvlgamma's backward (FunctionsManual.cpp mvlgamma_backward): the same `args` (p of self's
+/// size), then `grad * args.digamma_().sum(-1)`: the sum beside `args`.
+fn mvlgamma_backward(c: &Call, _: &str) -> Option<u64> {
+    let (y, e) = (c.out_bytes(0), c.out_elem(0));
+    let p = c.int("p").unwrap_or(1).max(1) as u64;
+    Some((p * e + p * y).max(p * y + y))
+}
+
+/// The `correction` argument (1 when left out or None).
+fn correction(c: &Call) -> f64 {
+    match value(c, "correction") {
+        Some(AtenValue::Int(i)) => *i as f64,
+        Some(AtenValue::Float(x)) => *x,
+        _ => 1.0,
+    }
+}
+
+/// var_backward's temporaries (FunctionsManual.cpp), its gradient of the result's size:
+/// `(2.0 / dof) * grad * (self - self.mean(dim, true))`: the scaled gradient and the mean (the
+/// result's size each) and `self - mean` (self's size), alive as the product (the result) is
+/// made. A full reduction with `dof <= 0` takes `grad * at::where(self == self.mean(), nan,
+/// inf)`: the mean, a bool and the `where` (self's size).
+fn var_temps(c: &Call) -> u64 {
+    let (r, n) = (c.out_bytes(0), c.bytes("self"));
+    let full = c.dims("self").is_empty()
+        || !matches!(
+            value(c, "dim"),
+            Some(AtenValue::List(_)) | Some(AtenValue::Int(_))
+        );
+    if full && c.numel("self") as f64 - correction(c) <= 0.0 {
+        return r + c.numel("self") + n;
+    }
+    2 * r + n
+}
+
+/// std_backward (FunctionsManual.cpp): `grad_var = (grad / (result * 2)).masked_fill_(result
+/// == 0, 0)` (the result's size), moved into var_backward, alive while it runs.
+fn std_temps(c: &Call) -> u64 {
+    c.out_bytes(0) + var_temps(c)
+}
+
+/// var_mean/std_mean's second part (FunctionsManual.cpp var_mean_backward, std_mean_backward):
+/// `aux = mean_backward(gmean, ...)` (`sum_backward`'s expand over n: self's size) beside the
+/// first part's gradient, then `gself + aux` (the result).
+fn mean_part(c: &Call) -> u64 {
+    2 * c.bytes("self")
+}
+
+/// var/std's forward on CPU (ReduceOps.cpp std_var_out): a float or double reduction to one
+/// element takes std_var_all_cpu, whose `self.mean().item<double>()` makes the mean (mean_out:
+/// `at::sum_out(...).div_(dim_prod)`: the 0-dim sum, the wrapped int64 divisor and its copy at
+/// the mean's dtype, TensorIterator's promotion) beside the result.
+fn var_std_forward(c: &Call) -> u64 {
+    let e = c.out_elem(0);
+    let floating = matches!(
+        c.node.outputs.first().map(|o| o.dtype),
+        Some(ElemType::Float32) | Some(ElemType::Float64)
+    );
+    if c.out_numel(0) <= 1 && c.numel("self") > 0 && floating && c.elem("self") == e {
+        2 * e + 8
+    } else {
+        0
+    }
+}
+
+/// prod (the full reduction)'s backward (FunctionsManual.cpp prod_backward): `(input ==
+/// 0).nonzero()` (a bool of the input's size, and no rows), then `grad * (result / input)`:
+/// the quotient (the input's size) beside the result. A 0-dim input returns the gradient.
+fn prod_backward(c: &Call, _: &str) -> Option<u64> {
+    if c.dims("self").is_empty() {
+        return Some(0);
+    }
+    Some(c.numel("self").max(c.bytes("self")))
+}
+
+/// prod.dim_int's backward (FunctionsManual.cpp prod_backward, with dim): `zero_mask = input ==
+/// 0` (a bool of the input's size), `slice_zero_count = zero_mask.sum(dim, true)` (int64 of
+/// the result's size; summing a bool makes an int64 copy of it first, ReduceOpsUtils.h
+/// make_reduction), then `grad * (result / input)` beside both.
+fn prod_dim_backward(c: &Call, _: &str) -> Option<u64> {
+    if c.dims("self").is_empty() {
+        return Some(0);
+    }
+    let (m, n) = (c.numel("self"), c.bytes("self"));
+    let counts = 8 * c.out_numel(0);
+    let peak = (m + 8 * m + counts).max(m + counts + 2 * n);
+    Some(peak - n)
+}
+
+/// special_i1's backward (FunctionsManual.cpp i1_backward): named `self_is_not_tiny` (a bool),
+/// `safe_self` (a `where`), then `gradx = safe_self.i0() - result * safe_self.reciprocal()`:
+/// i0, the reciprocal, the product and the difference, with the two named before; the result
+/// `grad * where(self_is_not_tiny, gradx, 0.5)` comes after the temporaries are gone.
+fn i1_backward(c: &Call, _: &str) -> Option<u64> {
+    let (m, n, e) = (c.numel("self"), c.bytes("self"), c.out_elem(0));
+    Some((m + 5 * n).max(m + 4 * n + e) - n)
+}
+
+/// special_i1e's backward (FunctionsManual.cpp i1e_backward): as i1_backward, with `gradx =
+/// special_i0e(safe_self) - result * (safe_self.sgn() + safe_self.reciprocal())`: six tensors
+/// of self's size in the statement.
+fn i1e_backward(c: &Call, _: &str) -> Option<u64> {
+    let (m, n, e) = (c.numel("self"), c.bytes("self"), c.out_elem(0));
+    Some((m + 7 * n).max(m + 4 * n + e) - n)
+}
+
+/// polar's backward (FunctionsManual.cpp polar_backward): `grad_abs = at::real(grad.conj() *
+/// at::sgn(result))` and `grad_angle = at::real(grad.conj() * result_mul_1_j)`, each a real
+/// view holding a complex product of the output's size; `result_mul_1_j` (the output's size)
+/// is named; mul, not conjugate-aware, materializes `grad.conj()` (ConjugateFallback.cpp) for
+/// the length of each product. The highest point is the second product: four complex tensors
+/// of the output's size, less the results as the rule counts them (the arguments' sizes).
+fn polar_backward(c: &Call, _: &str) -> Option<u64> {
+    let mut results = 0;
+    for a in ["abs", "angle"] {
+        if needs_grad(c, a) {
+            results += c.bytes(a);
+        }
+    }
+    Some((4 * c.out_bytes(0)).saturating_sub(results))
+}
+
+/// pow.Tensor_Tensor's backward (FunctionsManual.cpp). self: pow_backward_self, one statement:
+/// `at::where(exponent == 0.0, at::scalar_tensor(0.), grad * (exponent * self.pow(exponent -
+/// 1)))`: a bool and `exponent - 1` (exponent's size), a 0-dim zero, the power, the products
+/// (the output's size). exponent: pow_backward_exponent: `cond = at::logical_and(self == 0,
+/// exponent >= 0)` (named, the broadcast shape), then `grad * at::where(cond, 0., result *
+/// self.log())`: the zero, the log (self's size), the product and the `where`.
+fn pow_tensor_backward(c: &Call, arg: &str) -> Option<u64> {
+    let (y, e, m) = (c.out_bytes(0), c.out_elem(0), c.out_numel(0));
+    Some(if arg == "self" {
+        c.numel("exponent") + e + c.bytes("exponent") + 3 * y
+    } else {
+        (c.numel("self") + c.numel("exponent") + m).max(m + e + c.bytes("self") + 2 * y)
+    })
+}
+
+/// sinc's backward (FunctionsManual.cpp sinc_backward): named `self_pi` and `self_squared_pi`
+/// (`self * self` a temporary), `out = grad * ((self_pi * self_pi.cos() - self_pi.sin()) /
+/// self_squared_pi)` (five temporaries and out), then `at::where(self_squared_pi == 0.0, 0.,
+/// out)` (a bool and a 0-dim zero).
+fn sinc_backward(c: &Call, _: &str) -> Option<u64> {
+    let (m, n, e) = (c.numel("self"), c.bytes("self"), c.out_elem(0));
+    Some((8 * n).max(4 * n + m + e) - n)
+}
+
+/// The `*_scatter` ops' backward (derivatives.yaml select_scatter, slice_scatter,
+/// diagonal_scatter): self `<op>_scatter(grad, zeros_like(src), ...)`: the zeros, src's size;
+/// src: a view of the gradient.
+fn scatter_backward(c: &Call, arg: &str) -> Option<u64> {
+    (arg == "self").then(|| c.bytes("src"))
+}
+
 /// The table: one entry per op, sorted by name.
 pub static OVERRIDES: &[Override] = &[
+    Override {
+        op: "_softmax_backward_data.default",
+        read_from: "derivatives.yaml _softmax_backward_data",
+        forward_scratch: None,
+        // grad_output: `_softmax_backward_data(grad.to(output.dtype()), ...)`, the result itself
+        // (the `.to` a copy only when the dtypes differ); output: the generic count of
+        // softmax_double_backward stands.
+        backward_temporaries: Some(|c, arg| {
+            (arg == "grad_output").then(|| {
+                if c.out_elem(0) == c.elem("output") {
+                    0
+                } else {
+                    c.numel("output") * c.elem("output")
+                }
+            })
+        }),
+        approximates: None,
+    },
     Override {
         op: "addcdiv.default",
         read_from: "derivatives.yaml addcdiv; ATen/TensorOperators.h (Scalar / Tensor)",
@@ -248,6 +446,13 @@ pub static OVERRIDES: &[Override] = &[
         approximates: None,
     },
     Override {
+        op: "diagonal_scatter.default",
+        read_from: "derivatives.yaml diagonal_scatter",
+        forward_scratch: None,
+        backward_temporaries: Some(scatter_backward),
+        approximates: None,
+    },
+    Override {
         op: "div.Tensor_mode",
         read_from: "FunctionsManual.cpp div_tensor_self_backward, div_tensor_other_backward",
         forward_scratch: None,
@@ -265,6 +470,13 @@ pub static OVERRIDES: &[Override] = &[
         approximates: None,
     },
     Override {
+        op: "logcumsumexp.default",
+        read_from: "FunctionsManual.cpp logcumsumexp_backward",
+        forward_scratch: None,
+        backward_temporaries: Some(logcumsumexp_backward),
+        approximates: Some("a real input (logcumsumexp_backward's complex branch is not drawn)"),
+    },
+    Override {
         op: "max.default",
         read_from: "FunctionsManual.cpp evenly_distribute_backward (CPU branch); ReduceOpsUtils.h make_reduction",
         forward_scratch: None,
@@ -276,6 +488,104 @@ pub static OVERRIDES: &[Override] = &[
         read_from: "FunctionsManual.cpp evenly_distribute_backward (CPU branch); ReduceOpsUtils.h make_reduction",
         forward_scratch: None,
         backward_temporaries: Some(evenly_distribute_backward),
+        approximates: None,
+    },
+    Override {
+        op: "mvlgamma.default",
+        read_from: "UnaryOps.cpp mvlgamma; FunctionsManual.cpp mvlgamma_backward",
+        forward_scratch: Some(mvlgamma_forward),
+        backward_temporaries: Some(mvlgamma_backward),
+        approximates: None,
+    },
+    Override {
+        op: "polar.default",
+        read_from: "FunctionsManual.cpp polar_backward; ConjugateFallback.cpp",
+        forward_scratch: None,
+        backward_temporaries: Some(polar_backward),
+        approximates: None,
+    },
+    Override {
+        op: "pow.Tensor_Tensor",
+        read_from: "FunctionsManual.cpp pow_backward_self, pow_backward_exponent",
+        forward_scratch: None,
+        backward_temporaries: Some(pow_tensor_backward),
+        approximates: None,
+    },
+    Override {
+        op: "prod.default",
+        read_from: "FunctionsManual.cpp prod_backward",
+        forward_scratch: None,
+        backward_temporaries: Some(prod_backward),
+        approximates: Some("an input with no zeros (prod_backward's prod_safe_zeros_backward branch depends on the values and is not drawn)"),
+    },
+    Override {
+        op: "prod.dim_int",
+        read_from: "FunctionsManual.cpp prod_backward (dim); ReduceOpsUtils.h make_reduction",
+        forward_scratch: None,
+        backward_temporaries: Some(prod_dim_backward),
+        approximates: Some("an input with no zeros (prod_backward's prod_safe_zeros_backward branch depends on the values and is not drawn)"),
+    },
+    Override {
+        op: "select_scatter.default",
+        read_from: "derivatives.yaml select_scatter",
+        forward_scratch: None,
+        backward_temporaries: Some(scatter_backward),
+        approximates: None,
+    },
+    Override {
+        op: "sinc.default",
+        read_from: "FunctionsManual.cpp sinc_backward",
+        forward_scratch: None,
+        backward_temporaries: Some(sinc_backward),
+        approximates: None,
+    },
+    Override {
+        op: "slice_scatter.default",
+        read_from: "derivatives.yaml slice_scatter",
+        forward_scratch: None,
+        backward_temporaries: Some(scatter_backward),
+        approximates: None,
+    },
+    Override {
+        op: "special_i1.default",
+        read_from: "FunctionsManual.cpp i1_backward",
+        forward_scratch: None,
+        backward_temporaries: Some(i1_backward),
+        approximates: None,
+    },
+    Override {
+        op: "special_i1e.default",
+        read_from: "FunctionsManual.cpp i1e_backward",
+        forward_scratch: None,
+        backward_temporaries: Some(i1e_backward),
+        approximates: None,
+    },
+    Override {
+        op: "std.correction",
+        read_from: "ReduceOps.cpp std_var_out, std_var_all_cpu, mean_out; FunctionsManual.cpp std_backward, var_backward",
+        forward_scratch: Some(var_std_forward),
+        backward_temporaries: Some(|c, _| Some(std_temps(c))),
+        approximates: None,
+    },
+    Override {
+        op: "std_mean.correction",
+        read_from: "FunctionsManual.cpp std_mean_backward, std_backward, var_backward, mean_backward",
+        forward_scratch: None,
+        backward_temporaries: Some(|c, _| Some(std_temps(c).max(mean_part(c)))),
+        approximates: None,
+    },
+    Override {
+        op: "var.correction",
+        read_from: "ReduceOps.cpp std_var_out, std_var_all_cpu, mean_out; FunctionsManual.cpp var_backward",
+        forward_scratch: Some(var_std_forward),
+        backward_temporaries: Some(|c, _| Some(var_temps(c))),
+        approximates: None,
+    },
+    Override {
+        op: "var_mean.correction",
+        read_from: "FunctionsManual.cpp var_mean_backward, var_backward, mean_backward",
+        forward_scratch: None,
+        backward_temporaries: Some(|c, _| Some(var_temps(c).max(mean_part(c)))),
         approximates: None,
     },
 ];
