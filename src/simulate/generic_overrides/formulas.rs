@@ -383,8 +383,45 @@ fn scatter_backward(c: &Call, arg: &str) -> Option<u64> {
     (arg == "self").then(|| c.bytes("src"))
 }
 
+/// cumprod's backward (ReduceOps.cpp cumprod_backward, the path of an input with no zeros):
+/// named `w = output * grad` (the output's size) and `is_zero = input == 0` (a bool), then
+/// `reversed_cumsum(w, dim).div(input)`: inside the helper a flip, its cumsum and the last
+/// flip (the first two freed as it returns), then the quotient (the result). An input of at
+/// most one element, or a size-1 axis, returns the gradient.
+fn cumprod_backward(c: &Call, _: &str) -> Option<u64> {
+    let d = c.dims("self");
+    let (m, n) = (c.numel("self"), c.bytes("self"));
+    let dim = wrap(c.int("dim").unwrap_or(0), d.len());
+    if m <= 1 || d.get(dim).copied().unwrap_or(1) == 1 {
+        return Some(0);
+    }
+    Some((4 * n + m).max(3 * n + m + n) - n)
+}
+
+/// _prelu_kernel's backward (Activation.cpp _prelu_kernel_backward): one TensorIterator with
+/// two outputs, `grad_self` and `grad_weight`, both of the broadcast (the output's) shape, made
+/// whichever argument needs a gradient; the rule counts the results at the arguments' sizes,
+/// so the rest of the two is drawn here (weight's output-sized gradient is summed down to
+/// weight's size after the formula, by validate_outputs).
+fn prelu_backward(c: &Call, _: &str) -> Option<u64> {
+    let mut results = 0;
+    for a in ["self", "weight"] {
+        if needs_grad(c, a) {
+            results += c.bytes(a);
+        }
+    }
+    Some((2 * c.out_bytes(0)).saturating_sub(results))
+}
+
 /// The table: one entry per op, sorted by name.
 pub static OVERRIDES: &[Override] = &[
+    Override {
+        op: "_prelu_kernel.default",
+        read_from: "Activation.cpp _prelu_kernel_backward",
+        forward_scratch: None,
+        backward_temporaries: Some(prelu_backward),
+        approximates: None,
+    },
     Override {
         op: "_softmax_backward_data.default",
         read_from: "derivatives.yaml _softmax_backward_data",
@@ -437,6 +474,13 @@ pub static OVERRIDES: &[Override] = &[
         forward_scratch: None,
         backward_temporaries: Some(clamp_tensor_backward),
         approximates: None,
+    },
+    Override {
+        op: "cumprod.default",
+        read_from: "ReduceOps.cpp cumprod_backward, reversed_cumsum",
+        forward_scratch: None,
+        backward_temporaries: Some(cumprod_backward),
+        approximates: Some("an input with no zeros (cumprod_backward's zero branch depends on the values and is not drawn)"),
     },
     Override {
         op: "cumsum.default",
