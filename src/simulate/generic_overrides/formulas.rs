@@ -413,6 +413,40 @@ fn prelu_backward(c: &Call, _: &str) -> Option<u64> {
     Some((2 * c.out_bytes(0)).saturating_sub(results))
 }
 
+/// native_group_norm's backward when the mean and rstd returns take gradients too
+/// (FunctionsManual.cpp infinitely_differentiable_native_group_norm_backward): named `ds =
+/// (dY * X).sum(3)` and `db = dY.sum(3)` (N·C each, the product a temporary of the input's
+/// size), then for the input `var`, `rstd_cube`, `dvar`, `b`, `c` (N·G each) and `a = rstd *
+/// gamma` (N·C), then `dX = a * dY + b * X + c`: three temporaries of the input's size beside
+/// dX (var_mean_backward's part, `dX += ...`, reaches the same: its gradient, `aux` and their
+/// sum beside dX); for the weight `((ds - db * mean) * rstd).sum(0)` (three N·C temporaries).
+fn group_norm_backward(c: &Call, _: &str) -> Option<u64> {
+    let e = c.out_elem(0);
+    let x = c.bytes("input");
+    let (n, ch, g) = (
+        c.int("N").unwrap_or(1).max(0) as u64,
+        c.int("C").unwrap_or(1).max(0) as u64,
+        c.int("group").unwrap_or(1).max(0) as u64,
+    );
+    let (nc, ng) = (n * ch * e, n * g * e);
+    let mut named = 2 * nc;
+    let mut peak = named + x;
+    let dx = if needs_grad(c, "input") { x } else { 0 };
+    if dx > 0 {
+        named += 5 * ng + if given(c, "weight") { nc } else { 0 };
+        peak = peak.max(named + 4 * x);
+    }
+    let mut results = dx;
+    if needs_grad(c, "weight") {
+        peak = peak.max(named + dx + 3 * nc + ch * e);
+        results += ch * e;
+    }
+    if needs_grad(c, "bias") {
+        results += ch * e;
+    }
+    Some(peak.saturating_sub(results))
+}
+
 /// The table: one entry per op, sorted by name.
 pub static OVERRIDES: &[Override] = &[
     Override {
@@ -540,6 +574,13 @@ pub static OVERRIDES: &[Override] = &[
         forward_scratch: Some(mvlgamma_forward),
         backward_temporaries: Some(mvlgamma_backward),
         approximates: None,
+    },
+    Override {
+        op: "native_group_norm.default",
+        read_from: "FunctionsManual.cpp infinitely_differentiable_native_group_norm_backward, var_mean_backward; derivatives.yaml native_group_norm",
+        forward_scratch: None,
+        backward_temporaries: Some(group_norm_backward),
+        approximates: Some("every return takes a gradient (the mean and rstd too), so derivatives.yaml takes infinitely_differentiable_native_group_norm_backward; with the output's gradient alone torch calls the native_group_norm_backward kernel, whose buffers are not drawn"),
     },
     Override {
         op: "polar.default",
