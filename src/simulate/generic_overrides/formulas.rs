@@ -109,7 +109,10 @@ fn addr_backward(c: &Call, arg: &str) -> Option<u64> {
 /// other * other` and `recip = denom.reciprocal()` (named, the output's size each; `recip` is
 /// masked in place where `denom == 0`), then one statement making both results: `grad *
 /// other * recip` (a temporary product of the output's size) and `grad * -self * recip` (`-self`
-/// at self's size and a product of the output's size).
+/// at self's size and a product of the output's size). The stored FunctionsManual.cpp predates
+/// the mask; the 2.11 form is read from its call sequence (`eq(denom, 0)` after the reciprocal,
+/// so `denom` is a named local) and agrees with the text quoted from FunctionsManual.cpp by
+/// third-party ports.
 fn atan2_backward(c: &Call, _: &str) -> Option<u64> {
     let y = c.out_bytes(0);
     let mut t = 2 * y;
