@@ -248,6 +248,8 @@ struct IncomingGrad<'a> {
     same_dtype: bool,
     /// The op's `dim` argument (the axis `select` drops).
     dim: Option<i64>,
+    /// The op's `step` argument (a slice's stride multiplier along `dim`; 1 when absent).
+    step: i64,
 }
 
 /// Whether `AccumulateGrad` keeps the formula's view of the incoming gradient as the leaf's
@@ -303,7 +305,16 @@ fn view_is_kept(r: GradResult, t: &Value, g: &IncomingGrad) -> bool {
         // A block of the incoming gradient, with its strides (an axis dropped by select).
         GradResult::Part => {
             let view: Vec<i64> = if sizes.len() == g_sizes.len() {
-                g_strides.to_vec()
+                // A slice with a step strides its axis `step` times the gradient's.
+                let mut v = g_strides.to_vec();
+                if let (true, Some(d)) = (g.step != 1, g.dim) {
+                    let r = v.len() as i64;
+                    let d = if d < 0 { d + r } else { d };
+                    if let Some(x) = usize::try_from(d).ok().and_then(|d| v.get_mut(d)) {
+                        *x *= g.step;
+                    }
+                }
+                v
             } else if let (true, Some(d)) = (sizes.len() + 1 == g_sizes.len(), g.dim) {
                 let r = g_sizes.len() as i64;
                 let d = if d < 0 { d + r } else { d };
@@ -410,6 +421,16 @@ pub fn predict(s: &Value) -> Result<Phases, String> {
                 None if node.op.args[k].has_default => Some(0),
                 _ => None,
             });
+        let step = node
+            .op
+            .args
+            .iter()
+            .position(|x| x.name == "step")
+            .and_then(|k| match node.arg(k) {
+                Some(AtenValue::Int(s)) => Some(*s),
+                _ => None,
+            })
+            .unwrap_or(1);
         let out_dtype = out.get("dtype").and_then(Value::as_str);
         let mut live = engine.new_bytes();
         let mut peak = engine.peak;
@@ -421,6 +442,7 @@ pub fn predict(s: &Value) -> Result<Phases, String> {
                     output_is_view: node.output_is_view(),
                     same_dtype: tensors[i].get("dtype").and_then(Value::as_str) == out_dtype,
                     dim,
+                    step,
                 };
                 if !view_is_kept(*r, &tensors[i], &incoming) {
                     // clone_obey_contract: a new tensor of the leaf's size.
