@@ -9,6 +9,7 @@
 
 pub mod aten;
 mod attributes;
+mod family;
 pub mod generic;
 mod parameters;
 mod parse;
