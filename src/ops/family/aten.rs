@@ -2,10 +2,12 @@
 //! `ops/generic.rs` give most).
 
 use super::Family;
+use crate::graph::Graph;
 use crate::ops::attributes::Attrs;
 use crate::ops::shape::Checks;
 use crate::ops::*;
 use crate::shape::Shape;
+use crate::simulate::rules::*;
 
 /// Attributes of `aten`.
 pub(super) fn parse_aten(a: &mut Attrs) -> Result<Op, String> {
@@ -37,5 +39,17 @@ impl Family for AtenFamily {
         if let Op::Aten(a) = op {
             p.extend(a.parameter_tensors());
         }
+    }
+
+    fn cpu_rule(&self, op: &Op, _graph: &Graph, s: &Sizes) -> OpRule {
+        let Op::Aten(a) = op else {
+            unreachable!("not a generic node")
+        };
+        crate::simulate::generic::rule(a, s)
+    }
+
+    /// Its output's dtype.
+    fn element_bytes(&self, op: &Op) -> Option<u64> {
+        op.as_generic().map(|a| a.outputs[a.item].dtype.bytes())
     }
 }

@@ -2,11 +2,13 @@
 //! `prepend_token`, `parameter`, `constant`): every fact of each.
 
 use super::Family;
-use crate::ops::attributes::{batch_or_sizes, positive, Attrs};
+use crate::graph::Graph;
+use crate::ops::attributes::{batch_or_sizes, Attrs};
 use crate::ops::shape::{sizes, Checks};
 use crate::ops::*;
 use crate::shape::{Dim, Shape};
-use serde_json::Value;
+use crate::simulate::cuda::*;
+use crate::simulate::rules::*;
 
 /// Attributes of `learned_position`.
 pub(super) fn parse_learned_position(a: &mut Attrs) -> Result<Op, String> {
@@ -20,26 +22,6 @@ pub(super) fn parse_learned_position(a: &mut Attrs) -> Result<Op, String> {
 pub(super) fn parse_prepend_token(a: &mut Attrs) -> Result<Op, String> {
     Ok(Op::PrependToken {
         dim: a.size("dim")?,
-    })
-}
-
-/// Attributes of `parameter`.
-pub(super) fn parse_parameter(a: &mut Attrs) -> Result<Op, String> {
-    Ok({
-        let entries = match a.get("shape") {
-            Some(Value::Array(v)) if !v.is_empty() => v,
-            Some(v) => {
-                return Err(format!(
-                    "attribute `shape` must be a non-empty list of sizes, found {v}"
-                ))
-            }
-            None => return Err("missing attribute `shape` (a list of sizes)".into()),
-        };
-        let shape = entries
-            .iter()
-            .map(|e| positive("shape", e))
-            .collect::<Result<Vec<u64>, String>>()?;
-        Op::Parameter { shape }
     })
 }
 
@@ -83,16 +65,6 @@ impl Family for TokensFamily {
                     ));
                 }
             }
-            Op::Parameter { shape } => {
-                if x.rank() == 0 {
-                    return Err("the input must have a batch axis (its batch is what the parameter is broadcast over)".into());
-                }
-                *out = Shape(
-                    std::iter::once(x.0[0])
-                        .chain(shape.iter().map(|&d| Dim::fixed(d)))
-                        .collect(),
-                );
-            }
             Op::PrependToken { dim } => {
                 ck.expect_rank(&[3])?;
                 ck.expect_last(*dim, "dim")?;
@@ -110,9 +82,62 @@ impl Family for TokensFamily {
         match op {
             Op::LearnedPosition { num_positions, dim } => p.push(vec![*num_positions, *dim]),
             Op::PrependToken { dim } => p.push(vec![*dim]),
-            Op::Parameter { shape } => p.push(shape.clone()),
             // A constant is never trained.
             _ => {}
+        }
+    }
+
+    /// The position table and the class token.
+    fn randn_init(&self, op: &Op, _i: usize, _count: usize) -> bool {
+        matches!(op, Op::LearnedPosition { .. } | Op::PrependToken { .. })
+    }
+
+    /// x's gradient is a slice of the output's along the token axis.
+    fn gradient_contiguous(
+        &self,
+        op: &Op,
+        _output_contiguous: Option<bool>,
+        contig: bool,
+        _rank: usize,
+    ) -> bool {
+        match op {
+            Op::PrependToken { .. } => false,
+            _ => contig,
+        }
+    }
+
+    fn cpu_rule(&self, op: &Op, _graph: &Graph, s: &Sizes) -> OpRule {
+        let e = s.e;
+        let y = s.y();
+        use Source::*;
+        match op {
+            Op::LearnedPosition { .. } => OpRule::new(Output::New(y), vec![], vec![Grad::OfOutput], Assumed)
+                .keeps_layout()
+                .bwd(s.dim(1) * s.dim(2) * e)
+                .note("x + table[0..T]: saves nothing; the table's gradient is a batch sum (T x d) scattered into a table-size buffer"),
+            Op::PrependToken { .. } => OpRule::new(Output::New(y), vec![], vec![Grad::OfOutput], Assumed)
+                .note("cat(class token expanded, x): saves nothing; x's gradient is a slice of the output's"),
+            Op::Constant { .. } => OpRule::new(Output::New(y), vec![], vec![Grad::None], TorchSource)
+                .note("made from constants outside autograd: saves nothing, takes no gradient; freed after its last reader (or kept by one that saves it, a product's other factor)"),
+            _ => unreachable!("not a token op"),
+        }
+    }
+
+    /// A constant's dtype.
+    fn element_bytes(&self, op: &Op) -> Option<u64> {
+        match op {
+            Op::Constant { dtype, .. } => Some(dtype.bytes()),
+            _ => None,
+        }
+    }
+
+    /// A learned position is x + a table slice (fp32); a constant is made in float32 (rotary
+    /// tables, masks) or bool, outside autocast's lists.
+    fn autocast_output(&self, op: &Op, input: u64, _promoted: u64) -> u64 {
+        match op {
+            Op::LearnedPosition { .. } => F32,
+            Op::Constant { dtype, .. } => dtype.bytes(),
+            _ => input,
         }
     }
 }

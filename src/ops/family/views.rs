@@ -2,10 +2,12 @@
 //! of each.
 
 use super::Family;
+use crate::graph::Graph;
 use crate::ops::attributes::{batch_or_sizes, positive, Attrs};
 use crate::ops::shape::{sizes, Checks};
 use crate::ops::*;
 use crate::shape::{Dim, Shape};
+use crate::simulate::rules::*;
 use serde_json::Value;
 
 /// Attributes of `flatten`.
@@ -83,6 +85,26 @@ pub(super) fn parse_slice(a: &mut Attrs) -> Result<Op, String> {
 pub(super) fn parse_expand(a: &mut Attrs) -> Result<Op, String> {
     Ok(Op::Expand {
         shape: batch_or_sizes(a)?,
+    })
+}
+
+/// Attributes of `parameter`.
+pub(super) fn parse_parameter(a: &mut Attrs) -> Result<Op, String> {
+    Ok({
+        let entries = match a.get("shape") {
+            Some(Value::Array(v)) if !v.is_empty() => v,
+            Some(v) => {
+                return Err(format!(
+                    "attribute `shape` must be a non-empty list of sizes, found {v}"
+                ))
+            }
+            None => return Err("missing attribute `shape` (a list of sizes)".into()),
+        };
+        let shape = entries
+            .iter()
+            .map(|e| positive("shape", e))
+            .collect::<Result<Vec<u64>, String>>()?;
+        Op::Parameter { shape }
     })
 }
 
@@ -188,11 +210,122 @@ impl Family for ViewsFamily {
                 }
                 out.0.remove(1);
             }
+            Op::Parameter { shape } => {
+                if x.rank() == 0 {
+                    return Err("the input must have a batch axis (its batch is what the parameter is broadcast over)".into());
+                }
+                *out = Shape(
+                    std::iter::once(x.0[0])
+                        .chain(shape.iter().map(|&d| Dim::fixed(d)))
+                        .collect(),
+                );
+            }
             _ => unreachable!("not a view"),
         }
         Ok(())
     }
 
-    /// No trainable parameter.
-    fn parameter_tensors(&self, _op: &Op, _p: &mut Vec<Vec<u64>>) {}
+    /// A `parameter`'s tensor; the others have none.
+    fn parameter_tensors(&self, op: &Op, p: &mut Vec<Vec<u64>>) {
+        if let Op::Parameter { shape } = op {
+            p.push(shape.clone());
+        }
+    }
+
+    /// A slice along a non-leading axis.
+    fn splits_at(&self, op: &Op, rank: usize) -> Option<usize> {
+        match op {
+            Op::Slice { dim, .. } => {
+                let r = rank as i64;
+                let d = if *dim < 0 { dim + r } else { *dim };
+                (d > 0).then_some(d as usize)
+            }
+            _ => None,
+        }
+    }
+
+    fn regroups(&self, op: &Op) -> bool {
+        matches!(op, Op::Reshape { .. } | Op::Flatten { .. })
+    }
+
+    fn permutation<'o>(&self, op: &'o Op) -> Option<&'o [i64]> {
+        match op {
+            Op::Permute { dims } => Some(dims),
+            _ => None,
+        }
+    }
+
+    /// Permuting back: assumed to undo an earlier permute when the incoming gradient is
+    /// itself permuted.
+    fn gradient_contiguous(
+        &self,
+        op: &Op,
+        output_contiguous: Option<bool>,
+        contig: bool,
+        _rank: usize,
+    ) -> bool {
+        match op {
+            Op::Permute { .. } => output_contiguous == Some(true) || !contig,
+            _ => contig,
+        }
+    }
+
+    fn cpu_rule(&self, _op: &Op, _graph: &Graph, s: &Sizes) -> OpRule {
+        view_rule(s)
+    }
+}
+
+/// Views and view-like ops: reshape, permute, token selection, slice, expand, and a
+/// parameter expanded over the batch.
+fn view_rule(s: &Sizes) -> OpRule {
+    let node = s.node;
+    let one = vec![Grad::New];
+    use Source::*;
+    match &s.node.op {
+        Op::Flatten { .. } | Op::Reshape { .. } => {
+            OpRule::new(Output::ReshapeView, vec![], vec![Grad::OfOutput], Measured)
+                .note("a view (a copy if the input is not contiguous); backward reshapes the gradient")
+        }
+        Op::Permute { .. } => {
+            let mut r = OpRule::new(Output::View, vec![], vec![Grad::OfOutput], Measured)
+                .note("a non-contiguous view; backward permutes the gradient back (a view)");
+            r.output_contiguous = Some(is_identity(node));
+            r
+        }
+        Op::SelectToken { .. } => OpRule::new(Output::View, vec![], one, Measured)
+            .note("a strided view (keeps the whole input alive); backward scatters into a zero tensor of the input's size"),
+        Op::Slice { dim, .. } => {
+            let r = s.shape_in(0).map_or(1, |x| x.rank()) as i64;
+            let first_axis = (if *dim < 0 { dim + r } else { *dim }) == 0;
+            let mut rule = OpRule::new(Output::View, vec![], one, TorchSource)
+                .note("a strided view; saves nothing; backward (derivatives.yaml `slice_backward`) makes a zero tensor of the input's size and copies the gradient in");
+            rule.output_contiguous = if first_axis { None } else { Some(false) };
+            rule
+        }
+        Op::Expand { .. } => {
+            let mut rule = OpRule::new(Output::View, vec![], one, TorchSource)
+                .note("a stride-0 view (no new memory, not contiguous: a reshape after it copies); backward sums the gradient back to the input's size (derivatives.yaml `expand`: `at::sum_to(grad, self.sym_sizes())`), a new buffer");
+            rule.output_contiguous = Some(false);
+            rule
+        }
+        Op::Parameter { .. } => {
+            let mut rule = OpRule::new(Output::New(0), vec![], vec![Grad::None], Assumed)
+                .note("the parameter expanded over the batch: a stride-0 view (no new memory, not contiguous: a reader that needs a contiguous input copies it); its gradient is the incoming one summed over the batch, a parameter-sized buffer; the input gets none");
+            rule.output_contiguous = Some(false);
+            rule
+        }
+        _ => unreachable!("view_rule: not a view"),
+    }
+}
+
+fn is_identity(node: &crate::graph::Node) -> bool {
+    match &node.op {
+        Op::Permute { dims } => {
+            let r = dims.len() as i64;
+            dims.iter()
+                .enumerate()
+                .all(|(i, d)| (if *d < 0 { d + r } else { *d }) == i as i64)
+        }
+        _ => false,
+    }
 }
