@@ -5,6 +5,7 @@
 
 use crate::features::Precision;
 use crate::graph::Graph;
+use crate::ops::family::TextbookRole;
 use crate::ops::Op;
 use crate::units::accelerate_convert_bytes;
 use serde::Serialize;
@@ -126,11 +127,10 @@ pub fn textbook(graph: &Graph, batch: u64) -> Result<Textbook, NotApplicable> {
     let mut layers = 0;
     let mut mixed = false;
     for n in &graph.nodes {
-        match &n.op {
-            Op::MultiheadAttention {
+        match n.op.family().textbook(&n.op) {
+            TextbookRole::EagerAttention {
                 embed_dim,
                 num_heads,
-                ..
             } => {
                 if n.inputs.len() != 1 {
                     return Err(format!(
@@ -139,64 +139,27 @@ pub fn textbook(graph: &Graph, batch: u64) -> Result<Textbook, NotApplicable> {
                     ));
                 }
                 let t = n.output.0[1].as_fixed().unwrap_or(0);
-                let this = (*embed_dim, *num_heads, t);
+                let this = (embed_dim, num_heads, t);
                 if shape.is_some_and(|s| s != this) {
                     mixed = true;
                 }
                 shape = Some(this);
                 layers += 1;
             }
-            Op::GqaAttention { .. } | Op::MlaAttention { .. } => {
+            TextbookRole::SdpaAttention => {
                 return Err(format!(
                     "node `{}` runs attention through scaled_dot_product_attention; the formula assumes eager attention",
                     n.id
                 ))
             }
-            Op::Moe { .. } | Op::Lstm(_) | Op::Gru(_) | Op::ConvTranspose2d(_) | Op::Conv1d(_) => {
+            TextbookRole::NotTransformer => {
                 return Err(format!(
                     "node `{}` is a `{}` layer; the formula covers transformer blocks only",
                     n.id,
                     n.op.name()
                 ))
             }
-            // What a GPT/BERT-style stack is made of besides its attention (the formula's
-            // 34·d per token covers them); listed, not a fallback: a new op must say.
-            Op::Linear { .. }
-            | Op::Embedding { .. }
-            | Op::Conv2d(_)
-            | Op::BatchNorm { .. }
-            | Op::LayerNorm { .. }
-            | Op::RmsNorm { .. }
-            | Op::GroupNorm { .. }
-            | Op::Activation(_)
-            | Op::Dropout { .. }
-            | Op::Add
-            | Op::Mul
-            | Op::Sub
-            | Op::Div
-            | Op::Unary(_)
-            | Op::Concat { .. }
-            | Op::Upsample { .. }
-            | Op::MaxPool(_)
-            | Op::AvgPool(_)
-            | Op::AdaptiveAvgPool { .. }
-            | Op::Flatten { .. }
-            | Op::Reshape { .. }
-            | Op::Permute { .. }
-            | Op::SelectToken { .. }
-            | Op::Softmax { .. }
-            | Op::Mean { .. }
-            | Op::CrossEntropy
-            | Op::Mse
-            | Op::LearnedPosition { .. }
-            | Op::PrependToken { .. }
-            | Op::Parameter { .. }
-            | Op::Matmul
-            | Op::Slice { .. }
-            | Op::Sdpa { .. }
-            | Op::Constant { .. }
-            | Op::Expand { .. }
-            | Op::Aten(_) => {}
+            TextbookRole::Covered => {}
         }
     }
     if mixed {

@@ -2,7 +2,6 @@
 //! example per op family are in `docs/features.md`; `tests/features.rs` recomputes them.
 
 use crate::graph::Graph;
-use crate::ops::Op;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
@@ -145,8 +144,6 @@ fn contribution(graph: &Graph, k: usize, batch: u64) -> NodeContribution {
         .input_shape(k, 0)
         .expect("checked graph: inputs exist");
     let out = node.output.numel_at(batch);
-    // Tokens: every leading element of a [..., d] input.
-    let tokens = |width: u64| x.numel_at(batch) / width.max(1);
     let mut c = NodeContribution {
         op: node.op.name(),
         layer_output_elements: if node.op.is_view() { 0 } else { out },
@@ -159,74 +156,14 @@ fn contribution(graph: &Graph, k: usize, batch: u64) -> NodeContribution {
             .unwrap_or(0),
         ..Default::default()
     };
-    let mut less_output = false;
-    match &node.op {
-        Op::MultiheadAttention { .. } | Op::GqaAttention { .. } | Op::MlaAttention { .. } => {
-            attention_intermediates(graph, k, batch, x, &mut c)
-        }
-        Op::Moe {
-            dim,
-            hidden,
-            num_experts,
-            top_k,
-        } => {
-            let t = tokens(*dim);
-            // Router logits; per routed token: w1 and w3 outputs, w2 output.
-            c.intermediate_tensors = vec![
-                prod(&[t, *num_experts]),
-                prod(&[t, *top_k, *hidden]),
-                prod(&[t, *top_k, *hidden]),
-                prod(&[t, *top_k, *dim]),
-            ];
-            less_output = true;
-        }
-        Op::Lstm(r) | Op::Gru(r) => {
-            let gates = if matches!(node.op, Op::Lstm(_)) { 4 } else { 3 };
-            let steps = tokens(r.input_size);
-            c.gate_elements = prod(&[steps, gates, r.hidden_size, r.directions(), r.num_layers]);
-        }
-        // The op's saved and intermediate tensors are its output alone (the layer-output
-        // feature); listed, not a fallback: a new op must say.
-        Op::Linear { .. }
-        | Op::Embedding { .. }
-        | Op::Conv1d(_)
-        | Op::Conv2d(_)
-        | Op::ConvTranspose2d(_)
-        | Op::BatchNorm { .. }
-        | Op::LayerNorm { .. }
-        | Op::RmsNorm { .. }
-        | Op::GroupNorm { .. }
-        | Op::Activation(_)
-        | Op::Dropout { .. }
-        | Op::Add
-        | Op::Mul
-        | Op::Sub
-        | Op::Div
-        | Op::Unary(_)
-        | Op::Concat { .. }
-        | Op::Upsample { .. }
-        | Op::MaxPool(_)
-        | Op::AvgPool(_)
-        | Op::AdaptiveAvgPool { .. }
-        | Op::Flatten { .. }
-        | Op::Reshape { .. }
-        | Op::Permute { .. }
-        | Op::SelectToken { .. }
-        | Op::Softmax { .. }
-        | Op::Mean { .. }
-        | Op::CrossEntropy
-        | Op::Mse
-        | Op::LearnedPosition { .. }
-        | Op::PrependToken { .. }
-        | Op::Parameter { .. }
-        | Op::Matmul
-        | Op::Slice { .. }
-        | Op::Sdpa { .. }
-        | Op::Constant { .. }
-        | Op::Expand { .. }
-        // A generic ATen node: its output alone, as an elementwise op (docs/features.md).
-        | Op::Aten(_) => {}
-    }
+    // The op's internal tensors (its family's: none for most, whose saved and intermediate
+    // tensors are their output alone).
+    let memory = node.inputs.get(1).and_then(|_| graph.input_shape(k, 1));
+    let inner = node.op.family().intermediates(&node.op, x, memory, batch);
+    c.intermediate_tensors = inner.tensors;
+    c.score_elements = inner.scores;
+    c.gate_elements = inner.gates;
+    let less_output = inner.less_output;
     let internal = c
         .intermediate_tensors
         .iter()
@@ -237,86 +174,6 @@ fn contribution(graph: &Graph, k: usize, batch: u64) -> NodeContribution {
         internal
     };
     c
-}
-
-/// An attention layer's q, k, v and context tensors, and (eager multi-head attention) its
-/// B x h x Tq x Tk scores; `x` is its input's shape.
-fn attention_intermediates(
-    graph: &Graph,
-    k: usize,
-    batch: u64,
-    x: &crate::shape::Shape,
-    c: &mut NodeContribution,
-) {
-    let node = &graph.nodes[k];
-    // Tokens: every leading element of a [..., d] input.
-    let tokens = |width: u64| x.numel_at(batch) / width.max(1);
-    match &node.op {
-        Op::MultiheadAttention {
-            embed_dim: d,
-            num_heads,
-            sdpa,
-            ..
-        } => {
-            let b = x.0[0].at(batch);
-            let tq = x.0[1].at(batch);
-            let tk = node
-                .inputs
-                .get(1)
-                .and_then(|_| graph.input_shape(k, 1))
-                .map_or(tq, |s| s.0[1].at(batch));
-            // q, k, v, and the context entering the output projection.
-            c.intermediate_tensors = vec![
-                prod(&[b, tq, *d]),
-                prod(&[b, tk, *d]),
-                prod(&[b, tk, *d]),
-                prod(&[b, tq, *d]),
-            ];
-            // SDPA never materialises the [B,h,Tq,Tk] scores.
-            c.score_elements = if *sdpa {
-                0
-            } else {
-                prod(&[b, *num_heads, tq, tk])
-            };
-        }
-        Op::GqaAttention {
-            embed_dim,
-            num_heads,
-            num_kv_heads,
-            head_dim,
-            ..
-        } => {
-            let t = tokens(*embed_dim);
-            c.intermediate_tensors = vec![
-                prod(&[t, *num_heads, *head_dim]),
-                prod(&[t, *num_kv_heads, *head_dim]),
-                prod(&[t, *num_kv_heads, *head_dim]),
-                prod(&[t, *num_heads, *head_dim]),
-            ];
-        }
-        Op::MlaAttention {
-            embed_dim,
-            num_heads: h,
-            q_lora_rank,
-            kv_lora_rank,
-            qk_nope_head_dim,
-            qk_rope_head_dim,
-            v_head_dim,
-            ..
-        } => {
-            let t = tokens(*embed_dim);
-            if *q_lora_rank > 0 {
-                c.intermediate_tensors.push(prod(&[t, *q_lora_rank]));
-            }
-            c.intermediate_tensors.extend([
-                prod(&[t, *h, qk_nope_head_dim.saturating_add(*qk_rope_head_dim)]),
-                prod(&[t, kv_lora_rank.saturating_add(*qk_rope_head_dim)]),
-                prod(&[t, *h, qk_nope_head_dim.saturating_add(*v_head_dim)]),
-                prod(&[t, *h, *v_head_dim]),
-            ]);
-        }
-        _ => unreachable!("attention_intermediates: not an attention layer"),
-    }
 }
 
 /// The six features of a run.

@@ -2,6 +2,7 @@
 //! every shape. Any problem is an [`Error`] naming the file and the node or field.
 
 use crate::error::{Error, Result};
+use crate::ops::family::Table;
 use crate::ops::Op;
 use crate::shape::{Dim, Shape};
 use serde::{Deserialize, Serialize};
@@ -481,7 +482,7 @@ impl Graph {
         // Generic nodes' shapes are expressions of B and T: bind T now.
         let bound_seq = if has_seq { seq } else { None };
         for (i, op) in ops.iter_mut().enumerate() {
-            if let Op::Aten(a) = op {
+            if let Some(a) = op.as_generic_mut() {
                 a.bind(bound_seq)
                     .map_err(|m| Error::node(path, &file.nodes[i].id, m))?;
             }
@@ -506,7 +507,7 @@ impl Graph {
             check_input_kinds(path, nf, op, args_of(i), &ins, &inputs)?;
             let output = op.infer(&ins).map_err(|m| Error::node(path, &nf.id, m))?;
             let of_constants = |v: u32| (v as usize) >= n_inputs && constant[v as usize - n_inputs];
-            let made_of_constants = matches!(op, Op::Constant { .. })
+            let made_of_constants = op.is_constant()
                 || (op.parameters() == 0 && args_of(i).iter().all(|&v| of_constants(v)));
             check_constant_inputs(path, nf, op, args_of(i), &ins, &output, &of_constants)?;
             constant[i] = made_of_constants;
@@ -1015,11 +1016,10 @@ fn check_input_kinds(
     let n_inputs = inputs.len();
     for (k, (&v, s)) in args.iter().zip(ins).enumerate() {
         let int_input = (v as usize) < n_inputs && inputs[v as usize].dtype == DType::Int64;
-        let wants_int =
-            matches!(op, Op::Embedding { .. }) || (k == 1 && matches!(op, Op::CrossEntropy));
+        let wants_int = op.family().wants_int_input(op, k);
         // A `constant` reads its input only for its batch: an int64 one is the padding
         // mask its attention mask is built from.
-        let reads_batch = matches!(op, Op::Constant { .. });
+        let reads_batch = op.is_constant();
         if int_input != wants_int && !(int_input && reads_batch) {
             let name = &nf.inputs[k];
             return Err(Error::node(
@@ -1033,7 +1033,7 @@ fn check_input_kinds(
             ));
         }
     }
-    if let Op::Aten(a) = op {
+    if let Some(a) = op.as_generic() {
         let n = nf.inputs.len();
         if let Some(k) = a.tensor_refs().iter().find_map(|t| match t {
             crate::ops::generic::TensorRef::Input(k) if *k >= n => Some(*k),
@@ -1060,7 +1060,7 @@ fn check_constant_inputs(
     output: &Shape,
     of_constants: &dyn Fn(u32) -> bool,
 ) -> Result<()> {
-    if matches!(op, Op::Add | Op::Mul | Op::Sub | Op::Div) {
+    if op.family().broadcasts_only_constants(op) {
         for (k, (&v, s)) in args.iter().zip(ins).enumerate() {
             if **s != *output && !of_constants(v) {
                 return Err(Error::node(
@@ -1074,15 +1074,15 @@ fn check_constant_inputs(
             }
         }
     }
-    if matches!(op, Op::Sdpa { .. }) {
-        if let Some(&v) = args.get(3) {
+    if let Some(mask) = op.family().constant_only_input(op) {
+        if let Some(&v) = args.get(mask) {
             if !of_constants(v) {
                 return Err(Error::node(
                     path,
                     &nf.id,
                     format!(
                         "input `{}` is sdpa's mask: it must be made from `constant` nodes (a mask takes no gradient)",
-                        nf.inputs[3]
+                        nf.inputs[mask]
                     ),
                 ));
             }
@@ -1098,15 +1098,15 @@ fn count_parameters(file: &GraphFile, ops: &[Op], order: &[usize], path: &Path) 
     let mut total = 0u64;
     let mut shared = std::collections::HashSet::new();
     for &i in order {
-        let p = match &ops[i] {
+        let p = match ops[i].as_generic() {
             // A parameter named by several generic nodes is counted once.
-            Op::Aten(a) => a
+            Some(a) => a
                 .params
                 .iter()
                 .filter(|p| shared.insert(p.name.clone()))
                 .map(|p| p.shape.iter().fold(1u64, |x, v| x.saturating_mul(*v)))
                 .fold(0u64, u64::saturating_add),
-            op => op.parameters(),
+            None => ops[i].parameters(),
         };
         match total.checked_add(p) {
             Some(t) if p != u64::MAX && t != u64::MAX => total = t,
@@ -1156,41 +1156,21 @@ fn check_tie<'o>(
     node_op: &dyn Fn(&str) -> Option<&'o Op>,
     path: &Path,
 ) -> Result<()> {
-    let (t, want_num, want_dim, what) = match op {
-        Op::Linear {
-            in_features,
-            out_features,
-            tie: Some(t),
-            ..
-        } => (
-            t,
-            *out_features,
-            *in_features,
-            "a tied linear needs in_features = {dim} and out_features = {num}",
-        ),
-        Op::Embedding {
-            num_embeddings,
-            embedding_dim,
-            tie: Some(t),
-        } => (
-            t,
-            *num_embeddings,
-            *embedding_dim,
-            "a tied embedding needs num_embeddings = {num} and embedding_dim = {dim}",
-        ),
-        _ => return Ok(()),
+    let Some(tie) = op.family().tie(op) else {
+        return Ok(());
     };
-    match node_op(t) {
-        Some(Op::Embedding {
+    let (t, want_num, want_dim, what) = (tie.target, tie.num, tie.dim, tie.need);
+    match node_op(t).and_then(|o| o.family().table(o)) {
+        Some(Table {
             num_embeddings,
             embedding_dim,
-            tie: None,
+            tied: false,
         }) => {
-            if *embedding_dim != want_dim || *num_embeddings != want_num {
+            if embedding_dim != want_dim || num_embeddings != want_num {
                 let need = what
                     .replace("{dim}", &embedding_dim.to_string())
                     .replace("{num}", &num_embeddings.to_string());
-                let found = if matches!(op, Op::Linear { .. }) {
+                let found = if tie.dim_first {
                     format!("{want_dim} and {want_num}")
                 } else {
                     format!("{want_num} and {want_dim}")
@@ -1205,7 +1185,7 @@ fn check_tie<'o>(
             }
             Ok(())
         }
-        Some(Op::Embedding { tie: Some(_), .. }) => Err(Error::node(
+        Some(Table { tied: true, .. }) => Err(Error::node(
             path,
             id,
             format!(

@@ -413,7 +413,7 @@ pub struct Plan {
 pub fn approximations(graph: &Graph) -> Vec<crate::graph::GraphNote> {
     let mut v = graph.notes.clone();
     for n in &graph.nodes {
-        if let crate::ops::Op::Aten(a) = &n.op {
+        if let Some(a) = n.op.as_generic() {
             for text in crate::simulate::generic_overrides::approximations(a) {
                 v.push(crate::graph::GraphNote {
                     node: Some(n.id.clone()),

@@ -1,7 +1,7 @@
 //! Typed attribute reading: sizes, counts, flags and integers, each named in its error, and
 //! the attribute groups several ops share (convolution, pooling, recurrent layers).
 
-use super::{Conv, Pool, Rnn};
+use super::{Conv, Pool, ReshapeDim, Rnn};
 use serde_json::{Map, Value};
 use std::collections::BTreeSet;
 
@@ -187,4 +187,27 @@ pub(super) fn rnn(a: &mut Attrs) -> Result<Rnn, String> {
         num_layers: at_most("num_layers", a.size_or("num_layers", 1)?, MAX_REPEATS)?,
         bidirectional: a.flag_or("bidirectional", false)?,
     })
+}
+
+/// Attribute `shape`: a non-empty list of `"B"` and positive sizes.
+pub(super) fn batch_or_sizes(a: &mut Attrs) -> Result<Vec<ReshapeDim>, String> {
+    let entries = match a.get("shape") {
+        Some(Value::Array(v)) if !v.is_empty() => v,
+        Some(v) => {
+            return Err(format!(
+                "attribute `shape` must be a non-empty list of \"B\" and sizes, found {v}"
+            ))
+        }
+        None => return Err("missing attribute `shape` (a list of \"B\" and sizes)".into()),
+    };
+    let mut shape = Vec::with_capacity(entries.len());
+    for e in entries {
+        shape.push(match e {
+            Value::String(s) if s == "B" => ReshapeDim::Batch,
+            v => ReshapeDim::Fixed(positive("shape", v).map_err(|_| {
+                format!("`shape` entries must be \"B\" or a positive integer, found {v}")
+            })?),
+        });
+    }
+    Ok(shape)
 }

@@ -1,14 +1,17 @@
 //! The op table: every op of `memcal-graph/1`, its typed attributes, its shape rule, its trainable
 //! parameter tensors and the buffers torch registers for it. See `docs/graph-format.md`.
 //!
-//! One file per concern: `parse` (the table of kinds, names and attribute parsers: each name
-//! is written there once, [`Op::name`] and `Display` read it), `attributes`
-//! (the typed attribute reader), `parameters` (parameter tensors and buffers), `shape` (the
-//! shape rule); this file holds the types and what every op says of itself. Every `match` on
-//! an op lists every op: a new one does not compile until each fact is given.
+//! One file per op family under `family/` holds every fact of its ops (how each parses, its
+//! shape rule, its parameters, its features, what the strategies and the simulator ask of it);
+//! `family/mod.rs` is the registry: the table of kinds, names and parsers (each name is written
+//! there once, [`Op::name`] and `Display` read it) and the one `match` that sends an op to its
+//! family. `attributes` is the typed attribute reader; `parse`, `parameters` and `shape` are
+//! the entry points that ask the family. This file holds the types and what every op says of
+//! itself. See `docs/ops.md` ("Adding an op").
 
 pub mod aten;
 mod attributes;
+pub(crate) mod family;
 pub mod generic;
 mod parameters;
 mod parse;
@@ -244,7 +247,7 @@ pub enum ReshapeDim {
     Infer,
 }
 
-/// The kinds of op, in the op table's order (`parse.rs`): each activation function is a kind
+/// The kinds of op, in the op table's order (`family/mod.rs`): each activation function is a kind
 /// of its own. Each kind's name is written once, in that table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum OpKind {
@@ -643,6 +646,28 @@ impl Op {
                 | Op::Slice { .. }
                 | Op::Expand { .. }
         ) || matches!(self, Op::Aten(a) if a.output_is_view())
+    }
+
+    /// A `constant`: made from constants in every forward, never trained (it reads its input
+    /// only for its batch).
+    pub fn is_constant(&self) -> bool {
+        matches!(self, Op::Constant { .. })
+    }
+
+    /// The generic ATen node this op is, if it is one.
+    pub fn as_generic(&self) -> Option<&generic::AtenNode> {
+        match self {
+            Op::Aten(a) => Some(a),
+            _ => None,
+        }
+    }
+
+    /// The generic ATen node this op is, if it is one, to bind its shapes.
+    pub fn as_generic_mut(&mut self) -> Option<&mut generic::AtenNode> {
+        match self {
+            Op::Aten(a) => Some(a),
+            _ => None,
+        }
     }
 
     /// Losses produce the scalar that training minimises.

@@ -44,12 +44,11 @@ use super::rules::{
     cpu_rule_at, BackwardPeak, CopySaved, Grad, OpRule, Output, Saved, Sizes, Source, Values,
 };
 use crate::graph::{Graph, Node};
-use crate::ops::Op;
 
 /// bf16 element bytes.
-const BF16: u64 = 2;
+pub(crate) const BF16: u64 = 2;
 /// float32 element bytes.
-const F32: u64 = 4;
+pub(crate) const F32: u64 = 4;
 /// cuBLAS workspace per (handle, stream) on sm90 (`getChosenWorkspaceSize`, 4096 KiB x 8).
 pub const CUBLAS_WORKSPACE: u64 = 4096 * 8 * 1024;
 /// cuBLASLt workspace (`CUBLASLT_WORKSPACE_SIZE` default, 1024 KiB).
@@ -65,35 +64,13 @@ pub fn output_element(node: &Node, inputs: &[u64]) -> u64 {
         .filter(|&e| e <= F32)
         .max()
         .unwrap_or(F32);
-    match &node.op {
+    let family = node.op.family();
+    if family.runs_in_bf16(&node.op) {
         // lower_precision_fp (AT_FORALL_LOWER_PRECISION_FP; RNNs through `_cudnn_rnn`'s
         // autocast wrapper).
-        op if runs_in_bf16(op) => BF16,
-        // fp32 policy, fp32_set_opt_dtype, and float32 losses.
-        Op::LayerNorm { .. }
-        | Op::GroupNorm { .. }
-        | Op::Upsample { .. }
-        | Op::Softmax { .. }
-        | Op::CrossEntropy
-        | Op::Mse => F32,
-        // An fp32 table: embedding is in no autocast list.
-        Op::Embedding { .. } => F32,
-        // `_fused_rms_norm` keeps the input's dtype; its fp32 weight promotes a bf16 input in
-        // the composite fallback.
-        Op::RmsNorm { .. } => F32,
-        // x + table slice (fp32).
-        Op::LearnedPosition { .. } => F32,
-        // Made in float32 (rotary tables, masks), outside autocast's lists.
-        Op::Constant { dtype, .. } => dtype.bytes(),
-        // zeros like the (fp32-promoted) input; experts' outputs are cast to it.
-        Op::Moe { .. } => input(0),
-        // autocast's fp32 list (AT_FORALL_FP32: exp, log, reciprocal, rsqrt, pow).
-        Op::Unary(f) if fp32_listed(*f) => F32,
-        Op::Add | Op::Mul | Op::Sub | Op::Div | Op::Concat { .. } => promoted,
-        // Everything else keeps input 0's dtype (batch_norm, activations, pools, views, the
-        // class token cast to the input's kind).
-        _ => input(0),
+        return BF16;
     }
+    family.autocast_output(&node.op, input(0), promoted)
 }
 
 /// sdpa with a mask on CUDA (read off torch 2.11's attention.cpp, not measured): the flash
@@ -101,7 +78,7 @@ pub fn output_element(node: &Node, inputs: &[u64]) -> u64 {
 /// bf16 and `convert_boolean_attn_mask` makes a bool one additive at bf16; `preprocess_mask`
 /// pads its last axis to a multiple of 16 (a new tensor when Tk is not one); the kernel saves
 /// that bias and a logsumexp whose query axis is rounded up to 32 (`kAlignLSE`).
-fn sdpa_mask(s: &Sizes, r: &mut OpRule) {
+pub(crate) fn sdpa_mask(s: &Sizes, r: &mut OpRule) {
     use super::rules::{SDPA_BOOL_MASK, SDPA_LOGSUMEXP};
     let (b, h, tq) = (s.dim(0), s.dim(1), s.dim(2));
     let tk = s.shape_in(3).map_or(1, |m| m.0[3].at(s.batch));
@@ -127,7 +104,61 @@ fn sdpa_mask(s: &Sizes, r: &mut OpRule) {
     });
 }
 
-/// The rule for `node` at `batch` under bf16 autocast on CUDA.
+/// What a family's CUDA rule is given besides the sizes: the node, its batch and the values'
+/// element sizes (to start from the CPU rule's tensors at another dtype), whether its input
+/// requires a gradient, and its input's element bytes.
+pub(crate) struct CudaCall<'a> {
+    pub graph: &'a Graph,
+    pub k: usize,
+    pub batch: u64,
+    pub values: &'a Values<'a>,
+    pub input_grad: bool,
+    pub ex: u64,
+}
+
+/// An fp32 input to a lower-precision op is cast (a new bf16 copy, which the op saves); its
+/// gradient comes back through the cast.
+pub(crate) fn cast_saved(what: &'static str, n: u64, e: u64) -> (Saved, Grad) {
+    if e == F32 {
+        (
+            Saved::Internal {
+                what,
+                bytes: n * BF16,
+            },
+            Grad::ViaCast(n * BF16),
+        )
+    } else {
+        (Saved::InputContiguous(0), Grad::New)
+    }
+}
+
+/// The op's tensors as on CPU, sized by autocast's dtypes (`ex`: its input's); with
+/// `casts_grads`, a binary op's gradient for an input of a lower dtype than its output is cast
+/// to that dtype by the engine (`validate_outputs`): a new buffer, not the output's.
+pub(crate) fn as_on_cpu(s: &Sizes, call: &CudaCall, casts_grads: bool) -> OpRule {
+    let mut r = cpu_rule_at(call.graph, call.k, call.batch, call.values, call.ex);
+    r.source = Source::TorchSource;
+    if casts_grads {
+        for (i, g) in r.grads.iter_mut().enumerate() {
+            if s.e_in(i) != s.e_out() {
+                *g = Grad::New;
+            }
+        }
+    }
+    r
+}
+
+/// A compound op assumed to hold the cpu-fp32 stages at bf16 (`note` says which).
+pub(crate) fn assumed_at_bf16(call: &CudaCall, note: &'static str) -> OpRule {
+    let mut r = cpu_rule_at(call.graph, call.k, call.batch, call.values, BF16);
+    r.source = Source::Assumed;
+    r.autocast = Some(CopySaved::Always);
+    r.cublas = true;
+    r.note = note;
+    r
+}
+
+/// The rule for `node` at `batch` under bf16 autocast on CUDA: its family's.
 pub fn rule(graph: &Graph, k: usize, batch: u64, values: &Values) -> OpRule {
     let node = &graph.nodes[k];
     let s = Sizes {
@@ -137,159 +168,26 @@ pub fn rule(graph: &Graph, k: usize, batch: u64, values: &Values) -> OpRule {
         e: BF16,
         values,
     };
-    let (n_in, n_out) = (s.n_in(0), s.n_out());
     let ex = s.e_in(0);
     let input_grad = graph.inputs.iter().all(|i| i.name != node.inputs[0]);
-    use Saved::*;
-    use Source::*;
-    // An fp32 input to a lower-precision op is cast (a new bf16 copy, which the op saves); its
-    // gradient comes back through the cast.
-    let cast_saved = |what: &'static str, n: u64, e: u64| -> (Saved, Grad) {
-        if e == F32 {
-            (
-                Internal {
-                    what,
-                    bytes: n * BF16,
-                },
-                Grad::ViaCast(n * BF16),
-            )
-        } else {
-            (InputContiguous(0), Grad::New)
-        }
+    let call = CudaCall {
+        graph,
+        k,
+        batch,
+        values,
+        input_grad,
+        ex,
     };
-    let mut r = match &node.op {
-        Op::Linear { .. } => {
-            let (saved, grad) = cast_saved("bf16 cast of the input (autocast)", n_in, ex);
-            let mut r = OpRule::new(Output::New(n_out * BF16), vec![saved], vec![grad], TorchSource)
-                .note("lower_precision_fp: an fp32 input is cast to a bf16 copy, which addmm saves; the bf16 weight copy (autocast cache) is saved for the input's gradient; bf16 output");
-            r.autocast = Some(CopySaved::IfInputRequiresGrad);
-            r.cublas = true;
-            r
-        }
-        Op::Conv1d(_) | Op::Conv2d(_) | Op::ConvTranspose2d(_) => {
-            let (saved, grad) = cast_saved("bf16 cast of the input (autocast)", n_in, ex);
-            let saved = match saved {
-                InputContiguous(_) => Input(0),
-                other => other,
-            };
-            let mut r = OpRule::new(Output::New(n_out * BF16), vec![saved], vec![grad], TorchSource)
-                .note("lower_precision_fp (cuDNN): saves its bf16 input and the bf16 weight copy; cuDNN's workspace is chosen at run time and not counted");
-            r.autocast = Some(CopySaved::Always);
-            r
-        }
-        Op::LayerNorm { .. } | Op::GroupNorm { .. } | Op::BatchNorm { .. } => norm_rule(&s),
-        Op::RmsNorm { dim } if ex == F32 => OpRule::new(
-            Output::New(n_out * F32),
-            vec![
-                Input(0),
-                Internal {
-                    what: "rstd (float32 rows)",
-                    bytes: s.rows(*dim) * F32,
-                },
-            ],
-            vec![Grad::New],
-            TorchSource,
-        )
-        .note("`_fused_rms_norm` (CUDA kernel; fp32 input and weight): saves its input and rstd"),
-        Op::Dropout { p } if *p > 0.0 => OpRule::new(
-            Output::New(n_out * ex),
-            vec![Internal {
-                what: "bool mask (native_dropout)",
-                bytes: n_in,
-            }],
-            vec![Grad::New],
-            TorchSource,
-        )
-        .keeps_layout()
-        .note("CUDA native_dropout: saves a bool mask (1 byte per element)"),
-        Op::Upsample { .. } | Op::Softmax { .. } | Op::CrossEntropy | Op::Mse => fp32_policy(&s),
-        Op::Unary(f) if fp32_listed(*f) && ex != F32 => unary_fp32(&s, *f, graph, k, batch, values),
-        Op::Matmul | Op::Sdpa { .. } => operand_cast_rule(graph, k, batch, values, &s),
-        Op::MultiheadAttention { .. } | Op::GqaAttention { .. } => attention_rule(&s),
-        Op::Lstm(_) | Op::Gru(_) | Op::Moe { .. } | Op::MlaAttention { .. } => {
-            let mut r = cpu_rule_at(graph, k, batch, values, BF16);
-            r.source = Assumed;
-            r.autocast = Some(CopySaved::Always);
-            r.cublas = true;
-            r.note = match &node.op {
-                Op::Lstm(_) | Op::Gru(_) => "assumed: the cpu-fp32 stages at bf16 (cuDNN's RNN reserve space and workspace are chosen by cuDNN at run time; not derived)",
-                Op::Moe { .. } => "assumed: the cpu-fp32 stages at bf16 (router, top-k, SwiGLU experts; routing assumed uniform)",
-                _ => "assumed: the cpu-fp32 stages at bf16 (q/k and v head sizes differ: sdpa's memory-efficient path on CUDA, not derived)",
-            };
-            r
-        }
-        // Everything else: the same tensors as on CPU, sized by autocast's dtypes.
-        _ => {
-            let mut r = cpu_rule_at(graph, k, batch, values, ex);
-            r.source = TorchSource;
-            // A binary op's gradient for an input of a lower dtype than its output is cast to
-            // that dtype by the engine (`validate_outputs`): a new buffer, not the output's.
-            if matches!(node.op, Op::Add | Op::Sub | Op::Concat { .. }) {
-                for (i, g) in r.grads.iter_mut().enumerate() {
-                    if s.e_in(i) != s.e_out() {
-                        *g = Grad::New;
-                    }
-                }
-            }
-            r
-        }
-    };
-    if !input_grad
-        && matches!(
-            node.op,
-            Op::Conv1d(_) | Op::Conv2d(_) | Op::ConvTranspose2d(_)
-        )
-    {
-        r.grads = vec![Grad::None];
-    }
+    let mut r = node.op.family().cuda_rule(&node.op, &s, &call);
     if r.autocast.is_some() {
         r.bf16_param_grads = true;
     }
     r
 }
 
-/// Layer, group and batch norms under autocast (the fp32 policy, or the input's dtype for batch
-/// norm, which is in no autocast list).
-fn norm_rule(s: &Sizes) -> OpRule {
-    let (n_in, n_out) = (s.n_in(0), s.n_out());
-    let ex = s.e_in(0);
-    use Saved::*;
-    use Source::*;
-    match &s.node.op {
-        Op::LayerNorm { normalized_shape, .. } => {
-            let rows = s.rows(*normalized_shape) * F32;
-            let (x_saved, grad) = fp32_cast(n_in, ex);
-            OpRule::new(
-                Output::New(n_out * F32),
-                vec![x_saved, Internal { what: "mean+rstd (float32 rows)", bytes: 2 * rows }],
-                vec![grad],
-                TorchSource,
-            )
-            .note("fp32 policy: a bf16 input is cast to float32 (saved); saves mean and rstd; float32 output")
-        }
-        Op::GroupNorm { num_groups, .. } => {
-            let (x_saved, grad) = fp32_cast(n_in, ex);
-            OpRule::new(
-                Output::New(n_out * F32),
-                vec![x_saved, Internal { what: "mean+rstd (2 x B x groups float32)", bytes: 2 * s.dim(0) * num_groups * F32 }],
-                vec![grad],
-                TorchSource,
-            )
-            .note("fp32 policy: a bf16 input is cast to float32 (saved); saves mean and rstd")
-        }
-        Op::BatchNorm { num_features } => OpRule::new(
-            Output::New(n_out * ex),
-            vec![Input(0), Internal { what: "save_mean+save_invstd (2C float32)", bytes: 2 * num_features * F32 }],
-            vec![Grad::New],
-            TorchSource,
-        )
-        .note("in no autocast list: runs in its input's dtype (bf16 after a conv); saves its input, mean and inverse std"),
-        _ => unreachable!("norm_rule: not a layer, group or batch norm"),
-    }
-}
-
 /// `matmul` and sdpa: the CPU rule at bf16, with each fp32 operand cast to a saved bf16 copy.
-fn operand_cast_rule(graph: &Graph, k: usize, batch: u64, values: &Values, s: &Sizes) -> OpRule {
+pub(crate) fn operand_cast_rule(call: &CudaCall, s: &Sizes, sdpa: bool) -> OpRule {
+    let (graph, k, batch, values) = (call.graph, call.k, call.batch, call.values);
     let node = s.node;
     use Saved::*;
     use Source::*;
@@ -310,123 +208,22 @@ fn operand_cast_rule(graph: &Graph, k: usize, batch: u64, values: &Values, s: &S
             r.grads[i] = Grad::ViaCast(n * BF16);
         }
     }
-    if matches!(node.op, Op::Sdpa { .. }) {
+    if sdpa {
         // The flash kernel on sm90 (no CPU scratch); its Philox RNG state is not counted.
         r.backward_transient = 0;
         if node.inputs.len() > 3 {
             sdpa_mask(s, &mut r);
         }
     }
-    r.cublas = matches!(node.op, Op::Matmul);
+    r.cublas = !sdpa;
     r.source = TorchSource;
     r.note = "lower_precision_fp: fp32 operands cast to bf16 copies (saved); the CPU rule's tensors at bf16 (not measured on a GPU)";
     r
 }
 
-/// Multi-head and grouped-query attention under autocast.
-fn attention_rule(s: &Sizes) -> OpRule {
-    let node = s.node;
-    use Source::*;
-    match &node.op {
-        Op::MultiheadAttention {
-            sdpa: true,
-            torch_impl: true,
-            embed_dim,
-            kdim,
-            bias,
-            ..
-        } => {
-            // torch.nn.MultiheadAttention's own forward: not derived for CUDA; the
-            // separate-projection rule, with out_proj found in its packed parameter list.
-            let mut r = gqa(s, node);
-            if let Some(peak) = r.backward_peak.as_mut() {
-                peak.params = super::rules::torch_mha_out_proj(*embed_dim, *kdim, *bias);
-            }
-            r.source = Assumed;
-            r
-        }
-        Op::MultiheadAttention { sdpa: true, .. } => gqa(s, node),
-        Op::MultiheadAttention { .. } => mha(s, node),
-        Op::GqaAttention { .. } => gqa(s, node),
-        _ => unreachable!("attention_rule: not a multi-head or grouped-query attention"),
-    }
-}
-
-/// Upsampling, softmax and the losses: float32 ops under autocast (the fp32 and
-/// fp32_set_opt_dtype policies), with cross entropy's log_softmax left in bf16.
-fn fp32_policy(s: &Sizes) -> OpRule {
-    let (n_in, n_out) = (s.n_in(0), s.n_out());
-    let ex = s.e_in(0);
-    use Saved::*;
-    use Source::*;
-    match &s.node.op {
-        Op::Upsample { .. } => {
-            let t = if ex == F32 { 0 } else { n_in * F32 };
-            let grad = if ex == F32 { Grad::New } else { Grad::ViaCast(n_in * F32) };
-            OpRule::new(Output::New(n_out * F32), vec![], vec![grad], TorchSource)
-                .fwd(t)
-                .note("fp32 policy: a bf16 input is cast to a float32 copy while it runs; saves nothing; float32 output")
-        }
-        Op::Softmax { .. } => {
-            let t = if ex == F32 { 0 } else { n_in * F32 };
-            let grad = if ex == F32 { Grad::New } else { Grad::ViaCast(n_in * F32) };
-            OpRule::new(Output::New(n_out * F32), vec![Out], vec![grad], TorchSource)
-                .fwd(t)
-                .contiguous_input()
-                .note("fp32_set_opt_dtype: a bf16 input is cast to a float32 copy (held while it runs); saves its float32 output")
-        }
-        // Revised after the first comparison with the GPU rows (the frozen table had the
-        // log_softmax in float32): cross_entropy_loss is CompositeImplicitAutograd
-        // (LossNLL.cpp, `cross_entropy_loss_symint`) and calls
-        // `log_softmax(self, class_dim, self.scalar_type())`: the dtype is given, so autocast's
-        // fp32_set_opt_dtype leaves it bf16; then nll_loss (fp32 policy) casts the bf16
-        // log-probabilities to a float32 copy, which nll_loss_forward saves as `self`.
-        Op::CrossEntropy if ex == BF16 => OpRule::new(
-            Output::New(4),
-            vec![
-                Internal { what: "log_softmax output (bf16 N x V)", bytes: n_in * BF16 },
-                Internal { what: "float32 cast of the log-probabilities (saved by nll_loss)", bytes: n_in * F32 },
-                Internal { what: "total_weight", bytes: 4 },
-            ],
-            vec![Grad::New, Grad::None],
-            TorchSource,
-        )
-        .bwd(n_in * BF16)
-        .contiguous_input()
-        .note("cross_entropy_loss: log_softmax in the logits' bf16 (dtype given explicitly, so autocast leaves it), then nll_loss (fp32 policy) on a float32 copy it saves; backward: nll_loss's float32 N x V gradient, cast back to bf16, log_softmax's bf16 gradient (revised after the GPU comparison)"),
-        Op::CrossEntropy => {
-            let lsm = n_in * F32;
-            let t = if ex == F32 { 0 } else { n_in * F32 };
-            let grad = if ex == F32 { Grad::New } else { Grad::ViaCast(lsm) };
-            OpRule::new(
-                Output::New(4),
-                vec![Internal { what: "log_softmax output (float32 N x V)", bytes: lsm }, Internal { what: "total_weight", bytes: 4 }],
-                vec![grad, Grad::None],
-                TorchSource,
-            )
-            .fwd(t)
-            .bwd(lsm)
-            .contiguous_input()
-            .note("log_softmax (fp32_set_opt_dtype: bf16 logits cast to a float32 copy) + nll_loss (fp32): saves the float32 N x V log-softmax; backward holds it, nll_loss's and log_softmax's float32 N x V gradients, then casts to bf16")
-        }
-        Op::Mse => {
-            let (x_saved, grad) = fp32_cast(n_in, ex);
-            OpRule::new(
-                Output::New(n_in * F32),
-                vec![x_saved, Input(1)],
-                vec![grad, Grad::New],
-                Calibrated("calibrated on sim-mse-only, sim-mse-wide (CPU; the input-sized loss buffer)"),
-            )
-            .fwd(n_in * F32 + 12)
-            .note("fp32 policy: a bf16 prediction is cast to float32 (saved); as on CPU, the loss keeps an input-sized buffer until it is dropped")
-        }
-        _ => unreachable!("fp32_policy for another op"),
-    }
-}
-
 /// An fp32-policy op on a bf16 input casts it to a float32 copy, which it saves; its gradient
 /// comes back through the cast.
-fn fp32_cast(n: u64, e: u64) -> (Saved, Grad) {
+pub(crate) fn fp32_cast(n: u64, e: u64) -> (Saved, Grad) {
     if e == F32 {
         (Saved::Input(0), Grad::New)
     } else {
@@ -441,7 +238,7 @@ fn fp32_cast(n: u64, e: u64) -> (Saved, Grad) {
 }
 
 /// The highest running total of a sequence of allocations (+) and frees (-).
-fn high(deltas: &[i64]) -> u64 {
+pub(crate) fn high(deltas: &[i64]) -> u64 {
     let mut level = 0i64;
     let mut top = 0i64;
     for d in deltas {
@@ -451,194 +248,11 @@ fn high(deltas: &[i64]) -> u64 {
     top.max(0) as u64
 }
 
-/// Eager multi-head attention as the harness's `mha` runs it under autocast.
-fn mha(s: &Sizes, node: &Node) -> OpRule {
-    let Op::MultiheadAttention {
-        embed_dim: d,
-        num_heads: h,
-        causal,
-        relative_attention_buckets: nb,
-        bias,
-        ..
-    } = &node.op
-    else {
-        unreachable!("mha rule for another op")
-    };
-    let (b, tq) = (s.dim(0), s.dim(1));
-    let tk = s.shape_in(1).map_or(tq, |m| m.0[1].at(s.batch));
-    let ex = s.e_in(0);
-    let ekv = if node.inputs.len() > 1 { s.e_in(1) } else { ex };
-    let (aq, ak, sc) = (b * tq * d * BF16, b * tk * d * BF16, b * h * tq * tk);
-    let tt = tq * tk;
-    let i = |v: u64| v as i64;
-    // Casts of fp32 inputs: one per projection (activations are not cached).
-    let cq = if ex == F32 { aq } else { 0 };
-    let ckv = if ekv == F32 { 2 * ak } else { 0 };
-    let mut saved = vec![];
-    if cq + ckv > 0 {
-        saved.push(Saved::Internal {
-            what: "bf16 casts of the input for the q, k, v projections",
-            bytes: cq + ckv,
-        });
-    }
-    saved.extend([
-        Saved::Internal {
-            what: "q*scale (contiguous bf16 copy for bmm)",
-            bytes: aq,
-        },
-        Saved::Internal {
-            what: "k^T (contiguous bf16 copy for bmm)",
-            bytes: ak,
-        },
-        Saved::Internal {
-            what: "softmax output (float32 B x H x Tq x Tk)",
-            bytes: sc * F32,
-        },
-        Saved::Internal {
-            what: "bf16 cast of the attention weights (for attn @ v)",
-            bytes: sc * BF16,
-        },
-        Saved::Internal {
-            what: "v (contiguous bf16 copy for bmm)",
-            bytes: ak,
-        },
-        Saved::Internal {
-            what: "context (contiguous bf16, out_proj input)",
-            bytes: aq,
-        },
-    ]);
-    if node.inputs.len() > 1 {
-        saved.push(Saved::Input(1));
-    }
-    let (mask, bucket) = (
-        if *causal { tt } else { 0 },
-        if *nb > 0 { tt * 8 } else { 0 },
-    );
-    if *causal {
-        saved.push(Saved::Internal {
-            what: "causal mask (bool Tq x Tk)",
-            bytes: mask,
-        });
-    }
-    if *nb > 0 {
-        saved.push(Saved::Internal {
-            what: "bucket indices (int64 Tq x Tk)",
-            bytes: bucket,
-        });
-    }
-    // Forward, in the harness's order; q, k, v projections, q*scale, the scores and the
-    // context are Rust locals until the function returns.
-    let rel = if *nb > 0 { h * tt * F32 } else { 0 };
-    let fwd = high(&[
-        i(cq + ckv),
-        i(aq + 2 * ak),
-        i(aq),
-        i(aq + ak + sc * BF16),
-        i(bucket + rel),
-        -i(rel),
-        i(mask + if *causal { sc * BF16 } else { 0 }),
-        -i(if *causal { sc * BF16 } else { 0 }),
-        i(2 * sc * F32),
-        -i(sc * F32),
-        i(sc * BF16 + ak + aq),
-        i(aq),
-        i(aq),
-    ]);
-    // Backward stages after the level before it (saved tensors and the incoming gradient):
-    // out_proj, attn @ v, the weights' cast back, softmax, the scores' cast, masked_fill, the
-    // bias, q @ k^T, q*scale.
-    let wo = d * d * BF16 + if *bias { d * BF16 } else { 0 };
-    let stages = |freed: bool| {
-        high(&[
-            i(aq + wo),
-            -i(wo + aq + if freed { aq } else { 0 }),
-            i(sc * BF16 + ak),
-            -i(sc * BF16 + ak + aq),
-            i(sc * F32),
-            -i(sc * BF16),
-            i(sc * F32),
-            -i(2 * sc * F32),
-            i(sc * BF16),
-            -i(sc * F32),
-            i(if *causal { sc * BF16 } else { 0 }),
-            -i(if *causal { sc * BF16 + mask } else { 0 }),
-            i(rel),
-            -i(rel),
-            i(aq + ak),
-            -i(aq + ak + sc * BF16),
-            i(aq),
-        ])
-    };
-    let grads = if ex == F32 {
-        vec![Grad::ViaCast(aq)]
-    } else {
-        vec![Grad::New]
-    };
-    let mut grads = grads;
-    if node.inputs.len() > 1 {
-        grads.push(if ekv == F32 {
-            Grad::ViaCast(ak)
-        } else {
-            Grad::New
-        });
-    }
-    let o_proj = if *bias { vec![6, 7] } else { vec![3] };
-    let mut r = OpRule::new(Output::New(aq), saved, grads, Source::TorchSource)
-        .fwd(fwd)
-        .note("eager attention under autocast: bf16 projections (an fp32 input cast once per projection), bf16 scores, softmax in float32 (fp32_set_opt_dtype: a float32 copy of the scores, a float32 output saved), cast back to bf16 for attn @ v (saved); backward stage by stage through both casts");
-    r.forward_transient = 0;
-    r.forward_peak = Some(fwd);
-    r.backward_peak = Some(BackwardPeak {
-        freed: stages(true),
-        held: stages(false),
-        params: o_proj,
-    });
-    r.autocast = Some(CopySaved::IfInputRequiresGrad);
-    r.cublas = true;
-    r
-}
-
-/// Grouped-query attention: projections, k and v repeated to all heads, flash sdpa.
-fn gqa(s: &Sizes, node: &Node) -> OpRule {
-    match &node.op {
-        Op::GqaAttention {
-            embed_dim,
-            num_heads,
-            num_kv_heads,
-            head_dim,
-            bias,
-            out_bias,
-            repeat_kv,
-            qk_norm,
-            ..
-        } => flash(
-            s,
-            [*embed_dim, *num_heads, *num_kv_heads, *head_dim],
-            (*bias, *out_bias),
-            (*repeat_kv, *qk_norm),
-        ),
-        // backend "sdpa": self- or cross-attention, as many kv heads as heads.
-        Op::MultiheadAttention {
-            embed_dim,
-            num_heads,
-            bias,
-            sdpa: true,
-            ..
-        } => flash(
-            s,
-            [*embed_dim, *num_heads, *num_heads, embed_dim / num_heads],
-            (*bias, *bias),
-            (true, false),
-        ),
-        _ => unreachable!("sdpa rule for another op"),
-    }
-}
-
 /// Attention through flash sdpa on CUDA: `[embed_dim, heads, kv_heads, head_dim]`.
 /// `(bias, out_bias)`: the q, k, v projections' biases and the output projection's.
 /// `qk_norm`: q and k through `_fused_rms_norm` first (the `rms_norm` rule: it saves its input
 /// and a float32 rstd per row); derived from torch's source, not measured on CUDA.
-fn flash(
+pub(crate) fn flash(
     s: &Sizes,
     [embed_dim, h, kvh, hd]: [u64; 4],
     (bias, out_bias): (bool, bool),
@@ -743,29 +357,10 @@ fn flash(
     r
 }
 
-/// Whether an op runs on autocast's lower-precision list (`AT_FORALL_LOWER_PRECISION_FP`:
-/// linear, conv, matmul/bmm and sdpa inside attention; RNNs through `_cudnn_rnn`'s wrapper).
-pub fn runs_in_bf16(op: &Op) -> bool {
-    matches!(
-        op,
-        Op::Linear { .. }
-            | Op::Conv1d(_)
-            | Op::Conv2d(_)
-            | Op::ConvTranspose2d(_)
-            | Op::MultiheadAttention { .. }
-            | Op::GqaAttention { .. }
-            | Op::MlaAttention { .. }
-            | Op::Lstm(_)
-            | Op::Gru(_)
-            | Op::Matmul
-            | Op::Sdpa { .. }
-    )
-}
-
 /// Whether autocast runs a generic elementwise function in float32 (`AT_FORALL_FP32` in
 /// `ATen/autocast_mode.h`: exp, log, reciprocal, rsqrt and pow are listed; the others run in
 /// their input's dtype).
-fn fp32_listed(f: crate::ops::UnaryFn) -> bool {
+pub(crate) fn fp32_listed(f: crate::ops::UnaryFn) -> bool {
     use crate::ops::UnaryFn as U;
     match f {
         U::Exp | U::Log | U::Reciprocal | U::Rsqrt | U::Pow(_) => true,
@@ -786,7 +381,7 @@ fn fp32_listed(f: crate::ops::UnaryFn) -> bool {
 /// to a float32 copy, which the function saves where it saves its input (else the copy lives
 /// while it runs); the output and the backward's temporaries are float32, and the gradient
 /// comes back through the cast's `ToCopyBackward` (the cpu-fp32 rule's tensors at float32).
-fn unary_fp32(
+pub(crate) fn unary_fp32(
     s: &Sizes,
     f: crate::ops::UnaryFn,
     graph: &Graph,

@@ -85,7 +85,7 @@ impl EngineBackward {
 }
 
 /// The generic rule of `a` at the sizes of `s`.
-pub(super) fn rule(a: &AtenNode, s: &Sizes) -> OpRule {
+pub(crate) fn rule(a: &AtenNode, s: &Sizes) -> OpRule {
     let n = s.values.args(s.k).len();
     let inputs: Vec<NodeInput> = (0..n)
         .filter_map(|i| {

@@ -26,6 +26,7 @@
 use super::rules::{OpRule, Saved, Sizes, Values};
 use super::Param;
 use crate::graph::Graph;
+use crate::ops::family::LoraCall;
 use crate::ops::Op;
 use crate::strategy::memory::block_of;
 
@@ -58,12 +59,7 @@ pub fn target_matrices(graph: &Graph, k: usize) -> Vec<(usize, u64, u64)> {
     if block_of(&n.id).is_none() {
         return Vec::new();
     }
-    let take = match &n.op {
-        Op::Linear { tie: None, .. } => 1,
-        Op::MultiheadAttention { .. } | Op::GqaAttention { .. } => 4,
-        Op::MlaAttention { .. } | Op::Moe { .. } => usize::MAX,
-        _ => 0,
-    };
+    let take = n.op.family().lora_targets(&n.op);
     n.op.parameter_tensors()
         .iter()
         .enumerate()
@@ -163,7 +159,7 @@ pub fn dequantize_transient(out: u64, inp: u64) -> u64 {
 }
 
 /// Takes `bytes` off the internal saved tensor whose description starts with `what`.
-fn shrink_internal(saved: &mut [Saved], what: &str, bytes: u64) {
+pub(crate) fn shrink_internal(saved: &mut [Saved], what: &str, bytes: u64) {
     for x in saved.iter_mut() {
         if let Saved::Internal { what: w, bytes: b } = x {
             if w.starts_with(what) {
@@ -177,62 +173,15 @@ fn shrink_internal(saved: &mut [Saved], what: &str, bytes: u64) {
 fn target_tokens(s: &Sizes, graph: &Graph, k: usize) -> Vec<(u64, u64, u64)> {
     let mats = target_matrices(graph, k);
     let node = &graph.nodes[k];
-    let b = s.dim(0);
-    let rows0 = |width: u64| s.rows(width);
     mats.iter()
         .enumerate()
-        .map(|(j, &(_, out, inp))| {
-            let tokens = match &node.op {
-                Op::MultiheadAttention { embed_dim, .. } if j == 1 || j == 2 => s
-                    .shape_in(1)
-                    .map_or(rows0(*embed_dim), |m| b * m.0[1].at(s.batch)),
-                Op::MultiheadAttention { embed_dim, .. }
-                | Op::GqaAttention { embed_dim, .. }
-                | Op::MlaAttention { embed_dim, .. } => rows0(*embed_dim),
-                // Each expert's share of the routed tokens (routing assumed uniform, as the
-                // plain rule does).
-                Op::Moe {
-                    dim,
-                    top_k,
-                    num_experts,
-                    ..
-                } if j > 0 => rows0(*dim) * top_k / (*num_experts).max(1),
-                Op::Moe { dim, .. } => rows0(*dim),
-                _ => rows0(inp),
-            };
-            (tokens, out, inp)
-        })
+        .map(|(j, &(_, out, inp))| (node.op.family().lora_tokens(&node.op, s, j, inp), out, inp))
         .collect()
 }
 
 /// The rule of a node holding no target under LoRA: its parameters (if any) are frozen.
 fn frozen(mut r: OpRule, op: &Op) -> OpRule {
-    match op {
-        // A frozen linear (the head, a projection outside the blocks): its input is
-        // saved only for its weight's gradient.
-        Op::Linear { .. } => {
-            r.saved.clear();
-            r.note = "frozen linear: saves nothing (its input is saved only for the weight's gradient, derivatives.yaml mm/addmm with should_compute_output)";
-        }
-        // `x * rstd` is saved by the weight's `mul` for the weight's gradient only: with
-        // the weight frozen it is a temporary of the forward.
-        Op::RmsNorm { .. } => {
-            let mut moved = 0;
-            r.saved.retain(|x| match x {
-                Saved::Internal {
-                    what: "x*rstd",
-                    bytes,
-                } => {
-                    moved += bytes;
-                    false
-                }
-                _ => true,
-            });
-            r.forward_transient += moved;
-            r.note = "frozen RMSNorm: saves its input and rstd; x*rstd (saved by the weight's mul for the weight's gradient) is a forward temporary";
-        }
-        _ => {}
-    }
+    op.family().lora_frozen(op, &mut r);
     r
 }
 
@@ -261,12 +210,11 @@ pub(super) fn rule(
         return frozen(r, &node.op);
     }
     let rank = lr.r;
-    let u_total: u64 = match &node.op {
-        // The router's tokens, then every routed token through w1, w3 and w2.
-        Op::Moe { dim, top_k, .. } => (s.rows(*dim) * (1 + 3 * top_k)) * rank * 4,
-        _ => targets.iter().map(|(t, _, _)| t * rank * 4).sum(),
-    };
-    let eager = matches!(node.op, Op::MultiheadAttention { sdpa: false, .. });
+    let family = node.op.family();
+    let u_total: u64 = family
+        .lora_adapter_bytes(&node.op, &s, rank)
+        .unwrap_or_else(|| targets.iter().map(|(t, _, _)| t * rank * 4).sum());
+    let eager = family.is_eager_attention(&node.op);
     if eager {
         // Eager attention's output projection runs last: its base and adapter outputs exist
         // with their sum (the op's output) and its `x·Aᵀ`, beside everything else the op holds
@@ -298,28 +246,7 @@ pub(super) fn rule(
             bytes: u_total,
         });
     }
-    if let Op::MlaAttention {
-        embed_dim,
-        q_lora_rank,
-        kv_lora_rank,
-        ..
-    } = &node.op
-    {
-        // MLA's inner RMSNorms (q_a_norm, kv_a_norm) are frozen too: their `x * rstd` is not
-        // saved (see RMSNorm above), one `q_lora_rank` and one `kv_lora_rank` a token.
-        let unsaved = s.rows(*embed_dim) * (q_lora_rank + kv_lora_rank) * 4;
-        shrink_internal(
-            &mut r.saved,
-            "q_a output",
-            q_lora_rank * s.rows(*embed_dim) * 4,
-        );
-        shrink_internal(
-            &mut r.saved,
-            "kv_a output",
-            kv_lora_rank * s.rows(*embed_dim) * 4,
-        );
-        r.forward_peak = r.forward_peak.map(|p| p.saturating_sub(unsaved));
-    }
+    family.lora_frozen_inner(&node.op, &s, &mut r);
     // The relative-position table is frozen: its `index_select` saves no indices.
     r.saved
         .retain(|x| !matches!(x, Saved::Kept { what, .. } if what.starts_with("bucket indices")));
@@ -340,41 +267,25 @@ pub(super) fn rule(
             .unwrap_or(0);
         r.forward_peak = Some(r.forward_peak.unwrap_or(0).max(deq));
     }
-    match &node.op {
-        Op::Linear { .. } => {
-            let (tokens, out, inp) = targets[0];
-            let y = tokens * out * 4;
-            // Base and adapter outputs beside their sum.
-            r.forward_transient += 2 * y;
-            // The base path's input gradient beside the adapter path's (added in place), by
-            // when B's `mm` has run and its saved `x·Aᵀ` is released (the engine releases a
-            // node's saved variables once it has run); or, when the input needs no gradient,
-            // the gradient of `x·Aᵀ`.
-            let u = tokens * rank * 4;
-            r.backward_transient += if x_grad {
-                (tokens * inp * 4).saturating_sub(u)
+    let lora = LoraCall {
+        targets,
+        rank,
+        x_grad,
+        quantize: lr.quantize,
+    };
+    if !family.lora_single(&node.op, &mut r, &lora) {
+        let targets = &lora.targets;
+        // A compound op: the output projection's adapters (the last pair) have their
+        // gradients by the inner peak (its base weight is frozen).
+        if let Some(p) = r.backward_peak.as_mut() {
+            let last = 2 * (targets.len() - 1);
+            p.params = if p.params.is_empty() {
+                Vec::new()
             } else {
-                u
-            };
-            r.note = if lr.quantize {
-                "QLoRA linear: dequantizes its weight (kept by mm for the input's gradient), base + x·Aᵀ·Bᵀ: saves its input and x·Aᵀ; the base and adapter outputs exist with their sum"
-            } else {
-                "LoRA linear: base + x·Aᵀ·Bᵀ: saves its input (for A's gradient) and x·Aᵀ (for B's); the base and adapter outputs exist with their sum; backward adds the base path's input gradient into the adapter path's"
+                vec![last, last + 1]
             };
         }
-        _ => {
-            // A compound op: the output projection's adapters (the last pair) have their
-            // gradients by the inner peak (its base weight is frozen).
-            if let Some(p) = r.backward_peak.as_mut() {
-                let last = 2 * (targets.len() - 1);
-                p.params = if p.params.is_empty() {
-                    Vec::new()
-                } else {
-                    vec![last, last + 1]
-                };
-            }
-            r.note = "adapted compound op: as plain (the adapters' first mm saves each projection's input, which the op saved already), plus every projection's x·Aᵀ";
-        }
+        r.note = "adapted compound op: as plain (the adapters' first mm saves each projection's input, which the op saved already), plus every projection's x·Aᵀ";
     }
     r
 }

@@ -395,12 +395,7 @@ struct Workspaces {
 /// Whether the op's forward goes through cuBLASLt (`addmm` with a bias: torch's
 /// `gemm_and_bias`); the others use cuBLAS's own workspace only.
 fn uses_cublaslt(op: &Op) -> bool {
-    match op {
-        Op::Linear { bias, .. }
-        | Op::MultiheadAttention { bias, .. }
-        | Op::GqaAttention { bias, .. } => *bias,
-        _ => false,
-    }
+    op.family().uses_cublaslt(op)
 }
 
 /// Records events, phase summaries and the peak.
@@ -685,7 +680,7 @@ impl<'a> Sim<'a> {
                 .any(|&v| values.as_node(v as usize).is_some_and(|j| requires_grad[j]));
             // A `constant` (rotary tables, masks) is made without autograd from its input's
             // batch alone.
-            let constant = matches!(graph.nodes[k].op, Op::Constant { .. });
+            let constant = graph.nodes[k].op.is_constant();
             requires_grad[k] = (from_inputs && !constant) || !node_params[k].is_empty() || leaf[k];
         }
         let mut rules = Vec::new();
@@ -786,9 +781,10 @@ impl<'a> Sim<'a> {
         // model_load: parameters (and batch-norm running statistics) in creation order.
         self.begin(0, "model_load".into());
         for n in &self.graph.nodes {
-            if let Op::BatchNorm { num_features } = n.op {
-                // running_mean and running_var (the harness registers no batch counter).
-                self.mem.alloc(2 * num_features * 4, Kind::Parameters);
+            // Batch norm's running_mean and running_var (the harness registers no batch
+            // counter).
+            if let Some(bytes) = n.op.family().running_stats_bytes(&n.op) {
+                self.mem.alloc(bytes, Kind::Parameters);
             }
         }
         // The base; adapters (LoRA, QLoRA) come after it, made by `load_adapters`.
@@ -987,20 +983,19 @@ impl<'a> Sim<'a> {
         let batch = self.batch;
         let dims =
             |sh: &crate::shape::Shape| -> Vec<u64> { sh.0.iter().map(|d| d.at(batch)).collect() };
-        let out_split = match &node.op {
-            Op::Slice { dim, .. } if x0.contiguous => {
-                let r = node.output.rank() as i64;
-                let d = if *dim < 0 { dim + r } else { *dim };
-                (d > 0).then_some(d as usize)
-            }
-            Op::Reshape { .. } | Op::Flatten { .. } if !x0.contiguous => x0.split.and_then(|d| {
+        let family = node.op.family();
+        let out_split = if x0.contiguous {
+            family.splits_at(&node.op, node.output.rank())
+        } else if family.regroups(&node.op) {
+            x0.split.and_then(|d| {
                 regrouped(
                     &dims(self.values.shape(args[0] as usize)),
                     &dims(&node.output),
                     d,
                 )
-            }),
-            _ => None,
+            })
+        } else {
+            None
         };
         // The output.
         let (out_buf, out_contig) = match rule.output {
@@ -1021,8 +1016,8 @@ impl<'a> Sim<'a> {
                 }
             }
         };
-        let (out_contig, out_perm) = match (&node.op, rule.output_contiguous) {
-            (Op::Permute { dims }, _) => match x0.perm.and_then(|p| p.then(dims)) {
+        let (out_contig, out_perm) = match (family.permutation(&node.op), rule.output_contiguous) {
+            (Some(dims), _) => match x0.perm.and_then(|p| p.then(dims)) {
                 Some(p) => (p.is_identity(), Some(p)),
                 None => (out_contig, None),
             },
@@ -1044,7 +1039,7 @@ impl<'a> Sim<'a> {
         }
         // linear on a non-contiguous input goes through matmul: 12 bytes of scalars (calibrated
         // on the CPU single-op fixtures; CUDA scalars are CPU wrapped numbers).
-        if matches!(node.op, Op::Linear { .. }) && !x0.contiguous && !self.backend.is_cuda() {
+        if family.matmul_on_strided_input(&node.op) && !x0.contiguous && !self.backend.is_cuda() {
             scratch
                 .transients
                 .push(self.mem.alloc(12, Kind::Transients));
@@ -1293,7 +1288,10 @@ impl<'a> Sim<'a> {
         let input_rank = self.values.shape(args[0] as usize).rank();
         let copies = !contig
             && (rule.needs_contiguous_input
-                || (matches!(node.op, Op::Linear { .. }) && input_rank >= 3));
+                || node
+                    .op
+                    .family()
+                    .copies_strided_gradient(&node.op, input_rank));
         let mut early_high = 0;
         if copies {
             let bytes = self.value_bytes[self.values.node_value(k)];
@@ -1413,7 +1411,7 @@ impl<'a> Sim<'a> {
                 }
                 Grad::OfOutput => match &node.op {
                     // Reshaping a non-contiguous gradient copies it.
-                    Op::Reshape { .. } | Op::Flatten { .. } if !contig => {
+                    op if op.family().regroups(op) && !contig => {
                         (self.mem.alloc(bytes, Kind::ActivationGradients), true)
                     }
                     _ if rule.grad_reshapes && !contig => {
@@ -1421,18 +1419,13 @@ impl<'a> Sim<'a> {
                     }
                     _ => {
                         self.mem.retain(g_out);
-                        let c = match &node.op {
-                            // Permuting back: assumed to undo an earlier permute when the
-                            // incoming gradient is itself permuted.
-                            Op::Permute { .. } => rule.output_contiguous == Some(true) || !contig,
-                            // Slices along a non-leading axis are strided.
-                            Op::Concat { dim } => {
-                                let r = node.output.rank() as i64;
-                                (if *dim < 0 { dim + r } else { *dim }) == 0 && contig
-                            }
-                            Op::PrependToken { .. } => false,
-                            _ => contig,
-                        };
+                        // A permute's, a concat's slices', a prepended token's: the family's.
+                        let c = node.op.family().gradient_contiguous(
+                            &node.op,
+                            rule.output_contiguous,
+                            contig,
+                            node.output.rank(),
+                        );
                         (g_out, c)
                     }
                 },
@@ -1557,8 +1550,9 @@ fn parameters(graph: &Graph, backend: Backend) -> (Vec<Param>, Vec<Vec<usize>>) 
     let mut params = Vec::new();
     let mut node_params = vec![Vec::new(); graph.nodes.len()];
     let mut table_of: crate::name_hash::NameMap<&str, usize> = Default::default();
+    let owns_table = |op: &Op| op.family().table(op).is_some_and(|t| !t.tied);
     for (k, n) in graph.nodes.iter().enumerate() {
-        if let Op::Embedding { tie: None, .. } = n.op {
+        if owns_table(&n.op) {
             for (i, shape) in n.op.parameter_tensors().iter().enumerate() {
                 let bytes = shape.iter().product::<u64>() * 4;
                 table_of.insert(n.id.as_str(), params.len());
@@ -1575,10 +1569,10 @@ fn parameters(graph: &Graph, backend: Backend) -> (Vec<Param>, Vec<Vec<usize>>) 
     // A generic node's parameters by name: a later node naming one shares it.
     let mut named: std::collections::HashMap<&str, usize> = Default::default();
     for (k, n) in graph.nodes.iter().enumerate() {
-        if let Op::Embedding { tie: None, .. } = n.op {
+        if owns_table(&n.op) {
             continue;
         }
-        if let Op::Aten(a) = &n.op {
+        if let Some(a) = n.op.as_generic() {
             for p in &a.params {
                 let at = *named.entry(p.name.as_str()).or_insert_with(|| {
                     params.push(Param {
@@ -1599,14 +1593,7 @@ fn parameters(graph: &Graph, backend: Backend) -> (Vec<Param>, Vec<Vec<usize>>) 
             let bytes = shape.iter().product::<u64>() * 4;
             // tch's `randn * std + mean` init holds a second copy while it runs, and 12 bytes
             // of scalars (calibrated on the single-op fixtures: chosen to match, not derived).
-            let randn_scaled = match &n.op {
-                Op::LearnedPosition { .. } | Op::PrependToken { .. } => true,
-                Op::MultiheadAttention {
-                    relative_attention_buckets,
-                    ..
-                } => *relative_attention_buckets > 0 && i + 1 == count,
-                _ => false,
-            };
+            let randn_scaled = n.op.family().randn_init(&n.op, i, count);
             node_params[k].push(params.len());
             // On CUDA the scalars are CPU wrapped numbers: no device memory.
             let scalars = if backend.is_cuda() { 0 } else { 12 };
@@ -1617,11 +1604,8 @@ fn parameters(graph: &Graph, backend: Backend) -> (Vec<Param>, Vec<Vec<usize>>) 
                 init_transient: if randn_scaled { bytes + scalars } else { 0 },
             });
         }
-        let tie = match &n.op {
-            Op::Linear { tie: Some(t), .. } | Op::Embedding { tie: Some(t), .. } => Some(t),
-            _ => None,
-        };
-        if let Some(&p) = tie.and_then(|t| table_of.get(t.as_str())) {
+        let tie = n.op.family().tie(&n.op).map(|t| t.target);
+        if let Some(&p) = tie.and_then(|t| table_of.get(t)) {
             node_params[k].push(p);
         }
     }

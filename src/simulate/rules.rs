@@ -9,7 +9,6 @@
 //! device, with every value sized by the dtype autocast gives it ([`Values`]).
 
 use crate::graph::{DType, Graph, Node, Slot};
-use crate::ops::{Activation, Op};
 use crate::shape::Shape;
 use serde::Serialize;
 
@@ -215,7 +214,7 @@ pub struct OpRule {
 }
 
 impl OpRule {
-    pub(super) fn new(
+    pub(crate) fn new(
         output: Output,
         saved: Vec<Saved>,
         grads: Vec<Grad>,
@@ -243,39 +242,39 @@ impl OpRule {
         }
     }
 
-    pub(super) fn note(mut self, note: &'static str) -> Self {
+    pub(crate) fn note(mut self, note: &'static str) -> Self {
         self.note = note;
         self
     }
 
-    pub(super) fn fwd(mut self, bytes: u64) -> Self {
+    pub(crate) fn fwd(mut self, bytes: u64) -> Self {
         self.forward_transient = bytes;
         self
     }
 
-    pub(super) fn fwd_no_grad(mut self, bytes: u64) -> Self {
+    pub(crate) fn fwd_no_grad(mut self, bytes: u64) -> Self {
         self.forward_transient_no_grad = Some(bytes);
         self
     }
 
-    pub(super) fn bwd(mut self, bytes: u64) -> Self {
+    pub(crate) fn bwd(mut self, bytes: u64) -> Self {
         self.backward_transient = bytes;
         self
     }
 
-    pub(super) fn keeps_layout(mut self) -> Self {
+    pub(crate) fn keeps_layout(mut self) -> Self {
         self.output_contiguous = None;
         self
     }
 
-    pub(super) fn contiguous_input(mut self) -> Self {
+    pub(crate) fn contiguous_input(mut self) -> Self {
         self.needs_contiguous_input = true;
         self
     }
 }
 
 /// Sizes the rules need, at a batch.
-pub(super) struct Sizes<'a> {
+pub(crate) struct Sizes<'a> {
     pub node: &'a Node,
     /// The node's position in the graph.
     pub k: usize,
@@ -389,11 +388,10 @@ impl<'g> Values<'g> {
             }
             starts.push(args.len() as u32);
             shapes.push(&n.output);
-            elems.push(match (&n.op, backend) {
-                (Op::Constant { dtype, .. }, _) => dtype.bytes(),
-                (Op::Aten(a), _) => a.outputs[a.item].dtype.bytes(),
-                (_, Backend::CpuFp32) => 4,
-                (_, Backend::CudaBf16Autocast) => {
+            elems.push(match (n.op.family().element_bytes(&n.op), backend) {
+                (Some(bytes), _) => bytes,
+                (None, Backend::CpuFp32) => 4,
+                (None, Backend::CudaBf16Autocast) => {
                     input_elems.clear();
                     input_elems.extend(args[first..].iter().map(|&v| elems[v as usize]));
                     super::cuda::output_element(n, &input_elems)
@@ -457,13 +455,13 @@ pub fn rule(graph: &Graph, k: usize, batch: u64, backend: Backend, values: &Valu
 }
 
 /// The cpu-fp32 table.
-pub(super) fn cpu_rule(graph: &Graph, k: usize, batch: u64, values: &Values) -> OpRule {
+pub(crate) fn cpu_rule(graph: &Graph, k: usize, batch: u64, values: &Values) -> OpRule {
     cpu_rule_at(graph, k, batch, values, 4)
 }
 
 /// The cpu-fp32 table's structure with values sized by `elems` and the op's own activations at
 /// `e` bytes (the CUDA table's base for ops whose memory does not depend on the device).
-pub(super) fn cpu_rule_at(graph: &Graph, k: usize, batch: u64, values: &Values, e: u64) -> OpRule {
+pub(crate) fn cpu_rule_at(graph: &Graph, k: usize, batch: u64, values: &Values, e: u64) -> OpRule {
     let node = &graph.nodes[k];
     let s = Sizes {
         node,
@@ -472,858 +470,7 @@ pub(super) fn cpu_rule_at(graph: &Graph, k: usize, batch: u64, values: &Values, 
         e,
         values,
     };
-    let e = s.e;
-    let y = s.y();
-    let one = vec![Grad::New];
-    use Saved::*;
-    use Source::*;
-    match &node.op {
-        Op::Linear { .. } => OpRule::new(Output::New(y), vec![InputContiguous(0)], one, Measured)
-            .note("saves its input (a contiguous copy when the input is not contiguous); backward: grad input, weight and bias grads"),
-        Op::Embedding { .. } => OpRule::new(Output::New(y), vec![], vec![Grad::None], Measured)
-            .note("saves the (int64) indices, which are a graph input; backward builds a full table-size gradient"),
-        Op::Conv1d(_) | Op::Conv2d(_) | Op::ConvTranspose2d(_) => conv_rule(graph, &s),
-        Op::BatchNorm { .. } | Op::LayerNorm { .. } | Op::RmsNorm { .. } | Op::GroupNorm { .. } => norm_rule(&s),
-        Op::Activation(_) | Op::Unary(_) | Op::Dropout { .. } | Op::Add | Op::Mul | Op::Sub | Op::Div => elementwise_rule(&s),
-        Op::Concat { .. } => OpRule::new(Output::New(y), vec![], vec![Grad::OfOutput; node.inputs.len()], Measured)
-            .note("a new buffer; saves nothing; backward hands out slices (views) of its gradient"),
-        Op::Upsample { .. } | Op::MaxPool(_) | Op::AvgPool(_) | Op::AdaptiveAvgPool { .. } => pool_rule(&s),
-        Op::Flatten { .. } | Op::Reshape { .. } | Op::Permute { .. } | Op::SelectToken { .. } | Op::Slice { .. } | Op::Expand { .. } | Op::Parameter { .. } => view_rule(&s),
-        Op::Mean { .. } => OpRule::new(Output::New(y), vec![], one, Measured)
-            .note("saves nothing (mean_backward needs only sizes); backward expands the gradient and divides it: one new input-sized buffer"),
-        Op::Softmax { .. } => OpRule::new(Output::New(y), vec![Out], one, Measured)
-            .contiguous_input()
-            .note("saves its output"),
-        Op::CrossEntropy | Op::Mse => loss_rule(&s),
-        Op::MultiheadAttention { .. } | Op::GqaAttention { .. } | Op::MlaAttention { .. } | Op::Sdpa { .. } => attention_rule(&s),
-        Op::Moe { .. } => moe_rule(&s),
-        Op::Lstm(_) | Op::Gru(_) => rnn_rule(&s),
-        Op::LearnedPosition { .. } => OpRule::new(Output::New(y), vec![], vec![Grad::OfOutput], Assumed)
-            .keeps_layout()
-            .bwd(s.dim(1) * s.dim(2) * e)
-            .note("x + table[0..T]: saves nothing; the table's gradient is a batch sum (T x d) scattered into a table-size buffer"),
-        Op::PrependToken { .. } => OpRule::new(Output::New(y), vec![], vec![Grad::OfOutput], Assumed)
-            .note("cat(class token expanded, x): saves nothing; x's gradient is a slice of the output's"),
-        Op::Matmul => OpRule::new(Output::New(y), vec![InputFolded(0, 1), InputFolded(1, 0)], vec![Grad::New, Grad::New], TorchSource)
-            .note("torch.matmul of batched operands (LinearAlgebra.cpp `_matmul_impl`): each is expanded and reshaped to 3-d, a copy where its batch axes do not merge (a transposed head view), and bmm saves each for the other's gradient (derivatives.yaml `bmm`); backward makes both gradients new"),
-        Op::Constant { .. } => OpRule::new(Output::New(y), vec![], vec![Grad::None], TorchSource)
-            .note("made from constants outside autograd: saves nothing, takes no gradient; freed after its last reader (or kept by one that saves it, a product's other factor)"),
-        Op::Aten(a) => super::generic::rule(a, &s),
-    }
-}
-
-/// Convolutions (oneDNN on CPU): saved input, reorders, padding of narrow heads.
-fn conv_rule(graph: &Graph, s: &Sizes) -> OpRule {
-    let node = s.node;
-    let (x, y) = (s.x(0), s.y());
-    let one = vec![Grad::New];
-    use Saved::*;
-    use Source::*;
-    let w: u64 = node
-        .op
-        .parameter_tensors()
-        .first()
-        .map_or(0, |t| t.iter().product::<u64>() * 4);
-    // A conv with fewer than 8 output channels (a segmentation head) has its output
-    // padded to 16 channels by oneDNN: (16 / C - 1) more outputs in forward, 16 / C in
-    // backward (measured with C = 2), and its input's channels to a multiple of 16.
-    let out_c = match &node.op {
-        Op::Conv1d(c) | Op::Conv2d(c) => c.out_channels,
-        Op::ConvTranspose2d(c) => c.out_channels,
-        _ => 16,
-    };
-    let in_c = match &node.op {
-        Op::Conv1d(c) | Op::Conv2d(c) => c.in_channels,
-        Op::ConvTranspose2d(c) => c.in_channels,
-        _ => 16,
-    };
-    // oneDNN's "first convolution" (`is_1stconv` in `jit_avx512_common_conv_kernel.cpp`: fewer
-    // than 16 input channels, one group, on avx512_core) reads its input in the plain layout;
-    // other inputs are reordered into 16-channel blocks.
-    let first_conv = in_c < 16
-        && match &node.op {
-            Op::Conv1d(c) | Op::Conv2d(c) => c.groups == 1,
-            _ => false,
-        };
-    let (pad_fwd, pad_bwd) = if out_c < 8 {
-        // Its input is reordered with channels padded to a multiple of 16 too
-        // (measured: 64 and 24 input channels), unless oneDNN reads it plain.
-        let pad_in = if first_conv {
-            0
-        } else {
-            x * in_c.div_ceil(16) * 16 / in_c - x
-        };
-        (y * 16 / out_c - y + pad_in, y * 16 / out_c + pad_in)
-    } else {
-        (0, 0)
-    };
-    let bwd = (x + y).max(w)
-        + pad_bwd
-        // conv1d runs as a 2-d conv on an unsqueezed weight: one more weight-sized
-        // buffer in backward (measured on stride-1 conv1d).
-        + if matches!(node.op, Op::Conv1d(_)) { w } else { 0 };
-    // Strided dense convs (depthwise ones measured exact without this).
-    let stride = match &node.op {
-        Op::Conv1d(c) | Op::Conv2d(c) if c.groups == 1 => c.stride,
-        _ => 1,
-    };
-    // The input's gradient is computed unless the input is data.
-    let input_grad = graph.inputs.iter().all(|i| i.name != node.inputs[0]);
-    let mut r = OpRule::new(
-        Output::New(y),
-        vec![Input(0)],
-        one,
-        Calibrated("calibrated on sim-seg-head, sim-conv1d-s1, sim-conv1d-s2, sim-conv2d-s2"),
-    )
-        .contiguous_input()
-        .fwd(x + w + pad_fwd)
-        .bwd(bwd)
-        .note("saves its input; oneDNN holds input- and weight-sized reorders in forward, and the larger of input+output and the weight in backward; a strided conv's input gradient holds three input-sized buffers before the weight gradient exists (10-30 KB of fixed scratch on small convs not counted)");
-    if stride > 1 && input_grad {
-        // Measured on stride-2 conv1d and conv2d: the input-gradient stage (the
-        // gradient and two input-sized buffers) or the weight stage, whichever is higher.
-        let peak = (3 * x).max(x + w + bwd);
-        r.backward_peak = Some(BackwardPeak {
-            freed: peak,
-            held: peak,
-            params: vec![],
-        });
-    }
-    r
-}
-
-/// Normalisations: batch, layer, rms and group norms.
-fn norm_rule(s: &Sizes) -> OpRule {
-    let (x, y) = (s.x(0), s.y());
-    let one = vec![Grad::New];
-    use Saved::*;
-    use Source::*;
-    match &s.node.op {
-        Op::BatchNorm { num_features } => OpRule::new(
-            Output::New(y),
-            vec![
-                Input(0),
-                Internal {
-                    what: "save_mean+save_invstd",
-                    bytes: 2 * num_features * 4,
-                },
-            ],
-            one,
-            Measured,
-        )
-        .contiguous_input()
-        .note("saves its input plus mean and inverse std (2C float32)"),
-        Op::LayerNorm {
-            normalized_shape, ..
-        } => OpRule::new(
-            Output::New(y),
-            vec![
-                Input(0),
-                Internal {
-                    what: "mean+rstd",
-                    bytes: 2 * s.rows(*normalized_shape) * 4,
-                },
-            ],
-            one,
-            Measured,
-        )
-        .contiguous_input()
-        .note("saves its input plus mean and rstd (2 x rows float32)"),
-        Op::RmsNorm { dim } => {
-            let rows = s.rows(*dim) * 4;
-            OpRule::new(
-                Output::New(y),
-                vec![Input(0), Internal { what: "x*rstd", bytes: x }, Internal { what: "rstd", bytes: rows }],
-                one,
-                TorchSource,
-            )
-            .fwd(x + 2 * rows)
-            .bwd((2 * x).saturating_sub(rows))
-            .note("composite (pow, mean, rsqrt, mul, mul): saves its input, x*rstd (a full activation) and rstd; forward holds x^2")
-        }
-        Op::GroupNorm { num_groups, .. } => OpRule::new(
-            Output::New(y),
-            vec![
-                Input(0),
-                Internal {
-                    what: "mean+rstd",
-                    bytes: 2 * s.dim(0) * num_groups * 4,
-                },
-            ],
-            one,
-            Measured,
-        )
-        .contiguous_input()
-        .note("saves its input plus mean and rstd (2 x B x groups float32)"),
-        _ => unreachable!("norm_rule: not a normalisation"),
-    }
-}
-
-/// Elementwise ops: activations, unary functions, dropout and binary arithmetic.
-fn elementwise_rule(s: &Sizes) -> OpRule {
-    let (x, y) = (s.x(0), s.y());
-    let one = vec![Grad::New];
-    use Saved::*;
-    use Source::*;
-    match &s.node.op {
-        Op::Activation(Activation::Relu) => {
-            OpRule::new(Output::New(y), vec![Out], one, Measured).keeps_layout().note("saves its output")
-        }
-        Op::Activation(Activation::Tanh) => {
-            OpRule::new(Output::New(y), vec![Out], one, Measured).keeps_layout().note("saves its output")
-        }
-        Op::Activation(Activation::Gelu) | Op::Activation(Activation::Silu) => {
-            OpRule::new(Output::New(y), vec![Input(0)], one, Measured).keeps_layout().note("saves its input")
-        }
-        Op::Activation(Activation::GeluTanh) => OpRule::new(Output::New(y), vec![Input(0)], one, Measured)
-            .keeps_layout()
-            .note("gelu(approximate=\"tanh\"): one fused kernel each way, saves its input (derivatives.yaml `gelu_backward(grad, self, approximate)`)"),
-        Op::Unary(f) => unary(*f, x, y),
-        Op::Dropout { p } if *p == 0.0 => OpRule::new(Output::View, vec![], vec![Grad::OfOutput], TorchSource)
-            .keeps_layout()
-            .note("p = 0 returns its input: no new tensor"),
-        Op::Dropout { .. } => OpRule::new(
-            Output::New(y),
-            vec![Internal { what: "noise (float32, input size)", bytes: x }],
-            one,
-            Measured,
-        )
-        .keeps_layout()
-        .note("CPU has no fused dropout: saves a float32 noise tensor of the input's size (input * noise)"),
-        Op::Add => OpRule::new(Output::New(y), vec![], vec![Grad::OfOutput, Grad::OfOutput], Measured)
-            .keeps_layout()
-            .note("saves nothing; backward passes its gradient to both inputs without a copy"),
-        Op::Mul => OpRule::new(Output::New(y), vec![InputFor(0, 1), InputFor(1, 0)], vec![Grad::New, Grad::New], Measured)
-            .keeps_layout()
-            .note("saves each factor for the other's gradient"),
-        Op::Sub => OpRule::new(Output::New(y), vec![], vec![Grad::OfOutput, Grad::New], Measured)
-            .keeps_layout()
-            .note("saves nothing (derivatives.yaml `sub.Tensor`: self `grad`, other `-grad`): the first input's gradient is the incoming one, the second's a new negated copy"),
-        Op::Div => OpRule::new(Output::New(y), vec![InputFor(0, 1), Input(1)], vec![Grad::New, Grad::New], Measured)
-            .keeps_layout()
-            .bwd(2 * x)
-            .note("saves both (derivatives.yaml `div.Tensor`: self `grad / other`, other `-grad * ((self / other) / other)`); backward holds two input-sized temporaries beside the gradients"),
-        _ => unreachable!("elementwise_rule: not an elementwise op"),
-    }
-}
-
-/// Resampling and pooling: upsample, max, average and adaptive average pools.
-fn pool_rule(s: &Sizes) -> OpRule {
-    let node = s.node;
-    let batch = s.batch;
-    let (x, y) = (s.x(0), s.y());
-    let one = vec![Grad::New];
-    use Saved::*;
-    use Source::*;
-    match &s.node.op {
-        Op::Upsample { .. } => {
-            OpRule::new(Output::New(y), vec![], one, Measured).note("nearest: saves nothing")
-        }
-        Op::MaxPool(_) => OpRule::new(
-            Output::New(y),
-            vec![
-                Input(0),
-                Internal {
-                    what: "indices (int64)",
-                    bytes: node.output.numel_at(batch) * 8,
-                },
-            ],
-            one,
-            Measured,
-        )
-        .note("saves its input plus int64 indices of the output's size"),
-        Op::AvgPool(_) => {
-            OpRule::new(Output::New(y), vec![Input(0)], one, Measured).note("saves its input")
-        }
-        Op::AdaptiveAvgPool { output_size: 1 } => OpRule::new(
-            Output::New(y),
-            vec![],
-            one,
-            Measured,
-        )
-        .fwd(x.saturating_sub(y))
-        .note("output 1 runs as mean(): saves nothing; forward holds an input-sized temporary"),
-        Op::AdaptiveAvgPool { .. } => {
-            OpRule::new(Output::New(y), vec![Input(0)], one, TorchSource).note("saves its input")
-        }
-        _ => unreachable!("pool_rule: not a pool"),
-    }
-}
-
-/// Views and view-like ops: reshape, permute, token selection, slice, expand, and a
-/// parameter expanded over the batch.
-fn view_rule(s: &Sizes) -> OpRule {
-    let node = s.node;
-    let one = vec![Grad::New];
-    use Source::*;
-    match &s.node.op {
-        Op::Flatten { .. } | Op::Reshape { .. } => {
-            OpRule::new(Output::ReshapeView, vec![], vec![Grad::OfOutput], Measured)
-                .note("a view (a copy if the input is not contiguous); backward reshapes the gradient")
-        }
-        Op::Permute { .. } => {
-            let mut r = OpRule::new(Output::View, vec![], vec![Grad::OfOutput], Measured)
-                .note("a non-contiguous view; backward permutes the gradient back (a view)");
-            r.output_contiguous = Some(is_identity(node));
-            r
-        }
-        Op::SelectToken { .. } => OpRule::new(Output::View, vec![], one, Measured)
-            .note("a strided view (keeps the whole input alive); backward scatters into a zero tensor of the input's size"),
-        Op::Slice { dim, .. } => {
-            let r = s.shape_in(0).map_or(1, |x| x.rank()) as i64;
-            let first_axis = (if *dim < 0 { dim + r } else { *dim }) == 0;
-            let mut rule = OpRule::new(Output::View, vec![], one, TorchSource)
-                .note("a strided view; saves nothing; backward (derivatives.yaml `slice_backward`) makes a zero tensor of the input's size and copies the gradient in");
-            rule.output_contiguous = if first_axis { None } else { Some(false) };
-            rule
-        }
-        Op::Expand { .. } => {
-            let mut rule = OpRule::new(Output::View, vec![], one, TorchSource)
-                .note("a stride-0 view (no new memory, not contiguous: a reshape after it copies); backward sums the gradient back to the input's size (derivatives.yaml `expand`: `at::sum_to(grad, self.sym_sizes())`), a new buffer");
-            rule.output_contiguous = Some(false);
-            rule
-        }
-        Op::Parameter { .. } => {
-            let mut rule = OpRule::new(Output::New(0), vec![], vec![Grad::None], Assumed)
-                .note("the parameter expanded over the batch: a stride-0 view (no new memory, not contiguous: a reader that needs a contiguous input copies it); its gradient is the incoming one summed over the batch, a parameter-sized buffer; the input gets none");
-            rule.output_contiguous = Some(false);
-            rule
-        }
-        _ => unreachable!("view_rule: not a view"),
-    }
-}
-
-/// Losses: cross-entropy and mean squared error.
-fn loss_rule(s: &Sizes) -> OpRule {
-    let x = s.x(0);
-    use Saved::*;
-    use Source::*;
-    match &s.node.op {
-        Op::CrossEntropy => {
-            let logits = x;
-            OpRule::new(
-                Output::New(4),
-                vec![Internal { what: "log_softmax output", bytes: logits }, Internal { what: "total_weight", bytes: 4 }],
-                vec![Grad::New, Grad::None],
-                Measured,
-            )
-            .bwd(logits)
-            .contiguous_input()
-            .note("log_softmax + nll_loss: saves the N x V log-softmax output; backward holds it, nll_loss's N x V gradient and log_softmax's N x V gradient at once (3 N V)")
-        }
-        Op::Mse => OpRule::new(
-            Output::New(x),
-            vec![Input(0), Input(1)],
-            vec![Grad::New, Grad::New],
-            Calibrated("calibrated on sim-mse-only, sim-mse-wide"),
-        )
-        .fwd(x + 12)
-        .note("saves prediction and target; the loss keeps an input-sized buffer alive until it is dropped; forward holds one more input-sized temporary"),
-        _ => unreachable!("loss_rule: not a loss"),
-    }
-}
-
-/// Attention: multi-head (torch's own, sdpa and eager), grouped-query, multi-head latent and
-/// bare sdpa.
-fn attention_rule(s: &Sizes) -> OpRule {
-    let batch = s.batch;
-    let y = s.y();
-    match &s.node.op {
-        Op::MultiheadAttention { embed_dim: d, num_heads, bias, dropout, kdim, torch_impl: true, batch_first, .. } => {
-            torch_mha_attention(s, y, [*d, *kdim, *num_heads], (*bias, *batch_first), *dropout > 0.0)
-        }
-        Op::MultiheadAttention { embed_dim: d, num_heads, bias, sdpa: true, dropout, .. } if *dropout > 0.0 => {
-            let tk = s.shape_in(1).map(|m| m.0[1].at(batch));
-            sdpa_math_attention(s, y, *d, *num_heads, *bias, tk)
-        }
-        Op::MultiheadAttention { embed_dim: d, num_heads, bias, sdpa: true, .. } => sdpa_attention(
-            s,
-            y,
-            [*d, *num_heads, *num_heads, d / num_heads],
-            (*bias, *bias),
-            (true, false),
-            "sdpa attention (backend \"sdpa\"): q, k, v projections (k and v of the memory for cross-attention), CPU flash sdpa: saves q, k, v, the output and B x H x Tq logsumexp, no B x H x Tq x Tk tensor; backward peaks in sdpa's backward with its per-thread scratch",
-        ),
-        Op::MultiheadAttention { sdpa: false, .. } => eager_attention_rule(s),
-        Op::GqaAttention { embed_dim, num_heads, num_kv_heads, head_dim, bias, out_bias, repeat_kv, qk_norm, .. } => sdpa_attention(
-            s,
-            y,
-            [*embed_dim, *num_heads, *num_kv_heads, *head_dim],
-            (*bias, *out_bias),
-            (*repeat_kv, *qk_norm),
-            "q, k, v projections, k/v repeated to all heads, CPU flash sdpa: saves q, k, v, the output and B x H x T logsumexp; backward peaks in sdpa's backward with its per-thread scratch",
-        ),
-        Op::MlaAttention { .. } => mla_rule(s),
-        Op::Sdpa { .. } => sdpa_rule(s),
-        _ => unreachable!("attention_rule: not an attention op"),
-    }
-}
-
-/// Multi-head attention run eagerly as the harness writes it (no sdpa).
-fn eager_attention_rule(s: &Sizes) -> OpRule {
-    let node = s.node;
-    let batch = s.batch;
-    let e = s.e;
-    use Saved::*;
-    use Source::*;
-    let Op::MultiheadAttention {
-        embed_dim: d,
-        num_heads,
-        causal,
-        relative_attention_buckets,
-        bias,
-        sdpa: false,
-        dropout,
-        ..
-    } = &s.node.op
-    else {
-        unreachable!("eager_attention_rule: not eager attention")
-    };
-    let b = s.dim(0);
-    let tq = s.dim(1);
-    let tk = s.shape_in(1).map_or(tq, |m| m.0[1].at(batch));
-    let aq = b * tq * d * e;
-    let ak = b * tk * d * e;
-    let sc = b * num_heads * tq * tk * e;
-    let mut saved = vec![
-        InputContiguous(0),
-        Kept {
-            what: "q (scaled, contiguous copy for bmm)",
-            bytes: aq,
-        },
-        Kept {
-            what: "k (contiguous copy for bmm)",
-            bytes: ak,
-        },
-        Kept {
-            what: "v (contiguous copy for bmm)",
-            bytes: ak,
-        },
-        Internal {
-            what: "attention weights B x H x Tq x Tk",
-            bytes: sc,
-        },
-        Internal {
-            what: "context (contiguous, out_proj input)",
-            bytes: aq,
-        },
-    ];
-    if node.inputs.len() > 1 {
-        saved.push(InputContiguous(1));
-    }
-    if *causal {
-        // A local of the harness's `if causal` block (gone by the end under no_grad).
-        saved.push(Kept {
-            what: "causal mask (bool Tq x Tk)",
-            bytes: tq * tk,
-        });
-    }
-    if *dropout > 0.0 {
-        // Dropout on the probabilities: its float mask, and its output (what attn @ v
-        // saves) beside the softmax output (what softmax's backward saves).
-        saved.push(Internal {
-            what: "dropout mask B x H x Tq x Tk (float)",
-            bytes: sc,
-        });
-        saved.push(Internal {
-            what: "dropped attention weights B x H x Tq x Tk",
-            bytes: sc,
-        });
-    }
-    let mut fwd = 2 * aq + 2 * ak + sc;
-    // The bias and its bucket indices are locals of the harness's `if let` block: under
-    // no_grad they are gone by the op's end.
-    let fwd_no_grad = fwd;
-    if *relative_attention_buckets > 0 {
-        saved.push(Kept {
-            what: "bucket indices (int64 Tq x Tk)",
-            bytes: tq * tk * 8,
-        });
-        fwd += num_heads * tq * tk * e;
-    }
-    let grads = vec![Grad::New; node.inputs.len()];
-    // Backward, stage by stage (derived from the harness's forward and torch's
-    // backward formulas, checked against runs): out_proj (+ its input's gradient),
-    // attn @ v (+ a copy of the gradient, the weights' and v's gradients, less the
-    // context and incoming gradient already freed), softmax (+ the scores' gradient).
-    let freed = aq
-        .max((sc + ak).saturating_sub(aq))
-        .max((2 * sc).saturating_sub(2 * aq));
-    let held = aq.max(sc + ak).max((2 * sc).saturating_sub(aq));
-    let o_proj = if *bias { vec![6, 7] } else { vec![3] };
-    let mut r = OpRule::new(Output::New(aq), saved, grads, Measured)
-        .fwd(fwd)
-        .fwd_no_grad(fwd_no_grad)
-        .note("eager attention as the harness runs it: saves input, q, k, v copies, B x H x Tq x Tk weights and the context; forward also holds q*scale, k, v projections, raw scores and the attention output until it returns; backward peaks at attn @ v or softmax");
-    r.backward_peak = Some(BackwardPeak {
-        freed,
-        held,
-        params: o_proj,
-    });
-    r
-}
-
-/// Multi-head latent attention (low-rank q and kv projections).
-fn mla_rule(s: &Sizes) -> OpRule {
-    let node = s.node;
-    let e = s.e;
-    let y = s.y();
-    let one = vec![Grad::New];
-    use Saved::*;
-    use Source::*;
-    let Op::MlaAttention {
-        embed_dim,
-        num_heads: h,
-        q_lora_rank: qr,
-        kv_lora_rank: kvr,
-        qk_nope_head_dim: nope,
-        qk_rope_head_dim: rope,
-        v_head_dim: v,
-        causal,
-    } = &s.node.op
-    else {
-        unreachable!("mla_rule: not MLA")
-    };
-    // Per token, in elements; `rows` is one element (an rms rstd).
-    let t = s.rows(*embed_dim);
-    let d = *embed_dim;
-    let hq = h * (nope + rope);
-    let hv = h * v;
-    let hkv = h * (nope + v);
-    let q_path = if *qr > 0 { 3 * qr + 1 } else { 0 };
-    let kv_path = (kvr + rope) + 2 * kvr + 1;
-    // Level once q, k and v exist: the saved normalisations, q (qp), kv_b's output
-    // and k (the cat), all locals of the harness's forward until it returns.
-    let l0 = q_path + hq + kv_path + hkv + hq;
-    let bytes = |elements: u64| elements * t * e;
-    let o_proj = vec![node.op.parameter_tensors().len() - 1];
-    let mut saved = vec![
-        InputContiguous(0),
-        Internal {
-            what: "q_a output, its rms normalisation, rstd and rms output",
-            bytes: bytes(q_path),
-        },
-        Internal {
-            what: "kv_a output (its split is normalised), rms normalisation, rstd and output",
-            bytes: bytes(kv_path),
-        },
-    ];
-    let mut r = if hq != hv {
-        // CPU flash attention needs equal q/k and v head sizes: this runs sdpa's math
-        // path, which saves scaled q and k copies, the B x H x T x T probabilities and
-        // a v copy; the context is then copied for o_proj.
-        let sc = h * s.dim(1);
-        saved.extend([
-            Internal {
-                what: "scaled q and k (contiguous copies for bmm)",
-                bytes: bytes(2 * hq),
-            },
-            Internal {
-                what: "attention probabilities B x H x T x T",
-                bytes: bytes(sc),
-            },
-            Internal {
-                what: "v copy and context copy (o_proj input)",
-                bytes: bytes(2 * hv),
-            },
-        ]);
-        let mask = if *causal { s.dim(1) * s.dim(1) * 4 } else { 0 };
-        let fwd = (l0 + 4 * hq + sc)
-            .max(l0 + 3 * hq + 2 * sc + sc / 4)
-            .max(l0 + 2 * hq + sc + 3 * hv + d);
-        let freed = hv
-            .max((sc + hv).saturating_sub(d))
-            .max((2 * sc).saturating_sub(hv + d))
-            .max((2 * hq).saturating_sub(hv + d));
-        let held = hv
-            .max(sc + hv)
-            .max((2 * sc).saturating_sub(hv))
-            .max((2 * hq).saturating_sub(hv));
-        let mut r = OpRule::new(Output::New(y), saved, one, Measured).note(
-            "q and kv low-rank projections with rms norms; q/k and v head sizes differ, so sdpa runs its math path (saves q and k copies, the B x H x T x T probabilities, a v copy); backward peaks in softmax's backward",
-        );
-        r.forward_peak = Some(bytes(fwd) + mask);
-        r.backward_peak = Some(BackwardPeak {
-            freed: bytes(freed),
-            held: bytes(held),
-            params: o_proj,
-        });
-        r
-    } else {
-        saved.extend([
-            Internal {
-                what: "q, kv_b output (v is a view of it), k",
-                bytes: bytes(2 * hq + hkv),
-            },
-            Internal {
-                what: "sdpa output (o_proj input) and logsumexp",
-                bytes: bytes(hv + h),
-            },
-        ]);
-        let mut r = OpRule::new(Output::New(y), saved, one, TorchSource).note(
-            "q and kv low-rank projections with rms norms, CPU flash sdpa: saves every projection output, the normalisations, k, the output and logsumexp",
-        );
-        r.forward_peak = Some(bytes(l0 + hv + h + d));
-        r.backward_peak = Some(BackwardPeak {
-            freed: bytes((2 * hv + 2 * hq).saturating_sub(d).max(hv)),
-            held: bytes(2 * hv + 2 * hq),
-            params: o_proj,
-        });
-        r
-    };
-    r.forward_transient = 0;
-    r
-}
-
-/// Bare scaled dot-product attention (CPU flash kernel).
-fn sdpa_rule(s: &Sizes) -> OpRule {
-    let node = s.node;
-    let batch = s.batch;
-    let e = s.e;
-    let y = s.y();
-    use Saved::*;
-    use Source::*;
-    let Op::Sdpa { .. } = &s.node.op else {
-        unreachable!("sdpa_rule: not sdpa")
-    };
-    let (b, h, tq) = (s.dim(0), s.dim(1), s.dim(2));
-    let tk = s.shape_in(1).map_or(tq, |k| k.0[2].at(batch));
-    let mut saved = vec![
-        Input(0),
-        Input(1),
-        Input(2),
-        Out,
-        Internal {
-            what: SDPA_LOGSUMEXP,
-            bytes: b * h * tq * 4,
-        },
-    ];
-    let mut grads = vec![Grad::New; 3];
-    if node.inputs.len() > 3 {
-        // The mask: sdpa turns a bool one into an additive one of q's dtype
-        // (attention.cpp `convert_boolean_attn_mask`, a new tensor per call); the flash
-        // kernel's backward takes it (derivatives.yaml), so it is saved.
-        saved.push(if s.e_in(3) == 1 {
-            Internal {
-                what: SDPA_BOOL_MASK,
-                bytes: s.n_in(3) * e,
-            }
-        } else {
-            Input(3)
-        });
-        grads.push(Grad::None);
-    }
-    let mut rule = OpRule::new(Output::New(y), saved, grads, TorchSource)
-    .bwd(flash_backward_scratch(tq, tk))
-    .note("CPU flash sdpa (FlashAttentionKernel.cpp): the output is made like q (`empty_like`, _meta_registrations.py: contiguous for a contiguous q, [B, Tq, h, hd] returned transposed for q a transposed head view); saves q, k, v, the output and a B x H x Tq logsumexp, never the scores; backward makes q, k and v's gradients contiguous (not in a transposed view's layout) and holds its per-thread scratch");
-    rule.output_contiguous = Some(false);
-    rule.output_perm = Perm::new(&[0, 2, 1, 3]);
-    rule.output_like_input = true;
-    rule
-}
-
-/// Mixture of experts: router, top-k and SwiGLU experts.
-fn moe_rule(s: &Sizes) -> OpRule {
-    let e = s.e;
-    let y = s.y();
-    let one = vec![Grad::New];
-    use Saved::*;
-    use Source::*;
-    let Op::Moe {
-        dim,
-        hidden,
-        num_experts,
-        top_k,
-    } = &s.node.op
-    else {
-        unreachable!("moe_rule: not a mixture of experts")
-    };
-    let t = s.rows(*dim);
-    let routed = t * top_k;
-    let saved = vec![
-        InputContiguous(0),
-        Internal {
-            what: "router softmax",
-            bytes: t * num_experts * e,
-        },
-        Internal {
-            what: "top-k values (saved by the renormalising div), their sum, int64 indices",
-            bytes: routed * (e + 8) + t * e,
-        },
-        Internal {
-            what: "routing positions (int64 nonzero)",
-            bytes: routed * 16,
-        },
-        Internal {
-            what: "expert inputs (gathered rows)",
-            bytes: routed * dim * e,
-        },
-        Internal {
-            what: "w1 output, silu output, w3 output, gated hidden",
-            bytes: 4 * routed * hidden * e,
-        },
-        Internal {
-            what: "w2 output, routing weight, weighted output (index_add_ saves its source)",
-            bytes: routed * (2 * dim + 1) * e,
-        },
-    ];
-    // Experts run in reverse in backward; the first one's `w2 * weight` backward (its
-    // output's gathered gradient, the gradient of w2's output and a product temporary)
-    // is the highest point, with routing assumed uniform over the experts.
-    let per_expert = routed.div_ceil(*num_experts);
-    let mut r = OpRule::new(Output::New(y), saved, one, Calibrated("calibrated on sim-moe"))
-        .fwd(routed * e)
-        .note("router, top-k, SwiGLU experts on their routed tokens: saves the gathered rows, every expert hidden state and each expert's weighted output; forward also holds the renormalised top-k values; backward peaks in the first expert's backward (routing assumed uniform: the real split is random)");
-    let first = 3 * per_expert * dim * e;
-    r.backward_peak = Some(BackwardPeak {
-        freed: first,
-        held: first,
-        params: vec![],
-    });
-    r
-}
-
-/// Recurrent layers: oneDNN LSTM and torch's generic GRU cell loop.
-fn rnn_rule(s: &Sizes) -> OpRule {
-    let node = s.node;
-    let e = s.e;
-    let (x, y) = (s.x(0), s.y());
-    let one = vec![Grad::New];
-    use Saved::*;
-    use Source::*;
-    let (Op::Lstm(r) | Op::Gru(r)) = &s.node.op else {
-        unreachable!("rnn_rule: not a recurrent layer")
-    };
-    let lstm = matches!(node.op, Op::Lstm(_));
-    let (b, t) = (s.dim(0), s.dim(1));
-    let h = r.hidden_size;
-    let dirs = r.directions();
-    let bth = b * t * h * e;
-    let layers = r.num_layers;
-    let mut saved = vec![Out];
-    saved.push(Internal {
-        what: "time-major copy of the input",
-        bytes: x,
-    });
-    if layers > 1 {
-        saved.push(Internal {
-            what: "inner layers' outputs",
-            bytes: (layers - 1) * bth * dirs,
-        });
-    }
-    let states = layers * dirs * b * h * e;
-    // The extra B x T x H a multi-layer GRU holds (see the GRU workspace below).
-    let multi = if layers > 1 { bth } else { 0 };
-    if lstm {
-        // 15.5 x B x T x H x 4 bytes per layer (measured, unidirectional, 1 and 2
-        // layers); a bidirectional layer holds 19.625 per direction (measured on one
-        // configuration: 2 layers, H = 128).
-        let per = if dirs > 1 { 157 } else { 124 };
-        saved.push(Internal {
-            what: "oneDNN workspace (15.5 BTH per layer and direction; 19.6 bidirectional)",
-            bytes: layers * dirs * bth * per / 8,
-        });
-        saved.push(Internal {
-            what: "zero initial state (h0 = c0)",
-            bytes: states,
-        });
-    } else {
-        // Per layer and direction, the cell loop's per-step tensors: 7 x B x T x H; plus
-        // one B x T x H per inner layer (measured on two 2-layer bidirectional GRUs).
-        // One more B x T x H for a multi-layer GRU, however many layers: it was
-        // `(layers - 1) x B x T x H`, which fitted the 2-layer fixtures and counted
-        // (layers - 2) x B x T x H too much from 3 layers on (measured on sim-gru3bi and
-        // sim-gru4bi: their forwards ended one and two B x T x H high).
-        let ws = layers * dirs * 7 * bth + multi;
-        saved.push(Internal {
-            what: "per-step gate tensors (7 BTH per layer and direction)",
-            bytes: ws,
-        });
-    }
-    // The largest layer's weights (oneDNN reorders them in both passes).
-    let gates = if lstm { 4 } else { 3 };
-    // The largest layer's weights W_ih and W_hh, which oneDNN reorders (calibrated on the
-    // recurrent fixtures, with ~19 KB of fixed scratch not counted).
-    let widest_input = if layers > 1 {
-        r.input_size.max(h * dirs)
-    } else {
-        r.input_size
-    };
-    let w_hh = gates * h * (widest_input + h) * 4;
-    let (fwd, bwd) = if lstm && dirs > 1 {
-        // Bidirectional: calibrated on one configuration (sim-lstm2bi: 2 layers, H = 128).
-        (2 * states + bth * dirs + w_hh, bth * dirs * 13 / 8 + w_hh)
-    } else if lstm {
-        // From H = 256 on, backward holds one more W_hh and a quarter W_ih per layer
-        // (calibrated on sim-lstm-h256-t32 and sim-lstm-h512-t16, flat in B and T; absent
-        // at H = 128).
-        let big = if h >= 256 {
-            layers * dirs * (4 * h * h * 4 + 4 * h * r.input_size)
-        } else {
-            0
-        };
-        (
-            2 * states + bth * dirs * 33 / 8 + w_hh,
-            bth * dirs * 171 / 32 + w_hh + big,
-        )
-    } else {
-        {
-            // The inner layers' extra B x T x H appears after the forward's peak and is
-            // gone by the backward's (calibrated on sim-gru2bi, sim-gru3bi, sim-gru4bi).
-            let inner = multi;
-            (
-                (states + bth * dirs * 3).saturating_sub(inner),
-                bth * dirs / 2,
-            )
-        }
-    };
-    let calibrated = if lstm {
-        Calibrated(
-            "calibrated on sim-lstm, sim-lstm2, sim-lstm2bi, sim-lstm-h256-t32, sim-lstm-h512-t16",
-        )
-    } else {
-        Calibrated("calibrated on sim-gru, sim-gru2bi, sim-gru3bi, sim-gru4bi")
-    };
-    let mut rule = OpRule::new(Output::New(y), saved, one, calibrated).fwd(fwd);
-    if !lstm {
-        // GRU on CPU is torch's generic cell loop: backward walks the steps back,
-        // freeing each step's saved tensors, while W_hh's gradient accumulates over the
-        // steps (the running sum, a step's contribution and its transposed product:
-        // three W_hh-sized buffers). Measured: flat in B and T, 3 W_hh within 1-2%.
-        // Less the output's gradient, which the runs show is gone by then.
-        let w_hh = 3 * h * h * 4 * dirs;
-        let g = (3 * w_hh).saturating_sub(y + multi);
-        rule.backward_peak = Some(BackwardPeak {
-            freed: g,
-            held: g,
-            params: vec![],
-        });
-    }
-    if lstm && layers > 1 {
-        // Layers run backward last to first, each freeing its workspace when done: the
-        // peak is in the last layer's backward, with its input's gradient and its own
-        // weight gradients.
-        let per_layer = 4 * dirs as usize;
-        let last: Vec<usize> =
-            ((layers as usize - 1) * per_layer..layers as usize * per_layer).collect();
-        let g = bwd + bth * dirs;
-        rule.backward_peak = Some(BackwardPeak {
-            freed: g,
-            held: g,
-            params: last,
-        });
-    } else {
-        rule = rule.bwd(bwd);
-    }
-    let rule = rule
-        .note(if lstm {
-            "oneDNN LSTM: saves 15.5 x B x T x H float32 workspace per layer, its output and a time-major copy of its input; the output is a transposed (non-contiguous) view"
-        } else {
-            "GRU (torch's generic cell loop on CPU): saves 7 x B x T x H + B x T x E per layer, its output and a time-major copy of its input; the output is a transposed view; backward frees per-step tensors as it walks back in time while W_hh's gradient accumulates: its peak is three W_hh-sized buffers over the level before it"
-        });
-    let mut rule = rule;
-    rule.output_contiguous = Some(false);
-    rule
+    node.op.family().cpu_rule(&node.op, graph, &s)
 }
 
 /// The axis order of a dense view: the value is `c.permute(p)` of a contiguous tensor `c`
@@ -1383,18 +530,6 @@ impl Perm {
     }
 }
 
-fn is_identity(node: &Node) -> bool {
-    match &node.op {
-        Op::Permute { dims } => {
-            let r = dims.len() as i64;
-            dims.iter()
-                .enumerate()
-                .all(|(i, d)| (if *d < 0 { d + r } else { *d }) == i as i64)
-        }
-        _ => false,
-    }
-}
-
 /// Bytes the AdamW step (libtorch's C++ AdamW, which tch runs) holds beyond its states while it
 /// updates one parameter of `bytes` bytes: `exp_avg_sq.sqrt()` and its quotient by the bias
 /// correction exist together, plus three float32 scalars (calibrated on sim-mlp-ce: chosen to
@@ -1414,7 +549,7 @@ pub fn adamw_transient(bytes: u64) -> u64 {
 /// result.pow(3)`, `reciprocal: -grad * (result * result)`: two; `erf: 2/sqrt(pi) *
 /// exp(-self.pow(2)) * grad`: four. `add.Scalar` hands the incoming gradient on. Checked on
 /// single-op fixtures of every function (`sim-unary-*`), exact in every phase.
-fn unary(f: crate::ops::UnaryFn, x: u64, y: u64) -> OpRule {
+pub(crate) fn unary(f: crate::ops::UnaryFn, x: u64, y: u64) -> OpRule {
     use crate::ops::{UnaryFn as U, UnarySaves};
     let temporaries = match f {
         U::Exp | U::Log | U::Sigmoid | U::Tanh | U::Neg | U::MulScalar(_) | U::AddScalar(_) => 0,
@@ -1450,8 +585,8 @@ fn unary(f: crate::ops::UnaryFn, x: u64, y: u64) -> OpRule {
 
 /// What sdpa's rules call its logsumexp and a bool mask's additive copy (the CUDA table
 /// resizes both).
-pub(super) const SDPA_LOGSUMEXP: &str = "logsumexp B x H x Tq float32";
-pub(super) const SDPA_BOOL_MASK: &str =
+pub(crate) const SDPA_LOGSUMEXP: &str = "logsumexp B x H x Tq float32";
+pub(crate) const SDPA_BOOL_MASK: &str =
     "the bool mask made additive at q's dtype (convert_boolean_attn_mask)";
 
 /// The threads the harness runs CPU torch with (every CPU row records them: `device.cores`).
@@ -1462,7 +597,7 @@ pub const HARNESS_CPU_THREADS: u64 = 2;
 /// blocks of q_split x kv_split and a `dsum` of q_split, where q_split is 256 from 768 query
 /// tokens, 64 from 192, else 32, and kv_split 512, each at most its sequence length (`tq`
 /// queries, `tk` keys).
-fn flash_backward_scratch(tq: u64, tk: u64) -> u64 {
+pub(crate) fn flash_backward_scratch(tq: u64, tk: u64) -> u64 {
     let q_split = match tq {
         768.. => 256,
         192.. => 64,
@@ -1484,7 +619,7 @@ fn flash_backward_scratch(tq: u64, tk: u64) -> u64 {
 /// `[2, S, B, E]` k/v buffer. Flash's output is laid out `[T, B, h, hd]`, so out_proj's input
 /// is it (no copy); the math path's context is copied. Batch-first, the output is a transposed
 /// view of out_proj's `[T, B, E]`.
-fn torch_mha_attention(
+pub(crate) fn torch_mha_attention(
     s: &Sizes,
     y: u64,
     [d, kdim, heads]: [u64; 3],
@@ -1633,9 +768,9 @@ fn torch_mha_attention(
 }
 
 /// The indices of out_proj's weight (and bias) among torch.nn.MultiheadAttention's parameters
-/// (`ops/parameters.rs`: in_proj_weight, or q, k and v weights with a kdim of their own; then
+/// (`ops/family/attention.rs`: in_proj_weight, or q, k and v weights with a kdim of their own; then
 /// in_proj_bias; then out_proj).
-pub(super) fn torch_mha_out_proj(d: u64, kdim: u64, bias: bool) -> Vec<usize> {
+pub(crate) fn torch_mha_out_proj(d: u64, kdim: u64, bias: bool) -> Vec<usize> {
     let o = if kdim == d { 1 } else { 3 } + usize::from(bias);
     if bias {
         vec![o, o + 1]
@@ -1647,7 +782,7 @@ pub(super) fn torch_mha_out_proj(d: u64, kdim: u64, bias: bool) -> Vec<usize> {
 /// Flash attention's backward peak over the level before it, (incoming gradient freed, still
 /// held): q, k and v's gradients and the output's (`y` bytes, freed when nothing else holds
 /// it) with the kernel's per-thread scratch.
-fn flash_backward_peak(q: u64, [ks, vs]: [u64; 2], y: u64, scratch: u64) -> (u64, u64) {
+pub(crate) fn flash_backward_peak(q: u64, [ks, vs]: [u64; 2], y: u64, scratch: u64) -> (u64, u64) {
     let freed = q.max((2 * q + ks + vs).saturating_sub(y) + scratch);
     let held = q.max(2 * q + ks + vs + scratch);
     (freed, held)
@@ -1655,7 +790,7 @@ fn flash_backward_peak(q: u64, [ks, vs]: [u64; 2], y: u64, scratch: u64) -> (u64
 
 /// What sdpa's math path with dropout saves after q and k: the softmax output, dropout's float
 /// mask and its output (each `tt` bytes), and the context's copy for out_proj (`q` bytes).
-fn math_path_tail(tt: u64, q: u64) -> [Saved; 4] {
+pub(crate) fn math_path_tail(tt: u64, q: u64) -> [Saved; 4] {
     [
         Saved::Internal {
             what: "softmax output B x H x Tq x Tk",
@@ -1685,7 +820,7 @@ fn math_path_tail(tt: u64, q: u64) -> [Saved; 4] {
 /// is a copy. Saved set read with torch's saved-tensor hooks on a single call (3 q-sized
 /// copies and 3 `[B,h,T,T]` tensors, no logsumexp); the forward transient and backward peak
 /// were settled on `sim-mha-sdpa-dropout*` (tagged calibrated on them).
-fn sdpa_math_attention(
+pub(crate) fn sdpa_math_attention(
     s: &Sizes,
     y: u64,
     d: u64,
@@ -1760,7 +895,7 @@ fn sdpa_math_attention(
 /// gradient). Checked on `sim-gqa`, `sim-mha-sdpa*` and `sim-mha-sdpa-cross`. `qk_norm`:
 /// q and k each go through the composite RMS norm first (the `rms_norm` rule's saved set, per
 /// head: the projection, x*rstd and a float32 rstd per row of head_dim; forward holds x^2).
-fn sdpa_attention(
+pub(crate) fn sdpa_attention(
     s: &Sizes,
     y: u64,
     [embed_dim, num_heads, num_kv_heads, head_dim]: [u64; 4],

@@ -8,7 +8,6 @@
 
 use super::{Kind, Strategy};
 use crate::graph::Graph;
-use crate::ops::Op;
 use serde::Serialize;
 
 /// What the formulas read from the graph (at the batch).
@@ -59,29 +58,6 @@ pub fn block_of(id: &str) -> Option<String> {
     Some(segs[..=end].join("."))
 }
 
-/// The 2-D projection matrices of an op, as (in, out).
-fn matrices(op: &Op) -> Vec<(u64, u64)> {
-    let mut m: Vec<(u64, u64)> = op
-        .parameter_tensors()
-        .into_iter()
-        .filter(|d| d.len() == 2)
-        .map(|d| (d[1], d[0]))
-        .collect();
-    if let Op::Moe {
-        dim,
-        hidden,
-        num_experts,
-        ..
-    } = op
-    {
-        m = vec![(*dim, *num_experts)];
-        for _ in 0..*num_experts {
-            m.extend([(*dim, *hidden), (*dim, *hidden), (*hidden, *dim)]);
-        }
-    }
-    m
-}
-
 /// Reads the terms of a graph at a batch.
 pub fn graph_terms(graph: &Graph, batch: u64) -> GraphTerms {
     let contributions = crate::features::contributions(graph, batch);
@@ -108,12 +84,7 @@ pub fn graph_terms(graph: &Graph, batch: u64) -> GraphTerms {
                 .max()
                 .unwrap_or(0),
         );
-        let is_matrix_op = !matches!(n.op, Op::Embedding { .. });
-        let mats = if is_matrix_op {
-            matrices(&n.op)
-        } else {
-            Vec::new()
-        };
+        let mats = n.op.family().matrices(&n.op);
         matrix_parameters += mats.iter().map(|(i, o)| i * o).sum::<u64>();
         let Some(b) = block_of(&n.id) else { continue };
         inside = inside.saturating_add(acts);
@@ -123,13 +94,8 @@ pub fn graph_terms(graph: &Graph, batch: u64) -> GraphTerms {
         }
         *block_params.last_mut().expect("pushed") += params;
         boundary = boundary.max(c.layer_output_elements);
-        let width = match &n.op {
-            Op::Linear { out_features, .. } => *out_features,
-            Op::MultiheadAttention { embed_dim, .. }
-            | Op::GqaAttention { embed_dim, .. }
-            | Op::MlaAttention { embed_dim, .. } => *embed_dim,
-            Op::Moe { dim, .. } => *dim,
-            _ => continue,
+        let Some(width) = n.op.family().projection_width(&n.op) else {
+            continue;
         };
         let tokens = c.layer_output_elements / width.max(1);
         for (i, o) in mats {
@@ -362,31 +328,8 @@ pub fn cache_layers(graph: &Graph) -> Vec<CacheLayer> {
         .iter()
         .enumerate()
         .filter_map(|(k, n)| {
-            let (tensors, kv_heads, head_dim) = match &n.op {
-                Op::Sdpa { .. } => {
-                    let key = graph.input_shape(k, 1)?;
-                    if key.rank() != 4 {
-                        return None;
-                    }
-                    (2, key.0[1].as_fixed()?, key.0[3].as_fixed()?)
-                }
-                Op::MultiheadAttention {
-                    embed_dim,
-                    num_heads,
-                    ..
-                } => (2, *num_heads, embed_dim / num_heads.max(&1)),
-                Op::GqaAttention {
-                    num_kv_heads,
-                    head_dim,
-                    ..
-                } => (2, *num_kv_heads, *head_dim),
-                Op::MlaAttention {
-                    kv_lora_rank,
-                    qk_rope_head_dim,
-                    ..
-                } => (1, 1, kv_lora_rank + qk_rope_head_dim),
-                _ => return None,
-            };
+            let (tensors, kv_heads, head_dim) =
+                n.op.family().kv_cache(&n.op, graph.input_shape(k, 1))?;
             Some(CacheLayer {
                 node: n.id.clone(),
                 tensors,
@@ -416,8 +359,8 @@ fn widths(graph: &Graph) -> (u64, u64) {
     for n in &graph.nodes {
         let w = n.output.last().and_then(|d| d.as_fixed()).unwrap_or(0);
         widest = widest.max(w);
-        if let Op::Embedding { embedding_dim, .. } = n.op {
-            residual = residual.max(embedding_dim);
+        if let Some(t) = n.op.family().table(&n.op) {
+            residual = residual.max(t.embedding_dim);
         }
     }
     (widest, residual)

@@ -5,21 +5,12 @@
 
 use super::memory::block_of;
 use crate::graph::Graph;
-use crate::ops::Op;
 use std::ops::Range;
 
 /// Whether node `k` holds a 4-bit target under QLoRA (a linear map inside a block).
 pub fn holds_target(graph: &Graph, k: usize) -> bool {
     let n = &graph.nodes[k];
-    block_of(&n.id).is_some()
-        && matches!(
-            n.op,
-            Op::Linear { .. }
-                | Op::MultiheadAttention { .. }
-                | Op::GqaAttention { .. }
-                | Op::MlaAttention { .. }
-                | Op::Moe { .. }
-        )
+    block_of(&n.id).is_some() && n.op.family().projection_width(&n.op).is_some()
 }
 
 /// The stages in node order, each with whether it is recomputed; None: no staging (neither
