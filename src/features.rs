@@ -169,6 +169,7 @@ fn contribution(graph: &Graph, k: usize, batch: u64) -> NodeContribution {
             hidden,
             num_experts,
             top_k,
+            ..
         } => {
             let t = tokens(*dim);
             // Router logits; per routed token: w1 and w3 outputs, w2 output.

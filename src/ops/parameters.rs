@@ -54,10 +54,16 @@ impl Op {
                 dim,
                 hidden,
                 num_experts,
+                grouped,
                 ..
             } => {
                 p.push(vec![*num_experts, *dim]);
-                for _ in 0..*num_experts {
+                if *grouped {
+                    // transformers' 3-D `gate_up_proj` and `down_proj`.
+                    p.push(vec![*num_experts, 2 * hidden, *dim]);
+                    p.push(vec![*num_experts, *dim, *hidden]);
+                }
+                for _ in 0..if *grouped { 0 } else { *num_experts } {
                     p.push(vec![*hidden, *dim]);
                     p.push(vec![*hidden, *dim]);
                     p.push(vec![*dim, *hidden]);

@@ -354,6 +354,8 @@ static OPS: &[(OpKind, &str, Parser)] = &[
                 hidden: a.size("hidden")?,
                 num_experts,
                 top_k,
+                grouped: a.one_of("layout", &[("per_expert", false), ("grouped", true)], false)?,
+                renormalize: a.flag_or("renormalize", true)?,
             }
         })
     }),

@@ -1122,10 +1122,15 @@ fn moe_rule(s: &Sizes) -> OpRule {
         hidden,
         num_experts,
         top_k,
+        grouped,
+        renormalize,
     } = &s.node.op
     else {
         unreachable!("moe_rule: not a mixture of experts")
     };
+    if *grouped {
+        return moe_grouped_rule(s, [*dim, *hidden, *num_experts, *top_k], *renormalize);
+    }
     let t = s.rows(*dim);
     let routed = t * top_k;
     let saved = vec![
@@ -1167,6 +1172,71 @@ fn moe_rule(s: &Sizes) -> OpRule {
         freed: first,
         held: first,
         params: vec![],
+    });
+    r
+}
+
+/// Mixture of experts in transformers 5's layout (`layout: "grouped"`): the router
+/// (`MixtralTopKRouter`: linear, softmax, topk, with `renormalize` an in-place `/=` by the sum)
+/// and `grouped_mm_experts_forward` (integrations/moe.py, the default experts implementation):
+/// the T x k routed rows sorted by expert (`torch.sort`), gathered (`hidden_states[perm //
+/// top_k]`), one `grouped_mm` with the 3-D `gate_up_proj`, `act(gate) * up` on its chunks, one
+/// `grouped_mm` with `down_proj`, times the sorted weights, un-sorted (`[inv_perm]`) and summed
+/// over k (no `index_add_`, no per-expert loop: nothing depends on how the tokens split).
+/// What each call saves (derivatives.yaml) was checked on a single `MixtralSparseMoeBlock`
+/// with saved-tensor hooks and the counting allocator: every byte of the list below.
+fn moe_grouped_rule(
+    s: &Sizes,
+    [dim, hidden, experts, top_k]: [u64; 4],
+    renormalize: bool,
+) -> OpRule {
+    let e = s.e;
+    let t = s.rows(dim);
+    let routed = t * top_k;
+    use Saved::*;
+    let mut saved = vec![
+        // The router's linear saves its input.
+        InputContiguous(0),
+        Internal {
+            what: "router softmax (saved by softmax), int64 top-k indices (saved by topk)",
+            bytes: t * experts * e + t * top_k * 8,
+        },
+        Internal {
+            what: "int64 sort permutations: perm // top_k and perm (saved by the two gathers as indices), inv_perm (saved by the un-sorting gather); the int32 grouped_mm offsets",
+            bytes: 3 * routed * 8 + experts * 4,
+        },
+        Internal {
+            what: "gathered rows sorted by expert (saved by the gate_up grouped_mm)",
+            bytes: routed * dim * e,
+        },
+        Internal {
+            what: "gate_up output (its chunks saved by act and the product), act output and gated hidden (saved by the product and the down grouped_mm)",
+            bytes: 4 * routed * hidden * e,
+        },
+        Internal {
+            what: "down output and the sorted routing weights (saved by the weighting product)",
+            bytes: routed * (dim + 1) * e,
+        },
+    ];
+    if renormalize {
+        saved.push(Internal {
+            what: "top-k values and their sum (saved by the in-place `/=`)",
+            bytes: (routed + t) * e,
+        });
+    }
+    let mut r = OpRule::new(Output::New(s.y()), saved, vec![Grad::New], Source::TorchSource)
+        // At the un-sorting gather: the weighted rows in expert order and in token order
+        // (the output, T rows, comes after the first is freed), the sorted expert ids and
+        // their float copy for histc, the router logits the caller still holds.
+        .fwd(2 * routed * dim * e - t * dim * e + routed * (8 + e) + t * experts * e)
+        .note("transformers 5 grouped_mm experts: router, tokens sorted by expert, one grouped_mm each for the 3-D gate_up_proj and down_proj, weighted, un-sorted, summed over k; saves the gathered rows, the gate_up output, act output, gated hidden, down output and int64 permutations; no per-expert loop, so the split of tokens over experts does not change the memory");
+    // Backward's highest point, measured on one MixtralSparseMoeBlock: as the two expert
+    // weight gradients ([E, 2 x hidden, dim] and [E, dim, hidden], made by the grouped_mm
+    // backwards) exist while the freed saved rows have made room for the row gradients.
+    r.backward_peak = Some(BackwardPeak {
+        freed: 0,
+        held: 0,
+        params: vec![1, 2],
     });
     r
 }

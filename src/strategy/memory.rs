@@ -71,6 +71,7 @@ fn matrices(op: &Op) -> Vec<(u64, u64)> {
         dim,
         hidden,
         num_experts,
+        grouped: false,
         ..
     } = op
     {
