@@ -1230,13 +1230,17 @@ fn moe_grouped_rule(
         // their float copy for histc, the router logits the caller still holds.
         .fwd(2 * routed * dim * e - t * dim * e + routed * (8 + e) + t * experts * e)
         .note("transformers 5 grouped_mm experts: router, tokens sorted by expert, one grouped_mm each for the 3-D gate_up_proj and down_proj, weighted, un-sorted, summed over k; saves the gathered rows, the gate_up output, act output, gated hidden, down output and int64 permutations; no per-expert loop, so the split of tokens over experts does not change the memory");
-    // Backward's highest point, measured on one MixtralSparseMoeBlock: as the two expert
-    // weight gradients ([E, 2 x hidden, dim] and [E, dim, hidden], made by the grouped_mm
-    // backwards) exist while the freed saved rows have made room for the row gradients.
+    // Backward's highest point, in the weighting product's backward (its first node but the
+    // un-sorting gather's): the gather's [R, d] gradient (`index_backward`: zeros +
+    // index_put_) and the product's two [R, d] products (grad * weight, grad * down output
+    // before its sum to [R, 1]); the incoming gradient is gone by then unless held elsewhere.
+    // A single MixtralSparseMoeBlock holding its incoming gradient peaks at 3 R d e less 2 KB
+    // (T = 256) and 16 KB (T = 2048) over the level.
+    let rows3 = 3 * routed * dim * e;
     r.backward_peak = Some(BackwardPeak {
-        freed: 0,
-        held: 0,
-        params: vec![1, 2],
+        freed: rows3 - t * dim * e,
+        held: rows3,
+        params: vec![],
     });
     r
 }
