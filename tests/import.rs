@@ -991,6 +991,29 @@ fn issue_37_types_are_drawn_as_transformers_runs_them() {
         .nodes
         .iter()
         .any(|n| matches!(n.op, Op::MlaAttention { .. })));
+    // transformers 5's experts: the grouped layout on every MoE type, the top-k weights
+    // renormalised by Mixtral only (Qwen1.5-MoE's norm_topk_prob is false; DeepSeek-V2 scales).
+    for (model, renormalised) in [
+        ("Mixtral-8x7B-v0.1", true),
+        ("Qwen1.5-MoE-A2.7B", false),
+        ("DeepSeek-V2-Lite", false),
+    ] {
+        let g = import(&fixture(model), &["64"]);
+        let moes: Vec<_> = g
+            .nodes
+            .iter()
+            .filter_map(|n| match n.op {
+                Op::Moe {
+                    grouped,
+                    renormalize,
+                    ..
+                } => Some((grouped, renormalize)),
+                _ => None,
+            })
+            .collect();
+        assert!(!moes.is_empty(), "{model}");
+        assert!(moes.iter().all(|&m| m == (true, renormalised)), "{model}");
+    }
     // Phi-3's 2047-token window is said when the sequence is longer.
     let o = memcal(&[
         "import",

@@ -154,8 +154,13 @@ pub(crate) enum Module {
     },
     Moe {
         router: Lin,
+        /// Per-expert w1, w3, w2 (empty for the grouped layout).
         experts: Vec<(Lin, Lin, Lin)>,
+        /// The grouped layout's 3-D `gate_up_proj` `[E, 2 x hidden, dim]` and `down_proj`
+        /// `[E, dim, hidden]`.
+        grouped: Option<(Tensor, Tensor)>,
         top_k: i64,
+        renormalize: bool,
     },
     Lstm(nn::LSTM),
     Gru(nn::GRU),
@@ -264,25 +269,7 @@ impl Model {
                     attention_module(&p, &n.op)
                 }
                 Op::MlaAttention { .. } => mla_module(&p, &n.op),
-                Op::Moe {
-                    dim,
-                    hidden,
-                    num_experts,
-                    top_k,
-                } => Module::Moe {
-                    router: Lin::new(&p, "router", *dim, *num_experts, false),
-                    experts: (0..*num_experts)
-                        .map(|e| {
-                            let q = p.sub(format!("expert{e}"));
-                            (
-                                Lin::new(&q, "w1", *dim, *hidden, false),
-                                Lin::new(&q, "w3", *dim, *hidden, false),
-                                Lin::new(&q, "w2", *hidden, *dim, false),
-                            )
-                        })
-                        .collect(),
-                    top_k: i(*top_k),
-                },
+                Op::Moe { .. } => moe_module(&p, &n.op),
                 Op::Lstm(r) | Op::Gru(r) => {
                     let cfg = nn::RNNConfig {
                         num_layers: i(r.num_layers),
@@ -476,8 +463,19 @@ impl Model {
                 Op::Moe { .. },
                 Module::Moe {
                     router,
+                    grouped: Some((gate_up, down)),
+                    top_k,
+                    renormalize,
+                    ..
+                },
+            ) => moe_grouped(x, router, [gate_up, down], *top_k, *renormalize),
+            (
+                Op::Moe { .. },
+                Module::Moe {
+                    router,
                     experts,
                     top_k,
+                    ..
                 },
             ) => moe(x, router, experts, *top_k),
             (Op::Lstm(_), Module::Lstm(m)) => nn::RNN::seq(m, x).0,
@@ -705,6 +703,46 @@ fn attention_module(p: &nn::Path, op: &Op) -> Module {
             causal: *causal,
         },
         _ => unreachable!("attention_module: not a multi-head or grouped-query attention"),
+    }
+}
+
+/// A `moe` op's parameters: the router, then per-expert w1, w3, w2 or the grouped layout's
+/// 3-D `gate_up_proj` and `down_proj` (the order of `parameter_tensors()`).
+fn moe_module(p: &nn::Path, op: &Op) -> Module {
+    let Op::Moe {
+        dim,
+        hidden,
+        num_experts,
+        top_k,
+        grouped,
+        renormalize,
+    } = op
+    else {
+        unreachable!("moe_module: not a moe op")
+    };
+    Module::Moe {
+        router: Lin::new(p, "router", *dim, *num_experts, false),
+        grouped: grouped.then(|| {
+            let w = |name: &str, shape: [u64; 3]| {
+                p.var(name, &shape.map(i), nn::init::DEFAULT_KAIMING_UNIFORM)
+            };
+            (
+                w("gate_up_proj", [*num_experts, 2 * hidden, *dim]),
+                w("down_proj", [*num_experts, *dim, *hidden]),
+            )
+        }),
+        renormalize: *renormalize,
+        experts: (0..if *grouped { 0 } else { *num_experts })
+            .map(|e| {
+                let q = p.sub(format!("expert{e}"));
+                (
+                    Lin::new(&q, "w1", *dim, *hidden, false),
+                    Lin::new(&q, "w3", *dim, *hidden, false),
+                    Lin::new(&q, "w2", *hidden, *dim, false),
+                )
+            })
+            .collect(),
+        top_k: i(*top_k),
     }
 }
 
@@ -1217,6 +1255,54 @@ fn moe(x: &Tensor, router: &Lin, experts: &[(Lin, Lin, Lin)], top_k: i64) -> Ten
         let _ = out.index_add_(0, &rows, &y);
     }
     out.view(size.as_slice())
+}
+
+/// Mixture of experts as transformers 5 runs it by default (`MixtralTopKRouter` and
+/// `grouped_mm_experts_forward` in integrations/moe.py): softmax router, top-k (renormalised
+/// in place when `renormalize`), the routed rows sorted by expert and gathered, one
+/// `grouped_mm` with `gate_up_proj`, `silu(gate) * up`, one with `down_proj`, times the
+/// sorted weights, un-sorted and summed over k.
+fn moe_grouped(
+    x: &Tensor,
+    router: &Lin,
+    [gate_up, down]: [&Tensor; 2],
+    top_k: i64,
+    renormalize: bool,
+) -> Tensor {
+    let size = x.size();
+    let d = *size.last().expect("moe input has a feature axis");
+    let flat = x.reshape([-1, d]);
+    let (mut vals, idx) = router
+        .fwd(&flat)
+        .softmax(-1, Kind::Float)
+        .topk(top_k, -1, true, true);
+    if renormalize {
+        let sum = vals.sum_dim_intlist(-1, true, None::<Kind>);
+        let _ = vals.g_div_(&sum);
+    }
+    let experts = gate_up.size()[0];
+    let (ids, perm) = idx.reshape([-1]).sort(0, false);
+    let rows = flat.index(&[Some(perm.floor_divide_scalar(top_k))]);
+    let weights = vals.reshape([-1]).index(&[Some(&perm)]);
+    // transformers counts the rows per expert with histc on a float copy; a bincount is the
+    // same [E] counts.
+    let offs = ids.bincount(None::<Tensor>, experts).cumsum(0, Kind::Int);
+    let h = rows.internal_grouped_mm(&gate_up.transpose(-2, -1), Some(&offs), None, None);
+    let halves = h.chunk(2, -1);
+    let h = halves[0].silu() * &halves[1];
+    let y = h.internal_grouped_mm(&down.transpose(-2, -1), Some(&offs), None, None);
+    let y = y * weights.unsqueeze(-1);
+    let mut inv = perm.empty_like();
+    let n = perm.size()[0];
+    let _ = inv.index_put_(
+        &[Some(&perm)],
+        &Tensor::arange(n, (Kind::Int64, perm.device())),
+        false,
+    );
+    let y = y.index(&[Some(&inv)]);
+    y.view([-1, top_k, d])
+        .sum_dim_intlist(1, false, None::<Kind>)
+        .view(size.as_slice())
 }
 
 /// A generic elementwise function, one ATen op each (`x * c` and `x + c` with a number are

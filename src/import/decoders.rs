@@ -480,6 +480,9 @@ pub(super) fn build(desc: &Desc, c: &Config, o: &Options) -> Result<Built> {
         }
     ));
     drawn.extend(notes.drawn);
+    if let Some(s) = &parts.moe {
+        drawn.push(super::grouped_experts(&mut graph, s.renormalize));
+    }
     let attn = notes.attn.unwrap_or(o.attn);
     let mut approximations = attention_notes(&parts, &mut graph, attn, &mut drawn);
     drawn.push(lm_head_drawn(tied));
@@ -953,8 +956,9 @@ fn qwen2_moe(c: &Config, p: &mut Parts, n: &mut Notes) -> Result<()> {
         shared: c.size_or("shared_expert_intermediate_size", 0)?,
         shared_gate: true,
         layers,
+        // Qwen2MoeTopKRouter: `if self.norm_topk_prob: router_top_value /= ...`.
+        renormalize: c.flag_or("norm_topk_prob", false)?,
     });
     n.drawn.push("shared expert: SwiGLU, times sigmoid(shared_expert_gate(x)) (a [B, T, 1] gate broadcast: drawn as the aten.mul call)".into());
-    n.approximations.push("expert routing is drawn as even (top-k of every token, per expert in turn); the real split of tokens over experts varies by batch".into());
     Ok(())
 }

@@ -302,6 +302,26 @@ fn gqa(graph: &mut GraphFile, attn: Attn) -> (String, Option<String>) {
     }
 }
 
+/// transformers 5's experts on every `moe` node: the 3-D `gate_up_proj`/`down_proj` run by
+/// `grouped_mm_experts_forward` (integrations/moe.py: the default `_experts_implementation`,
+/// `get_correct_experts_implementation` picks "grouped_mm"), the top-k weights renormalised
+/// when `renormalize`. Returns what the import says it drew.
+fn grouped_experts(graph: &mut GraphFile, renormalize: bool) -> String {
+    for n in graph.nodes.iter_mut().filter(|n| n.op == "moe") {
+        n.attributes.insert("layout".into(), Value::from("grouped"));
+        n.attributes
+            .insert("renormalize".into(), Value::from(renormalize));
+    }
+    format!(
+        "experts: transformers' grouped_mm layout (3-D gate_up_proj [E, 2 x hidden, d] and down_proj [E, d, hidden]; the routed rows sorted by expert, so the memory does not depend on how the tokens split); top-k weights {}",
+        if renormalize {
+            "renormalised to sum to one"
+        } else {
+            "not renormalised"
+        }
+    )
+}
+
 /// The activation (`hidden_act`, default exact `gelu`), attention and hidden dropout
 /// (`hidden_dropout_prob`, default `dropout_default`, after the nodes `at` accepts) of a bert,
 /// roberta or vit graph, drawn as transformers runs them.
@@ -867,18 +887,18 @@ fn mixtral(c: &Config, o: &Options) -> Result<Built> {
         c.size_or("num_experts_per_tok", 2)?,
     );
     let (drawn, eager) = gqa(&mut graph, o.attn);
+    // MixtralTopKRouter renormalises the top-k values (`router_top_value /= ...sum(...)`).
+    let experts = grouped_experts(&mut graph, true);
     Ok(Built {
         graph,
         seq,
         seq_source,
-        approximations: [
+        approximations: std::iter::once(
             "rotary position tables and the causal mask are not drawn".to_string(),
-            "expert routing is drawn as even (top-k of every token, per expert in turn); the real split of tokens over experts varies by batch".to_string(),
-        ]
-        .into_iter()
+        )
         .chain(eager)
         .collect(),
-        drawn: vec![drawn],
+        drawn: vec![drawn, experts],
     })
 }
 

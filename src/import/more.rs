@@ -198,7 +198,7 @@ pub(super) fn deepseek_v2(c: &Config, o: &Options) -> Result<Built> {
         rope: c.size("qk_rope_head_dim")?,
         v: c.size("v_head_dim")?,
     };
-    let graph = crate::zoo::sized::deepseek_v2(
+    let mut graph = crate::zoo::sized::deepseek_v2(
         c.size("vocab_size")?,
         seq,
         c.size("hidden_size")?,
@@ -212,18 +212,22 @@ pub(super) fn deepseek_v2(c: &Config, o: &Options) -> Result<Built> {
             shared,
         ],
     );
+    let experts = super::grouped_experts(&mut graph, false);
     Ok(Built {
         graph,
         seq,
         seq_source,
-        approximations: vec![
-            ROTARY.to_string(),
-            "expert routing is drawn as even (top-k of every token, per expert in turn; topk_method and groups choose which experts, not how many); the real split of tokens over experts varies by batch".to_string(),
+        approximations: vec![ROTARY.to_string()],
+        drawn: vec![
+            format!(
+                "MLA attention through sdpa (q_lora_rank = {q_lora_rank}{}); {dense} dense layer(s) first; shared experts: one SwiGLU of {shared}",
+                if q_lora_rank == 0 { ": q projected directly" } else { "" }
+            ),
+            // DeepseekV2TopkRouter scales the top-k values (`* routed_scaling_factor`, a
+            // new tensor, nothing saved) and never renormalises them (topk_method and groups
+            // choose which experts, not how many).
+            experts,
         ],
-        drawn: vec![format!(
-            "MLA attention through sdpa (q_lora_rank = {q_lora_rank}{}); {dense} dense layer(s) first; shared experts: one SwiGLU of {shared}",
-            if q_lora_rank == 0 { ": q projected directly" } else { "" }
-        )],
     })
 }
 

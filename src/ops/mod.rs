@@ -465,6 +465,15 @@ pub enum Op {
         hidden: u64,
         num_experts: u64,
         top_k: u64,
+        /// `layout: "grouped"`: transformers 5's experts (`MixtralExperts` and its copies under
+        /// `@use_experts_implementation`, run by `grouped_mm_experts_forward`): one 3-D
+        /// `gate_up_proj` `[E, 2 x hidden, dim]` and `down_proj` `[E, dim, hidden]`, the routed
+        /// rows sorted by expert and multiplied by `grouped_mm`. Default (`"per_expert"`): w1,
+        /// w3, w2 per expert, a loop over the experts, `index_add_` back.
+        grouped: bool,
+        /// Whether the top-k probabilities are renormalised to sum to one (Mixtral's in-place
+        /// `/=`; default true); Qwen2-MoE and DeepSeek-V2 (`norm_topk_prob` false) do not.
+        renormalize: bool,
     },
     Lstm(Rnn),
     Gru(Rnn),

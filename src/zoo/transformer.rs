@@ -996,6 +996,8 @@ pub(crate) mod sized {
         pub(crate) shared_gate: bool,
         /// Which layers are sparse (the others take the dense feed-forward of `Parts::ff`).
         pub(crate) layers: Vec<bool>,
+        /// The top-k weights renormalised to sum to one (the importer's `moe` attribute).
+        pub(crate) renormalize: bool,
     }
 
     /// A decoder described part by part, for the importer's table of types: each field is

@@ -26,6 +26,8 @@ pub(super) fn parse_moe(a: &mut Attrs) -> Result<Op, String> {
             hidden: a.size("hidden")?,
             num_experts,
             top_k,
+            grouped: a.one_of("layout", &[("per_expert", false), ("grouped", true)], false)?,
+            renormalize: a.flag_or("renormalize", true)?,
         }
     })
 }
@@ -53,11 +55,17 @@ impl Family for MoeFamily {
             dim,
             hidden,
             num_experts,
+            grouped,
             ..
         } = op
         {
             p.push(vec![*num_experts, *dim]);
-            for _ in 0..*num_experts {
+            if *grouped {
+                // transformers' 3-D `gate_up_proj` and `down_proj`.
+                p.push(vec![*num_experts, 2 * hidden, *dim]);
+                p.push(vec![*num_experts, *dim, *hidden]);
+            }
+            for _ in 0..if *grouped { 0 } else { *num_experts } {
                 p.push(vec![*hidden, *dim]);
                 p.push(vec![*hidden, *dim]);
                 p.push(vec![*dim, *hidden]);
@@ -78,6 +86,7 @@ impl Family for MoeFamily {
             hidden,
             num_experts,
             top_k,
+            ..
         } = op
         else {
             unreachable!("not a mixture of experts")
@@ -99,18 +108,23 @@ impl Family for MoeFamily {
         TextbookRole::NotTransformer
     }
 
-    /// The router, then every expert's w1, w3 and w2.
+    /// The router, then every expert's w1, w3 and w2 (the grouped layout's 3-D experts are not
+    /// 2-D matrices: the router alone).
     fn matrices(&self, op: &Op) -> Vec<(u64, u64)> {
         let Op::Moe {
             dim,
             hidden,
             num_experts,
+            grouped,
             ..
         } = op
         else {
             unreachable!("not a mixture of experts")
         };
         let mut m = vec![(*dim, *num_experts)];
+        if *grouped {
+            return m;
+        }
         for _ in 0..*num_experts {
             m.extend([(*dim, *hidden), (*dim, *hidden), (*hidden, *dim)]);
         }
@@ -182,10 +196,15 @@ fn moe_rule(s: &Sizes) -> OpRule {
         hidden,
         num_experts,
         top_k,
+        grouped,
+        renormalize,
     } = &s.node.op
     else {
         unreachable!("moe_rule: not a mixture of experts")
     };
+    if *grouped {
+        return moe_grouped_rule(s, [*dim, *hidden, *num_experts, *top_k], *renormalize);
+    }
     let t = s.rows(*dim);
     let routed = t * top_k;
     let saved = vec![
@@ -226,6 +245,75 @@ fn moe_rule(s: &Sizes) -> OpRule {
     r.backward_peak = Some(BackwardPeak {
         freed: first,
         held: first,
+        params: vec![],
+    });
+    r
+}
+
+/// Mixture of experts in transformers 5's layout (`layout: "grouped"`): the router
+/// (`MixtralTopKRouter`: linear, softmax, topk, with `renormalize` an in-place `/=` by the sum)
+/// and `grouped_mm_experts_forward` (integrations/moe.py, the default experts implementation):
+/// the T x k routed rows sorted by expert (`torch.sort`), gathered (`hidden_states[perm //
+/// top_k]`), one `grouped_mm` with the 3-D `gate_up_proj`, `act(gate) * up` on its chunks, one
+/// `grouped_mm` with `down_proj`, times the sorted weights, un-sorted (`[inv_perm]`) and summed
+/// over k (no `index_add_`, no per-expert loop: nothing depends on how the tokens split).
+/// What each call saves (derivatives.yaml) was checked on a single `MixtralSparseMoeBlock`
+/// with saved-tensor hooks and the counting allocator: every byte of the list below.
+fn moe_grouped_rule(
+    s: &Sizes,
+    [dim, hidden, experts, top_k]: [u64; 4],
+    renormalize: bool,
+) -> OpRule {
+    let e = s.e;
+    let t = s.rows(dim);
+    let routed = t * top_k;
+    use Saved::*;
+    let mut saved = vec![
+        // The router's linear saves its input.
+        InputContiguous(0),
+        Internal {
+            what: "router softmax (saved by softmax), int64 top-k indices (saved by topk)",
+            bytes: t * experts * e + t * top_k * 8,
+        },
+        Internal {
+            what: "int64 sort permutations: perm // top_k and perm (saved by the two gathers as indices), inv_perm (saved by the un-sorting gather); the int32 grouped_mm offsets",
+            bytes: 3 * routed * 8 + experts * 4,
+        },
+        Internal {
+            what: "gathered rows sorted by expert (saved by the gate_up grouped_mm)",
+            bytes: routed * dim * e,
+        },
+        Internal {
+            what: "gate_up output (its chunks saved by act and the product), act output and gated hidden (saved by the product and the down grouped_mm)",
+            bytes: 4 * routed * hidden * e,
+        },
+        Internal {
+            what: "down output and the sorted routing weights (saved by the weighting product)",
+            bytes: routed * (dim + 1) * e,
+        },
+    ];
+    if renormalize {
+        saved.push(Internal {
+            what: "top-k values and their sum (saved by the in-place `/=`)",
+            bytes: (routed + t) * e,
+        });
+    }
+    let mut r = OpRule::new(Output::New(s.y()), saved, vec![Grad::New], Source::TorchSource)
+        // At the un-sorting gather: the weighted rows in expert order and in token order
+        // (the output, T rows, comes after the first is freed), the sorted expert ids and
+        // their float copy for histc, the router logits the caller still holds.
+        .fwd(2 * routed * dim * e - t * dim * e + routed * (8 + e) + t * experts * e)
+        .note("transformers 5 grouped_mm experts: router, tokens sorted by expert, one grouped_mm each for the 3-D gate_up_proj and down_proj, weighted, un-sorted, summed over k; saves the gathered rows, the gate_up output, act output, gated hidden, down output and int64 permutations; no per-expert loop, so the split of tokens over experts does not change the memory");
+    // Backward's highest point, in the weighting product's backward (its first node but the
+    // un-sorting gather's): the gather's [R, d] gradient (`index_backward`: zeros +
+    // index_put_) and the product's two [R, d] products (grad * weight, grad * down output
+    // before its sum to [R, 1]); the incoming gradient is gone by then unless held elsewhere.
+    // A single MixtralSparseMoeBlock holding its incoming gradient peaks at 3 R d e less 2 KB
+    // (T = 256) and 16 KB (T = 2048) over the level.
+    let rows3 = 3 * routed * dim * e;
+    r.backward_peak = Some(BackwardPeak {
+        freed: rows3 - t * dim * e,
+        held: rows3,
         params: vec![],
     });
     r
