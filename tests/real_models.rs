@@ -13,7 +13,9 @@ fn every_real_row_is_held_out_and_on_the_real_models_table() {
     let real: Vec<_> = ds
         .rows
         .iter()
-        .filter(|r| r.implementation.is_some())
+        // A row measured on a graph memcal no longer draws so (hf-mixtral-r1 before the
+        // grouped experts layout) is excluded as `graph changed` until it is re-measured.
+        .filter(|r| r.implementation.is_some() && !r.graph_changed)
         .collect();
     assert!(!real.is_empty(), "data/runs/cpu-real has rows");
     for r in &real {
