@@ -64,10 +64,25 @@ def row_name(job):
     return name
 
 
+def graph_sha256(graph_path):
+    """The hash a row names its graph by: the file's bytes, or, for a graph with approximation
+    notes, the bytes of the same graph without them (serde_json's pretty form, which
+    `json.dumps(indent=2)` writes identically), the hash memcal's loader also accepts
+    (`Graph.sha256_without_notes`). Notes do not change what is measured, so rows measured before
+    a note was written stay current."""
+    with open(graph_path, "rb") as f:
+        raw = f.read()
+    doc = json.loads(raw)
+    if not doc.get("notes"):
+        return hashlib.sha256(raw).hexdigest()
+    del doc["notes"]
+    bare = (json.dumps(doc, indent=2, ensure_ascii=False) + "\n").encode()
+    return hashlib.sha256(bare).hexdigest()
+
+
 def stamp(m, graph, graph_path, graph_params):
     job = m["job"]
-    with open(graph_path, "rb") as f:
-        sha = hashlib.sha256(f.read()).hexdigest()
+    sha = graph_sha256(graph_path)
     device = {k: m["device"][k] for k in ("kind", "name", "capacity_bytes")}
     if m.get("emulated_capacity_bytes"):
         device["emulated_capacity_bytes"] = m["emulated_capacity_bytes"]
