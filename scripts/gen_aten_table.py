@@ -33,7 +33,10 @@ What the table's fields mean, where torchgen leaves a choice:
   `self.sym_sizes()`, `self.options()`, `self.scalar_type()`, `zeros_like(self)` ... into saved
   non-tensors: those are left out. An in-place overload that reuses its functional entry and
   saves `self` saves a clone of `self` taken before the write (gen_variable_type's
-  `original_self`): Input(k) of an in-place op is that clone.
+  `original_self`): Input(k) of an in-place op is that clone. `InputIf(k, g)`: argument k,
+  saved only when argument g requires grad (gen_variable_type's `guard_for`: a tensor that one
+  argument's gradient alone reads is saved under `grad_fn->should_compute_output(edge)`; the
+  `original_self` clone is taken under the same guard).
 - `grads`: one per differentiable argument, in the order the generated backward node runs
   them (load_derivatives.py: `sorted(defn.keys())`, alphabetical by the entry's names); an entry line naming several
   arguments (`input, weight, bias: native_layer_norm_backward(...)`) gives each the same
@@ -891,10 +894,53 @@ def build(torchgen_dir: str):
     return ops
 
 
+def saved_guard(info, canon, arg_index):
+    """gen_variable_type.py's `guard_for`, read as an argument: a saved input that only one
+    argument's gradient reads is saved under `if (grad_fn->should_compute_output(edge))`, so only
+    when that argument requires grad (`mul(x, mask)` with a constant mask keeps no `x`). Returns
+    a function of a SavedAttribute giving that argument's index, or None where torchgen saves
+    it unguarded (one differentiable argument, a tensor-list argument, a `*_backward` entry, a
+    non-Tensor type, a tensor read by several formulas, a multi-argument formula without a
+    single `wrap_opt_if(x, grad_input_mask[k])`)."""
+    from torchgen.api.types import BaseCType, tensorT
+    from torchgen.model import ListType
+
+    names = {n for d in info.derivatives for n in d.var_names}
+    with_derivatives = [a for a in canon.func.arguments.flat_non_out if a.name in names]
+    tensor_list = any(isinstance(a.type, ListType) and a.type.is_tensor_like() for a in with_derivatives)
+
+    def guard(arg):
+        if tensor_list or "backward" in info.name or len(with_derivatives) <= 1:
+            return None
+        if arg.nctype.type != BaseCType(tensorT):
+            return None
+        used_in = [d for d in info.derivatives if arg in d.saved_inputs]
+        if len(used_in) != 1:
+            return None
+        d = used_in[0]
+        if len(d.var_names) == 1:
+            var = d.var_names[0]
+        else:
+            m = re.search(rf"wrap_opt_if\({re.escape(arg.nctype.name)},\s*grad_input_mask\[(\d+)\]\s*\)", d.formula)
+            if m is None:
+                return None
+            var = with_derivatives[int(m.group(1))].name
+        return arg_index.get(var)
+
+    return guard
+
+
 def autograd_of(f, info, flat, arg_index, analysed, aten, cpp) -> tuple:
     from torchgen.model import SchemaKind
 
     if info is None:
+        # torchgen's DONT_REQUIRE_DERIVATIVE (new_ones, zeros_like, argmax, logical_and...):
+        # no grad_fn is made and the outputs never require grad.
+        from torchgen.packaged.autograd.gen_variable_type import DONT_REQUIRE_DERIVATIVE
+
+        base = f.func.name.name.base
+        if base in DONT_REQUIRE_DERIVATIVE or str(f.func.name.name) in DONT_REQUIRE_DERIVATIVE:
+            return ("NonDifferentiable",)
         return ("Missing",)
     nret = len(f.func.returns)
     od = info.output_differentiability
@@ -932,13 +978,15 @@ def autograd_of(f, info, flat, arg_index, analysed, aten, cpp) -> tuple:
     # formula's `self.conj()` or `result.pow(3)` keeps the whole tensor saved (Input/Output of
     # it), the expression being evaluated in backward.
     saved = []
+    guard = saved_guard(info, canon, arg_index)
     for v in list(info.all_saved_inputs) + list(info.all_saved_outputs):
         n = v.nctype.name
         n = getattr(n, "name", n)
         if v.expr != n:
             continue
         if n in arg_index and flat[arg_index[n]].type.is_tensor_like():
-            s = ("Input", arg_index[n])
+            g = guard(v) if v in info.all_saved_inputs else None
+            s = ("Input", arg_index[n]) if g is None else ("InputIf", arg_index[n], g)
         elif n in ret_index and mutated_self:
             s = ("Input", 0)
         elif n in ret_index and f.func.returns[ret_index[n]].type.is_tensor_like():
@@ -1003,7 +1051,7 @@ def rust_op(o: Op) -> str:
     if ag[0] == "Formulas":
         _, saved, grads, outs = ag
         lines.append("        autograd: Formulas {")
-        lines.append("            saved: &[" + ", ".join(f"{k}({i})" for k, i in saved) + "],")
+        lines.append("            saved: &[" + ", ".join(f"{x[0]}({', '.join(map(str, x[1:]))})" for x in saved) + "],")
         lines.append("            grads: &[")
         for g in grads:
             temps = rust_temps(g.temporaries)

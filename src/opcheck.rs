@@ -396,6 +396,11 @@ pub fn predict(s: &Value) -> Result<Phases, String> {
         match x {
             Saved::Internal { bytes, .. } => forward += bytes,
             Saved::Kept { bytes, .. } if autograd => forward += bytes,
+            Saved::InternalFor { bytes, j, .. }
+                if inputs.get(*j).is_some_and(|x| x.requires_grad) =>
+            {
+                forward += bytes
+            }
             _ => {}
         }
     }

@@ -108,7 +108,9 @@ pub enum AtenAutograd {
     /// The entry says `not_implemented` for every argument.
     NotImplemented,
     /// The entry exists and no output is differentiable (or every formula is
-    /// `non_differentiable`).
+    /// `non_differentiable`), or the op has no entry and torchgen's
+    /// `DONT_REQUIRE_DERIVATIVE` names it (`new_ones`, `zeros_like`, `argmax`): its outputs
+    /// never require grad.
     NonDifferentiable,
     /// No entry in `derivatives.yaml` (a composite op that decomposes, or an op with no
     /// autograd kernel).
@@ -120,6 +122,9 @@ pub enum AtenAutograd {
 pub enum SavedTensor {
     /// Argument `k` (a tensor, an optional tensor or a tensor list) as it is.
     Input(u8),
+    /// Argument `k`, saved only when argument `g` requires grad: the one gradient that reads
+    /// it is `g`'s (gen_variable_type.py's `guard_for`, `grad_fn->should_compute_output`).
+    InputIf(u8, u8),
     /// Return `k` (`result`, `result0`, ...).
     Output(u8),
 }

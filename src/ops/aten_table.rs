@@ -79,168 +79,168 @@ pub static ATEN_OPS: &[AtenOp] = &[
         args: &[a("self", Tensor, false, false), a("other", Scalar, false, false)],
         returns: &[r(false, true, Alias::None)],
         composite: true,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "__and__.Tensor",
         args: &[a("self", Tensor, false, false), a("other", Tensor, false, false)],
         returns: &[r(false, true, Alias::None)],
         composite: true,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "__iand__.Scalar",
         args: &[a("self", Tensor, false, false), a("other", Scalar, false, false)],
         returns: &[r(false, true, Alias::InPlace(0))],
         composite: true,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "__iand__.Tensor",
         args: &[a("self", Tensor, false, false), a("other", Tensor, false, false)],
         returns: &[r(false, true, Alias::InPlace(0))],
         composite: true,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "__ilshift__.Scalar",
         args: &[a("self", Tensor, false, false), a("other", Scalar, false, false)],
         returns: &[r(false, true, Alias::InPlace(0))],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "__ilshift__.Tensor",
         args: &[a("self", Tensor, false, false), a("other", Tensor, false, false)],
         returns: &[r(false, true, Alias::InPlace(0))],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "__ior__.Scalar",
         args: &[a("self", Tensor, false, false), a("other", Scalar, false, false)],
         returns: &[r(false, true, Alias::InPlace(0))],
         composite: true,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "__ior__.Tensor",
         args: &[a("self", Tensor, false, false), a("other", Tensor, false, false)],
         returns: &[r(false, true, Alias::InPlace(0))],
         composite: true,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "__irshift__.Scalar",
         args: &[a("self", Tensor, false, false), a("other", Scalar, false, false)],
         returns: &[r(false, true, Alias::InPlace(0))],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "__irshift__.Tensor",
         args: &[a("self", Tensor, false, false), a("other", Tensor, false, false)],
         returns: &[r(false, true, Alias::InPlace(0))],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "__ixor__.Scalar",
         args: &[a("self", Tensor, false, false), a("other", Scalar, false, false)],
         returns: &[r(false, true, Alias::InPlace(0))],
         composite: true,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "__ixor__.Tensor",
         args: &[a("self", Tensor, false, false), a("other", Tensor, false, false)],
         returns: &[r(false, true, Alias::InPlace(0))],
         composite: true,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "__lshift__.Scalar",
         args: &[a("self", Tensor, false, false), a("other", Scalar, false, false)],
         returns: &[r(false, true, Alias::None)],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "__lshift__.Scalar_out",
         args: &[a("self", Tensor, false, false), a("other", Scalar, false, false), a("out", Tensor, true, false)],
         returns: &[r(false, true, Alias::InPlace(2))],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "__lshift__.Tensor",
         args: &[a("self", Tensor, false, false), a("other", Tensor, false, false)],
         returns: &[r(false, true, Alias::None)],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "__lshift__.Tensor_out",
         args: &[a("self", Tensor, false, false), a("other", Tensor, false, false), a("out", Tensor, true, false)],
         returns: &[r(false, true, Alias::InPlace(2))],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "__or__.Scalar",
         args: &[a("self", Tensor, false, false), a("other", Scalar, false, false)],
         returns: &[r(false, true, Alias::None)],
         composite: true,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "__or__.Tensor",
         args: &[a("self", Tensor, false, false), a("other", Tensor, false, false)],
         returns: &[r(false, true, Alias::None)],
         composite: true,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "__rshift__.Scalar",
         args: &[a("self", Tensor, false, false), a("other", Scalar, false, false)],
         returns: &[r(false, true, Alias::None)],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "__rshift__.Scalar_out",
         args: &[a("self", Tensor, false, false), a("other", Scalar, false, false), a("out", Tensor, true, false)],
         returns: &[r(false, true, Alias::InPlace(2))],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "__rshift__.Tensor",
         args: &[a("self", Tensor, false, false), a("other", Tensor, false, false)],
         returns: &[r(false, true, Alias::None)],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "__rshift__.Tensor_out",
         args: &[a("self", Tensor, false, false), a("other", Tensor, false, false), a("out", Tensor, true, false)],
         returns: &[r(false, true, Alias::InPlace(2))],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "__xor__.Scalar",
         args: &[a("self", Tensor, false, false), a("other", Scalar, false, false)],
         returns: &[r(false, true, Alias::None)],
         composite: true,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "__xor__.Tensor",
         args: &[a("self", Tensor, false, false), a("other", Tensor, false, false)],
         returns: &[r(false, true, Alias::None)],
         composite: true,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "_adaptive_avg_pool2d.default",
@@ -744,7 +744,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         args: &[a("self", Tensor, false, false), a("coalesced", Bool, false, false)],
         returns: &[r(false, true, Alias::InPlace(0))],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "_compute_linear_combination.default",
@@ -1291,7 +1291,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         returns: &[r(false, true, Alias::None), r(false, true, Alias::None), r(false, true, Alias::None), r(false, true, Alias::None)],
         composite: false,
         autograd: Formulas {
-            saved: &[Input(0), Input(1), Input(2), Input(6), Output(1), Output(2), Output(3)],
+            saved: &[Input(1), Input(2), Input(6), InputIf(0, 6), Output(1), Output(2), Output(3)],
             grads: &[
                 g(6, New, Counted(0), false, "_embedding_bag_per_sample_weights_backward(grad, weight, indices, offsets, result1, mode, padding_idx)"),
                 g(0, New, Counted(0), false, "_embedding_bag_backward_symint(grad, indices, offsets, result1, result2, result3, weight.sym_size(0), scale_grad_by_freq, mode, sparse, per_sample_weights, padding_idx)"),
@@ -1865,7 +1865,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         returns: &[],
         composite: false,
         autograd: Formulas {
-            saved: &[Input(1), Input(2)],
+            saved: &[Input(2), InputIf(1, 2)],
             grads: &[
                 g(0, Grad, Counted(0), false, "handle_r_to_c(self.scalar_type(), grad)"),
                 g(1, New, Counted(1), true, "handle_r_to_c(tensor1.scalar_type(), grad * (value / tensor2).conj())"),
@@ -1880,7 +1880,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         returns: &[],
         composite: false,
         autograd: Formulas {
-            saved: &[Input(1), Input(2)],
+            saved: &[Input(2), InputIf(1, 2)],
             grads: &[
                 g(0, Grad, Counted(0), false, "handle_r_to_c(self.scalar_type(), grad)"),
                 g(1, New, Counted(1), true, "handle_r_to_c(tensor1.scalar_type(), grad * (value / tensor2).conj())"),
@@ -1960,7 +1960,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         returns: &[],
         composite: false,
         autograd: Formulas {
-            saved: &[Input(1), Input(2)],
+            saved: &[InputIf(1, 2), InputIf(2, 1)],
             grads: &[
                 g(0, Grad, Counted(0), false, "handle_r_to_c(self.scalar_type(), grad)"),
                 g(1, New, Counted(1), true, "handle_r_to_c(tensor1.scalar_type(), grad * (tensor2 * value).conj())"),
@@ -1975,7 +1975,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         returns: &[],
         composite: false,
         autograd: Formulas {
-            saved: &[Input(1), Input(2)],
+            saved: &[InputIf(1, 2), InputIf(2, 1)],
             grads: &[
                 g(0, Grad, Counted(0), false, "handle_r_to_c(self.scalar_type(), grad)"),
                 g(1, New, Counted(1), true, "handle_r_to_c(tensor1.scalar_type(), grad * (tensor2 * value).conj())"),
@@ -2467,7 +2467,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         returns: &[],
         composite: false,
         autograd: Formulas {
-            saved: &[Input(0), Input(1)],
+            saved: &[Input(1), InputIf(0, 1)],
             grads: &[
                 g(1, New, Counted(3), true, "div_tensor_other_backward(grad, self, other)"),
                 g(0, New, Counted(0), true, "div_tensor_self_backward(grad, other, self.scalar_type())"),
@@ -2507,7 +2507,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         returns: &[],
         composite: false,
         autograd: Formulas {
-            saved: &[Input(0), Input(1)],
+            saved: &[Input(1), InputIf(0, 1)],
             grads: &[
                 g(1, New, Counted(3), true, "div_tensor_other_backward(grad, self, other)"),
                 g(0, New, Counted(0), true, "div_tensor_self_backward(grad, other, self.scalar_type())"),
@@ -2783,7 +2783,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         returns: &[],
         composite: false,
         autograd: Formulas {
-            saved: &[Input(0), Input(1), Input(2)],
+            saved: &[Input(2), InputIf(0, 2), InputIf(1, 2)],
             grads: &[
                 g(1, New, Counted(0), true, "grad * weight.conj()"),
                 g(0, New, Counted(1), true, "grad * (1 - weight).conj()"),
@@ -3271,7 +3271,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         returns: &[],
         composite: false,
         autograd: Formulas {
-            saved: &[Input(0), Input(1)],
+            saved: &[InputIf(0, 1), InputIf(1, 0)],
             grads: &[
                 g(1, New, Counted(0), true, "mul_tensor_backward(grad, self, other.scalar_type())"),
                 g(0, New, Counted(0), true, "mul_tensor_backward(grad, other, self.scalar_type())"),
@@ -3311,7 +3311,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         returns: &[],
         composite: false,
         autograd: Formulas {
-            saved: &[Input(0), Input(1)],
+            saved: &[InputIf(0, 1), InputIf(1, 0)],
             grads: &[
                 g(1, New, Counted(0), true, "mul_tensor_backward(grad, self, other.scalar_type())"),
                 g(0, New, Counted(0), true, "mul_tensor_backward(grad, other, self.scalar_type())"),
@@ -4330,7 +4330,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         returns: &[r(false, true, Alias::None)],
         composite: false,
         autograd: Formulas {
-            saved: &[Input(0), Input(1), Input(2)],
+            saved: &[Input(2), InputIf(0, 1), InputIf(1, 0)],
             grads: &[
                 g(1, New, Counted(0), false, "_grouped_mm_mat2_backward(grad, self, mat2.sym_sizes(), mat2.sym_strides(), mat2.layout(), offs, 1)"),
                 g(0, New, Counted(0), false, "_grouped_mm_mat1_backward(grad, mat2, self.sym_sizes(), self.sym_strides(), self.layout(), offs, 1)"),
@@ -5229,14 +5229,14 @@ pub static ATEN_OPS: &[AtenOp] = &[
         args: &[a("self", Tensor, false, false)],
         returns: &[r(false, true, Alias::None)],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "_nested_tensor_size.out",
         args: &[a("self", Tensor, false, false), a("out", Tensor, true, false)],
         returns: &[r(false, true, Alias::InPlace(1))],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "_nested_tensor_softmax_with_shape.default",
@@ -5250,28 +5250,28 @@ pub static ATEN_OPS: &[AtenOp] = &[
         args: &[a("self", Tensor, false, false)],
         returns: &[r(false, true, Alias::None)],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "_nested_tensor_storage_offsets.out",
         args: &[a("self", Tensor, false, false), a("out", Tensor, true, false)],
         returns: &[r(false, true, Alias::InPlace(1))],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "_nested_tensor_strides.default",
         args: &[a("self", Tensor, false, false)],
         returns: &[r(false, true, Alias::None)],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "_nested_tensor_strides.out",
         args: &[a("self", Tensor, false, false), a("out", Tensor, true, false)],
         returns: &[r(false, true, Alias::InPlace(1))],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "_nested_view_from_buffer.default",
@@ -5915,28 +5915,28 @@ pub static ATEN_OPS: &[AtenOp] = &[
         args: &[a("quasi", Tensor, false, false), a("n", Int, false, false), a("sobolstate", Tensor, false, false), a("dimension", Int, false, false), a("num_generated", Int, false, false), a("dtype", ScalarType, false, false)],
         returns: &[r(false, true, Alias::None), r(false, true, Alias::None)],
         composite: true,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "_sobol_engine_ff_.default",
         args: &[a("self", Tensor, false, false), a("n", Int, false, false), a("sobolstate", Tensor, false, false), a("dimension", Int, false, false), a("num_generated", Int, false, false)],
         returns: &[r(false, true, Alias::InPlace(0))],
         composite: true,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "_sobol_engine_initialize_state_.default",
         args: &[a("self", Tensor, false, false), a("dimension", Int, false, false)],
         returns: &[r(false, true, Alias::InPlace(0))],
         composite: true,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "_sobol_engine_scramble_.default",
         args: &[a("self", Tensor, false, false), a("ltm", Tensor, false, false), a("dimension", Int, false, false)],
         returns: &[r(false, true, Alias::InPlace(0))],
         composite: true,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "_softmax.default",
@@ -5985,7 +5985,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         returns: &[r(false, true, Alias::None)],
         composite: false,
         autograd: Formulas {
-            saved: &[Input(1), Input(2)],
+            saved: &[Input(1), InputIf(2, 1)],
             grads: &[
                 g(1, New, Opaque("mm_mat1_sparse_backward"), false, "mm_mat1_sparse_backward(grad, mat1, mat2, alpha)"),
                 gu(2, New, Counted(1), false, "mm_mat2_backward(grad, mat1, mat2.sym_sizes(), mat2.sym_strides(), mat2.layout(), alpha)", &["alpha"], New, Counted(0), false),
@@ -7073,7 +7073,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         returns: &[r(false, true, Alias::None)],
         composite: false,
         autograd: Formulas {
-            saved: &[Input(1), Input(2)],
+            saved: &[Input(2), InputIf(1, 3)],
             grads: &[
                 g(0, Grad, Counted(0), false, "grad"),
                 g(3, New, Counted(0), false, "at::_unsafe_masked_index(grad, mask, indices, 0)"),
@@ -7865,7 +7865,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         returns: &[r(false, true, Alias::None)],
         composite: false,
         autograd: Formulas {
-            saved: &[Input(1), Input(2)],
+            saved: &[InputIf(1, 2), InputIf(2, 1)],
             grads: &[
                 gu(1, New, Counted(1), false, "maybe_multiply(grad.unsqueeze(0).expand_symint({ batch1.sym_size(0), batch1.sym_size(1), batch2.sym_size(2) }).bmm(batch2.transpose(1, 2).conj()), alpha.conj())", &["alpha"], New, Counted(0), false),
                 gu(2, New, Counted(1), false, "maybe_multiply(batch1.transpose(1, 2).conj().bmm(grad.unsqueeze(0).expand_symint({ batch1.sym_size(0), batch1.sym_size(1), batch2.sym_size(2) })), alpha.conj())", &["alpha"], New, Counted(0), false),
@@ -7887,7 +7887,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         returns: &[r(false, true, Alias::InPlace(0))],
         composite: false,
         autograd: Formulas {
-            saved: &[Input(1), Input(2)],
+            saved: &[InputIf(1, 2), InputIf(2, 1)],
             grads: &[
                 gu(1, New, Counted(1), false, "maybe_multiply(grad.unsqueeze(0).expand_symint({ batch1.sym_size(0), batch1.sym_size(1), batch2.sym_size(2) }).bmm(batch2.transpose(1, 2).conj()), alpha.conj())", &["alpha"], New, Counted(0), false),
                 gu(2, New, Counted(1), false, "maybe_multiply(batch1.transpose(1, 2).conj().bmm(grad.unsqueeze(0).expand_symint({ batch1.sym_size(0), batch1.sym_size(1), batch2.sym_size(2) })), alpha.conj())", &["alpha"], New, Counted(0), false),
@@ -7902,7 +7902,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         returns: &[r(false, true, Alias::None)],
         composite: false,
         autograd: Formulas {
-            saved: &[Input(1), Input(2)],
+            saved: &[Input(2), InputIf(1, 2)],
             grads: &[
                 g(0, Grad, Counted(0), false, "handle_r_to_c(self.scalar_type(), grad)"),
                 g(1, New, Counted(1), true, "handle_r_to_c(tensor1.scalar_type(), grad * (value / tensor2).conj())"),
@@ -7924,7 +7924,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         returns: &[r(false, true, Alias::InPlace(0))],
         composite: false,
         autograd: Formulas {
-            saved: &[Input(1), Input(2)],
+            saved: &[Input(2), InputIf(1, 2)],
             grads: &[
                 g(0, Grad, Counted(0), false, "handle_r_to_c(self.scalar_type(), grad)"),
                 g(1, New, Counted(1), true, "handle_r_to_c(tensor1.scalar_type(), grad * (value / tensor2).conj())"),
@@ -7939,7 +7939,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         returns: &[r(false, true, Alias::None)],
         composite: false,
         autograd: Formulas {
-            saved: &[Input(1), Input(2)],
+            saved: &[InputIf(1, 2), InputIf(2, 1)],
             grads: &[
                 g(0, Grad, Counted(0), false, "handle_r_to_c(self.scalar_type(), grad)"),
                 g(1, New, Counted(1), true, "handle_r_to_c(tensor1.scalar_type(), grad * (tensor2 * value).conj())"),
@@ -7961,7 +7961,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         returns: &[r(false, true, Alias::InPlace(0))],
         composite: false,
         autograd: Formulas {
-            saved: &[Input(1), Input(2)],
+            saved: &[InputIf(1, 2), InputIf(2, 1)],
             grads: &[
                 g(0, Grad, Counted(0), false, "handle_r_to_c(self.scalar_type(), grad)"),
                 g(1, New, Counted(1), true, "handle_r_to_c(tensor1.scalar_type(), grad * (tensor2 * value).conj())"),
@@ -7976,7 +7976,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         returns: &[r(false, true, Alias::None)],
         composite: false,
         autograd: Formulas {
-            saved: &[Input(1), Input(2)],
+            saved: &[InputIf(1, 2), InputIf(2, 1)],
             grads: &[
                 gu(1, New, Counted(1), false, "mm_mat1_backward(grad, mat2, mat1.sym_sizes(), mat1.sym_strides(), mat1.layout(), alpha)", &["alpha"], New, Counted(0), false),
                 gu(2, New, Counted(1), false, "mm_mat2_backward(grad, mat1, mat2.sym_sizes(), mat2.sym_strides(), mat2.layout(), alpha)", &["alpha"], New, Counted(0), false),
@@ -8012,7 +8012,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         returns: &[r(false, true, Alias::InPlace(0))],
         composite: false,
         autograd: Formulas {
-            saved: &[Input(1), Input(2)],
+            saved: &[InputIf(1, 2), InputIf(2, 1)],
             grads: &[
                 gu(1, New, Counted(1), false, "mm_mat1_backward(grad, mat2, mat1.sym_sizes(), mat1.sym_strides(), mat1.layout(), alpha)", &["alpha"], New, Counted(0), false),
                 gu(2, New, Counted(1), false, "mm_mat2_backward(grad, mat1, mat2.sym_sizes(), mat2.sym_strides(), mat2.layout(), alpha)", &["alpha"], New, Counted(0), false),
@@ -8027,7 +8027,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         returns: &[r(false, true, Alias::None)],
         composite: false,
         autograd: Formulas {
-            saved: &[Input(1), Input(2)],
+            saved: &[InputIf(1, 2), InputIf(2, 1)],
             grads: &[
                 gu(1, New, Counted(1), false, "maybe_multiply(grad.ger(vec.conj()), alpha.conj())", &["alpha"], New, Counted(0), false),
                 gu(0, New, Counted(0), true, "maybe_multiply(grad, beta.conj())", &["beta"], Grad, Counted(0), false),
@@ -8049,7 +8049,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         returns: &[r(false, true, Alias::InPlace(0))],
         composite: false,
         autograd: Formulas {
-            saved: &[Input(1), Input(2)],
+            saved: &[InputIf(1, 2), InputIf(2, 1)],
             grads: &[
                 gu(1, New, Counted(1), false, "maybe_multiply(grad.ger(vec.conj()), alpha.conj())", &["alpha"], New, Counted(0), false),
                 gu(0, New, Counted(0), true, "maybe_multiply(grad, beta.conj())", &["beta"], Grad, Counted(0), false),
@@ -8064,7 +8064,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         returns: &[r(false, true, Alias::None)],
         composite: false,
         autograd: Formulas {
-            saved: &[Input(1), Input(2)],
+            saved: &[InputIf(1, 2), InputIf(2, 1)],
             grads: &[
                 gu(0, New, Counted(0), true, "maybe_multiply(grad, beta.conj())", &["beta"], Grad, Counted(0), false),
                 gu(1, New, Counted(1), false, "maybe_multiply(grad.mv(vec2.conj()), alpha.conj())", &["alpha"], New, Counted(0), false),
@@ -8086,7 +8086,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         returns: &[r(false, true, Alias::InPlace(0))],
         composite: false,
         autograd: Formulas {
-            saved: &[Input(1), Input(2)],
+            saved: &[InputIf(1, 2), InputIf(2, 1)],
             grads: &[
                 gu(0, New, Counted(0), true, "maybe_multiply(grad, beta.conj())", &["beta"], Grad, Counted(0), false),
                 gu(1, New, Counted(1), false, "maybe_multiply(grad.mv(vec2.conj()), alpha.conj())", &["alpha"], New, Counted(0), false),
@@ -8251,7 +8251,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         args: &[a("self", Tensor, false, false), a("other", Tensor, false, false), a("rtol", Float, false, true), a("atol", Float, false, true), a("equal_nan", Bool, false, true)],
         returns: &[r(false, false, Alias::None)],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "alpha_dropout.default",
@@ -8584,56 +8584,56 @@ pub static ATEN_OPS: &[AtenOp] = &[
         args: &[a("self", Tensor, false, false), a("dim", Int, false, true), a("keepdim", Bool, false, true)],
         returns: &[r(false, true, Alias::None)],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "argmax.out",
         args: &[a("self", Tensor, false, false), a("dim", Int, false, true), a("keepdim", Bool, false, true), a("out", Tensor, true, false)],
         returns: &[r(false, true, Alias::InPlace(3))],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "argmin.default",
         args: &[a("self", Tensor, false, false), a("dim", Int, false, true), a("keepdim", Bool, false, true)],
         returns: &[r(false, true, Alias::None)],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "argmin.out",
         args: &[a("self", Tensor, false, false), a("dim", Int, false, true), a("keepdim", Bool, false, true), a("out", Tensor, true, false)],
         returns: &[r(false, true, Alias::InPlace(3))],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "argsort.default",
         args: &[a("self", Tensor, false, false), a("dim", Int, false, true), a("descending", Bool, false, true)],
         returns: &[r(false, true, Alias::None)],
         composite: true,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "argsort.dimname",
         args: &[a("self", Tensor, false, false), a("dim", Other, false, false), a("descending", Bool, false, true)],
         returns: &[r(false, true, Alias::None)],
         composite: true,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "argsort.stable",
         args: &[a("self", Tensor, false, false), a("stable", Bool, true, false), a("dim", Int, true, true), a("descending", Bool, true, true)],
         returns: &[r(false, true, Alias::None)],
         composite: true,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "argsort.stable_out",
         args: &[a("self", Tensor, false, false), a("stable", Bool, true, false), a("dim", Int, true, true), a("descending", Bool, true, true), a("out", Tensor, true, false)],
         returns: &[r(false, true, Alias::InPlace(4))],
         composite: true,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "argwhere.default",
@@ -9008,7 +9008,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         returns: &[r(false, true, Alias::None)],
         composite: false,
         autograd: Formulas {
-            saved: &[Input(1), Input(2)],
+            saved: &[InputIf(1, 2), InputIf(2, 1)],
             grads: &[
                 gu(1, New, Counted(1), false, "maybe_multiply(grad.bmm(batch2.transpose(1, 2).conj()), alpha.conj())", &["alpha"], New, Counted(0), false),
                 gu(2, New, Counted(1), false, "maybe_multiply(batch1.transpose(1, 2).conj().bmm(grad), alpha.conj())", &["alpha"], New, Counted(0), false),
@@ -9044,7 +9044,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         returns: &[r(false, true, Alias::InPlace(0))],
         composite: false,
         autograd: Formulas {
-            saved: &[Input(1), Input(2)],
+            saved: &[InputIf(1, 2), InputIf(2, 1)],
             grads: &[
                 gu(1, New, Counted(1), false, "maybe_multiply(grad.bmm(batch2.transpose(1, 2).conj()), alpha.conj())", &["alpha"], New, Counted(0), false),
                 gu(2, New, Counted(1), false, "maybe_multiply(batch1.transpose(1, 2).conj().bmm(grad), alpha.conj())", &["alpha"], New, Counted(0), false),
@@ -9737,7 +9737,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         returns: &[r(false, true, Alias::None)],
         composite: false,
         autograd: Formulas {
-            saved: &[Input(0), Input(1)],
+            saved: &[InputIf(0, 1), InputIf(1, 0)],
             grads: &[
                 g(1, New, Counted(0), false, "self.transpose(1, 2).conj().bmm(grad)"),
                 g(0, New, Counted(0), false, "grad.bmm(mat2.transpose(1, 2).conj())"),
@@ -9785,28 +9785,28 @@ pub static ATEN_OPS: &[AtenOp] = &[
         args: &[a("self", Scalar, false, false), a("boundaries", Tensor, false, false), a("out_int32", Bool, true, true), a("right", Bool, true, true)],
         returns: &[r(false, true, Alias::None)],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "bucketize.Scalar_out",
         args: &[a("self", Scalar, false, false), a("boundaries", Tensor, false, false), a("out_int32", Bool, true, true), a("right", Bool, true, true), a("out", Tensor, true, false)],
         returns: &[r(false, true, Alias::InPlace(4))],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "bucketize.Tensor",
         args: &[a("self", Tensor, false, false), a("boundaries", Tensor, false, false), a("out_int32", Bool, true, true), a("right", Bool, true, true)],
         returns: &[r(false, true, Alias::None)],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "bucketize.Tensor_out",
         args: &[a("self", Tensor, false, false), a("boundaries", Tensor, false, false), a("out_int32", Bool, true, true), a("right", Bool, true, true), a("out", Tensor, true, false)],
         returns: &[r(false, true, Alias::InPlace(4))],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "can_cast.default",
@@ -10442,7 +10442,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         returns: &[r(false, true, Alias::None)],
         composite: false,
         autograd: Formulas {
-            saved: &[Input(0), Input(1)],
+            saved: &[InputIf(0, 0), InputIf(1, 1)],
             grads: &[
                 g(1, View, Counted(0), false, "at::imag(grad)"),
                 g(0, View, Counted(0), false, "at::real(grad)"),
@@ -10844,7 +10844,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         returns: &[r(false, true, Alias::None)],
         composite: false,
         autograd: Formulas {
-            saved: &[Input(0), Output(0)],
+            saved: &[InputIf(0, 0), Output(0)],
             grads: &[
                 g(1, New, Counted(0), false, "zeros_like(other)"),
                 g(0, New, Counted(2), true, "copysign_tensor_self_backward(grad, self, result)"),
@@ -10878,7 +10878,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         returns: &[r(false, true, Alias::InPlace(0))],
         composite: false,
         autograd: Formulas {
-            saved: &[Input(0), Output(0)],
+            saved: &[InputIf(0, 0), Output(0)],
             grads: &[
                 g(1, New, Counted(0), false, "zeros_like(other)"),
                 g(0, New, Counted(2), true, "copysign_tensor_self_backward(grad, self, result)"),
@@ -11804,7 +11804,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         returns: &[r(false, true, Alias::None)],
         composite: false,
         autograd: Formulas {
-            saved: &[Input(0), Input(1)],
+            saved: &[Input(1), InputIf(0, 1)],
             grads: &[
                 g(1, New, Counted(3), true, "div_tensor_other_backward(grad, self, other)"),
                 g(0, New, Counted(0), true, "div_tensor_self_backward(grad, other, self.scalar_type())"),
@@ -11818,7 +11818,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         returns: &[r(false, true, Alias::None)],
         composite: false,
         autograd: Formulas {
-            saved: &[Input(0), Input(1)],
+            saved: &[Input(1), InputIf(0, 1)],
             grads: &[
                 g(1, New, Counted(3), true, "div_tensor_other_backward(grad, self, other, rounding_mode)"),
                 g(0, New, Counted(0), true, "div_tensor_self_backward(grad, other, self.scalar_type(), rounding_mode)"),
@@ -11872,7 +11872,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         returns: &[r(false, true, Alias::InPlace(0))],
         composite: false,
         autograd: Formulas {
-            saved: &[Input(0), Input(1)],
+            saved: &[Input(1), InputIf(0, 1)],
             grads: &[
                 g(1, New, Counted(3), true, "div_tensor_other_backward(grad, self, other)"),
                 g(0, New, Counted(0), true, "div_tensor_self_backward(grad, other, self.scalar_type())"),
@@ -11886,7 +11886,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         returns: &[r(false, true, Alias::InPlace(0))],
         composite: false,
         autograd: Formulas {
-            saved: &[Input(0), Input(1)],
+            saved: &[Input(1), InputIf(0, 1)],
             grads: &[
                 g(1, New, Counted(3), true, "div_tensor_other_backward(grad, self, other, rounding_mode)"),
                 g(0, New, Counted(0), true, "div_tensor_self_backward(grad, other, self.scalar_type(), rounding_mode)"),
@@ -11970,7 +11970,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         returns: &[r(false, true, Alias::None)],
         composite: false,
         autograd: Formulas {
-            saved: &[Input(0), Input(1)],
+            saved: &[InputIf(0, 1), InputIf(1, 0)],
             grads: &[
                 g(0, New, Counted(0), true, "grad * tensor.conj()"),
                 g(1, New, Counted(0), true, "grad * self.conj()"),
@@ -12210,14 +12210,14 @@ pub static ATEN_OPS: &[AtenOp] = &[
         args: &[a("self", Tensor, false, false), a("dtype", ScalarType, true, true), a("layout", Other, true, true), a("device", Other, true, true), a("pin_memory", Bool, true, true), a("memory_format", Other, true, true)],
         returns: &[r(false, true, Alias::None)],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "empty_like.out",
         args: &[a("self", Tensor, false, false), a("memory_format", Other, true, true), a("out", Tensor, true, false)],
         returns: &[r(false, true, Alias::InPlace(2))],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "empty_permuted.default",
@@ -13453,7 +13453,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         returns: &[r(false, true, Alias::None)],
         composite: false,
         autograd: Formulas {
-            saved: &[Input(0), Input(1)],
+            saved: &[InputIf(0, 1), InputIf(1, 1)],
             grads: &[
                 g(1, New, Counted(2), true, "-grad * self.div(other, /*rounding_mode=*/\"trunc\")"),
                 g(0, Grad, Counted(0), false, "grad"),
@@ -13487,7 +13487,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         returns: &[r(false, true, Alias::InPlace(0))],
         composite: false,
         autograd: Formulas {
-            saved: &[Input(0), Input(1)],
+            saved: &[InputIf(0, 1), InputIf(1, 1)],
             grads: &[
                 g(1, New, Counted(2), true, "-grad * self.div(other, /*rounding_mode=*/\"trunc\")"),
                 g(0, Grad, Counted(0), false, "grad"),
@@ -13691,14 +13691,14 @@ pub static ATEN_OPS: &[AtenOp] = &[
         args: &[a("self", Tensor, false, false), a("fill_value", Scalar, false, false), a("dtype", ScalarType, true, true), a("layout", Other, true, true), a("device", Other, true, true), a("pin_memory", Bool, true, true), a("memory_format", Other, true, true)],
         returns: &[r(false, true, Alias::None)],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "full_like.out",
         args: &[a("self", Tensor, false, false), a("fill_value", Scalar, false, false), a("memory_format", Other, true, true), a("out", Tensor, true, false)],
         returns: &[r(false, true, Alias::InPlace(3))],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "fused_moving_avg_obs_fake_quant.default",
@@ -14777,7 +14777,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         returns: &[r(false, true, Alias::None)],
         composite: false,
         autograd: Formulas {
-            saved: &[Input(0), Input(1), Output(0)],
+            saved: &[InputIf(0, 0), InputIf(1, 1), Output(0)],
             grads: &[
                 g(1, New, Counted(1), true, "grad * other / result"),
                 g(0, New, Counted(1), true, "grad * self / result"),
@@ -14798,7 +14798,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         returns: &[r(false, true, Alias::InPlace(0))],
         composite: false,
         autograd: Formulas {
-            saved: &[Input(0), Input(1), Output(0)],
+            saved: &[InputIf(0, 0), InputIf(1, 1), Output(0)],
             grads: &[
                 g(1, New, Counted(1), true, "grad * other / result"),
                 g(0, New, Counted(1), true, "grad * self / result"),
@@ -14845,7 +14845,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         returns: &[r(false, true, Alias::None)],
         composite: false,
         autograd: Formulas {
-            saved: &[Input(0), Input(1)],
+            saved: &[InputIf(0, 1), InputIf(1, 1)],
             grads: &[
                 g(1, New, Counted(7), true, "grad * exp((self - 1) * log(other) - other - lgamma(self))"),
             ],
@@ -14865,7 +14865,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         returns: &[r(false, true, Alias::InPlace(0))],
         composite: false,
         autograd: Formulas {
-            saved: &[Input(0), Input(1)],
+            saved: &[InputIf(0, 1), InputIf(1, 1)],
             grads: &[
                 g(1, New, Counted(7), true, "grad * exp((self - 1) * log(other) - other - lgamma(self))"),
             ],
@@ -14878,7 +14878,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         returns: &[r(false, true, Alias::None)],
         composite: false,
         autograd: Formulas {
-            saved: &[Input(0), Input(1)],
+            saved: &[InputIf(0, 1), InputIf(1, 1)],
             grads: &[
                 g(1, New, Counted(8), true, "-grad * exp((self - 1) * log(other) - other - lgamma(self))"),
             ],
@@ -14898,7 +14898,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         returns: &[r(false, true, Alias::InPlace(0))],
         composite: false,
         autograd: Formulas {
-            saved: &[Input(0), Input(1)],
+            saved: &[InputIf(0, 1), InputIf(1, 1)],
             grads: &[
                 g(1, New, Counted(8), true, "-grad * exp((self - 1) * log(other) - other - lgamma(self))"),
             ],
@@ -14958,7 +14958,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         returns: &[r(false, true, Alias::None)],
         composite: false,
         autograd: Formulas {
-            saved: &[Input(2), Input(3)],
+            saved: &[InputIf(2, 3), InputIf(3, 3)],
             grads: &[
                 g(0, Grad, Counted(0), false, "grad"),
                 gu(3, New, Counted(1), false, "maybe_multiply(source.dim() > 0 ? grad.index_select(dim, index).expand_as(source) : grad.index_select(dim, index.squeeze(0)), alpha)", &["alpha"], New, Counted(0), false),
@@ -14986,7 +14986,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         returns: &[r(false, true, Alias::InPlace(0))],
         composite: false,
         autograd: Formulas {
-            saved: &[Input(2), Input(3)],
+            saved: &[InputIf(2, 3), InputIf(3, 3)],
             grads: &[
                 g(0, Grad, Counted(0), false, "grad"),
                 gu(3, New, Counted(1), false, "maybe_multiply(source.dim() > 0 ? grad.index_select(dim, index).expand_as(source) : grad.index_select(dim, index.squeeze(0)), alpha)", &["alpha"], New, Counted(0), false),
@@ -15000,7 +15000,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         returns: &[r(false, true, Alias::None)],
         composite: false,
         autograd: Formulas {
-            saved: &[Input(2), Input(3)],
+            saved: &[Input(2), InputIf(3, 3)],
             grads: &[
                 g(0, New, Counted(0), false, "grad.index_fill(dim, index, 0)"),
                 g(3, New, Counted(0), false, "source.dim() > 0 ? grad.index_select(dim, index).expand_as(source) : grad.index_select(dim, index.squeeze(0))"),
@@ -15028,7 +15028,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         returns: &[r(false, true, Alias::InPlace(0))],
         composite: false,
         autograd: Formulas {
-            saved: &[Input(2), Input(3)],
+            saved: &[Input(2), InputIf(3, 3)],
             grads: &[
                 g(0, New, Counted(0), false, "grad.index_fill(dim, index, 0)"),
                 g(3, New, Counted(0), false, "source.dim() > 0 ? grad.index_select(dim, index).expand_as(source) : grad.index_select(dim, index.squeeze(0))"),
@@ -15444,56 +15444,56 @@ pub static ATEN_OPS: &[AtenOp] = &[
         args: &[a("element", Scalar, false, false), a("test_elements", Tensor, false, false), a("assume_unique", Bool, true, true), a("invert", Bool, true, true)],
         returns: &[r(false, true, Alias::None)],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "isin.Scalar_Tensor_out",
         args: &[a("element", Scalar, false, false), a("test_elements", Tensor, false, false), a("assume_unique", Bool, true, true), a("invert", Bool, true, true), a("out", Tensor, true, false)],
         returns: &[r(false, true, Alias::InPlace(4))],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "isin.Tensor_Scalar",
         args: &[a("elements", Tensor, false, false), a("test_element", Scalar, false, false), a("assume_unique", Bool, true, true), a("invert", Bool, true, true)],
         returns: &[r(false, true, Alias::None)],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "isin.Tensor_Scalar_out",
         args: &[a("elements", Tensor, false, false), a("test_element", Scalar, false, false), a("assume_unique", Bool, true, true), a("invert", Bool, true, true), a("out", Tensor, true, false)],
         returns: &[r(false, true, Alias::InPlace(4))],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "isin.Tensor_Tensor",
         args: &[a("elements", Tensor, false, false), a("test_elements", Tensor, false, false), a("assume_unique", Bool, true, true), a("invert", Bool, true, true)],
         returns: &[r(false, true, Alias::None)],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "isin.Tensor_Tensor_out",
         args: &[a("elements", Tensor, false, false), a("test_elements", Tensor, false, false), a("assume_unique", Bool, true, true), a("invert", Bool, true, true), a("out", Tensor, true, false)],
         returns: &[r(false, true, Alias::InPlace(4))],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "isinf.default",
         args: &[a("self", Tensor, false, false)],
         returns: &[r(false, true, Alias::None)],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "isinf.out",
         args: &[a("self", Tensor, false, false), a("out", Tensor, true, false)],
         returns: &[r(false, true, Alias::InPlace(1))],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "isnan.default",
@@ -15507,35 +15507,35 @@ pub static ATEN_OPS: &[AtenOp] = &[
         args: &[a("self", Tensor, false, false), a("out", Tensor, true, false)],
         returns: &[r(false, true, Alias::InPlace(1))],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "isneginf.default",
         args: &[a("self", Tensor, false, false)],
         returns: &[r(false, true, Alias::None)],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "isneginf.out",
         args: &[a("self", Tensor, false, false), a("out", Tensor, true, false)],
         returns: &[r(false, true, Alias::InPlace(1))],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "isposinf.default",
         args: &[a("self", Tensor, false, false)],
         returns: &[r(false, true, Alias::None)],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "isposinf.out",
         args: &[a("self", Tensor, false, false), a("out", Tensor, true, false)],
         returns: &[r(false, true, Alias::InPlace(1))],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "isreal.default",
@@ -15696,7 +15696,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         returns: &[r(false, true, Alias::None)],
         composite: false,
         autograd: Formulas {
-            saved: &[Input(1), Output(0)],
+            saved: &[InputIf(1, 0), Output(0)],
             grads: &[
                 g(1, New, Counted(1), true, "grad * result.conj() * M_LN2"),
                 g(0, New, Counted(1), true, "grad * at::pow(2, other).conj()"),
@@ -15717,7 +15717,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         returns: &[r(false, true, Alias::InPlace(0))],
         composite: false,
         autograd: Formulas {
-            saved: &[Input(1), Output(0)],
+            saved: &[InputIf(1, 0), Output(0)],
             grads: &[
                 g(1, New, Counted(1), true, "grad * result.conj() * M_LN2"),
                 g(0, New, Counted(1), true, "grad * at::pow(2, other).conj()"),
@@ -15861,7 +15861,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         returns: &[r(false, true, Alias::None)],
         composite: false,
         autograd: Formulas {
-            saved: &[Input(0), Input(1), Input(2)],
+            saved: &[Input(2), InputIf(0, 2), InputIf(1, 2)],
             grads: &[
                 g(1, New, Counted(0), true, "grad * weight.conj()"),
                 g(0, New, Counted(1), true, "grad * (1 - weight).conj()"),
@@ -15897,7 +15897,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         returns: &[r(false, true, Alias::InPlace(0))],
         composite: false,
         autograd: Formulas {
-            saved: &[Input(0), Input(1), Input(2)],
+            saved: &[Input(2), InputIf(0, 2), InputIf(1, 2)],
             grads: &[
                 g(1, New, Counted(0), true, "grad * weight.conj()"),
                 g(0, New, Counted(1), true, "grad * (1 - weight).conj()"),
@@ -16151,7 +16151,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         returns: &[r(false, true, Alias::None)],
         composite: false,
         autograd: Formulas {
-            saved: &[Input(0), Input(1)],
+            saved: &[InputIf(0, 1), InputIf(1, 0)],
             grads: &[
                 g(1, New, Counted(0), false, "at::linalg_cross(grad, self.conj(), dim)"),
                 g(0, New, Counted(0), false, "at::linalg_cross(other.conj(), grad, dim)"),
@@ -17287,84 +17287,84 @@ pub static ATEN_OPS: &[AtenOp] = &[
         args: &[a("self", Tensor, false, false), a("other", Tensor, false, false)],
         returns: &[r(false, true, Alias::None)],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "logical_and.out",
         args: &[a("self", Tensor, false, false), a("other", Tensor, false, false), a("out", Tensor, true, false)],
         returns: &[r(false, true, Alias::InPlace(2))],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "logical_and_.default",
         args: &[a("self", Tensor, false, false), a("other", Tensor, false, false)],
         returns: &[r(false, true, Alias::InPlace(0))],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "logical_not.default",
         args: &[a("self", Tensor, false, false)],
         returns: &[r(false, true, Alias::None)],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "logical_not.out",
         args: &[a("self", Tensor, false, false), a("out", Tensor, true, false)],
         returns: &[r(false, true, Alias::InPlace(1))],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "logical_not_.default",
         args: &[a("self", Tensor, false, false)],
         returns: &[r(false, true, Alias::InPlace(0))],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "logical_or.default",
         args: &[a("self", Tensor, false, false), a("other", Tensor, false, false)],
         returns: &[r(false, true, Alias::None)],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "logical_or.out",
         args: &[a("self", Tensor, false, false), a("other", Tensor, false, false), a("out", Tensor, true, false)],
         returns: &[r(false, true, Alias::InPlace(2))],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "logical_or_.default",
         args: &[a("self", Tensor, false, false), a("other", Tensor, false, false)],
         returns: &[r(false, true, Alias::InPlace(0))],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "logical_xor.default",
         args: &[a("self", Tensor, false, false), a("other", Tensor, false, false)],
         returns: &[r(false, true, Alias::None)],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "logical_xor.out",
         args: &[a("self", Tensor, false, false), a("other", Tensor, false, false), a("out", Tensor, true, false)],
         returns: &[r(false, true, Alias::InPlace(2))],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "logical_xor_.default",
         args: &[a("self", Tensor, false, false), a("other", Tensor, false, false)],
         returns: &[r(false, true, Alias::InPlace(0))],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "logit.default",
@@ -18834,7 +18834,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         returns: &[r(false, true, Alias::None)],
         composite: false,
         autograd: Formulas {
-            saved: &[Input(0), Input(1)],
+            saved: &[InputIf(0, 1), InputIf(1, 0)],
             grads: &[
                 g(1, New, Counted(0), false, "mm_mat2_backward(grad, self, mat2.sym_sizes(), mat2.sym_strides(), mat2.layout(), 1)"),
                 g(0, New, Counted(0), false, "mm_mat1_backward(grad, mat2, self.sym_sizes(), self.sym_strides(), self.layout(), 1)"),
@@ -19044,7 +19044,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         returns: &[r(false, true, Alias::None)],
         composite: false,
         autograd: Formulas {
-            saved: &[Input(0), Input(1)],
+            saved: &[InputIf(0, 1), InputIf(1, 0)],
             grads: &[
                 g(1, New, Counted(0), true, "mul_tensor_backward(grad, self, other.scalar_type())"),
                 g(0, New, Counted(0), true, "mul_tensor_backward(grad, other, self.scalar_type())"),
@@ -19078,7 +19078,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         returns: &[r(false, true, Alias::InPlace(0))],
         composite: false,
         autograd: Formulas {
-            saved: &[Input(0), Input(1)],
+            saved: &[InputIf(0, 1), InputIf(1, 0)],
             grads: &[
                 g(1, New, Counted(0), true, "mul_tensor_backward(grad, self, other.scalar_type())"),
                 g(0, New, Counted(0), true, "mul_tensor_backward(grad, other, self.scalar_type())"),
@@ -19223,7 +19223,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         returns: &[r(false, true, Alias::None)],
         composite: false,
         autograd: Formulas {
-            saved: &[Input(0), Input(1)],
+            saved: &[InputIf(0, 1), InputIf(1, 0)],
             grads: &[
                 g(0, New, Counted(0), false, "grad.ger(vec.conj())"),
                 g(1, New, Counted(0), false, "self.conj().t().mv(grad)"),
@@ -19769,70 +19769,70 @@ pub static ATEN_OPS: &[AtenOp] = &[
         args: &[a("self", Tensor, false, false), a("size", IntList, false, false), a("dtype", ScalarType, true, true), a("layout", Other, true, true), a("device", Other, true, true), a("pin_memory", Bool, true, true)],
         returns: &[r(false, true, Alias::None)],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "new_empty.out",
         args: &[a("self", Tensor, false, false), a("size", IntList, false, false), a("out", Tensor, true, false)],
         returns: &[r(false, true, Alias::InPlace(2))],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "new_empty_strided.default",
         args: &[a("self", Tensor, false, false), a("size", IntList, false, false), a("stride", IntList, false, false), a("dtype", ScalarType, true, true), a("layout", Other, true, true), a("device", Other, true, true), a("pin_memory", Bool, true, true)],
         returns: &[r(false, true, Alias::None)],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "new_empty_strided.out",
         args: &[a("self", Tensor, false, false), a("size", IntList, false, false), a("stride", IntList, false, false), a("out", Tensor, true, false)],
         returns: &[r(false, true, Alias::InPlace(3))],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "new_full.default",
         args: &[a("self", Tensor, false, false), a("size", IntList, false, false), a("fill_value", Scalar, false, false), a("dtype", ScalarType, true, true), a("layout", Other, true, true), a("device", Other, true, true), a("pin_memory", Bool, true, true)],
         returns: &[r(false, true, Alias::None)],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "new_full.out",
         args: &[a("self", Tensor, false, false), a("size", IntList, false, false), a("fill_value", Scalar, false, false), a("out", Tensor, true, false)],
         returns: &[r(false, true, Alias::InPlace(3))],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "new_ones.default",
         args: &[a("self", Tensor, false, false), a("size", IntList, false, false), a("dtype", ScalarType, true, true), a("layout", Other, true, true), a("device", Other, true, true), a("pin_memory", Bool, true, true)],
         returns: &[r(false, true, Alias::None)],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "new_ones.out",
         args: &[a("self", Tensor, false, false), a("size", IntList, false, false), a("out", Tensor, true, false)],
         returns: &[r(false, true, Alias::InPlace(2))],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "new_zeros.default",
         args: &[a("self", Tensor, false, false), a("size", IntList, false, false), a("dtype", ScalarType, true, true), a("layout", Other, true, true), a("device", Other, true, true), a("pin_memory", Bool, true, true)],
         returns: &[r(false, true, Alias::None)],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "new_zeros.out",
         args: &[a("self", Tensor, false, false), a("size", IntList, false, false), a("out", Tensor, true, false)],
         returns: &[r(false, true, Alias::InPlace(2))],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "nextafter.default",
@@ -20341,14 +20341,14 @@ pub static ATEN_OPS: &[AtenOp] = &[
         args: &[a("self", Tensor, false, false), a("dtype", ScalarType, true, true), a("layout", Other, true, true), a("device", Other, true, true), a("pin_memory", Bool, true, true), a("memory_format", Other, true, true)],
         returns: &[r(false, true, Alias::None)],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "ones_like.out",
         args: &[a("self", Tensor, false, false), a("memory_format", Other, true, true), a("out", Tensor, true, false)],
         returns: &[r(false, true, Alias::InPlace(2))],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "orgqr.default",
@@ -20772,7 +20772,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         returns: &[r(false, true, Alias::None)],
         composite: false,
         autograd: Formulas {
-            saved: &[Input(1), Input(2)],
+            saved: &[Input(1), InputIf(2, 2)],
             grads: &[
                 g(0, New, Opaque("ternary"), false, "accumulate ? grad : grad.put(index, zeros_like(source), false)"),
                 g(2, New, Counted(1), false, "grad.take(index).reshape_as(source)"),
@@ -20793,7 +20793,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         returns: &[r(false, true, Alias::InPlace(0))],
         composite: false,
         autograd: Formulas {
-            saved: &[Input(1), Input(2)],
+            saved: &[Input(1), InputIf(2, 2)],
             grads: &[
                 g(0, New, Opaque("ternary"), false, "accumulate ? grad : grad.put(index, zeros_like(source), false)"),
                 g(2, New, Counted(1), false, "grad.take(index).reshape_as(source)"),
@@ -20904,56 +20904,56 @@ pub static ATEN_OPS: &[AtenOp] = &[
         args: &[a("self", Tensor, false, false), a("scales", Tensor, false, false), a("zero_points", Tensor, false, false), a("axis", Int, false, false), a("dtype", ScalarType, false, false)],
         returns: &[r(false, true, Alias::None)],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "quantize_per_channel.out",
         args: &[a("self", Tensor, false, false), a("scales", Tensor, false, false), a("zero_points", Tensor, false, false), a("axis", Int, false, false), a("dtype", ScalarType, false, false), a("out", Tensor, true, false)],
         returns: &[r(false, true, Alias::InPlace(5))],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "quantize_per_tensor.default",
         args: &[a("self", Tensor, false, false), a("scale", Float, false, false), a("zero_point", Int, false, false), a("dtype", ScalarType, false, false)],
         returns: &[r(false, true, Alias::None)],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "quantize_per_tensor.out",
         args: &[a("self", Tensor, false, false), a("scale", Float, false, false), a("zero_point", Int, false, false), a("dtype", ScalarType, false, false), a("out", Tensor, true, false)],
         returns: &[r(false, true, Alias::InPlace(4))],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "quantize_per_tensor.tensor_qparams",
         args: &[a("self", Tensor, false, false), a("scale", Tensor, false, false), a("zero_point", Tensor, false, false), a("dtype", ScalarType, false, false)],
         returns: &[r(false, true, Alias::None)],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "quantize_per_tensor.tensor_qparams_out",
         args: &[a("self", Tensor, false, false), a("scale", Tensor, false, false), a("zero_point", Tensor, false, false), a("dtype", ScalarType, false, false), a("out", Tensor, true, false)],
         returns: &[r(false, true, Alias::InPlace(4))],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "quantize_per_tensor.tensors",
         args: &[a("tensors", TensorList, false, false), a("scales", Tensor, false, false), a("zero_points", Tensor, false, false), a("dtype", ScalarType, false, false)],
         returns: &[r(true, true, Alias::None)],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "quantize_per_tensor.tensors_out",
         args: &[a("tensors", TensorList, false, false), a("scales", Tensor, false, false), a("zero_points", Tensor, false, false), a("dtype", ScalarType, false, false), a("out", TensorList, true, false)],
         returns: &[],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "quantize_per_tensor_dynamic.default",
@@ -21147,28 +21147,28 @@ pub static ATEN_OPS: &[AtenOp] = &[
         args: &[a("self", Tensor, false, false), a("dtype", ScalarType, true, true), a("layout", Other, true, true), a("device", Other, true, true), a("pin_memory", Bool, true, true), a("memory_format", Other, true, true)],
         returns: &[r(false, true, Alias::None)],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "rand_like.generator",
         args: &[a("self", Tensor, false, false), a("generator", Other, true, false), a("dtype", ScalarType, true, true), a("layout", Other, true, true), a("device", Other, true, true), a("pin_memory", Bool, true, true), a("memory_format", Other, true, true)],
         returns: &[r(false, true, Alias::None)],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "rand_like.generator_out",
         args: &[a("self", Tensor, false, false), a("generator", Other, true, false), a("memory_format", Other, true, true), a("out", Tensor, true, false)],
         returns: &[r(false, true, Alias::InPlace(3))],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "rand_like.out",
         args: &[a("self", Tensor, false, false), a("memory_format", Other, true, true), a("out", Tensor, true, false)],
         returns: &[r(false, true, Alias::InPlace(2))],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "randint.default",
@@ -21371,28 +21371,28 @@ pub static ATEN_OPS: &[AtenOp] = &[
         args: &[a("self", Tensor, false, false), a("dtype", ScalarType, true, true), a("layout", Other, true, true), a("device", Other, true, true), a("pin_memory", Bool, true, true), a("memory_format", Other, true, true)],
         returns: &[r(false, true, Alias::None)],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "randn_like.generator",
         args: &[a("self", Tensor, false, false), a("generator", Other, true, false), a("dtype", ScalarType, true, true), a("layout", Other, true, true), a("device", Other, true, true), a("pin_memory", Bool, true, true), a("memory_format", Other, true, true)],
         returns: &[r(false, true, Alias::None)],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "randn_like.generator_out",
         args: &[a("self", Tensor, false, false), a("generator", Other, true, false), a("memory_format", Other, true, true), a("out", Tensor, true, false)],
         returns: &[r(false, true, Alias::InPlace(3))],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "randn_like.out",
         args: &[a("self", Tensor, false, false), a("memory_format", Other, true, true), a("out", Tensor, true, false)],
         returns: &[r(false, true, Alias::InPlace(2))],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "random.default",
@@ -21601,7 +21601,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         args: &[a("self", Tensor, false, false), a("s", Other, false, false)],
         returns: &[],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "refine_names.default",
@@ -21820,7 +21820,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         returns: &[r(false, true, Alias::None)],
         composite: false,
         autograd: Formulas {
-            saved: &[Input(0), Input(1)],
+            saved: &[InputIf(0, 1), InputIf(1, 1)],
             grads: &[
                 g(1, New, Counted(2), true, "-grad * self.div(other, /*rounding_mode=*/\"floor\")"),
                 g(0, Grad, Counted(0), false, "grad"),
@@ -21854,7 +21854,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         returns: &[r(false, true, Alias::InPlace(0))],
         composite: false,
         autograd: Formulas {
-            saved: &[Input(0), Input(1)],
+            saved: &[InputIf(0, 1), InputIf(1, 1)],
             grads: &[
                 g(1, New, Counted(2), true, "-grad * self.div(other, /*rounding_mode=*/\"floor\")"),
                 g(0, Grad, Counted(0), false, "grad"),
@@ -22716,7 +22716,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         returns: &[r(false, true, Alias::None)],
         composite: false,
         autograd: Formulas {
-            saved: &[Input(2)],
+            saved: &[InputIf(2, 3)],
             grads: &[
                 g(0, Grad, Counted(0), false, "grad"),
                 g(3, New, Counted(0), false, "grad.gather(dim, index)"),
@@ -22744,7 +22744,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         returns: &[r(false, true, Alias::InPlace(0))],
         composite: false,
         autograd: Formulas {
-            saved: &[Input(2)],
+            saved: &[InputIf(2, 3)],
             grads: &[
                 g(0, Grad, Counted(0), false, "grad"),
                 g(3, New, Counted(0), false, "grad.gather(dim, index)"),
@@ -22792,28 +22792,28 @@ pub static ATEN_OPS: &[AtenOp] = &[
         args: &[a("sorted_sequence", Tensor, false, false), a("self", Scalar, false, false), a("out_int32", Bool, true, true), a("right", Bool, true, true), a("side", Str, true, true), a("sorter", OptionalTensor, true, true)],
         returns: &[r(false, true, Alias::None)],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "searchsorted.Scalar_out",
         args: &[a("sorted_sequence", Tensor, false, false), a("self", Scalar, false, false), a("out_int32", Bool, true, true), a("right", Bool, true, true), a("side", Str, true, true), a("sorter", OptionalTensor, true, true), a("out", Tensor, true, false)],
         returns: &[r(false, true, Alias::InPlace(6))],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "searchsorted.Tensor",
         args: &[a("sorted_sequence", Tensor, false, false), a("self", Tensor, false, false), a("out_int32", Bool, true, true), a("right", Bool, true, true), a("side", Str, true, true), a("sorter", OptionalTensor, true, true)],
         returns: &[r(false, true, Alias::None)],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "searchsorted.Tensor_out",
         args: &[a("sorted_sequence", Tensor, false, false), a("self", Tensor, false, false), a("out_int32", Bool, true, true), a("right", Bool, true, true), a("side", Str, true, true), a("sorter", OptionalTensor, true, true), a("out", Tensor, true, false)],
         returns: &[r(false, true, Alias::InPlace(6))],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "segment_reduce.default",
@@ -23153,14 +23153,14 @@ pub static ATEN_OPS: &[AtenOp] = &[
         args: &[a("self", Tensor, false, false)],
         returns: &[r(false, true, Alias::None)],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "signbit.out",
         args: &[a("self", Tensor, false, false), a("out", Tensor, true, false)],
         returns: &[r(false, true, Alias::InPlace(1))],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "silu.default",
@@ -23989,7 +23989,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         returns: &[r(false, true, Alias::None)],
         composite: false,
         autograd: Formulas {
-            saved: &[Input(0), Input(1), Input(2)],
+            saved: &[Input(0), InputIf(1, 2), InputIf(2, 1)],
             grads: &[
                 g(0, New, Opaque("sparse_sampled_addmm_backward"), false, "sparse_sampled_addmm_backward(grad, self, wrap_opt_if(mat1, grad_input_mask[2]), wrap_opt_if(mat2, grad_input_mask[1]), alpha, beta, grad_input_mask)"),
                 g(1, New, Opaque("sparse_sampled_addmm_backward"), false, "sparse_sampled_addmm_backward(grad, self, wrap_opt_if(mat1, grad_input_mask[2]), wrap_opt_if(mat2, grad_input_mask[1]), alpha, beta, grad_input_mask)"),
@@ -25220,7 +25220,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         returns: &[r(false, true, Alias::None)],
         composite: false,
         autograd: Formulas {
-            saved: &[Input(0), Input(1)],
+            saved: &[InputIf(0, 1), InputIf(1, 1)],
             grads: &[
                 g(1, New, Counted(4), true, "grad * -self * special_zeta(self + 1., other)"),
             ],
@@ -27509,7 +27509,7 @@ pub static ATEN_OPS: &[AtenOp] = &[
         returns: &[r(false, true, Alias::None)],
         composite: false,
         autograd: Formulas {
-            saved: &[Input(0), Input(1)],
+            saved: &[InputIf(0, 1), InputIf(1, 0)],
             grads: &[
                 g(1, New, Counted(0), true, "grad * self"),
                 g(0, New, Counted(0), true, "grad.conj() * other"),
@@ -27882,13 +27882,13 @@ pub static ATEN_OPS: &[AtenOp] = &[
         args: &[a("self", Tensor, false, false), a("dtype", ScalarType, true, true), a("layout", Other, true, true), a("device", Other, true, true), a("pin_memory", Bool, true, true), a("memory_format", Other, true, true)],
         returns: &[r(false, true, Alias::None)],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
     AtenOp {
         name: "zeros_like.out",
         args: &[a("self", Tensor, false, false), a("memory_format", Other, true, true), a("out", Tensor, true, false)],
         returns: &[r(false, true, Alias::InPlace(2))],
         composite: false,
-        autograd: Missing,
+        autograd: NonDifferentiable,
     },
 ];

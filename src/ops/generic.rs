@@ -478,6 +478,18 @@ impl AtenNode {
             .is_some_and(|r| r.alias != aten::Alias::None)
     }
 
+    /// Whether autograd never gives this node's value a gradient, whatever its inputs: an op
+    /// torch's tables call not differentiable (derivatives.yaml, or torchgen's
+    /// `DONT_REQUIRE_DERIVATIVE`: `new_ones`, `zeros_like`, `argmax`...), or a value that is not
+    /// floating point (`set_history` skips it).
+    pub fn never_requires_grad(&self) -> bool {
+        matches!(self.op.autograd, aten::AtenAutograd::NonDifferentiable)
+            || !self
+                .outputs
+                .get(self.item)
+                .is_some_and(|o| o.dtype.is_floating())
+    }
+
     /// What the generic rule approximates for this node, in words (None: nothing): an op
     /// whose gradient torch's tables do not give, or a formula whose temporaries are hidden
     /// in a helper.

@@ -143,11 +143,31 @@ pub fn rule_for_inputs(a: &AtenNode, batch: u64, inputs: &[NodeInput]) -> OpRule
                     // before the write (gen_variable_type.py's `original_self`).
                     SavedTensor::Input(k) if alias == Alias::InPlace(k) => {
                         saved.push(Saved::Internal {
-                            what: "a clone of the argument written in place, taken before the write (original_self), saved",
+                            what: ORIGINAL_SELF,
                             bytes: y,
                         })
                     }
                     SavedTensor::Input(k) => saved_input(a, k as usize, &mut saved),
+                    // Saved only when argument `g` requires grad: a parameter always does, a
+                    // constant never; an input's is known when the simulator runs.
+                    SavedTensor::InputIf(k, g) => match guard_of(a, g as usize) {
+                        Guard::Never => {}
+                        Guard::Always if alias == Alias::InPlace(k) => {
+                            saved.push(Saved::Internal {
+                                what: ORIGINAL_SELF,
+                                bytes: y,
+                            })
+                        }
+                        Guard::Always => saved_input(a, k as usize, &mut saved),
+                        Guard::Input(j) if alias == Alias::InPlace(k) => {
+                            saved.push(Saved::InternalFor {
+                                what: ORIGINAL_SELF,
+                                bytes: y,
+                                j,
+                            })
+                        }
+                        Guard::Input(j) => saved_input_for(a, k as usize, j, &mut saved),
+                    },
                     SavedTensor::Output(o) if o as usize == a.item => saved.push(Saved::Out),
                     SavedTensor::Output(o) => saved.push(Saved::Internal {
                         what: "another output of the op, saved",
@@ -484,6 +504,49 @@ fn broadcastable(dims: &[u64], out: &[u64]) -> bool {
 
 /// Saves schema argument `k`: a node input (or each input of a list) as it is; a parameter
 /// is alive anyway.
+const ORIGINAL_SELF: &str =
+    "a clone of the argument written in place, taken before the write (original_self), saved";
+
+/// Whether the argument a saved tensor's guard names requires grad.
+enum Guard {
+    /// A constant (or absent): torchgen's guard is false, nothing is saved.
+    Never,
+    /// A parameter: always.
+    Always,
+    /// Node input `j`: as it does when the simulator runs.
+    Input(usize),
+}
+
+fn guard_of(a: &AtenNode, g: usize) -> Guard {
+    let mut refs = Vec::new();
+    if let Some(v) = a.arg(g) {
+        collect(v, &mut refs);
+    }
+    if refs.iter().any(|r| matches!(r, TensorRef::Param(_))) {
+        return Guard::Always;
+    }
+    match refs.iter().find_map(|r| match r {
+        TensorRef::Input(i) => Some(*i),
+        _ => None,
+    }) {
+        Some(j) => Guard::Input(j),
+        None => Guard::Never,
+    }
+}
+
+/// Argument `k`'s tensors, saved if node input `j` requires grad.
+fn saved_input_for(a: &AtenNode, k: usize, j: usize, saved: &mut Vec<Saved>) {
+    let mut refs = Vec::new();
+    if let Some(v) = a.arg(k) {
+        collect(v, &mut refs);
+    }
+    for r in refs {
+        if let TensorRef::Input(i) = r {
+            saved.push(Saved::InputFor(i, j));
+        }
+    }
+}
+
 fn saved_input(a: &AtenNode, k: usize, saved: &mut Vec<Saved>) {
     let mut refs = Vec::new();
     if let Some(v) = a.arg(k) {

@@ -681,7 +681,14 @@ impl<'a> Sim<'a> {
             // A `constant` (rotary tables, masks) is made without autograd from its input's
             // batch alone.
             let constant = graph.nodes[k].op.is_constant();
-            requires_grad[k] = (from_inputs && !constant) || !node_params[k].is_empty() || leaf[k];
+            // A generic node autograd never differentiates (`new_ones`, a comparison).
+            let never = graph.nodes[k]
+                .op
+                .as_generic()
+                .is_some_and(|a| a.never_requires_grad());
+            requires_grad[k] = (from_inputs && !constant && !never)
+                || (!node_params[k].is_empty() && !never)
+                || leaf[k];
         }
         let mut rules = Vec::new();
         let mut rule_of = Vec::with_capacity(n);
@@ -1139,6 +1146,13 @@ impl<'a> Sim<'a> {
                         saved
                             .bufs
                             .push(self.mem.alloc(*bytes, Kind::SavedActivations));
+                    }
+                    Saved::InternalFor { bytes, j, .. } => {
+                        if ins.get(*j).is_some_and(|x| x.requires_grad) {
+                            saved
+                                .bufs
+                                .push(self.mem.alloc(*bytes, Kind::SavedActivations));
+                        }
                     }
                 }
             }

@@ -112,6 +112,14 @@ pub enum Saved {
     /// A tensor made inside the op and kept for backward (statistics, masks, indices, copies,
     /// workspaces), with its size in bytes.
     Internal { what: &'static str, bytes: u64 },
+    /// A tensor made inside the op and kept for backward only if input `j` requires grad
+    /// (an in-place op's `original_self` clone under torchgen's `should_compute_output`
+    /// guard); nothing is made otherwise, nor outside autograd.
+    InternalFor {
+        what: &'static str,
+        bytes: u64,
+        j: usize,
+    },
     /// A tensor made inside the op that autograd keeps for backward, but that under no_grad
     /// is freed before the op's last moment (a QLoRA projection's dequantized weight, saved by
     /// `mm` for its input's gradient; a contiguous operand copy `bmm` makes after `matmul`'s
