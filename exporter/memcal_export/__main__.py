@@ -5,7 +5,8 @@
   memcal plan resnet50-tv.json --batch 32
 
 The factory (`package.module:callable`) is called under `torch.device("meta")`: no weights are
-allocated, so a 70 B model exports in seconds. Inputs: `name=dims` with `B` for the batch axis;
+allocated, so a 70 B model exports in seconds (a module whose construction reads tensor values,
+such as torchvision's RegNet, is built with only its parameters and buffers on meta). Inputs: `name=dims` with `B` for the batch axis;
 `name=dims:int64:CLASSES` for token ids. The loss is added: cross_entropy over the output's
 last axis (labels `[B, ...]`, classes = that axis unless --classes) or --loss mse. Exit 2 with
 the node and what to do when something has no memcal op.
@@ -24,7 +25,7 @@ import importlib
 import json
 import sys
 
-from .trace import ExportError, export, write
+from .trace import ExportError, build_on_meta, export, write
 
 
 def _input(spec):
@@ -83,8 +84,12 @@ def main(argv=None):
 
     try:
         inputs = [_input(s) for s in args.input]
-        with torch.device("meta"):
-            module = _hf_model(args) if args.hf_config else _factory(args)(**json.loads(args.kwargs))
+        if args.hf_config:
+            with torch.device("meta"):
+                module = _hf_model(args)
+        else:
+            make, kwargs = _factory(args), json.loads(args.kwargs)
+            module = build_on_meta(lambda: make(**kwargs))
         graph = export(module, inputs, name=args.name, family=args.family, loss=args.loss, classes=args.classes,
                        tracer=args.tracer, output=args.output)
     except (ExportError, ValueError, AttributeError, ImportError, OSError, KeyError) as e:

@@ -7,11 +7,57 @@ One table, `MODULES`, says how each known module class is drawn; `FUNCTIONS` doe
 functions and tensor methods. Adding a mapping touches one of them.
 """
 
+import contextlib
 import functools
 import json
 import warnings
 
 FORMAT = "memcal-graph/1"
+
+
+def build_on_meta(factory):
+    """Calls `factory()` with no weights allocated: under `torch.device("meta")`, or, where the
+    module's own code reads a tensor's values while it is built (torchvision's RegNet computes its
+    block widths with `torch.pow(...).tolist()`: "Cannot copy out of meta tensor"), with only its
+    parameters and buffers put on the meta device as each is registered and every other tensor
+    on the CPU (accelerate's `init_empty_weights` reading). Either way no weight is kept in
+    memory: each parameter is made on the CPU, then replaced by its meta twin."""
+    import torch
+
+    try:
+        with torch.device("meta"):
+            return factory()
+    except (NotImplementedError, RuntimeError) as e:
+        if "meta" not in str(e):
+            raise
+    with _meta_parameters():
+        return factory()
+
+
+@contextlib.contextmanager
+def _meta_parameters():
+    import torch
+
+    module = torch.nn.Module
+    register_parameter, register_buffer = module.register_parameter, module.register_buffer
+
+    def parameter(self, name, param):
+        register_parameter(self, name, param)
+        p = self._parameters.get(name)
+        if p is not None and p.device.type != "meta":
+            self._parameters[name] = type(p)(p.to("meta"), requires_grad=p.requires_grad)
+
+    def buffer(self, name, tensor, persistent=True):
+        register_buffer(self, name, tensor, persistent)
+        b = self._buffers.get(name)
+        if b is not None and b.device.type != "meta":
+            self._buffers[name] = b.to("meta")
+
+    module.register_parameter, module.register_buffer = parameter, buffer
+    try:
+        yield
+    finally:
+        module.register_parameter, module.register_buffer = register_parameter, register_buffer
 
 
 class ExportError(Exception):

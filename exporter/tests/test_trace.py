@@ -17,6 +17,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from memcal_export import ExportError, export, parameters, write
+from memcal_export.trace import build_on_meta
 
 MEMCAL = os.environ.get("MEMCAL_BIN", "target/debug/memcal")
 
@@ -58,7 +59,32 @@ class Unknown(nn.Module):
         return torch.cumsum(self.fc(x), dim=1)
 
 
+class WidthsFromTensors(nn.Module):
+    """Reads tensor values while it is built (as torchvision's RegNet does)."""
+
+    def __init__(self):
+        super().__init__()
+        widths = (torch.arange(2) * 8 + 8).tolist()
+        self.fc1 = nn.Linear(16, widths[0])
+        self.fc2 = nn.Linear(widths[0], widths[1])
+        self.register_buffer("scale", torch.ones(widths[1]))
+
+    def forward(self, x):
+        return self.fc2(F.relu(self.fc1(x))) * self.scale
+
+
 class TestExport(unittest.TestCase):
+    def test_a_module_reading_tensor_values_while_built_is_built_with_meta_weights(self):
+        with self.assertRaises((NotImplementedError, RuntimeError)):
+            with torch.device("meta"):
+                WidthsFromTensors()
+        m = build_on_meta(WidthsFromTensors)
+        self.assertEqual({p.device.type for p in m.parameters()}, {"meta"})
+        self.assertEqual(m.scale.device.type, "meta")
+        self.assertEqual([p.shape[0] for p in m.parameters()], [8, 8, 16, 16])
+        g = export(m, [("x", ["B", 16], "float32")], name="widths", family="test")
+        self.assertEqual(plan(g)[0], parameters(m))
+
     def test_small_module_ops_and_parameters(self):
         with torch.device("meta"):
             m = Mlp()
