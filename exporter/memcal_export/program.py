@@ -325,6 +325,10 @@ def _torch_mha(m, grp):
                             causal=core["is_causal"], dropout=core["dropout"])
     if len(grp.inputs) > 2:
         raise ExportError(f"module `{grp.path}` (MultiheadAttention): attention with different key and value inputs")
+    if "impl" not in attrs:
+        grp.notes.append(f"`{grp.path}`: nn.MultiheadAttention's eager path (need_weights=True) is drawn with "
+                         "memcal's eager attention rule, whose saved tensors are not those of torch's own code "
+                         "(measured: +4.61% on a cross-attention case)")
     return [("", "multihead_attention", attrs, ["in0"] + (["in1"] if cross else []))]
 
 
@@ -1440,7 +1444,26 @@ def trace(module, inputs, kwargs=None, output=None, positional=False):
                 declined.add(d.key)
     finally:
         module.train(was_training)
+    ex.notes.extend(_call_scope_notes(module))
     return ex.nodes, ex.ids[ex.output], _shape(ex.output), ex.extra_inputs, _collapse(ex.notes), ex.undrawn
+
+
+def _call_scope_notes(module):
+    """torch's nn.TransformerEncoder and nn.TransformerDecoder keep their arguments (`src`;
+    `tgt` and `memory`) bound in their forward's frame until it returns, where memcal frees a
+    value after its last reader: a module call's scope is not in the graph. Measured on a
+    2-layer decoder: its real forward peaks 113,820 bytes (1.07%) above the graph's."""
+    import torch.nn as nn
+
+    kept = {nn.TransformerEncoder: "`src`", nn.TransformerDecoder: "`tgt` and `memory`"}
+    notes = []
+    for path, m in module.named_modules():
+        args = kept.get(type(m))
+        if args:
+            notes.append(f"`{path or type(m).__name__}` (torch's {type(m).__name__}) holds {args} until it returns; "
+                         "memcal frees each after its last reader (a module call's scope is not drawn), so the "
+                         "forward peak may be low by their size")
+    return notes
 
 
 def _collapse(notes):

@@ -225,6 +225,10 @@ def _mha(m, ctx):
         raise ExportError(f"node `{ctx.name}`: attention with different key and value inputs")
     ctx.inputs_override = args[:2] if cross else args[:1]
     ctx.tuple_output = True
+    if "impl" not in attrs:
+        ctx.notes.append(f"`{ctx.name}`: nn.MultiheadAttention's eager path (need_weights=True) is drawn with "
+                         "memcal's eager attention rule, whose saved tensors are not those of torch's own code "
+                         "(measured: +4.61% on a cross-attention case)")
     return "multihead_attention", attrs
 
 
@@ -326,6 +330,7 @@ class _Ctx:
         self.kwargs = kwargs
         self.inputs_override = None
         self.tuple_output = False
+        self.notes = []  # approximations the drawing makes, written into the graph
 
 
 class _Exporter:
@@ -341,6 +346,7 @@ class _Exporter:
         self.used_ids = set()
         self.input_names = []
         self.placeholders = 0
+        self.notes = []
 
     def shape(self, n):
         tm = n.meta.get("tensor_meta")
@@ -406,6 +412,7 @@ class _Exporter:
             )
         ctx = _Ctx(n.target, self.tensor_inputs(n), dict(n.kwargs))
         op, attrs = draw(m, ctx)
+        self.notes.extend(ctx.notes)
         srcs = ctx.inputs_override or ctx.tensor_args[:1]
         if op is None:
             self.alias[n] = srcs[0]
@@ -631,8 +638,8 @@ def export(
         tracer = "export" if _needs_export(module) else "fx"
         if tracer == "fx":
             try:
-                nodes, out_id, out_shape = _trace_fx(module, inputs, leaf_modules)
-                extra, notes, how = [], [], "torch.fx"
+                nodes, out_id, out_shape, notes = _trace_fx(module, inputs, leaf_modules)
+                extra, how = [], "torch.fx"
             except Exception as e:  # noqa: BLE001 - what fx cannot draw, torch.export may
                 # A function or module no memcal op stands for (or code fx cannot trace): the
                 # torch.export route draws it (generic `aten` nodes), the inputs in order.
@@ -648,8 +655,8 @@ def export(
         how = "torch.export"
     elif tracer == "fx":
         if how is None:
-            nodes, out_id, out_shape = _trace_fx(module, inputs, leaf_modules)
-            extra, notes, how = [], [], "torch.fx"
+            nodes, out_id, out_shape, notes = _trace_fx(module, inputs, leaf_modules)
+            extra, how = [], "torch.fx"
     else:
         raise ExportError(f"tracer `{tracer}`: use fx, export or auto")
     if not description:
@@ -710,7 +717,7 @@ def _trace_fx(module, inputs, leaf_modules):
     ex.input_names = [i[0] for i in inputs]
     ex.used_ids.update(ex.input_names)
     ex.run()
-    return ex.nodes, ex.value(ex.output), ex.shape(ex.output)
+    return ex.nodes, ex.value(ex.output), ex.shape(ex.output), ex.notes
 
 
 def _graph(nodes, out_id, out_shape, inputs, extra, *, loss, classes, name, family, description):
