@@ -137,44 +137,7 @@ pub fn rule_for_inputs(a: &AtenNode, batch: u64, inputs: &[NodeInput]) -> OpRule
         AtenAutograd::Formulas {
             saved: list, grads, ..
         } => {
-            for t in list.iter() {
-                match *t {
-                    // An in-place op saving the argument it writes saves a clone taken
-                    // before the write (gen_variable_type.py's `original_self`).
-                    SavedTensor::Input(k) if alias == Alias::InPlace(k) => {
-                        saved.push(Saved::Internal {
-                            what: ORIGINAL_SELF,
-                            bytes: y,
-                        })
-                    }
-                    SavedTensor::Input(k) => saved_input(a, k as usize, &mut saved),
-                    // Saved only when argument `g` requires grad: a parameter always does, a
-                    // constant never; an input's is known when the simulator runs.
-                    SavedTensor::InputIf(k, g) => match guard_of(a, g as usize) {
-                        Guard::Never => {}
-                        Guard::Always if alias == Alias::InPlace(k) => {
-                            saved.push(Saved::Internal {
-                                what: ORIGINAL_SELF,
-                                bytes: y,
-                            })
-                        }
-                        Guard::Always => saved_input(a, k as usize, &mut saved),
-                        Guard::Input(j) if alias == Alias::InPlace(k) => {
-                            saved.push(Saved::InternalFor {
-                                what: ORIGINAL_SELF,
-                                bytes: y,
-                                j,
-                            })
-                        }
-                        Guard::Input(j) => saved_input_for(a, k as usize, j, &mut saved),
-                    },
-                    SavedTensor::Output(o) if o as usize == a.item => saved.push(Saved::Out),
-                    SavedTensor::Output(o) => saved.push(Saved::Internal {
-                        what: "another output of the op, saved",
-                        bytes: bytes_of(a, batch, o as usize),
-                    }),
-                }
-            }
+            saved = saved_of(a, batch, y, alias, list);
             let opaque = grads
                 .iter()
                 .any(|g| matches!(g.temporaries, Temporaries::Opaque(_)));
@@ -504,6 +467,45 @@ fn broadcastable(dims: &[u64], out: &[u64]) -> bool {
 
 /// Saves schema argument `k`: a node input (or each input of a list) as it is; a parameter
 /// is alive anyway.
+/// What the generated backward node saves, as the simulator keeps it: `list` read for node
+/// `a` (its value `y` bytes, its return's alias).
+fn saved_of(a: &AtenNode, batch: u64, y: u64, alias: Alias, list: &[SavedTensor]) -> Vec<Saved> {
+    let mut saved = Vec::new();
+    for t in list.iter() {
+        match *t {
+            // An in-place op saving the argument it writes saves a clone taken before the
+            // write (gen_variable_type.py's `original_self`).
+            SavedTensor::Input(k) if alias == Alias::InPlace(k) => saved.push(Saved::Internal {
+                what: ORIGINAL_SELF,
+                bytes: y,
+            }),
+            SavedTensor::Input(k) => saved_input(a, k as usize, &mut saved),
+            // Saved only when argument `g` requires grad: a parameter always does, a constant
+            // never; an input's is known when the simulator runs.
+            SavedTensor::InputIf(k, g) => match guard_of(a, g as usize) {
+                Guard::Never => {}
+                Guard::Always if alias == Alias::InPlace(k) => saved.push(Saved::Internal {
+                    what: ORIGINAL_SELF,
+                    bytes: y,
+                }),
+                Guard::Always => saved_input(a, k as usize, &mut saved),
+                Guard::Input(j) if alias == Alias::InPlace(k) => saved.push(Saved::InternalFor {
+                    what: ORIGINAL_SELF,
+                    bytes: y,
+                    j,
+                }),
+                Guard::Input(j) => saved_input_for(a, k as usize, j, &mut saved),
+            },
+            SavedTensor::Output(o) if o as usize == a.item => saved.push(Saved::Out),
+            SavedTensor::Output(o) => saved.push(Saved::Internal {
+                what: "another output of the op, saved",
+                bytes: bytes_of(a, batch, o as usize),
+            }),
+        }
+    }
+    saved
+}
+
 const ORIGINAL_SELF: &str =
     "a clone of the argument written in place, taken before the write (original_self), saved";
 
