@@ -431,3 +431,44 @@ fn corpus_is_listed() {
     assert_eq!(names("commands", ""), listed(commands::LIST));
     assert!(graphs::LIST.len() + rows.len() + commands::LIST.len() >= 30);
 }
+
+/// Flags that do not apply to the job exit 2 naming the combination (never ignored in silence),
+/// and `plan` works from any folder given `--data` (its factors default to the data folder's).
+#[test]
+fn flags_that_do_not_apply_exit_2_and_plan_runs_from_any_folder() {
+    let g = "data/graphs/gpt2-small.json";
+    for (extra, names) in [
+        (&["--max-batch", "--recommend"][..], "--max-batch"),
+        (
+            &["--timeline", "--strategy", "checkpoint"][..],
+            "--timeline",
+        ),
+        (
+            &["--max-batch", "--inference", "--context", "64"][..],
+            "--max-batch",
+        ),
+        (&["--seq", "64"][..], "sequence axis"),
+    ] {
+        let mut args = vec!["plan", g, "--batch", "1"];
+        args.extend_from_slice(extra);
+        let out = memcal(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{extra:?}: {err}");
+        assert!(err.contains(names), "{extra:?}: {err}");
+    }
+    let here = memcal(&["plan", g, "--batch", "1", "--json"]);
+    let elsewhere = Command::new(env!("CARGO_BIN_EXE_memcal"))
+        .current_dir(std::env::temp_dir())
+        .args([
+            "plan",
+            repo().join(g).to_str().unwrap(),
+            "--batch",
+            "1",
+            "--json",
+        ])
+        .args(["--data", repo().join("data").to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(here.status.success() && elsewhere.status.success());
+    assert_eq!(here.stdout, elsewhere.stdout);
+}

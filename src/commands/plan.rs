@@ -17,9 +17,10 @@ pub struct Args {
     /// Precision profile: bf16-autocast (CUDA default) or fp32 (CPU default).
     #[arg(long, default_value = "bf16-autocast")]
     precision: Precision,
-    /// The factors file.
-    #[arg(long, default_value = "data/factors.json")]
-    factors: PathBuf,
+    /// The factors file. Default: the data folder's `factors.json` (`--data`, else `./data`),
+    /// so `memcal plan --data /path/to/data` works from any folder.
+    #[arg(long)]
+    factors: Option<PathBuf>,
     /// Check against this regime's cards instead of the planner's card list and the real
     /// products.
     #[arg(long)]
@@ -35,15 +36,18 @@ pub struct Args {
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
-    /// Also print the simulated memory curve over the three training steps.
-    #[arg(long)]
+    /// Also print the simulated memory curve over the three training steps (plain training
+    /// only: not with --strategy, --recommend or --inference).
+    #[arg(long, conflicts_with_all = ["strategy", "recommend", "inference"])]
     timeline: bool,
     /// Also print, per card, the largest batch that fits by the verdict (the deciding
     /// method, planned at each batch), by the six-factor plan and by its bound (the
-    /// estimate floored at the phase floor; searched up to 2^24).
-    #[arg(long)]
+    /// estimate floored at the phase floor; searched up to 2^24). Plain training only: not
+    /// with --strategy, --recommend or --inference.
+    #[arg(long, conflicts_with_all = ["strategy", "recommend", "inference"])]
     max_batch: bool,
-    /// Sequence length for a graph whose inputs have the sequence axis "T".
+    /// Sequence length for a graph whose inputs have the sequence axis "T" (a graph of fixed
+    /// lengths exits 2 when given one).
     #[arg(long)]
     seq: Option<u64>,
     /// Plan under a memory-saving strategy: parts joined by `+`, e.g. `checkpoint`,
@@ -121,7 +125,20 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             .map_err(|m| memcal::Error::Invalid(format!("--allocator-settings `{conf}`: {m}")))?,
         None => memcal::simulate::AllocatorSettings::default(),
     };
+    let factors = factors.unwrap_or_else(|| {
+        data.clone()
+            .unwrap_or_else(|| PathBuf::from("data"))
+            .join("factors.json")
+    });
     let (g, f, evidence, strategy_evidence) = load(&graph, seq, &factors, data)?;
+    if let (Some(n), None) = (seq, g.seq) {
+        return Err(memcal::Error::Invalid(format!(
+            "{}: --seq {n}: the graph's inputs have no sequence axis \"T\" (their lengths are fixed); \
+             leave --seq out, or draw the graph with one (`memcal import hf --seq-axis`)",
+            graph.display()
+        ))
+        .into());
+    }
     let cards = match &regime {
         None => f.cards.clone(),
         Some(r) => f
