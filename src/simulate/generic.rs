@@ -313,11 +313,8 @@ pub fn engine_backward(a: &AtenNode, batch: u64, inputs: &[NodeInput]) -> Engine
     // Which slots each schema argument holds (a tensor list holds several; one tensor may be
     // passed as several arguments).
     let slots_of_arg = |k: usize| -> Vec<usize> {
-        let mut refs = Vec::new();
-        if let Some(v) = a.arg(k) {
-            collect(v, &mut refs);
-        }
-        refs.into_iter()
+        refs_of(a, k)
+            .into_iter()
             .map(slot_of)
             .filter(|&s| s < bytes.len())
             .collect()
@@ -465,8 +462,6 @@ fn broadcastable(dims: &[u64], out: &[u64]) -> bool {
             .all(|(d, o)| d == o || *d == 1)
 }
 
-/// Saves schema argument `k`: a node input (or each input of a list) as it is; a parameter
-/// is alive anyway.
 /// What the generated backward node saves, as the simulator keeps it: `list` read for node
 /// `a` (its value `y` bytes, its return's alias).
 fn saved_of(a: &AtenNode, batch: u64, y: u64, alias: Alias, list: &[SavedTensor]) -> Vec<Saved> {
@@ -479,7 +474,7 @@ fn saved_of(a: &AtenNode, batch: u64, y: u64, alias: Alias, list: &[SavedTensor]
                 what: ORIGINAL_SELF,
                 bytes: y,
             }),
-            SavedTensor::Input(k) => saved_input(a, k as usize, &mut saved),
+            SavedTensor::Input(k) => saved_input(a, k as usize, None, &mut saved),
             // Saved only when argument `g` requires grad: a parameter always does, a constant
             // never; an input's is known when the simulator runs.
             SavedTensor::InputIf(k, g) => match guard_of(a, g as usize) {
@@ -488,13 +483,13 @@ fn saved_of(a: &AtenNode, batch: u64, y: u64, alias: Alias, list: &[SavedTensor]
                     what: ORIGINAL_SELF,
                     bytes: y,
                 }),
-                Guard::Always => saved_input(a, k as usize, &mut saved),
+                Guard::Always => saved_input(a, k as usize, None, &mut saved),
                 Guard::Input(j) if alias == Alias::InPlace(k) => saved.push(Saved::InternalFor {
                     what: ORIGINAL_SELF,
                     bytes: y,
                     j,
                 }),
-                Guard::Input(j) => saved_input_for(a, k as usize, j, &mut saved),
+                Guard::Input(j) => saved_input(a, k as usize, Some(j), &mut saved),
             },
             SavedTensor::Output(o) if o as usize == a.item => saved.push(Saved::Out),
             SavedTensor::Output(o) => saved.push(Saved::Internal {
@@ -520,10 +515,7 @@ enum Guard {
 }
 
 fn guard_of(a: &AtenNode, g: usize) -> Guard {
-    let mut refs = Vec::new();
-    if let Some(v) = a.arg(g) {
-        collect(v, &mut refs);
-    }
+    let refs = refs_of(a, g);
     if refs.iter().any(|r| matches!(r, TensorRef::Param(_))) {
         return Guard::Always;
     }
@@ -536,29 +528,26 @@ fn guard_of(a: &AtenNode, g: usize) -> Guard {
     }
 }
 
-/// Argument `k`'s tensors, saved if node input `j` requires grad.
-fn saved_input_for(a: &AtenNode, k: usize, j: usize, saved: &mut Vec<Saved>) {
-    let mut refs = Vec::new();
-    if let Some(v) = a.arg(k) {
-        collect(v, &mut refs);
-    }
-    for r in refs {
+/// Saves schema argument `k`: a node input (or each input of a list) as it is, or only if node
+/// input `j` requires grad (`guard`); a parameter is alive anyway.
+fn saved_input(a: &AtenNode, k: usize, guard: Option<usize>, saved: &mut Vec<Saved>) {
+    for r in refs_of(a, k) {
         if let TensorRef::Input(i) = r {
-            saved.push(Saved::InputFor(i, j));
+            saved.push(match guard {
+                None => Saved::Input(i),
+                Some(j) => Saved::InputFor(i, j),
+            });
         }
     }
 }
 
-fn saved_input(a: &AtenNode, k: usize, saved: &mut Vec<Saved>) {
+/// The tensors schema argument `k` names (none where it is absent or a literal).
+fn refs_of(a: &AtenNode, k: usize) -> Vec<TensorRef> {
     let mut refs = Vec::new();
     if let Some(v) = a.arg(k) {
         collect(v, &mut refs);
     }
-    for r in refs {
-        if let TensorRef::Input(i) = r {
-            saved.push(Saved::Input(i));
-        }
-    }
+    refs
 }
 
 fn collect(v: &AtenValue, out: &mut Vec<TensorRef>) {
