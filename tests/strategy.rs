@@ -200,15 +200,16 @@ fn the_kv_cache_is_gqa_aware() {
         memory::kv_cache_bytes(&layers, 100, 3, 4),
         2 * 4 * 2 * 64 * 100 * 3 * 4
     );
-    let inf = memory::inference(&g, 3, 100, 4);
+    let inf = memory::inference(&g, 3, 100, 100, 4).unwrap();
     assert_eq!(inf.weight_bytes, g.parameters() * 4);
     assert_eq!(
         inf.total_bytes,
-        inf.weight_bytes + inf.kv_cache_bytes + inf.prefill_bytes
+        inf.weight_bytes + inf.kv_cache_bytes + inf.prefill_bytes + inf.logits_bytes
     );
     let longest = memory::longest_context(&g, 1, 4, 1e9).unwrap();
-    assert!(memory::inference(&g, 1, longest, 4).total_bytes as f64 <= 1e9);
-    assert!(memory::inference(&g, 1, longest + 1, 4).total_bytes as f64 > 1e9);
+    let at = |c: u64| memory::inference(&g, 1, c, c, 4).unwrap().total_bytes as f64;
+    assert!(at(longest) <= 1e9);
+    assert!(at(longest + 1) > 1e9);
 }
 
 #[test]
@@ -362,16 +363,11 @@ fn strategy_rows_are_compared_with_their_formulas_and_label_the_plan() {
 }
 
 #[test]
-fn an_attention_drawn_op_by_op_caches_what_its_sdpa_reads() {
-    // An exported graph's attention drawn op by op: sdpa reads k and v `[B, 4, 64, 32]`.
+fn an_sdpa_with_a_mask_of_unknown_content_is_not_taken_for_a_decoder() {
+    // An exported graph's attention drawn op by op: sdpa reads k and v `[B, 4, 64, 32]` with a
+    // constant mask and no is_causal: causal or padding, memcal cannot tell, so no cache.
     let g = Graph::load(Path::new("tests/fixtures/sim/sim-sdpa-mask.json")).unwrap();
-    let layers = memory::cache_layers(&g);
-    assert_eq!(layers.len(), 1);
-    assert_eq!(layers[0].node, "o");
-    assert_eq!(
-        (layers[0].tensors, layers[0].kv_heads, layers[0].head_dim),
-        (2, 4, 32)
-    );
+    assert!(memory::cache_layers(&g).is_empty());
     let out = memcal(&[
         "plan",
         "tests/fixtures/sim/sim-sdpa-mask.json",
@@ -383,9 +379,125 @@ fn an_attention_drawn_op_by_op_caches_what_its_sdpa_reads() {
         "--context",
         "100",
     ]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no causal self-attention"), "{err}");
+}
+
+/// `plan --inference` on a graph: (exit code, stdout, stderr).
+fn infer(
+    graph: &str,
+    batch: &str,
+    context: &str,
+    precision: &str,
+) -> (Option<i32>, String, String) {
+    let out = memcal(&[
+        "plan",
+        graph,
+        "--batch",
+        batch,
+        "--precision",
+        precision,
+        "--inference",
+        "--context",
+        context,
+    ]);
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn encoders_have_no_kv_cache_and_are_refused() {
+    // Issue 38: ViT-L/16 and BERT got a "KV cache" and a longest context.
+    for g in [
+        "hf-vit-base-patch16-224",
+        "hf-bert-base-cased",
+        "hf-roberta-base",
+    ] {
+        let (code, out, err) = infer(&format!("data/graphs/{g}.json"), "1", "128", "fp32");
+        assert_eq!(code, Some(2), "{g}: {out}");
+        assert!(
+            err.contains("no causal self-attention") && err.contains("an encoder"),
+            "{g}: {err}"
+        );
+    }
+}
+
+#[test]
+fn t5_caches_its_decoder_self_attention_growing_and_its_cross_attention_fixed() {
+    let g = Graph::load(Path::new("data/graphs/hf-t5-small.json")).unwrap();
+    let layers = memory::cache_layers(&g);
+    let growing: Vec<_> = layers
+        .iter()
+        .filter(|l| l.length == memory::CacheLength::Context)
+        .collect();
+    let fixed: Vec<_> = layers
+        .iter()
+        .filter(|l| l.length == memory::CacheLength::Fixed(512))
+        .collect();
+    // t5-small: 6 decoder layers, each a causal self-attention and a cross-attention; the
+    // encoder's 6 self-attentions keep nothing.
+    assert_eq!((growing.len(), fixed.len(), layers.len()), (6, 6, 12));
+    assert!(growing.iter().all(|l| l.node.starts_with("decoder.")));
+    // 8 heads of 64 (d_kv), K and V: at a context of 100 tokens and batch 2, fp32.
+    let per_token = 2 * 8 * 64;
+    assert_eq!(
+        memory::kv_cache_bytes(&layers, 100, 2, 4),
+        (6 * per_token * 100 + 6 * per_token * 512) * 2 * 4
+    );
+}
+
+#[test]
+fn llama_3_1_8b_at_32k_in_bf16_counts_the_last_positions_logits_only() {
+    // Issue 38: the prefill counted full-vocabulary logits at every prompt position (17.08 GB),
+    // so "an A100 40 GB does not fit". With the last position's logits: about 22.5 GB.
+    let dir = std::env::temp_dir().join(format!("memcal-l8-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let graph = dir.join("l8.json");
+    let out = memcal(&[
+        "import",
+        "hf",
+        "tests/fixtures/hf/Llama-3.1-8B/config.json",
+        "--out",
+        graph.to_str().unwrap(),
+        "--force",
+    ]);
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    let g = Graph::load(&graph).unwrap();
+    let inf = memory::inference(&g, 1, 32768, 32768, 2).unwrap();
+    let gb = |b: u64| b as f64 / 1e9;
+    assert!((gb(inf.weight_bytes) - 16.06).abs() < 0.01, "{inf:?}");
+    // 32 layers x K and V x 8 kv heads x 128 x 32,768 tokens x 2 bytes.
+    assert_eq!(inf.kv_cache_bytes, 32 * 2 * 8 * 128 * 32768 * 2);
+    // One position of 128,256 logits in bf16, and generate's float32 copy.
+    assert_eq!(inf.logits_bytes, 128_256 * (2 + 4));
+    assert!(
+        (gb(inf.total_bytes) - 22.5).abs() < 0.05,
+        "{}",
+        gb(inf.total_bytes)
+    );
+    let (code, text, err) = infer(graph.to_str().unwrap(), "1", "32768", "bf16-autocast");
+    assert_eq!(code, Some(0), "{err}");
+    let a100 = text.lines().find(|l| l.starts_with("A100 40 GB")).unwrap();
+    assert!(a100.contains(" fits"), "{a100}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_context_past_the_learned_position_table_exits_2() {
+    let (code, _, err) = infer("data/graphs/hf-gpt2.json", "1", "1025", "fp32");
+    assert_eq!(code, Some(2));
+    assert!(
+        err.contains("1024 positions") && err.contains("--context 1024"),
+        "{err}"
+    );
+    let (code, _, err) = infer("data/graphs/hf-gpt2.json", "1", "0", "fp32");
+    assert_eq!(code, Some(2), "{err}");
 }

@@ -263,14 +263,9 @@ fn strategies(
     let base = planner::base(g, p);
     let (text, value) = if let Some(context) = job.context {
         let bytes = p.precision.activation_bytes();
-        let inf = memcal::strategy::memory::inference(g, p.batch, context, bytes);
-        if inf.layers.is_empty() {
-            return Err(memcal::Error::Invalid(format!(
-                "--inference: graph `{}` has no attention op, so no KV cache to plan",
-                g.name
-            ))
-            .into());
-        }
+        // The worst case of a context: a prompt that fills it, all prefilled at once.
+        let inf = memcal::strategy::memory::inference(g, p.batch, context, context, bytes)
+            .map_err(|why| memcal::Error::Invalid(format!("--inference: {why}")))?;
         let h = 1.0 + f.headroom;
         let per_card: Vec<_> = cards
             .iter()

@@ -178,6 +178,7 @@ impl Evidence {
 fn group(spec: &RowSpec) -> String {
     match spec {
         RowSpec::Inference { .. } => "inference".into(),
+        RowSpec::Generate { .. } => "generate".into(),
         RowSpec::Training(s) => {
             let v: Vec<&str> = s.parts.iter().map(|p| super::def(p.kind).name).collect();
             v.join("+")
@@ -195,7 +196,14 @@ fn predict(
 ) -> Option<u64> {
     match spec {
         RowSpec::Inference { prompt, decode } => {
-            Some(memory::inference(g, batch, prompt + decode, 4).total_bytes)
+            memory::inference(g, batch, *prompt, prompt + decode, 4)
+                .ok()
+                .map(|i| i.total_bytes)
+        }
+        RowSpec::Generate { prompt, new, .. } => {
+            memory::inference(g, batch, *prompt, prompt + new, 4)
+                .ok()
+                .map(|i| i.total_bytes)
         }
         RowSpec::Training(s) => {
             let e = simulated? as f64;
@@ -214,7 +222,7 @@ fn simulate_row(
     spec: &RowSpec,
 ) -> Option<u64> {
     match spec {
-        RowSpec::Inference { .. } => None,
+        RowSpec::Inference { .. } | RowSpec::Generate { .. } => None,
         RowSpec::Training(s) => crate::simulate::simulate_strategy(g, batch, precision, s, false)
             .ok()
             .map(|sim| sim.peak_bytes),
@@ -269,6 +277,7 @@ fn evidence_with(ds: &Dataset, graph_of: &mut dyn FnMut(&str) -> Option<Graph>) 
                 RowSpec::Training(s) if s.devices() > 1 => {
                     "one rank's layout, emulated in one process (CPU)"
                 }
+                RowSpec::Generate { .. } => "measured on CPU (transformers' generate)",
                 _ => "measured on CPU",
             },
             measured_bytes: r.measured_bytes,

@@ -295,17 +295,36 @@ pub fn zero_paper(stage: u8, params: u64, n: u64) -> u64 {
     v.round() as u64
 }
 
-/// Inference with a KV cache at a context: weights, cache and the prefill's transient.
+/// Inference with a KV cache at a context: weights, cache, the prefill's transient and its
+/// last-position logits (a formula).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Inference {
+    /// Tokens the prefill runs over (the prompt; for an encoder-decoder, the encoder's input).
+    pub prompt: u64,
+    /// Tokens the growing caches hold at the end (prompt plus generated).
     pub context: u64,
     pub batch: u64,
     pub weight_bytes: u64,
     pub kv_cache_bytes: u64,
+    /// The prefill's transient: `B x prompt x (2 x widest op + residual) x bytes`, the logits
+    /// left out of the widest op.
     pub prefill_bytes: u64,
+    /// The prefill's logits at the last position only (transformers' `logits_to_keep=1`, vLLM,
+    /// TGI): `B x vocab x bytes`, and `generate`'s float32 copy of them, `B x vocab x 4`.
+    pub logits_bytes: u64,
     pub total_bytes: u64,
-    /// Per attention layer: (node, kv heads, head dim) the cache is sized by.
+    /// Per attention layer with a cache: (node, kv heads, head dim, whether it grows).
     pub layers: Vec<CacheLayer>,
+}
+
+/// How long an attention layer's cache is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CacheLength {
+    /// Causal self-attention: one entry per token of the context, growing while decoding.
+    Context,
+    /// Cross-attention: the encoder's output, fixed at its length in tokens.
+    Fixed(u64),
 }
 
 /// One attention layer's cache shape.
@@ -316,49 +335,189 @@ pub struct CacheLayer {
     pub tensors: u64,
     pub kv_heads: u64,
     pub head_dim: u64,
+    pub length: CacheLength,
 }
 
-/// The attention layers' cache shapes (GQA-aware; MLA caches its latent and rope key). An
-/// attention drawn op by op (an exported graph's `sdpa` node) caches its k and v inputs,
-/// `[B, kv_heads, T, head_dim]`: k's heads and width (k as sdpa reads it: repeated to every
-/// query head where the graph repeats it).
-pub fn cache_layers(graph: &Graph) -> Vec<CacheLayer> {
-    graph
-        .nodes
+/// Whether attention node `k` attends to itself causally (a decoder's self-attention), to
+/// another sequence (cross-attention: the key is its second input, or a key of another
+/// length), or to itself without a causal mask (an encoder: no cache).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Attends {
+    CausalSelf,
+    Cross(u64),
+    Bidirectional,
+}
+
+fn attends(graph: &Graph, k: usize) -> Option<Attends> {
+    use crate::ops::Op;
+    let n = &graph.nodes[k];
+    let seq = |s: Option<&crate::shape::Shape>| s.and_then(|s| s.0.get(1)?.as_fixed());
+    Some(match &n.op {
+        Op::MultiheadAttention { causal, .. } => {
+            if n.inputs.len() > 1 {
+                Attends::Cross(seq(graph.input_shape(k, 1))?)
+            } else if *causal {
+                Attends::CausalSelf
+            } else {
+                Attends::Bidirectional
+            }
+        }
+        Op::GqaAttention { causal, .. } | Op::MlaAttention { causal, .. } => {
+            if *causal {
+                Attends::CausalSelf
+            } else {
+                Attends::Bidirectional
+            }
+        }
+        Op::Sdpa { causal, .. } => sdpa_attends(graph, k, *causal)?,
+        Op::Aten(a) if aten_sdpa(a).is_some() => sdpa_attends(graph, k, aten_sdpa(a)?)?,
+        _ => return None,
+    })
+}
+
+/// A generic ATen sdpa call (`scaled_dot_product_attention`, or the CPU flash kernel torch
+/// lowers it to): whether it is causal (its `is_causal` argument, by position or keyword).
+fn aten_sdpa(a: &crate::ops::generic::AtenNode) -> Option<bool> {
+    use crate::ops::generic::AtenValue;
+    let name = a.op.name.split('.').next().unwrap_or_default();
+    if !name
+        .trim_start_matches('_')
+        .starts_with("scaled_dot_product")
+        || name.ends_with("_backward")
+    {
+        return None;
+    }
+    // `is_causal` by the schema's position (it differs between the kernels), or by keyword.
+    let at = a.op.args.iter().position(|x| x.name == "is_causal");
+    let kw = a
+        .kwargs
         .iter()
-        .enumerate()
-        .filter_map(|(k, n)| {
-            let (tensors, kv_heads, head_dim) =
-                n.op.family().kv_cache(&n.op, graph.input_shape(k, 1))?;
-            Some(CacheLayer {
-                node: n.id.clone(),
-                tensors,
-                kv_heads,
-                head_dim,
-            })
-        })
-        .collect()
+        .find(|(n, _)| n == "is_causal")
+        .map(|(_, v)| v);
+    Some(matches!(
+        kw.or(at.and_then(|i| a.args.get(i))),
+        Some(AtenValue::Bool(true))
+    ))
 }
 
-/// `Σ tensors x kv_heads x head_dim x context x batch x bytes` over the attention layers
+/// An sdpa call: causal (its `is_causal`), else cross-attention where the key's length
+/// (axis 2 of `[B, heads, T, head_dim]`) differs from the query's, else bidirectional.
+fn sdpa_attends(graph: &Graph, k: usize, causal: bool) -> Option<Attends> {
+    let (q, key) = (graph.input_shape(k, 0)?, graph.input_shape(k, 1)?);
+    if causal {
+        return Some(Attends::CausalSelf);
+    }
+    let (tq, tk) = (q.0.get(2)?, key.0.get(2)?);
+    Some(match tk.as_fixed() {
+        Some(n) if tq != tk => Attends::Cross(n),
+        _ => Attends::Bidirectional,
+    })
+}
+
+/// The attention layers' cache shapes (GQA-aware; MLA caches its latent and rope key): every
+/// causal self-attention (growing with the context) and every cross-attention of a graph that
+/// has one (fixed at the encoder's length); an encoder's bidirectional self-attention has no
+/// cache. An attention drawn op by op (an exported graph's `sdpa` node) caches its k and v
+/// inputs, `[B, kv_heads, T, head_dim]`: k's heads and width (k as sdpa reads it: repeated to
+/// every query head where the graph repeats it).
+pub fn cache_layers(graph: &Graph) -> Vec<CacheLayer> {
+    let mut layers: Vec<CacheLayer> = Vec::new();
+    let mut causal = false;
+    for (k, n) in graph.nodes.iter().enumerate() {
+        let Some(how) = attends(graph, k) else {
+            continue;
+        };
+        let length = match how {
+            Attends::CausalSelf => CacheLength::Context,
+            Attends::Cross(t) => CacheLength::Fixed(t),
+            Attends::Bidirectional => continue,
+        };
+        causal |= length == CacheLength::Context;
+        let key = graph.input_shape(k, 1).or(graph.input_shape(k, 0));
+        let shape = match &n.op {
+            // Generic sdpa reads k as `[B, kv_heads, T, head_dim]`, like the `sdpa` op.
+            crate::ops::Op::Aten(_) => key
+                .filter(|s| s.rank() == 4)
+                .and_then(|s| Some((2, s.0[1].as_fixed()?, s.0[3].as_fixed()?))),
+            op => op.family().kv_cache(op, key),
+        };
+        let Some((tensors, kv_heads, head_dim)) = shape else {
+            continue;
+        };
+        layers.push(CacheLayer {
+            node: n.id.clone(),
+            tensors,
+            kv_heads,
+            head_dim,
+            length,
+        });
+    }
+    // A graph with no decoder has nothing to generate with.
+    if !causal {
+        layers.clear();
+    }
+    layers
+}
+
+/// Why a graph cannot be planned for inference with a KV cache (None: it can).
+pub fn refusal(graph: &Graph) -> Option<String> {
+    if !cache_layers(graph).is_empty() {
+        return None;
+    }
+    let bidirectional = (0..graph.nodes.len())
+        .filter(|&k| attends(graph, k) == Some(Attends::Bidirectional))
+        .count();
+    Some(if bidirectional > 0 {
+        format!(
+            "graph `{}` has no causal self-attention: its {bidirectional} attention layer(s) attend both ways (an encoder), which generates no tokens and keeps no KV cache; plan it with `memcal plan` (a forward pass) instead",
+            graph.name
+        )
+    } else {
+        format!(
+            "graph `{}` has no attention op this planner knows (multihead, gqa or mla attention, sdpa with is_causal), so no KV cache to plan",
+            graph.name
+        )
+    })
+}
+
+/// `Σ tensors x kv_heads x head_dim x length x batch x bytes` over the layers with a cache, a
+/// growing layer's length the context, a cross-attention's the encoder's
 /// (`2 * layers * kv_heads * head_dim * context * batch * bytes` for a uniform GQA stack).
 pub fn kv_cache_bytes(layers: &[CacheLayer], context: u64, batch: u64, bytes: u64) -> u64 {
     layers
         .iter()
-        .map(|l| l.tensors * l.kv_heads * l.head_dim)
-        .sum::<u64>()
-        .saturating_mul(context)
+        .map(|l| {
+            let tokens = match l.length {
+                CacheLength::Context => context,
+                CacheLength::Fixed(t) => t,
+            };
+            (l.tensors * l.kv_heads * l.head_dim).saturating_mul(tokens)
+        })
+        .fold(0u64, u64::saturating_add)
         .saturating_mul(batch)
         .saturating_mul(bytes)
 }
 
-/// The widest value a token of the forward produces (elements a token), and the residual width.
-fn widths(graph: &Graph) -> (u64, u64) {
+/// The vocabulary of a language model's logits: the last axis of the loss's input where the
+/// loss is a cross-entropy over tokens (None otherwise).
+fn vocabulary(graph: &Graph) -> Option<u64> {
+    let l = graph.loss_index()?;
+    if graph.nodes[l].op.name() != "cross_entropy" {
+        return None;
+    }
+    graph.input_shape(l, 0)?.0.last()?.as_fixed()
+}
+
+/// The widest value a token of the forward produces (elements a token; the logits, which
+/// the prefill makes for the last position only, left out), and the residual width.
+fn widths(graph: &Graph, vocab: Option<u64>) -> (u64, u64) {
     let mut widest = 0u64;
     let mut residual = 0u64;
     for n in &graph.nodes {
         let w = n.output.last().and_then(|d| d.as_fixed()).unwrap_or(0);
-        widest = widest.max(w);
+        if Some(w) != vocab {
+            widest = widest.max(w);
+        }
         if let Some(t) = n.op.family().table(&n.op) {
             residual = residual.max(t.embedding_dim);
         }
@@ -366,32 +525,74 @@ fn widths(graph: &Graph) -> (u64, u64) {
     (widest, residual)
 }
 
-/// Inference at `context` tokens for `batch` sequences, weights and activations in `bytes` an
-/// element: the cache, the weights and the prefill's transient, the widest op's input and
-/// output with the residual stream (`B x context x (2 x widest + residual) x bytes`; a formula).
-pub fn inference(graph: &Graph, batch: u64, context: u64, bytes: u64) -> Inference {
+/// Inference of `batch` sequences: a prefill over `prompt` tokens, caches at `context` tokens,
+/// weights and activations in `bytes` an element: the cache, the weights, the prefill's
+/// transient (the widest op's input and output with the residual stream,
+/// `B x prompt x (2 x widest + residual) x bytes`) and the last position's logits with
+/// `generate`'s float32 copy. A formula. `plan --inference --context N` takes the prompt as
+/// the whole context (the worst case). Refused ([`refusal`]) for a graph with no causal
+/// self-attention.
+pub fn inference(
+    graph: &Graph,
+    batch: u64,
+    prompt: u64,
+    context: u64,
+    bytes: u64,
+) -> Result<Inference, String> {
+    if let Some(why) = refusal(graph) {
+        return Err(why);
+    }
+    if let Some(most) = position_limit(graph).filter(|&m| context > m) {
+        return Err(format!(
+            "a context of {context} tokens is longer than graph `{}`'s learned position table ({most} positions): use --context {most} or less",
+            graph.name
+        ));
+    }
     let layers = cache_layers(graph);
     let kv = kv_cache_bytes(&layers, context, batch, bytes);
-    let (widest, residual) = widths(graph);
+    let vocab = vocabulary(graph);
+    let (widest, residual) = widths(graph, vocab);
     let prefill = batch
-        .saturating_mul(context)
+        .saturating_mul(prompt)
         .saturating_mul(2 * widest + residual)
         .saturating_mul(bytes);
+    let logits = vocab.map_or(0, |v| batch.saturating_mul(v).saturating_mul(bytes + 4));
     let weights = graph.parameters().saturating_mul(bytes);
-    Inference {
+    Ok(Inference {
+        prompt,
         context,
         batch,
         weight_bytes: weights,
         kv_cache_bytes: kv,
         prefill_bytes: prefill,
-        total_bytes: weights.saturating_add(kv).saturating_add(prefill),
+        logits_bytes: logits,
+        total_bytes: weights
+            .saturating_add(kv)
+            .saturating_add(prefill)
+            .saturating_add(logits),
         layers,
-    }
+    })
 }
 
-/// The longest context (up to 2^24) whose inference fits `room` bytes; None: not even 1.
+/// The learned position table's length, where the graph has one (gpt2, bert, opt): no context
+/// can be longer. None: rotary or relative positions, no table.
+pub fn position_limit(graph: &Graph) -> Option<u64> {
+    graph
+        .nodes
+        .iter()
+        .filter_map(|n| match n.op {
+            crate::ops::Op::LearnedPosition { num_positions, .. } => Some(num_positions),
+            _ => None,
+        })
+        .min()
+}
+
+/// The longest context (up to 2^24, the prompt the whole context) whose inference fits `room`
+/// bytes; None: not even 1 (or the graph is refused).
 pub fn longest_context(graph: &Graph, batch: u64, bytes: u64, room: f64) -> Option<u64> {
-    crate::plan::largest_fitting(1 << 24, |c| {
-        (inference(graph, batch, c, bytes).total_bytes as f64) <= room
+    refusal(graph).is_none().then_some(())?;
+    let most = position_limit(graph).unwrap_or(1 << 24).min(1 << 24);
+    crate::plan::largest_fitting(most, |c| {
+        inference(graph, batch, c, c, bytes).is_ok_and(|i| (i.total_bytes as f64) <= room)
     })
 }

@@ -450,29 +450,64 @@ pub fn check_combination(s: &Strategy) -> Result<(), String> {
 #[serde(rename_all = "kebab-case")]
 pub enum RowSpec {
     Training(Strategy),
-    /// `inference:prompt=P,decode=N`: no gradients; a prefill of P tokens, then N decode steps
-    /// appending to a K/V cache per attention layer.
+    /// `inference:prompt=P,decode=N`: the harness's protocol (`memcal-measure`): no gradients;
+    /// a prefill of P tokens, then N decode steps appending to a K/V cache per attention layer
+    /// allocated for P + N tokens at the prefill.
     Inference {
         prompt: u64,
         decode: u64,
     },
+    /// `generate:prompt=P,new=N,cache=dynamic|static`: transformers' `model.generate` (greedy,
+    /// `max_new_tokens=N`) over a prompt of P tokens, with its `DynamicCache` (grown by
+    /// concatenation) or a `StaticCache` (allocated for P + N tokens up front).
+    Generate {
+        prompt: u64,
+        new: u64,
+        cache: CacheImpl,
+    },
+}
+
+/// transformers' cache implementation in a `generate` row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CacheImpl {
+    Dynamic,
+    Static,
+}
+
+impl CacheImpl {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CacheImpl::Dynamic => "dynamic",
+            CacheImpl::Static => "static",
+        }
+    }
 }
 
 impl RowSpec {
-    /// The kinds a training spec has (empty for inference).
+    /// The canonical spec text.
     pub fn label(&self) -> String {
         match self {
             RowSpec::Training(s) => s.spec(),
             RowSpec::Inference { prompt, decode } => {
                 format!("inference:prompt={prompt},decode={decode}")
             }
+            RowSpec::Generate { prompt, new, cache } => {
+                format!(
+                    "generate:prompt={prompt},new={new},cache={}",
+                    cache.as_str()
+                )
+            }
         }
     }
 }
 
-/// Parses a row's `strategy` field (the spec grammar of [`parse`], or
-/// `inference:prompt=P,decode=N`).
+/// Parses a row's `strategy` field (the spec grammar of [`parse`],
+/// `inference:prompt=P,decode=N` or `generate:prompt=P,new=N,cache=dynamic|static`).
 pub fn parse_row_spec(spec: &str) -> Result<RowSpec, String> {
+    if let Some(args) = spec.strip_prefix("generate:") {
+        return parse_generate(spec, args);
+    }
     let Some(args) = spec.strip_prefix("inference:") else {
         if spec == "plain" {
             return Err("`plain` is no strategy: leave the field out for plain training".into());
@@ -500,5 +535,39 @@ pub fn parse_row_spec(spec: &str) -> Result<RowSpec, String> {
     match (prompt, decode) {
         (Some(prompt), Some(decode)) => Ok(RowSpec::Inference { prompt, decode }),
         _ => Err(format!("`{spec}`: needs prompt=P and decode=N")),
+    }
+}
+
+fn parse_generate(spec: &str, args: &str) -> Result<RowSpec, String> {
+    const GRAMMAR: &str = "generate:prompt=P,new=N,cache=dynamic|static";
+    let (mut prompt, mut new, mut cache) = (None, None, None);
+    for item in args.split(',') {
+        let (k, v) = item
+            .split_once('=')
+            .ok_or_else(|| format!("`{spec}`: `{item}` is not NAME=VALUE ({GRAMMAR})"))?;
+        let whole = |v: &str| -> Result<u64, String> {
+            v.parse::<u64>()
+                .ok()
+                .filter(|&n| n >= 1)
+                .ok_or_else(|| format!("`{spec}`: {k}={v} is not a whole number of at least 1"))
+        };
+        match k {
+            "prompt" if prompt.is_none() => prompt = Some(whole(v)?),
+            "new" if new.is_none() => new = Some(whole(v)?),
+            "cache" if cache.is_none() => {
+                cache = Some(match v {
+                    "dynamic" => CacheImpl::Dynamic,
+                    "static" => CacheImpl::Static,
+                    _ => return Err(format!("`{spec}`: cache={v}: expected dynamic or static")),
+                })
+            }
+            _ => return Err(format!(
+                "`{spec}`: `{item}`: expected prompt=P, new=N and cache=..., once each ({GRAMMAR})"
+            )),
+        }
+    }
+    match (prompt, new, cache) {
+        (Some(prompt), Some(new), Some(cache)) => Ok(RowSpec::Generate { prompt, new, cache }),
+        _ => Err(format!("`{spec}`: needs prompt, new and cache ({GRAMMAR})")),
     }
 }

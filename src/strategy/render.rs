@@ -1,6 +1,6 @@
 //! Text rendering of strategy plans, recommendations and inference plans (formatting only).
 
-use super::memory::Inference;
+use super::memory::{CacheLength, Inference};
 use super::planner::{Base, Recommendation, StrategyPlan, COST_ORDER};
 use crate::factors::Card;
 use crate::format::count;
@@ -171,11 +171,30 @@ pub fn render_inference(
         inf.batch, inf.context
     );
     let _ = writeln!(s, "weights     {}", both(inf.weight_bytes as f64));
+    let growing = inf
+        .layers
+        .iter()
+        .filter(|l| l.length == CacheLength::Context)
+        .count();
+    let fixed: Vec<u64> = inf
+        .layers
+        .iter()
+        .filter_map(|l| match l.length {
+            CacheLength::Fixed(t) => Some(t),
+            CacheLength::Context => None,
+        })
+        .collect();
+    let cross = match (fixed.len(), fixed.iter().min(), fixed.iter().max()) {
+        (0, ..) => String::new(),
+        (n, Some(lo), Some(hi)) if lo == hi => {
+            format!(", and {n} cross-attention layers fixed at the encoder's {lo} tokens")
+        }
+        (n, ..) => format!(", and {n} cross-attention layers fixed at the encoder's length"),
+    };
     let _ = writeln!(
         s,
-        "KV cache    {}  (Σ over {} attention layers of tensors x kv_heads x head_dim x context x batch x bytes; GQA-aware)",
+        "KV cache    {}  ({growing} causal self-attention layers growing with the context{cross}: tensors x kv_heads x head_dim x tokens x batch x bytes; GQA-aware)",
         both(inf.kv_cache_bytes as f64),
-        inf.layers.len()
     );
     if let Some(l) = inf.layers.first() {
         let _ = writeln!(
@@ -186,8 +205,14 @@ pub fn render_inference(
     }
     let _ = writeln!(
         s,
-        "prefill     {}  (batch x context x (2 x widest op + residual) x bytes)",
-        both(inf.prefill_bytes as f64)
+        "prefill     {}  (batch x prompt {} x (2 x widest op + residual) x bytes; the logits left out)",
+        both(inf.prefill_bytes as f64),
+        inf.prompt
+    );
+    let _ = writeln!(
+        s,
+        "logits      {}  (the last position only, as generate and the serving engines compute them: batch x vocab x bytes, and generate's float32 copy)",
+        both(inf.logits_bytes as f64)
     );
     let _ = writeln!(
         s,
