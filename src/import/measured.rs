@@ -142,6 +142,11 @@ pub fn graphs(models_dir: &Path) -> Result<Vec<GraphFile>> {
 
 /// One entry's graph.
 pub fn graph(models_dir: &Path, e: &Entry) -> Result<GraphFile> {
+    graph_with(models_dir, e, false)
+}
+
+/// One entry's graph, its sequence length the axis `"T"` where `seq_axis`.
+fn graph_with(models_dir: &Path, e: &Entry, seq_axis: bool) -> Result<GraphFile> {
     let path = models_dir.join(&e.model).join("config.json");
     let mut map = super::read_config(&path)?;
     let reduce = e.reduce.clone().unwrap_or_default();
@@ -151,6 +156,7 @@ pub fn graph(models_dir: &Path, e: &Entry) -> Result<GraphFile> {
     let options = Options {
         seq: e.seq,
         name: e.graph.clone(),
+        seq_axis,
         ..Default::default()
     };
     let imported = super::hf_fields(&path, &map, &options)?;
@@ -164,4 +170,142 @@ pub fn graph(models_dir: &Path, e: &Entry) -> Result<GraphFile> {
     };
     graph.description = Some(format!("{from} {}", graph.description.unwrap_or_default()));
     Ok(graph)
+}
+
+/// The models measured generating text (`data/models/generate.json`, format
+/// `memcal-generate-models/1`; `python3 -m memcal_export.generate` measures them): each entry's
+/// graph is imported with the sequence axis `"T"`, so the prefill and every decode step are
+/// planned from one graph at their lengths.
+pub mod generate {
+    use super::*;
+
+    /// The format tag of `generate.json`.
+    pub const FORMAT: &str = "memcal-generate-models/1";
+
+    /// The file's name under the models folder.
+    pub const FILE: &str = "generate.json";
+
+    #[derive(Debug, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Spec {
+        format: String,
+        #[allow(dead_code)]
+        about: Option<String>,
+        models: Vec<Entry>,
+    }
+
+    /// One model measured generating: its config, reduced, and the cases the campaign runs.
+    #[derive(Debug, Clone, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    pub struct Entry {
+        pub graph: String,
+        pub model: String,
+        #[serde(default)]
+        pub reduce: Option<Map<String, Value>>,
+        pub batches: Vec<u64>,
+        /// Prompt lengths in tokens.
+        pub prompts: Vec<u64>,
+        /// `max_new_tokens` values.
+        pub new: Vec<u64>,
+        /// `dynamic` and/or `static`.
+        pub caches: Vec<String>,
+    }
+
+    /// The entries of `models_dir/generate.json`, checked; none without the file.
+    pub fn entries(models_dir: &Path) -> Result<Vec<Entry>> {
+        let path = models_dir.join(FILE);
+        let bytes = match std::fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(source) => return Err(Error::Io { path, source }),
+        };
+        let spec: Spec = serde_json::from_slice(&bytes).map_err(|e| Error::Parse {
+            path: path.clone(),
+            what: "generating models",
+            message: format!("{e} (the format is described in data/models/README.md)"),
+        })?;
+        if spec.format != FORMAT {
+            return Err(Error::field(
+                &path,
+                "format",
+                format!("is `{}`; must be `{FORMAT}`", spec.format),
+            ));
+        }
+        let mut names = BTreeSet::new();
+        for (k, e) in spec.models.iter().enumerate() {
+            let at = |f: &str| format!("models[{k}].{f}");
+            let plain = |s: &str| {
+                !s.is_empty()
+                    && s.chars()
+                        .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+                    && !s.starts_with('.')
+            };
+            if !plain(&e.graph) || !names.insert(e.graph.clone()) {
+                return Err(Error::field(
+                    &path,
+                    &at("graph"),
+                    format!("`{}` is not a plain file name named once", e.graph),
+                ));
+            }
+            if !plain(&e.model) || !models_dir.join(&e.model).join("config.json").is_file() {
+                return Err(Error::field(
+                    &path,
+                    &at("model"),
+                    format!(
+                        "no config at {}",
+                        models_dir.join(&e.model).join("config.json").display()
+                    ),
+                ));
+            }
+            for (field, v) in [
+                ("batches", &e.batches),
+                ("prompts", &e.prompts),
+                ("new", &e.new),
+            ] {
+                if v.is_empty() || v.contains(&0) {
+                    return Err(Error::field(
+                        &path,
+                        &at(field),
+                        "must list positive numbers",
+                    ));
+                }
+            }
+            if e.caches.is_empty()
+                || e.caches
+                    .iter()
+                    .any(|c| !matches!(c.as_str(), "dynamic" | "static"))
+            {
+                return Err(Error::field(
+                    &path,
+                    &at("caches"),
+                    "must list `dynamic` and/or `static`",
+                ));
+            }
+        }
+        Ok(spec.models)
+    }
+
+    /// Every entry's graph, imported with the sequence axis `"T"`.
+    pub fn graphs(models_dir: &Path) -> Result<Vec<GraphFile>> {
+        entries(models_dir)?
+            .iter()
+            .map(|e| {
+                let mut m = super::Entry {
+                    graph: e.graph.clone(),
+                    model: e.model.clone(),
+                    seq: None,
+                    batches: e.batches.clone(),
+                    reduce: e.reduce.clone(),
+                    device: None,
+                };
+                // A type whose graph holds tensors sized by the sequence (rotary tables drawn as
+                // constants) takes no axis: drawn at the longest prompt instead (its
+                // description says the length).
+                super::graph_with(models_dir, &m, true).or_else(|_| {
+                    m.seq = e.prompts.iter().max().copied();
+                    super::graph_with(models_dir, &m, false)
+                })
+            })
+            .collect()
+    }
 }

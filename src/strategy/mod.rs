@@ -561,9 +561,11 @@ fn parse_generate(spec: &str, args: &str) -> Result<RowSpec, String> {
                     _ => return Err(format!("`{spec}`: cache={v}: expected dynamic or static")),
                 })
             }
-            _ => return Err(format!(
+            _ => {
+                return Err(format!(
                 "`{spec}`: `{item}`: expected prompt=P, new=N and cache=..., once each ({GRAMMAR})"
-            )),
+            ))
+            }
         }
     }
     match (prompt, new, cache) {

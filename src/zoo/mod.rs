@@ -200,10 +200,19 @@ pub fn write(dir: &Path, graphs: &[GraphFile]) -> Result<Vec<PathBuf>> {
 pub fn data_graphs(models_dir: &Path) -> Result<Vec<GraphFile>> {
     let mut graphs = all();
     let measured = crate::import::measured::graphs(models_dir)?;
-    for g in &measured {
+    let generating = crate::import::measured::generate::graphs(models_dir)?;
+    for (g, file) in measured
+        .iter()
+        .map(|g| (g, crate::import::measured::FILE))
+        .chain(
+            generating
+                .iter()
+                .map(|g| (g, crate::import::measured::generate::FILE)),
+        )
+    {
         if graphs.iter().any(|z| z.name == g.name) {
             return Err(Error::field(
-                &models_dir.join(crate::import::measured::FILE),
+                &models_dir.join(file),
                 "graph",
                 format!(
                     "`{}` is a zoo graph's name; name the real model otherwise (e.g. hf-{})",
@@ -213,6 +222,19 @@ pub fn data_graphs(models_dir: &Path) -> Result<Vec<GraphFile>> {
         }
     }
     graphs.extend(measured);
+    for g in generating {
+        if graphs.iter().any(|z| z.name == g.name) {
+            return Err(Error::field(
+                &models_dir.join(crate::import::measured::generate::FILE),
+                "graph",
+                format!(
+                    "`{}` is named twice (also in measured.json or the zoo)",
+                    g.name
+                ),
+            ));
+        }
+        graphs.push(g);
+    }
     graphs.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(graphs)
 }
