@@ -186,6 +186,10 @@ pub struct Graph {
     /// Where it was loaded from, if anywhere.
     #[serde(skip)]
     pub path: Option<PathBuf>,
+    /// A file with the sequence axis `"T"`, kept so that [`Graph::at_seq`] binds it again at
+    /// another length (a prompt, a decode step).
+    #[serde(skip)]
+    pub file_with_axis: Option<std::sync::Arc<GraphFile>>,
     /// Every value's name (inputs and nodes) to where it is, so that [`Graph::shape_of`] is a
     /// lookup rather than a scan (a scan per node made a 200,000-node graph quadratic). Made
     /// at the first lookup by name: planning a graph needs none.
@@ -470,6 +474,7 @@ impl Graph {
                 .iter()
                 .any(|d| matches!(d, FileDim::Symbol(s) if s == "T"))
         });
+        let file_with_axis = has_seq.then(|| std::sync::Arc::new(file.clone()));
         let n_inputs = inputs.len();
         let resolved = resolve(&file, n_inputs, path)?;
         let order = topological_order(&file, &resolved, n_inputs, path)?;
@@ -596,7 +601,29 @@ impl Graph {
             sha256: String::new(),
             sha256_without_notes: None,
             path: None,
+            file_with_axis,
         })
+    }
+
+    /// The same graph with its sequence axis `"T"` at `seq` tokens (its hashes and path kept);
+    /// an error for a graph of fixed lengths.
+    pub fn at_seq(&self, seq: u64) -> Result<Graph> {
+        let path = self
+            .path
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(&self.name));
+        let Some(file) = &self.file_with_axis else {
+            return Err(Error::Invalid(format!(
+                "{}: graph `{}` has no sequence axis \"T\" to bind at {seq} tokens",
+                path.display(),
+                self.name
+            )));
+        };
+        let mut g = Graph::check_owned_at(GraphFile::clone(file), &path, Some(seq))?;
+        g.sha256 = self.sha256.clone();
+        g.sha256_without_notes = self.sha256_without_notes.clone();
+        g.path = self.path.clone();
+        Ok(g)
     }
 
     /// Trainable parameters, a tied weight counted once (as the check summed them, for a graph
@@ -1220,7 +1247,9 @@ pub fn load_dir(dir: &Path) -> Result<Vec<Graph>> {
     paths.sort();
     let mut graphs = Vec::with_capacity(paths.len());
     for p in paths {
-        let g = Graph::load(&p)?;
+        // A graph with the sequence axis "T" (the generate campaign's) is bound at 1 token
+        // here; whoever plans it binds it at its own length ([`Graph::at_seq`]).
+        let g = Graph::load_at(&p, Some(1))?;
         let stem = p.file_stem().and_then(|s| s.to_str()).unwrap_or_default();
         if stem != g.name {
             return Err(Error::field(

@@ -634,6 +634,14 @@ fn join<'g>(
         batch: row.batch,
         status: row.status,
         measured_bytes: row.peak.as_ref().map(|p| p.allocated_bytes),
+        after_load_bytes: row.peak.as_ref().and_then(|_| {
+            row.phases
+                .peaks
+                .iter()
+                .filter(|(n, _)| n != "model_load")
+                .filter_map(|(_, v)| *v)
+                .max()
+        }),
         measured_reserved_bytes: row.peak.map(|p| p.reserved_bytes),
         capacity_bytes: row
             .device

@@ -82,6 +82,11 @@ pub struct Row {
     pub measured_bytes: Option<u64>,
     /// Measured peak reserved bytes (completed runs only; equal to allocated on CPU).
     pub measured_reserved_bytes: Option<u64>,
+    /// The highest allocated peak of the phases after `model_load` (completed runs with
+    /// phases): what running a loaded model holds. A `generate` row is compared on it, since
+    /// building a model with random weights (`from_config`) allocates what loading a
+    /// checkpoint does not (a tied head before it is tied).
+    pub after_load_bytes: Option<u64>,
     /// The capacity the run ran under: the emulated capacity if any, else the device's.
     pub capacity_bytes: u64,
     /// The device's own capacity (`device.capacity_bytes`), capped or not.

@@ -122,6 +122,7 @@ pub fn row(
         floor_bytes: 0,
         simulated_reserved_bytes: None,
         measured_reserved_bytes: None,
+        after_load_bytes: None,
         device: "synthetic".into(),
         device_kind: "cpu".into(),
         harness_version: "synthetic".into(),

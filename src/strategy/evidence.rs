@@ -201,6 +201,15 @@ fn predict(
                 .map(|i| i.total_bytes)
         }
         RowSpec::Generate { prompt, new, .. } => {
+            // A graph with the sequence axis, at the prompt (an encoder-decoder's cross-attention
+            // cache is the encoder's length).
+            let at;
+            let g = if g.file_with_axis.is_some() {
+                at = g.at_seq(*prompt).ok()?;
+                &at
+            } else {
+                g
+            };
             memory::inference(g, batch, *prompt, prompt + new, 4)
                 .ok()
                 .map(|i| i.total_bytes)
@@ -233,7 +242,11 @@ fn simulate_row(
 pub fn evidence(ds: &Dataset, data_dir: &Path) -> Evidence {
     // `evidence_with` asks for each graph once.
     evidence_with(ds, &mut |name: &str| {
-        Graph::load(&data_dir.join("graphs").join(format!("{name}.json"))).ok()
+        Graph::load_at(
+            &data_dir.join("graphs").join(format!("{name}.json")),
+            Some(1),
+        )
+        .ok()
     })
 }
 
@@ -280,7 +293,11 @@ fn evidence_with(ds: &Dataset, graph_of: &mut dyn FnMut(&str) -> Option<Graph>) 
                 RowSpec::Generate { .. } => "measured on CPU (transformers' generate)",
                 _ => "measured on CPU",
             },
-            measured_bytes: r.measured_bytes,
+            // A generate row: the peak of generating, the model loaded (see `after_load_bytes`).
+            measured_bytes: match spec {
+                RowSpec::Generate { .. } => r.after_load_bytes,
+                _ => r.measured_bytes,
+            },
             predicted_bytes: predicted,
             plain_simulated_bytes: r.simulated_bytes,
             simulated_bytes: g
