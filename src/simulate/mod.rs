@@ -16,6 +16,7 @@
 pub mod allocator;
 pub mod cuda;
 pub mod device;
+pub mod generate;
 pub mod generic;
 pub mod generic_overrides;
 pub mod lowrank;

@@ -231,7 +231,12 @@ fn simulate_row(
     spec: &RowSpec,
 ) -> Option<u64> {
     match spec {
-        RowSpec::Inference { .. } | RowSpec::Generate { .. } => None,
+        RowSpec::Inference { .. } => None,
+        RowSpec::Generate { prompt, new, cache } => {
+            crate::simulate::generate::simulate_generate(g, batch, *prompt, *new, *cache)
+                .ok()
+                .map(|s| s.peak_bytes)
+        }
         RowSpec::Training(s) => crate::simulate::simulate_strategy(g, batch, precision, s, false)
             .ok()
             .map(|sim| sim.peak_bytes),
