@@ -254,9 +254,10 @@ fn head_vocab(graph: &Graph) -> Option<(Vec<String>, u64)> {
 /// argument of a module call lives until the call returns (the caller's variable and the
 /// callee's parameter hold it), so a value made outside a module and read inside it lives until
 /// the module's last node (`layers0.post_attention_norm` through `layers0.mlp.down_proj`; a
-/// block's input through the whole block); a value made at the top level of the model's
-/// forward (`inputs_embeds`, the final norm's output) is a local of that forward and lives until
-/// it returns. Node ids name modules by their dotted prefixes.
+/// block's input through the whole block); the token embeddings (`inputs_embeds`, a local of
+/// the model's forward never rebound) and the last hidden state (held by the model's output
+/// while the head runs) live until the forward returns. Node ids name modules by their dotted
+/// prefixes.
 fn python_scope_last_use(graph: &Graph, values: &rules::Values, last_use: &[usize]) -> Vec<usize> {
     let n = graph.nodes.len();
     let path = |k: usize| -> Vec<&str> {
@@ -290,9 +291,27 @@ fn python_scope_last_use(graph: &Graph, values: &rules::Values, last_use: &[usiz
             }
         }
     }
+    // `inputs_embeds = self.embed_tokens(input_ids)`: a local of the model's forward, never
+    // rebound (each layer rebinds `hidden_states` instead); and the last hidden state, which the
+    // model's output holds while the head runs.
+    let head_input = head_vocab(graph).and_then(|(chain, _)| {
+        let k = graph
+            .nodes
+            .iter()
+            .position(|n| Some(&n.id) == chain.last())?;
+        values.args(k).first().map(|&v| v as usize)
+    });
     for k in 0..n {
-        if !graph.nodes[k].id.contains('.') && out[values.node_value(k)] != usize::MAX {
-            out[values.node_value(k)] = n;
+        let node = &graph.nodes[k];
+        let embeds = !node.id.contains('.')
+            && matches!(node.op, crate::ops::Op::Embedding { .. })
+            && values
+                .args(k)
+                .iter()
+                .all(|&v| values.as_node(v as usize).is_none());
+        let v = values.node_value(k);
+        if (embeds || Some(v) == head_input) && out[v] != usize::MAX {
+            out[v] = n;
         }
     }
     out
@@ -312,6 +331,50 @@ fn rotary_bytes(graph: &Graph, batch: u64, tokens: u64) -> u64 {
         _ => None,
     });
     dims.map_or(0, |d| 2 * batch * tokens * d * 4)
+}
+
+/// transformers' rotary attention under no_grad (`LlamaAttention.forward` and its copies in
+/// Mistral, Mixtral, Qwen2/3, Gemma, OLMo, Phi-3): q, k and v projected; `apply_rotary_pos_emb`
+/// computes `(q * cos) + (rotate_half(q) * sin)`, whose highest point holds q, k, v and three
+/// q-sized temporaries (`q * cos`, `rotate_half(q)`, its product with `sin`; `rotate_half`'s
+/// `-x2` is half of one and gone by then), then the same for k; the cache's update copies k and
+/// v (the caches, already in the level: allocated before the op by the rule set); sdpa's
+/// output (q-sized) and its float32 logsumexp beside q; then `o_proj`. Returns the highest of
+/// these stages over the level before the op (which holds the caches), where the op is such an
+/// attention. `cached`: the op's caches are in that level.
+fn rope_attention_peak(op: &crate::ops::Op, batch: u64, tokens: u64, cached: bool) -> Option<u64> {
+    let crate::ops::Op::GqaAttention {
+        embed_dim,
+        num_heads,
+        num_kv_heads,
+        head_dim,
+        qk_norm,
+        ..
+    } = *op
+    else {
+        return None;
+    };
+    let rows = batch * tokens;
+    let q = rows * num_heads * head_dim * 4;
+    let k = rows * num_kv_heads * head_dim * 4;
+    let caches = if cached { 2 * k } else { 0 };
+    // q_norm's own temporaries (the projection, x^2 and x*rstd) come before the rotation.
+    let norm = if qk_norm { 3 * q } else { 0 };
+    let rope_q = (4 * q + 2 * k).max(norm + 2 * k);
+    let rope_k = 2 * q + 4 * k + k;
+    let update = q + 2 * k + caches;
+    let lse = batch * num_heads * tokens * 4;
+    let sdpa = q + q + lse + caches;
+    let y = rows * embed_dim * 4;
+    let out = q + y + caches;
+    Some(
+        rope_q
+            .max(rope_k)
+            .max(update)
+            .saturating_sub(caches)
+            .max(sdpa.saturating_sub(caches))
+            .max(out.saturating_sub(caches)),
+    )
 }
 
 /// What passes from the prefill to the decode steps.
@@ -442,6 +505,17 @@ impl Sim<'_> {
                 replaced = at_cache(&mut self.mem, &mut self.rec, *per_token, *tensors);
             }
             let mut rule = rules_all[self.rule_of[k] as usize].clone();
+            if let Some(peak) = rope_attention_peak(
+                &graph.nodes[k].op,
+                job.batch,
+                tokens,
+                job.layers.iter().any(|(l, ..)| l == id),
+            ) {
+                rule.saved.clear();
+                rule.forward_transient = 0;
+                rule.forward_transient_no_grad = Some(0);
+                rule.forward_peak = Some(peak);
+            }
             let in_head = head.is_some_and(|h| h.contains(id));
             if in_head && tokens > 1 {
                 if let Output::New(b) = rule.output {
