@@ -377,6 +377,38 @@ fn rope_attention_peak(op: &crate::ops::Op, batch: u64, tokens: u64, cached: boo
     )
 }
 
+/// transformers 5's sparse MoE block under no_grad (`MixtralSparseMoeBlock.forward`, the
+/// router `MixtralTopKRouter.forward` and `grouped_mm_experts_forward` in
+/// `integrations/moe.py`), over N tokens, S = N x top_k routed rows: the router's logits
+/// (`_`, kept to the block's return), top-k weights and indices; then, each row's live set
+/// beside the sorted ids, the permutation, the routed weights and histc's float input (24
+/// bytes a row): the gathered input `[S, D]` with the gate-up output `[S, 2I]`, `act(gate)` and
+/// its product with `up`; the down projection `[S, D]` beside the product; `proj_out * w` and
+/// its reordering (`weighted_out[inv_perm]`) beside the gathered input and the down output;
+/// the per-token sum `[N, D]`. Returns the highest over the level before the op.
+fn grouped_moe_peak(op: &crate::ops::Op, batch: u64, tokens: u64) -> Option<u64> {
+    let crate::ops::Op::Moe {
+        dim: d,
+        hidden: i,
+        num_experts: e,
+        top_k: k,
+        grouped: true,
+        ..
+    } = *op
+    else {
+        return None;
+    };
+    let n = batch * tokens;
+    let s = n * k;
+    let router = n * e * 4 + n * k * (4 + 8);
+    let rows = s * 24;
+    let gate = s * (d + 4 * i) * 4;
+    let down = s * (2 * d + i) * 4;
+    let reorder = s * 4 * d * 4 + s * 16;
+    let sum = s * 3 * d * 4 + n * d * 4;
+    Some(router + rows + gate.max(down).max(reorder).max(sum))
+}
+
 /// What passes from the prefill to the decode steps.
 struct State {
     /// Per cache layer: the bytes of each tensor now.
@@ -505,6 +537,12 @@ impl Sim<'_> {
                 replaced = at_cache(&mut self.mem, &mut self.rec, *per_token, *tensors);
             }
             let mut rule = rules_all[self.rule_of[k] as usize].clone();
+            if let Some(peak) = grouped_moe_peak(&graph.nodes[k].op, job.batch, tokens) {
+                rule.saved.clear();
+                rule.forward_transient = 0;
+                rule.forward_transient_no_grad = Some(0);
+                rule.forward_peak = Some(peak);
+            }
             if let Some(peak) = rope_attention_peak(
                 &graph.nodes[k].op,
                 job.batch,
