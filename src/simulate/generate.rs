@@ -273,6 +273,8 @@ fn python_scope_last_use(graph: &Graph, values: &rules::Values, last_use: &[usiz
         for i in 1..=parts.len() {
             end_of.insert(parts[..i].join("."), k);
         }
+        // A node named like a module (`h0.mlp.gelu` after `h0.mlp.gelu.tanh`) is its last op.
+        end_of.insert(graph.nodes[k].id.clone(), k);
     }
     let mut out = last_use.to_vec();
     for c in 0..n {
