@@ -73,6 +73,28 @@ pub struct Args {
     /// Context length (prompt plus generated tokens) for --inference.
     #[arg(long, requires = "inference")]
     context: Option<u64>,
+    /// With --inference: the prompt's tokens (default: the whole context, the worst case of a
+    /// prefill); the rest of the context is generated. The graph is planned at this length
+    /// (a graph with the sequence axis "T" needs no --seq).
+    #[arg(long, requires = "inference")]
+    prompt: Option<u64>,
+    /// With --inference: transformers' cache, `dynamic` (DynamicCache, grown by
+    /// concatenation: the default) or `static` (StaticCache, allocated for the whole context
+    /// up front). Used by the simulator's generate rule set.
+    #[arg(long, requires = "inference", default_value = "dynamic")]
+    cache: CacheArg,
+    /// With --inference: a serving engine's KV budget per card by its documented arithmetic
+    /// (vllm: card x --fraction - weights - activation peak - non-torch memory; sglang: card x
+    /// --fraction - weights; trtllm: --fraction x the memory free after the engine loads),
+    /// the KV tokens it gives, the sequences of --context tokens that fit at once and the
+    /// longest context of one sequence. docs/strategies.md names each term's source.
+    #[arg(long, requires = "inference")]
+    serve: Option<memcal::strategy::serve::Engine>,
+    /// With --serve: the engine's fraction flag (vLLM's --gpu-memory-utilization, default
+    /// 0.9; SGLang's --mem-fraction-static, no default: SGLang picks one by the GPU; TensorRT-LLM's
+    /// free_gpu_memory_fraction, default 0.9), in (0, 1].
+    #[arg(long, requires = "serve")]
+    fraction: Option<f64>,
     /// The CUDA caching allocator's settings the simulator's reserved peak is replayed under,
     /// as PYTORCH_CUDA_ALLOC_CONF writes them: comma-separated `expandable_segments:True|False`,
     /// `max_split_size_mb:N` (N >= 20), `max_non_split_rounding_mb:N` (N >= 20),
@@ -83,6 +105,13 @@ pub struct Args {
     /// (`roundup_power2_divisions`, `backend:cudaMallocAsync`) exits 2.
     #[arg(long, value_name = "STRING")]
     allocator_settings: Option<String>,
+}
+
+/// `--cache`.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum CacheArg {
+    Dynamic,
+    Static,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -101,6 +130,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         recommend,
         inference,
         context,
+        prompt,
+        cache,
+        serve,
+        fraction,
         allocator_settings,
     } = args;
     if batch == 0 {
@@ -120,6 +153,39 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if context == Some(0) {
         return Err(memcal::Error::Invalid("--context must be at least 1".into()).into());
     }
+    if let (Some(p), Some(c)) = (prompt, context) {
+        if p == 0 || p > c {
+            return Err(memcal::Error::Invalid(format!(
+                "--prompt {p}: must be at least 1 and at most --context ({c})"
+            ))
+            .into());
+        }
+    }
+    if inference && seq.is_some() {
+        return Err(memcal::Error::Invalid(
+            "--seq does not apply with --inference: give the prompt's length with --prompt (default: the whole --context)".into(),
+        )
+        .into());
+    }
+    let fraction = match (serve, fraction) {
+        (Some(e), None) => Some(e.default_fraction().ok_or_else(|| {
+            memcal::Error::Invalid(format!(
+                "--serve {}: give --fraction ({}'s {} has no fixed default: it is chosen by the GPU's memory)",
+                e.name().to_lowercase(),
+                e.name(),
+                e.flag()
+            ))
+        })?),
+        (_, Some(x)) if !(x > 0.0 && x <= 1.0) => {
+            return Err(memcal::Error::Invalid(format!(
+                "--fraction {x}: must be in (0, 1] (the engine's share of the card)"
+            ))
+            .into())
+        }
+        (_, x) => x,
+    };
+    // An inference plan binds a graph with the sequence axis at the prompt.
+    let bind = seq.or(inference.then(|| prompt.or(context)).flatten());
     let settings = match &allocator_settings {
         Some(conf) => memcal::simulate::AllocatorSettings::parse(conf)
             .map_err(|m| memcal::Error::Invalid(format!("--allocator-settings `{conf}`: {m}")))?,
@@ -130,7 +196,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             .unwrap_or_else(|| PathBuf::from("data"))
             .join("factors.json")
     });
-    let (g, f, evidence, strategy_evidence) = load(&graph, seq, &factors, data)?;
+    let (g, f, evidence, strategy_evidence) = load(&graph, bind, &factors, data)?;
     if let (Some(n), None) = (seq, g.seq) {
         return Err(memcal::Error::Invalid(format!(
             "{}: --seq {n}: the graph's inputs have no sequence axis \"T\" (their lengths are fixed); \
@@ -181,6 +247,23 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         strategy,
         recommend,
         context: context.filter(|_| inference),
+        prompt,
+        cache: match cache {
+            CacheArg::Dynamic => memcal::strategy::CacheImpl::Dynamic,
+            CacheArg::Static => memcal::strategy::CacheImpl::Static,
+        },
+        serve: serve.zip(fraction),
+        // A serving engine takes its fraction of what CUDA reports (vLLM's total_gpu_memory),
+        // not of the planner's usable bytes.
+        serve_cards: cards
+            .seed
+            .iter()
+            .cloned()
+            .chain(cards.real.iter().map(|r| memcal::factors::Card {
+                name: r.name.clone(),
+                bytes: r.reported_bytes,
+            }))
+            .collect(),
         json,
     };
     if job.strategy.is_some() || job.recommend || job.context.is_some() {
@@ -247,6 +330,11 @@ struct StrategyJob {
     strategy: Option<memcal::strategy::Strategy>,
     recommend: bool,
     context: Option<u64>,
+    prompt: Option<u64>,
+    cache: memcal::strategy::CacheImpl,
+    serve: Option<(memcal::strategy::serve::Engine, f64)>,
+    /// The cards at the memory CUDA reports, for `--serve`.
+    serve_cards: Vec<memcal::factors::Card>,
     json: bool,
 }
 
@@ -262,38 +350,7 @@ fn strategies(
     use memcal::strategy::{planner, render};
     let base = planner::base(g, p);
     let (text, value) = if let Some(context) = job.context {
-        let bytes = p.precision.activation_bytes();
-        // The worst case of a context: a prompt that fills it, all prefilled at once.
-        let inf = memcal::strategy::memory::inference(g, p.batch, context, context, bytes)
-            .map_err(|why| memcal::Error::Invalid(format!("--inference: {why}")))?;
-        let h = 1.0 + f.headroom;
-        let per_card: Vec<_> = cards
-            .iter()
-            .map(|c| {
-                let room = c.bytes as f64 / h;
-                let longest = memcal::strategy::memory::longest_context(g, p.batch, bytes, room);
-                (
-                    c.clone(),
-                    longest,
-                    inf.total_bytes as f64 * h <= c.bytes as f64,
-                )
-            })
-            .collect();
-        let cards_json: Vec<_> = per_card
-            .iter()
-            .map(|(c, l, fits)| serde_json::json!({"card": c, "fits": fits, "longest_context": l}))
-            .collect();
-        (
-            render::render_inference(&g.name, &inf, &per_card, bytes),
-            serde_json::json!({
-                "format": planner::STRATEGY_PLAN_FORMAT,
-                "mode": "inference",
-                "graph": g.name,
-                "evidence": "formula, not measured",
-                "inference": inf,
-                "cards": cards_json,
-            }),
-        )
+        inference_plan(g, p, f, cards, backing, job, context)?
     } else if job.recommend {
         let recs = planner::recommend(&base, cards, backing, f.bound_floor_bytes);
         (
@@ -374,4 +431,128 @@ fn load(
         let (evidence, strategies) = evidence?;
         Ok((g?, f?, evidence, strategies))
     })
+}
+
+/// `plan --inference`: the formula's terms, the simulator's generate rule set where it applies
+/// (fp32: the precision its rows were measured in), the verdict per card by the deciding
+/// figure, and the serving engine's budget with `--serve`.
+fn inference_plan(
+    g: &Graph,
+    p: &memcal::plan::Plan,
+    f: &FactorsFile,
+    cards: &[memcal::factors::Card],
+    backing: &memcal::strategy::planner::Backing,
+    job: &StrategyJob,
+    context: u64,
+) -> anyhow::Result<(String, serde_json::Value)> {
+    use memcal::strategy::{memory, render, serve};
+    let bytes = p.precision.activation_bytes();
+    let prompt = job.prompt.unwrap_or(context);
+    let inf = memory::inference(g, p.batch, prompt, context, bytes)
+        .map_err(|why| memcal::Error::Invalid(format!("--inference: {why}")))?;
+    // The simulator's rule set was derived and measured in fp32 on the CPU.
+    let simulated = (p.precision == Precision::Fp32)
+        .then(|| {
+            memcal::simulate::generate::simulate_generate(
+                g,
+                p.batch,
+                prompt,
+                (context - prompt).max(1),
+                job.cache,
+            )
+        })
+        .map(|r| r.map_err(|why| why.to_string()));
+    let record = backing
+        .evidence
+        .as_ref()
+        .and_then(|e| e.simulator_of("generate"))
+        .cloned();
+    let h = 1.0 + f.headroom;
+    let decided = match &simulated {
+        Some(Ok(s)) => (s.peak_bytes, "simulated (generate rule set)"),
+        _ => (inf.total_bytes, "formula"),
+    };
+    let per_card: Vec<_> = cards
+        .iter()
+        .map(|c| {
+            let room = c.bytes as f64 / h;
+            let longest = memory::longest_context(g, p.batch, bytes, room);
+            (c.clone(), longest, decided.0 as f64 * h <= c.bytes as f64)
+        })
+        .collect();
+    let per_token = memory::kv_cache_bytes(&inf.layers, 1, 1, bytes)
+        .saturating_sub(memory::kv_cache_bytes(&inf.layers, 0, 1, bytes));
+    let budgets: Vec<(memcal::factors::Card, serve::Budget)> = job
+        .serve
+        .map(|(engine, fraction)| {
+            job.serve_cards
+                .iter()
+                .map(|c| {
+                    let b = serve::budget(
+                        engine,
+                        serve::Inputs {
+                            card_bytes: c.bytes,
+                            fraction,
+                            weights: inf.weight_bytes,
+                            activation: inf.prefill_bytes + inf.logits_bytes,
+                            non_torch: serve::NON_TORCH_ESTIMATE,
+                            bytes_per_token: per_token,
+                        },
+                    );
+                    (c.clone(), b)
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let limit = memory::position_limit(g);
+    let view = render::InferenceView {
+        graph: &g.name,
+        inf: &inf,
+        cards: &per_card,
+        bytes,
+        decided,
+        simulated: simulated.as_ref(),
+        record: record.as_ref(),
+        budgets: &budgets,
+        position_limit: limit,
+    };
+    let cards_json: Vec<_> = per_card
+        .iter()
+        .map(|(c, l, fits)| serde_json::json!({"card": c, "fits": fits, "longest_context": l}))
+        .collect();
+    let serve_json: Vec<_> = budgets
+        .iter()
+        .map(|(c, b)| {
+            serde_json::json!({
+                "card": c.name,
+                "budget": b,
+                "concurrent_sequences": b.concurrency(context),
+                "longest_context": b.longest_context(limit),
+            })
+        })
+        .collect();
+    Ok((
+        render::render_inference(&view),
+        serde_json::json!({
+            "format": memcal::strategy::planner::STRATEGY_PLAN_FORMAT,
+            "mode": "inference",
+            "graph": g.name,
+            "verdict_bytes": decided.0,
+            "decided_by": decided.1,
+            "evidence": "formula, not measured",
+            "inference": inf,
+            "simulated": simulated.as_ref().map(|r| match r {
+                Ok(s) => serde_json::to_value(s).unwrap_or_default(),
+                Err(why) => serde_json::json!({ "not_simulated": why }),
+            }),
+            "simulator_record": record,
+            "cards": cards_json,
+            "serve": job.serve.map(|(e, fr)| serde_json::json!({
+                "engine": e,
+                "fraction": fr,
+                "non_torch_source": serve::NON_TORCH_SOURCE,
+                "cards": serve_json,
+            })),
+        }),
+    ))
 }

@@ -9,6 +9,7 @@ pub mod evidence;
 pub mod memory;
 pub mod planner;
 pub mod render;
+pub mod serve;
 pub mod stages;
 
 use serde::Serialize;

@@ -157,20 +157,84 @@ pub fn render_recommend(b: &Base, recs: &[Recommendation]) -> String {
     s
 }
 
-/// `plan --inference --context N`.
-pub fn render_inference(
-    graph: &str,
-    inf: &Inference,
-    cards: &[(Card, Option<u64>, bool)],
-    bytes: u64,
-) -> String {
+/// What `plan --inference` shows (every figure computed by the caller).
+pub struct InferenceView<'a> {
+    pub graph: &'a str,
+    pub inf: &'a Inference,
+    /// Per card: the longest context by the formula, and whether the deciding figure fits.
+    pub cards: &'a [(Card, Option<u64>, bool)],
+    pub bytes: u64,
+    /// The deciding figure and what it is.
+    pub decided: (u64, &'static str),
+    /// The simulator's generate rule set: its result, or why it does not apply; None: not
+    /// tried (a precision other than fp32).
+    pub simulated: Option<&'a Result<crate::simulate::generate::Generation, String>>,
+    /// The simulator's held-out record on the generate rows.
+    pub record: Option<&'a super::evidence::Record>,
+    pub budgets: &'a [(Card, super::serve::Budget)],
+    pub position_limit: Option<u64>,
+}
+
+/// `plan --inference --context N`: the answer first, then the terms, the cards, the engine.
+pub fn render_inference(v: &InferenceView) -> String {
+    let inf = v.inf;
     let mut s = String::new();
+    let smallest = v
+        .cards
+        .iter()
+        .filter(|(_, _, fits)| *fits)
+        .min_by_key(|(c, _, _)| c.bytes)
+        .map(|(c, _, _)| c.name.clone());
     let _ = writeln!(
         s,
-        "graph       {graph}  inference  batch {}  context {}  {bytes} bytes an element",
-        inf.batch, inf.context
+        "{}: {} ({}, {})",
+        smallest
+            .as_deref()
+            .map_or("fits no card", |_| "smallest card that fits"),
+        smallest.as_deref().unwrap_or("-"),
+        both(v.decided.0 as f64),
+        v.decided.1
     );
-    let _ = writeln!(s, "weights     {}", both(inf.weight_bytes as f64));
+    let _ = writeln!(
+        s,
+        "graph       {}  inference  batch {}  prompt {}  context {}  {} bytes an element",
+        v.graph, inf.batch, inf.prompt, inf.context, v.bytes
+    );
+    match v.simulated {
+        Some(Ok(g)) => {
+            let rec = v.record.map_or(String::new(), |r| {
+                format!(
+                    "; held out on {} measured generate rows: median |error| {}, max {}",
+                    r.rows,
+                    r.median_abs_error
+                        .map_or(crate::format::MISSING.into(), crate::format::pct),
+                    r.max_abs_error
+                        .map_or(crate::format::MISSING.into(), crate::format::pct)
+                )
+            });
+            let _ = writeln!(
+                s,
+                "simulated   {}  peak in {} (transformers' generate, {} cache, fp32, op by op{rec})",
+                both(g.peak_bytes as f64),
+                g.peak_phase,
+                g.cache.as_str()
+            );
+            for n in &g.notes {
+                let _ = writeln!(s, "            approximation: {n}");
+            }
+        }
+        Some(Err(why)) => {
+            let _ = writeln!(s, "simulated   -  not simulated: {why}");
+        }
+        None => {
+            let _ = writeln!(
+                s,
+                "simulated   -  the generate rule set is derived and measured in fp32 only (--precision fp32)"
+            );
+        }
+    }
+    let _ = writeln!(s, "formula     {}", both(inf.total_bytes as f64));
+    let _ = writeln!(s, "  weights   {}", both(inf.weight_bytes as f64));
     let growing = inf
         .layers
         .iter()
@@ -187,44 +251,31 @@ pub fn render_inference(
     let cross = match (fixed.len(), fixed.iter().min(), fixed.iter().max()) {
         (0, ..) => String::new(),
         (n, Some(lo), Some(hi)) if lo == hi => {
-            format!(", and {n} cross-attention layers fixed at the encoder's {lo} tokens")
+            format!(", {n} cross-attention layers fixed at the encoder's {lo} tokens")
         }
-        (n, ..) => format!(", and {n} cross-attention layers fixed at the encoder's length"),
+        (n, ..) => format!(", {n} cross-attention layers fixed at the encoder's length"),
     };
     let _ = writeln!(
         s,
-        "KV cache    {}  ({growing} causal self-attention layers growing with the context{cross}: tensors x kv_heads x head_dim x tokens x batch x bytes; GQA-aware)",
+        "  KV cache  {}  ({growing} causal self-attention layers growing with the context{cross}; GQA-aware)",
         both(inf.kv_cache_bytes as f64),
     );
-    if let Some(l) = inf.layers.first() {
-        let _ = writeln!(
-            s,
-            "            first layer `{}`: {} tensor(s) x {} kv heads x {} head dim",
-            l.node, l.tensors, l.kv_heads, l.head_dim
-        );
-    }
     let _ = writeln!(
         s,
-        "prefill     {}  (batch x prompt {} x (2 x widest op + residual) x bytes; the logits left out)",
+        "  prefill   {}  (batch x prompt x (2 x widest op + residual) x bytes)",
         both(inf.prefill_bytes as f64),
-        inf.prompt
     );
     let _ = writeln!(
         s,
-        "logits      {}  (the last position only, as generate and the serving engines compute them: batch x vocab x bytes, and generate's float32 copy)",
+        "  logits    {}  (the last position only, and generate's float32 copy)",
         both(inf.logits_bytes as f64)
-    );
-    let _ = writeln!(
-        s,
-        "total       {}  formula, not measured against this graph",
-        both(inf.total_bytes as f64)
     );
     let _ = writeln!(
         s,
         "\n{:<18} {:>10} {:<14} {:>16}",
         "card", "usable", "at this context", "longest context"
     );
-    for (c, longest, fits) in cards {
+    for (c, longest, fits) in v.cards {
         let _ = writeln!(
             s,
             "{:<18} {:>10} {:<14} {:>16}",
@@ -234,7 +285,52 @@ pub fn render_inference(
             longest.map_or("none".to_string(), count)
         );
     }
-    let _ = writeln!(s, "\nfits: total x (1 + headroom) <= card; the longest context is searched up to 2^24 at this batch.");
+    if let Some((_, b)) = v.budgets.first() {
+        let e = b.engine;
+        let _ = writeln!(
+            s,
+            "\n{} ({} {}): KV budget per card (of the memory CUDA reports); weights, activation peak (formula) and non-torch memory (named estimate) taken off",
+            e.name(),
+            e.flag(),
+            b.fraction
+        );
+        let _ = writeln!(
+            s,
+            "{:<18} {:>10} {:>10} {:>10} {:>10} {:>10} {:>12} {:>12} {:>12}",
+            "card",
+            "engine's",
+            "weights",
+            "activation",
+            "non-torch",
+            "KV",
+            "KV tokens",
+            "sequences",
+            "longest"
+        );
+        for (c, b) in v.budgets {
+            let _ = writeln!(
+                s,
+                "{:<18} {:>10} {:>10} {:>10} {:>10} {:>10} {:>12} {:>12} {:>12}",
+                c.name,
+                gb(b.usable_bytes as f64),
+                gb(b.weights_bytes as f64),
+                gb(b.activation_bytes as f64),
+                gb(b.non_torch_bytes as f64),
+                gb(b.kv_bytes as f64),
+                count(b.kv_tokens),
+                count(b.concurrency(inf.context)),
+                count(b.longest_context(v.position_limit)),
+            );
+        }
+        let _ = writeln!(
+            s,
+            "sequences: of {} tokens at once; longest: one sequence's context (blocks of {} tokens); non-torch memory: {}; CUDA graphs: not estimated",
+            inf.context,
+            b.block_tokens,
+            if e == super::serve::Engine::Vllm { super::serve::NON_TORCH_SOURCE } else { "not taken off by this engine's arithmetic" }
+        );
+    }
+    let _ = writeln!(s, "\nfits: the deciding figure x (1 + headroom) <= card; the longest context (formula) is searched up to 2^24 at this batch.");
     s
 }
 

@@ -1,0 +1,130 @@
+//! The generate rule set (`simulate::generate`) against the `cpu-generate` rows: real
+//! transformers `model.generate` measured on CPU (`python3 -m memcal_export.generate`).
+
+use memcal::graph::Graph;
+use memcal::simulate::generate::simulate_generate;
+use memcal::strategy::{parse_row_spec, CacheImpl, RowSpec};
+use std::path::Path;
+
+/// Every row: (graph, batch, prompt, new, cache, the highest peak after `model_load`).
+fn rows() -> Vec<(String, u64, u64, u64, CacheImpl, u64)> {
+    let mut out = Vec::new();
+    let root = Path::new("data/runs/cpu-generate");
+    let mut dirs: Vec<_> = std::fs::read_dir(root)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    dirs.sort();
+    for d in dirs {
+        let mut files: Vec<_> = std::fs::read_dir(&d)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        files.sort();
+        for f in files {
+            let row: serde_json::Value =
+                serde_json::from_slice(&std::fs::read(&f).unwrap()).unwrap();
+            let Ok(RowSpec::Generate { prompt, new, cache }) =
+                parse_row_spec(row["strategy"].as_str().unwrap())
+            else {
+                panic!("{}: not a generate row", f.display());
+            };
+            let after_load = row["phases"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|p| p["name"] != "model_load")
+                .map(|p| p["allocated_peak"].as_u64().unwrap())
+                .max()
+                .unwrap();
+            out.push((
+                row["graph"]["name"].as_str().unwrap().to_string(),
+                row["batch"].as_u64().unwrap(),
+                prompt,
+                new,
+                cache,
+                after_load,
+            ));
+        }
+    }
+    out
+}
+
+fn graph(name: &str) -> Graph {
+    Graph::load_at(
+        &Path::new("data/graphs").join(format!("{name}.json")),
+        Some(1),
+    )
+    .unwrap()
+}
+
+#[test]
+fn the_simulator_reproduces_transformers_generate_on_its_rows() {
+    let rows = rows();
+    assert!(rows.len() >= 60, "{} rows", rows.len());
+    let mut errors = Vec::new();
+    let mut families = std::collections::BTreeSet::new();
+    for (name, batch, prompt, new, cache, measured) in &rows {
+        let g = graph(name);
+        match simulate_generate(&g, *batch, *prompt, *new, *cache) {
+            Ok(sim) => {
+                let e = (*measured as f64 - sim.peak_bytes as f64) / *measured as f64;
+                errors.push((
+                    e.abs(),
+                    format!("{name} b{batch} p{prompt} n{new} {cache:?}"),
+                ));
+                families.insert(g.family.clone());
+            }
+            Err(why) => {
+                // What is not simulated says why: encoder-decoders, fixed-length graphs.
+                assert!(
+                    why.contains("encoder-decoder") || why.contains("fixed length"),
+                    "{name}: {why}"
+                );
+            }
+        }
+    }
+    errors.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let median = errors[errors.len() / 2].0;
+    let worst = errors.last().unwrap();
+    assert!(errors.len() >= 100, "{} rows simulated", errors.len());
+    assert!(families.len() >= 8, "{families:?}");
+    assert!(median <= 0.01, "median |error| {median}");
+    assert!(worst.0 <= 0.03, "max |error| {} at {}", worst.0, worst.1);
+}
+
+#[test]
+fn a_dynamic_cache_grows_by_concatenation_and_a_static_one_is_allocated_up_front() {
+    let g = graph("gen-llama-r1");
+    let dynamic = simulate_generate(&g, 2, 64, 16, CacheImpl::Dynamic).unwrap();
+    let stat = simulate_generate(&g, 2, 64, 16, CacheImpl::Static).unwrap();
+    // 2 layers x K and V x batch 2 x 4 kv heads x 128 x 4 bytes a token.
+    let per_token = 2 * 2 * 2 * 4 * 128 * 4;
+    let end = |s: &memcal::simulate::generate::Generation, p: &str| {
+        s.phases.iter().find(|x| x.name == p).unwrap().end
+    };
+    // After the prefill a static cache holds the 16 tokens still to come.
+    assert_eq!(
+        end(&stat, "prefill") - end(&dynamic, "prefill"),
+        16 * per_token
+    );
+    // When the last token is chosen the dynamic cache holds 64 + 15 tokens, the static 80.
+    assert_eq!(dynamic.kv_cache_bytes, 79 * per_token);
+    assert_eq!(stat.kv_cache_bytes, 80 * per_token);
+    // Both return with the caches gone: the weights, the inputs and the sequences.
+    assert_eq!(end(&dynamic, "decode"), end(&stat, "decode"));
+    assert_eq!(dynamic.peak_phase, "prefill");
+}
+
+#[test]
+fn encoders_and_encoder_decoders_are_refused_with_the_reason() {
+    let t5 = graph("gen-t5-small");
+    let err = simulate_generate(&t5, 1, 32, 8, CacheImpl::Dynamic).unwrap_err();
+    assert!(err.contains("encoder-decoder"), "{err}");
+    let vit = Graph::load(Path::new("data/graphs/hf-vit-base-patch16-224.json")).unwrap();
+    let err = simulate_generate(&vit, 1, 32, 8, CacheImpl::Dynamic).unwrap_err();
+    assert!(err.contains("no causal self-attention"), "{err}");
+    let g = graph("gen-llama-r1");
+    assert!(simulate_generate(&g, 0, 32, 8, CacheImpl::Dynamic).is_err());
+    assert!(simulate_generate(&g, 1, 32, 0, CacheImpl::Dynamic).is_err());
+}
