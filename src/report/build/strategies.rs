@@ -149,14 +149,26 @@ pub fn view(ev: &Evidence) -> StrategiesView {
     }
     StrategiesView {
         intro: format!(
-            "memcal plan --strategy, --recommend and --inference plan with these. A training strategy's prediction is its formula applied to the simulator's plain peak of the same graph and batch; inference's is its own formula (weights, the KV cache of every attention op, the prefill). {} A strategy over several devices is measured as one rank's layout, emulated in one process. Strategies still a formula: {}.",
+            "memcal plan --strategy, --recommend and --inference plan with these. A training strategy's prediction is its formula applied to the simulator's plain peak of the same graph and batch; inference's is its own formula (weights, the KV cache of every causal self-attention and cross-attention, the prefill over the prompt and the last position's logits). {} A strategy over several devices is measured as one rank's layout, emulated in one process. Strategies still a formula: {}.",
             if ev.rows.is_empty() {
                 "No strategy has a measured row yet.".to_string()
             } else {
-                format!(
-                    "The rows were measured on CPU in float32 by the harness's protocol for each strategy ({}; docs/strategies.md).",
-                    fmt::runs(ev.rows.len() as u64)
-                )
+                {
+                    let generate = ev.rows.iter().filter(|r| r.strategy == "generate").count() as u64;
+                    let harness = ev.rows.len() as u64 - generate;
+                    let mut t = format!(
+                        "The rows were measured on CPU in float32 by the harness's protocol for each strategy ({}; docs/strategies.md)",
+                        fmt::runs(harness)
+                    );
+                    if generate > 0 {
+                        t.push_str(&format!(
+                            ", and by transformers' own model.generate (greedy, dynamic and static caches) on real classes at reduced sizes ({}, regime cpu-generate: python3 -m memcal_export.generate), compared on their peak after the model is loaded",
+                            fmt::runs(generate)
+                        ));
+                    }
+                    t.push('.');
+                    t
+                }
             },
             if ev.formulas_only.is_empty() {
                 "none".to_string()
@@ -166,7 +178,7 @@ pub fn view(ev: &Evidence) -> StrategiesView {
         ),
         table: strategy_table(ev),
         measured,
-        simulator_intro: "The simulator also has a rule set per training strategy it can run (checkpointing, LoRA, QLoRA, and checkpointing with either): which tensors exist and for how long, read off the harness's protocol (measurement/src/strategies.rs) and torch's autograd (derivatives.yaml, the generated code's saving guards, AccumulateGrad), simulated op by op with no fitted factor (docs/simulator.md). Its peak is compared with the same rows; a dash: no rule set (inference, ZeRO-1).".to_string(),
+        simulator_intro: "The simulator also has a rule set per training strategy it can run (checkpointing, LoRA, QLoRA, and checkpointing with either): which tensors exist and for how long, read off the harness's protocol (measurement/src/strategies.rs) and torch's autograd (derivatives.yaml, the generated code's saving guards, AccumulateGrad), simulated op by op with no fitted factor (docs/simulator.md). Its peak is compared with the same rows. For generate it has the inference rule set (transformers' generate under no_grad: Python's scopes, the rotary tables and temporaries, the sparse MoE block, the caches and the logits as the code allocates them), over the decoder rows it can bind (encoder-decoders and graphs drawn at another length are not simulated). A dash: no rule set (the harness's inference protocol, ZeRO-1).".to_string(),
         simulator,
         by_family,
     }
