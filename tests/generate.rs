@@ -62,23 +62,32 @@ fn graph(name: &str) -> Graph {
 fn the_simulator_reproduces_transformers_generate_on_its_rows() {
     let rows = rows();
     assert!(rows.len() >= 60, "{} rows", rows.len());
-    let mut errors = Vec::new();
+    let mut errors: Vec<(f64, String)> = Vec::new();
+    let mut encdec: Vec<(f64, String)> = Vec::new();
     let mut families = std::collections::BTreeSet::new();
     for (name, batch, prompt, new, cache, measured) in &rows {
         let g = graph(name);
         match simulate_generate(&g, *batch, *prompt, *new, *cache) {
             Ok(sim) => {
                 let e = (*measured as f64 - sim.peak_bytes as f64) / *measured as f64;
-                errors.push((
+                let case = (
                     e.abs(),
                     format!("{name} b{batch} p{prompt} n{new} {cache:?}"),
-                ));
-                families.insert(g.family.clone());
+                );
+                if g.inputs.iter().any(|i| i.name.starts_with("decoder")) {
+                    encdec.push(case);
+                } else {
+                    errors.push(case);
+                    families.insert(g.family.clone());
+                }
             }
             Err(why) => {
-                // What is not simulated says why: encoder-decoders, fixed-length graphs.
+                // What is not simulated says why: a graph drawn at a fixed length other than
+                // the prompt, attention drawn op by op without sdpa (Gemma-2's eager
+                // soft-capping).
                 assert!(
-                    why.contains("encoder-decoder") || why.contains("fixed length"),
+                    why.contains("fixed length")
+                        || why.contains("no attention op this planner knows"),
                     "{name}: {why}"
                 );
             }
@@ -91,6 +100,21 @@ fn the_simulator_reproduces_transformers_generate_on_its_rows() {
     assert!(families.len() >= 8, "{families:?}");
     assert!(median <= 0.01, "median |error| {median}");
     assert!(worst.0 <= 0.03, "max |error| {} at {}", worst.0, worst.1);
+    // Encoder-decoders (T5, BART): the encoder once over the prompt, the decoder from its start
+    // token, cross-attention caches fixed at the prompt. T5's graph draws its attention eager
+    // (a [B, H, T, T] score tensor) where transformers 5 runs sdpa with the bias as a mask: up
+    // to 5.5% high in the encoder at batch 4 and 256 tokens (docs/simulator.md).
+    encdec.sort_by(|a, b| a.0.total_cmp(&b.0));
+    assert!(encdec.len() >= 32, "{} encoder-decoder rows", encdec.len());
+    let median = encdec[encdec.len() / 2].0;
+    let worst = encdec.last().unwrap();
+    assert!(median <= 0.01, "encoder-decoder median |error| {median}");
+    assert!(
+        worst.0 <= 0.06,
+        "encoder-decoder max {} at {}",
+        worst.0,
+        worst.1
+    );
 }
 
 #[test]
@@ -117,10 +141,14 @@ fn a_dynamic_cache_grows_by_concatenation_and_a_static_one_is_allocated_up_front
 }
 
 #[test]
-fn encoders_and_encoder_decoders_are_refused_with_the_reason() {
+fn encoders_are_refused_and_encoder_decoders_keep_fixed_cross_attention_caches() {
+    // t5 reduced: 2 decoder layers, 8 heads of 64; K and V, fp32, batch 2.
     let t5 = graph("gen-t5-small");
-    let err = simulate_generate(&t5, 1, 32, 8, CacheImpl::Dynamic).unwrap_err();
-    assert!(err.contains("encoder-decoder"), "{err}");
+    let per_token = 2 * 2 * 8 * 64 * 4;
+    let sim = simulate_generate(&t5, 2, 100, 8, CacheImpl::Dynamic).unwrap();
+    // The self-attention caches hold the start token and 7 generated tokens when the last
+    // one is chosen; the cross-attention caches the 100 encoder tokens.
+    assert_eq!(sim.kv_cache_bytes, 2 * per_token * (8 + 100));
     let vit = Graph::load(Path::new("data/graphs/hf-vit-base-patch16-224.json")).unwrap();
     let err = simulate_generate(&vit, 1, 32, 8, CacheImpl::Dynamic).unwrap_err();
     assert!(err.contains("no causal self-attention"), "{err}");

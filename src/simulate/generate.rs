@@ -20,9 +20,15 @@
 //!   step's logits live until the new forward returns (`outputs = model(...)`). When
 //!   `generate` returns, the caches and logits go; the sequences `[B, P + N]` stay.
 //!
-//! Not simulated (printed as notes): encoder-decoders (their encoder runs once and their
-//! decoder starts from one token: the graph binds one length to both), sliding-window layers
-//! (counted at the whole context), a graph drawn at a fixed length other than the prompt.
+//! Encoder-decoders (T5, BART): the decoder's inputs are bound at one token (its start
+//! token); the encoder runs once in the prefill over the prompt and its output is kept to the
+//! end; each cross-attention caches K and V of the encoder's tokens at the first step and
+//! reuses them (`T5Attention.forward`: "after the first generated id, we can subsequently
+//! re-use all key/value_states from cache").
+//!
+//! Not simulated (an error with the reason): attention drawn op by op without sdpa (Gemma-2's
+//! eager soft-capping), a graph drawn at a fixed length other than the prompt. Approximated:
+//! sliding-window layers (counted at the whole context).
 
 use super::rules::{self, Backend, Output};
 use super::{BufId, Kind, Mem, PhaseSummary, SavedSets, Scratch, Sim, Value};
@@ -68,19 +74,27 @@ pub fn simulate_generate(
         return Err(why);
     }
     let layers = memory::cache_layers(graph);
-    if layers.iter().any(|l| l.length != CacheLength::Context) {
+    let encoder_decoder = layers.iter().any(|l| l.length != CacheLength::Context);
+    if encoder_decoder && graph.file_with_axis.is_none() {
         return Err(format!(
-            "graph `{}` is an encoder-decoder: its generate (the encoder once, the decoder from one token) is not simulated yet; the formula (`plan --inference`) plans it",
+            "graph `{}` is an encoder-decoder drawn at a fixed length: its generate (the encoder over the prompt, the decoder from one token) needs the sequence axis; import it with --seq-axis",
             graph.name
         ));
     }
-    let file = eval_file(graph)?;
+    let mut file = eval_file(graph)?;
+    if encoder_decoder {
+        decoder_from_one_token(&mut file)?;
+    }
     let path = graph
         .path
         .clone()
         .unwrap_or_else(|| std::path::PathBuf::from(&graph.name));
     let mut notes = Vec::new();
-    let (prefill_graph, step_graph) = if graph.file_with_axis.is_some() {
+    let (prefill_graph, step_graph) = if encoder_decoder {
+        // The encoder over the prompt; the decoder at one token in the prefill and each step.
+        let g = Graph::check_owned_at(file, &path, Some(prompt)).map_err(|e| e.to_string())?;
+        (g.clone(), Some(g))
+    } else if graph.file_with_axis.is_some() {
         let bind = |seq| Graph::check_owned_at(file.clone(), &path, Some(seq));
         (
             bind(prompt).map_err(|e| e.to_string())?,
@@ -117,15 +131,28 @@ pub fn simulate_generate(
         &super::staged::Plan::default(),
     )?;
     sim.rec.record = false;
-    sim.last_use = python_scope_last_use(&prefill_graph, &values, &sim.last_use);
+    // The caches as the bound graph has them (a cross-attention's length is the encoder's).
+    let layers = memory::cache_layers(&prefill_graph);
+    let encoder = encoder_decoder
+        .then(|| encoder_part(&prefill_graph, &values, &layers))
+        .flatten();
+    sim.last_use = python_scope_last_use(&prefill_graph, &values, &sim.last_use, encoder.as_ref());
     let job = Job {
         batch,
         prompt,
         new,
         cache,
-        layers: cache_nodes(&prefill_graph, &layers, batch),
+        layers: cache_nodes(&layers, batch),
         vocab: head_vocab(&prefill_graph),
+        seq0: if encoder.is_some() { 1 } else { prompt },
+        encoder,
     };
+    if encoder_decoder && job.encoder.is_none() {
+        return Err(format!(
+            "graph `{}`: its encoder's output (the cross-attention's key) was not found",
+            graph.name
+        ));
+    }
     let mut state = sim.load_and_prefill(&job);
     let weight_bytes = sim.mem.live.parameters;
     let mut phases = std::mem::take(&mut sim.rec.phases);
@@ -147,7 +174,7 @@ pub fn simulate_generate(
         &super::staged::Plan::default(),
     )?;
     s1.rec.record = false;
-    s1.last_use = python_scope_last_use(g1, &values1, &s1.last_use);
+    s1.last_use = python_scope_last_use(g1, &values1, &s1.last_use, job.encoder.as_ref());
     let decode = s1.decode(&job, &mut state, level, ops);
     phases.push(decode);
     let after_load = phases.iter().skip(1).max_by_key(|p| p.peak);
@@ -204,28 +231,110 @@ struct Job {
     prompt: u64,
     new: u64,
     cache: CacheImpl,
-    /// Per causal self-attention node (by id): tensors cached, and bytes of one token of one
-    /// tensor for the whole batch (fp32).
-    layers: Vec<(String, u64, u64)>,
+    /// The attention nodes with a cache.
+    layers: Vec<CacheNode>,
     /// The LM head's chain (the node producing the logits and every node after it up to the
     /// loss), and the vocabulary.
     vocab: Option<(Vec<String>, u64)>,
+    /// Tokens of the generated sequence after the prefill: the prompt, or for an
+    /// encoder-decoder the decoder's start token.
+    seq0: u64,
+    encoder: Option<Encoder>,
 }
 
-fn cache_nodes(
+/// One attention node's cache.
+struct CacheNode {
+    id: String,
+    /// Tensors cached (K and V: 2).
+    tensors: u64,
+    /// Bytes of one token of one tensor for the whole batch (fp32).
+    per_token: u64,
+    /// A cross-attention's length (the encoder's), fixed; None: grows with the sequence.
+    fixed: Option<u64>,
+}
+
+/// An encoder-decoder's encoder: its nodes (run once, in the prefill) and its output (kept by
+/// generate's `model_kwargs["encoder_outputs"]` to the end).
+struct Encoder {
+    nodes: Vec<bool>,
+    output: usize,
+}
+
+/// The decoder's token inputs (and the labels) at one token: generate starts the decoder from
+/// its start token. The inputs named `decoder_*` or `labels` with the axis `"T"`.
+fn decoder_from_one_token(file: &mut GraphFile) -> Result<(), String> {
+    let mut v = serde_json::to_value(&*file).map_err(|e| e.to_string())?;
+    let mut found = false;
+    if let Some(inputs) = v.get_mut("inputs").and_then(|i| i.as_array_mut()) {
+        for i in inputs {
+            let name = i
+                .get("name")
+                .and_then(|n| n.as_str())
+                .unwrap_or_default()
+                .to_string();
+            if !(name.starts_with("decoder") || name == "labels") {
+                continue;
+            }
+            if let Some(shape) = i.get_mut("shape").and_then(|s| s.as_array_mut()) {
+                for d in shape.iter_mut().filter(|d| d.as_str() == Some("T")) {
+                    *d = serde_json::json!(1);
+                    found |= name.starts_with("decoder");
+                }
+            }
+        }
+    }
+    if !found {
+        return Err(
+            "an encoder-decoder graph with no `decoder_*` token input on the axis T".into(),
+        );
+    }
+    *file = serde_json::from_value(v).map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+/// The encoder's nodes (those no decoder input reaches) and its output (the value the
+/// cross-attentions read as their key).
+fn encoder_part(
     graph: &Graph,
+    values: &rules::Values,
     layers: &[memory::CacheLayer],
-    batch: u64,
-) -> Vec<(String, u64, u64)> {
-    let _ = graph;
+) -> Option<Encoder> {
+    let n = graph.nodes.len();
+    let decoder_input: Vec<bool> = graph
+        .inputs
+        .iter()
+        .map(|i| i.name.starts_with("decoder"))
+        .collect();
+    let mut decoder = vec![false; n];
+    for k in 0..n {
+        decoder[k] = values
+            .args(k)
+            .iter()
+            .any(|&v| match values.as_node(v as usize) {
+                Some(j) => decoder[j],
+                None => decoder_input[v as usize],
+            });
+    }
+    let cross = layers.iter().find(|l| l.length != CacheLength::Context)?;
+    let k = graph.nodes.iter().position(|x| x.id == cross.node)?;
+    let output = *values.args(k).get(1)? as usize;
+    Some(Encoder {
+        nodes: decoder.iter().map(|d| !d).collect(),
+        output,
+    })
+}
+
+fn cache_nodes(layers: &[memory::CacheLayer], batch: u64) -> Vec<CacheNode> {
     layers
         .iter()
-        .map(|l| {
-            (
-                l.node.clone(),
-                l.tensors,
-                l.kv_heads * l.head_dim * 4 * batch,
-            )
+        .map(|l| CacheNode {
+            id: l.node.clone(),
+            tensors: l.tensors,
+            per_token: l.kv_heads * l.head_dim * 4 * batch,
+            fixed: match l.length {
+                CacheLength::Fixed(t) => Some(t),
+                CacheLength::Context => None,
+            },
         })
         .collect()
 }
@@ -258,7 +367,12 @@ fn head_vocab(graph: &Graph) -> Option<(Vec<String>, u64)> {
 /// the model's forward never rebound) and the last hidden state (held by the model's output
 /// while the head runs) live until the forward returns. Node ids name modules by their dotted
 /// prefixes.
-fn python_scope_last_use(graph: &Graph, values: &rules::Values, last_use: &[usize]) -> Vec<usize> {
+fn python_scope_last_use(
+    graph: &Graph,
+    values: &rules::Values,
+    last_use: &[usize],
+    encoder: Option<&Encoder>,
+) -> Vec<usize> {
     let n = graph.nodes.len();
     let path = |k: usize| -> Vec<&str> {
         let id = graph.nodes[k].id.as_str();
@@ -315,6 +429,18 @@ fn python_scope_last_use(graph: &Graph, values: &rules::Values, last_use: &[usiz
         if (embeds || Some(v) == head_input) && out[v] != usize::MAX {
             out[v] = n;
         }
+    }
+    // An encoder runs alone (`model.get_encoder()(...)` before the first forward): its locals
+    // go when it returns, its output is kept to the end.
+    if let Some(e) = encoder {
+        let last = (0..n).rev().find(|&k| e.nodes[k]).unwrap_or(0);
+        for k in 0..n {
+            let v = values.node_value(k);
+            if e.nodes[k] && out[v] == n {
+                out[v] = last;
+            }
+        }
+        out[e.output] = n;
     }
     out
 }
@@ -413,8 +539,10 @@ fn grouped_moe_peak(op: &crate::ops::Op, batch: u64, tokens: u64) -> Option<u64>
 
 /// What passes from the prefill to the decode steps.
 struct State {
-    /// Per cache layer: the bytes of each tensor now.
+    /// Tokens the growing caches hold.
     tokens: u64,
+    /// An encoder-decoder's encoder output, kept to the end (bytes).
+    encoder_output: u64,
     cache_bytes: u64,
     /// Last step's logits, the grown sequence (bytes).
     logits: u64,
@@ -429,6 +557,12 @@ impl Sim<'_> {
             let bytes = self.params[i].bytes;
             self.mem.alloc(bytes, Kind::Parameters);
         }
+        // Registered buffers the graph declares (BART's `final_logits_bias`).
+        for b in &self.graph.buffers {
+            let elem = if b.dtype == "int64" { 8 } else { 4 };
+            self.mem
+                .alloc(b.shape.iter().product::<u64>() * elem, Kind::Parameters);
+        }
         self.rec.high("-", &self.mem);
         self.rec.end(&self.mem);
 
@@ -439,24 +573,32 @@ impl Sim<'_> {
         self.rec.end(&self.mem);
 
         self.begin(1, "prefill".into());
-        let tokens = match job.cache {
-            CacheImpl::Dynamic => job.prompt,
-            CacheImpl::Static => job.prompt + job.new,
+        let held = |l: &CacheNode| {
+            l.fixed.unwrap_or(match job.cache {
+                CacheImpl::Dynamic => job.seq0,
+                CacheImpl::Static => job.seq0 + job.new,
+            })
         };
         // The logits stay alive (generate's `outputs`) into the first decode step.
-        let _logits = self.forward_no_grad(job, ids, |mem, _, per_token, tensors| {
-            for _ in 0..tensors {
-                mem.alloc(per_token * tokens, Kind::SavedActivations);
+        let (_logits, encoder_output) = self.forward_no_grad(job, ids, false, None, |mem, _, i| {
+            let l = &job.layers[i];
+            for _ in 0..l.tensors {
+                mem.alloc(l.per_token * held(l), Kind::SavedActivations);
             }
             Vec::new()
         });
-        let logits_bytes = self.pick_token(job, job.prompt + 1, None);
+        let logits_bytes = self.pick_token(job, job.seq0 + 1, None);
         self.rec.end(&self.mem);
         State {
-            tokens: job.prompt,
-            cache_bytes: job.layers.iter().map(|(_, t, b)| t * b * tokens).sum(),
+            tokens: job.seq0,
+            encoder_output: encoder_output.map_or(0, |b| self.mem.bufs[b].bytes),
+            cache_bytes: job
+                .layers
+                .iter()
+                .map(|l| l.tensors * l.per_token * held(l))
+                .sum(),
             logits: logits_bytes,
-            ids: job.batch * (job.prompt + 1) * 8,
+            ids: job.batch * (job.seq0 + 1) * 8,
         }
     }
 
@@ -476,15 +618,19 @@ impl Sim<'_> {
         job.batch * vocab * 4
     }
 
-    /// One forward under no_grad over the whole graph but its loss, the logits' chain at the
-    /// last position only (at one token the chain is that already). `at_cache` runs before
-    /// each causal self-attention node. Returns the logits' buffer.
+    /// One forward under no_grad over the whole graph but its loss (and, with `skip_encoder`,
+    /// an encoder-decoder's encoder, whose output is `carried`), the logits' chain at the last
+    /// position only (at one token the chain is that already). `at_cache(.., i)` runs before
+    /// the i-th attention node with a cache. Returns the logits' buffer and, when the encoder
+    /// ran, its output's (kept).
     fn forward_no_grad(
         &mut self,
         job: &Job,
         ids: BufId,
-        mut at_cache: impl FnMut(&mut Mem, &mut super::Recorder, u64, u64) -> Vec<BufId>,
-    ) -> Option<BufId> {
+        skip_encoder: bool,
+        carried: Option<BufId>,
+        mut at_cache: impl FnMut(&mut Mem, &mut super::Recorder, usize) -> Vec<BufId>,
+    ) -> (Option<BufId>, Option<BufId>) {
         let graph = self.graph;
         let values = self.values;
         let n = graph.nodes.len();
@@ -502,12 +648,33 @@ impl Sim<'_> {
                 });
             }
         }
+        if let (Some(b), Some(e)) = (carried, &job.encoder) {
+            self.mem.retain(b);
+            env[e.output] = Some(Value {
+                buf: b,
+                contiguous: true,
+                perm: rules::Perm::identity(values.shape(e.output).rank()),
+                split: None,
+                requires_grad: false,
+            });
+        }
         let tokens = graph
             .inputs
             .iter()
             .find(|i| i.dtype == crate::graph::DType::Int64)
             .and_then(|i| i.shape.0.get(1)?.as_fixed())
             .unwrap_or(1);
+        // The head's length: the decoder's (the prompt for a decoder-only model).
+        let head_tokens = job
+            .vocab
+            .as_ref()
+            .and_then(|(chain, _)| graph.nodes.iter().find(|n| Some(&n.id) == chain.last()))
+            .and_then(|n| n.output.0.get(1)?.as_fixed())
+            .unwrap_or(tokens);
+        let loss = self.loss;
+        let skip = |k: usize| {
+            Some(k) == loss || (skip_encoder && job.encoder.as_ref().is_some_and(|e| e.nodes[k]))
+        };
         let rules_all = std::mem::take(&mut self.rules);
         let mut saved = SavedSets::new(0, n);
         let mut autocast: Vec<Option<BufId>> = vec![None; self.params.len()];
@@ -526,7 +693,7 @@ impl Sim<'_> {
             if rotary_buf.is_none() && rotary > 0 && graph.nodes[k].id.contains('.') {
                 rotary_buf = Some(self.mem.alloc(rotary, Kind::SavedActivations));
             }
-            if Some(k) == self.loss {
+            if skip(k) {
                 saved.starts.push(saved.bufs.len() as u32);
                 continue;
             }
@@ -534,9 +701,9 @@ impl Sim<'_> {
             // The cache's update runs inside the attention: what it replaces (a DynamicCache's
             // shorter tensors) is dropped once the op is done.
             let mut replaced = Vec::new();
-            if let Some((_, tensors, per_token)) = job.layers.iter().find(|(l, ..)| l == id) {
+            if let Some(i) = job.layers.iter().position(|l| &l.id == id) {
                 self.mem.at(id);
-                replaced = at_cache(&mut self.mem, &mut self.rec, *per_token, *tensors);
+                replaced = at_cache(&mut self.mem, &mut self.rec, i);
             }
             let mut rule = rules_all[self.rule_of[k] as usize].clone();
             if let Some(peak) = grouped_moe_peak(&graph.nodes[k].op, job.batch, tokens) {
@@ -549,21 +716,46 @@ impl Sim<'_> {
                 &graph.nodes[k].op,
                 job.batch,
                 tokens,
-                job.layers.iter().any(|(l, ..)| l == id),
+                job.layers.iter().any(|l| &l.id == id),
             ) {
                 rule.saved.clear();
                 rule.forward_transient = 0;
                 rule.forward_transient_no_grad = Some(0);
                 rule.forward_peak = Some(peak);
             }
-            let in_head = head.is_some_and(|h| h.contains(id));
-            if in_head && tokens > 1 {
-                if let Output::New(b) = rule.output {
-                    rule.output = Output::New(b / tokens);
+            // A cross-attention after the first step reuses its cached K and V
+            // (`T5Attention.forward`: "after the first generated id, we can subsequently re-use
+            // all key/value_states from cache"): q, the scores against the encoder's tokens, the
+            // weights and the context only.
+            if skip_encoder {
+                if let (
+                    Some(l),
+                    crate::ops::Op::MultiheadAttention {
+                        embed_dim,
+                        num_heads,
+                        ..
+                    },
+                ) = (
+                    job.layers.iter().find(|l| &l.id == id && l.fixed.is_some()),
+                    &graph.nodes[k].op,
+                ) {
+                    let q = job.batch * head_tokens * embed_dim * 4;
+                    let scores = job.batch * num_heads * head_tokens * l.fixed.unwrap_or(1) * 4;
+                    rule.saved.clear();
+                    rule.forward_peak = None;
+                    rule.forward_transient = 2 * q + 2 * scores;
+                    rule.forward_transient_no_grad = Some(2 * q + 2 * scores);
                 }
-                rule.forward_transient /= tokens;
-                rule.forward_transient_no_grad = rule.forward_transient_no_grad.map(|t| t / tokens);
-                rule.forward_peak = rule.forward_peak.map(|t| t / tokens);
+            }
+            let in_head = head.is_some_and(|h| h.contains(id));
+            if in_head && head_tokens > 1 {
+                let t = head_tokens;
+                if let Output::New(b) = rule.output {
+                    rule.output = Output::New(b / t);
+                }
+                rule.forward_transient /= t;
+                rule.forward_transient_no_grad = rule.forward_transient_no_grad.map(|x| x / t);
+                rule.forward_peak = rule.forward_peak.map(|x| x / t);
             }
             self.forward_node(
                 k,
@@ -587,7 +779,12 @@ impl Sim<'_> {
         if let Some(b) = rotary_buf {
             self.mem.release(b);
         }
-        // The forward returns: what nobody holds goes; the logits stay in its output.
+        // The forward returns: what nobody holds goes; the logits stay in its output, and the
+        // encoder's output in generate's model_kwargs.
+        let mut encoder_output = None;
+        if let Some(e) = job.encoder.as_ref().filter(|_| !skip_encoder) {
+            encoder_output = env[e.output].take().map(|x| x.buf);
+        }
         let logits_node = head.and_then(|h| h.first());
         for k in 0..n {
             if let Some(x) = env[values.node_value(k)].take() {
@@ -605,7 +802,7 @@ impl Sim<'_> {
         }
         self.rules = rules_all;
         self.rec.high("-", &self.mem);
-        logits
+        (logits, encoder_output)
     }
 
     /// The decode phase in a simulation of its own (the graph at one token where `ops`):
@@ -613,28 +810,29 @@ impl Sim<'_> {
     /// the logits), over the `level` bytes the prefill left.
     fn decode(&mut self, job: &Job, state: &mut State, level: u64, ops: bool) -> PhaseSummary {
         let dynamic = job.cache == CacheImpl::Dynamic;
-        let held = |tokens: u64| {
-            if dynamic {
-                tokens
-            } else {
-                job.prompt + job.new
-            }
+        let held = |l: &CacheNode, tokens: u64| {
+            l.fixed
+                .unwrap_or(if dynamic { tokens } else { job.seq0 + job.new })
         };
         // The prefill's level as this simulation's buffers: each cache tensor (they grow), the
-        // last logits, the sequence, and the rest (weights, inputs) as one block.
-        let mut caches: Vec<(u64, Vec<BufId>)> = Vec::new();
+        // encoder's output, the last logits, the sequence, and the rest (weights, inputs) as
+        // one block.
+        let mut caches: Vec<Vec<BufId>> = Vec::new();
         let mut carried = 0u64;
-        for (_, tensors, per_token) in &job.layers {
-            let per = per_token * held(state.tokens);
-            let bufs = (0..*tensors)
-                .map(|_| self.mem.alloc(per, Kind::SavedActivations))
-                .collect();
-            carried += per * tensors;
-            caches.push((*per_token, bufs));
+        for l in &job.layers {
+            let per = l.per_token * held(l, state.tokens);
+            caches.push(
+                (0..l.tensors)
+                    .map(|_| self.mem.alloc(per, Kind::SavedActivations))
+                    .collect(),
+            );
+            carried += per * l.tensors;
         }
+        let encoder_output = (state.encoder_output > 0)
+            .then(|| self.mem.alloc(state.encoder_output, Kind::SavedActivations));
         let mut logits = Some(self.mem.alloc(state.logits, Kind::SavedActivations));
         let mut ids = self.mem.alloc(state.ids, Kind::Inputs);
-        carried += state.logits + state.ids;
+        carried += state.encoder_output + state.logits + state.ids;
         self.mem
             .alloc(level.saturating_sub(carried), Kind::Parameters);
         self.begin(1, "decode".into());
@@ -642,33 +840,30 @@ impl Sim<'_> {
         for _ in 1..job.new {
             let len = tokens + 1;
             // torch.cat of the cache and the new token, K then V (`self.keys = torch.cat(...)`):
-            // each new tensor exists beside the old one until the assignment drops it.
-            let grow = |mem: &mut Mem,
-                        rec: &mut super::Recorder,
-                        caches: &mut [(u64, Vec<BufId>)],
-                        i: usize| {
-                let (per_token, bufs) = &mut caches[i];
-                for b in bufs.iter_mut() {
-                    let grown = mem.alloc(*per_token * len, Kind::SavedActivations);
-                    rec.high("cache.cat", mem);
-                    mem.release(std::mem::replace(b, grown));
-                }
-            };
-            let fresh_logits = if ops {
-                let mut layer = 0usize;
-                let caches_ref = &mut caches;
-                self.forward_no_grad(job, ids, |mem, rec, _, _| {
-                    if dynamic {
-                        grow(mem, rec, caches_ref, layer);
+            // each new tensor exists beside the old one until the assignment drops it. A
+            // cross-attention's cache is reused as it is.
+            let grow =
+                |mem: &mut Mem, rec: &mut super::Recorder, caches: &mut [Vec<BufId>], i: usize| {
+                    let l = &job.layers[i];
+                    if l.fixed.is_some() || !dynamic {
+                        return;
                     }
-                    layer += 1;
+                    for b in caches[i].iter_mut() {
+                        let grown = mem.alloc(l.per_token * len, Kind::SavedActivations);
+                        rec.high("cache.cat", mem);
+                        mem.release(std::mem::replace(b, grown));
+                    }
+                };
+            let fresh_logits = if ops {
+                let caches_ref = &mut caches;
+                self.forward_no_grad(job, ids, true, encoder_output, |mem, rec, i| {
+                    grow(mem, rec, caches_ref, i);
                     Vec::new()
                 })
+                .0
             } else {
-                if dynamic {
-                    for i in 0..caches.len() {
-                        grow(&mut self.mem, &mut self.rec, &mut caches, i);
-                    }
+                for i in 0..caches.len() {
+                    grow(&mut self.mem, &mut self.rec, &mut caches, i);
                 }
                 let l = self.mem.alloc(state.logits, Kind::SavedActivations);
                 self.rec.high("lm_head", &self.mem);
@@ -693,13 +888,17 @@ impl Sim<'_> {
         state.cache_bytes = job
             .layers
             .iter()
-            .map(|(_, t, b)| t * b * held(tokens))
+            .map(|l| l.tensors * l.per_token * held(l, tokens))
             .sum();
-        // generate returns: the caches and the logits go, the sequences stay.
+        // generate returns: the caches, the encoder's output and the logits go, the sequences
+        // stay.
         if let Some(l) = logits {
             self.mem.release(l);
         }
-        for (_, bufs) in &caches {
+        if let Some(e) = encoder_output {
+            self.mem.release(e);
+        }
+        for bufs in &caches {
             for &b in bufs {
                 self.mem.release(b);
             }
