@@ -782,6 +782,47 @@ fn bad_measured_models_name_the_file_and_the_field() {
         .is_empty());
 }
 
+#[test]
+fn bad_generating_models_name_the_file_and_the_field() {
+    use memcal::import::measured::generate::entries;
+    let dir = tempfile::tempdir().unwrap();
+    let gpt2 = dir.path().join("gpt2");
+    std::fs::create_dir_all(&gpt2).unwrap();
+    std::fs::copy(fixture("gpt2"), gpt2.join("config.json")).unwrap();
+    let spec = dir.path().join("generate.json");
+    let entry = |fields: &str| {
+        format!(
+            r#"{{"format": "memcal-generate-models/1", "models": [{{"graph": "g", "model": "gpt2", {fields}}}]}}"#
+        )
+    };
+    let ok = r#""batches": [1], "prompts": [8], "new": [4], "caches": ["dynamic"]"#;
+    for (text, field) in [
+        (
+            r#"{"format": "memcal-measured-models/1", "models": []}"#.to_string(),
+            "format",
+        ),
+        (entry(&ok.replace("[8]", "[0]")), "models[0].prompts"),
+        (entry(&ok.replace("[4]", "[]")), "models[0].new"),
+        (entry(&ok.replace("dynamic", "paged")), "models[0].caches"),
+        (entry(&ok.replace(r#""batches": [1], "#, "")), "batches"),
+        (
+            entry(ok).replace(r#""model": "gpt2""#, r#""model": "nope""#),
+            "models[0].model",
+        ),
+    ] {
+        std::fs::write(&spec, text).unwrap();
+        let err = entries(dir.path()).unwrap_err().to_string();
+        assert!(
+            err.contains("generate.json") && err.contains(field),
+            "{field}: {err}"
+        );
+    }
+    std::fs::write(&spec, entry(ok)).unwrap();
+    assert_eq!(entries(dir.path()).unwrap().len(), 1);
+    std::fs::remove_file(&spec).unwrap();
+    assert!(entries(dir.path()).unwrap().is_empty());
+}
+
 /// transformers' `attribute_map`: an alias is read as its field, and an alias that disagrees
 /// with its field is refused naming both (the model would get whichever key comes last).
 #[test]

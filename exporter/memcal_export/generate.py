@@ -214,14 +214,7 @@ def measure_case(counter, model, base, model_end, case):
     state = {}
 
     def simple_phase(name, f):
-        start, _ = counter.read()
-        counter.reset_peak()
-        t0 = time.perf_counter()
-        f()
-        wall = time.perf_counter() - t0
-        end, peak = counter.read()
-        phases.append({"name": name, "start": start - base, "peak": max(peak, start) - base, "end": end - base,
-                       "wall_seconds": wall})
+        M.run_phase(counter, base, phases, name, f)
 
     def make_inputs():
         g = torch.Generator().manual_seed(SEED)

@@ -55,6 +55,19 @@ class Counter:
         self.lib.memcal_cpu_reset_peak()
 
 
+def run_phase(counter, base, phases, name, f):
+    """Runs `f` as the phase `name`: its allocated bytes at start, its peak and its end over
+    `base` (the peak reset at its start), and its wall time, appended to `phases`."""
+    start, _ = counter.read()
+    counter.reset_peak()
+    t0 = time.perf_counter()
+    f()
+    wall = time.perf_counter() - t0
+    end, peak = counter.read()
+    phases.append({"name": name, "start": start - base, "peak": max(peak, start) - base, "end": end - base,
+                   "wall_seconds": wall})
+
+
 def measure(counter, build_model, make_inputs, loss_of, threads=2, seed=0):
     """Runs the protocol. `build_model()` returns the module (float32, CPU, train mode);
     `make_inputs()` a dict of tensors; `loss_of(model, inputs)` the scalar loss.
@@ -73,14 +86,7 @@ def measure(counter, build_model, make_inputs, loss_of, threads=2, seed=0):
     base, _ = counter.read()
 
     def phase(name, f):
-        start, _ = counter.read()
-        counter.reset_peak()
-        t0 = time.perf_counter()
-        f()
-        wall = time.perf_counter() - t0
-        end, peak = counter.read()
-        phases.append({"name": name, "start": start - base, "peak": max(peak, start) - base, "end": end - base,
-                       "wall_seconds": wall})
+        run_phase(counter, base, phases, name, f)
 
     def load():
         torch.manual_seed(seed)

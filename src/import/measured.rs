@@ -50,62 +50,90 @@ pub struct Entry {
     pub device: Option<String>,
 }
 
+/// A spec file under the models folder, parsed (None: no such file).
+fn read_spec<S: serde::de::DeserializeOwned>(path: &Path, what: &'static str) -> Result<Option<S>> {
+    let bytes = match std::fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => {
+            return Err(Error::Io {
+                path: path.to_path_buf(),
+                source,
+            })
+        }
+    };
+    serde_json::from_slice(&bytes)
+        .map(Some)
+        .map_err(|e| Error::Parse {
+            path: path.to_path_buf(),
+            what,
+            message: format!("{e} (the format is described in data/models/README.md)"),
+        })
+}
+
+/// The checks every entry shares: the file's format, a plain graph name named once, a model
+/// folder with a config.
+fn check_entry(
+    path: &Path,
+    models_dir: &Path,
+    k: usize,
+    (graph, model): (&str, &str),
+    names: &mut BTreeSet<String>,
+) -> Result<()> {
+    let at = |f: &str| format!("models[{k}].{f}");
+    let plain = |s: &str| {
+        !s.is_empty()
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+            && !s.starts_with('.')
+    };
+    if !plain(graph) {
+        return Err(Error::field(
+            path,
+            &at("graph"),
+            format!("`{graph}` is not a plain file name (letters, digits, - _ .)"),
+        ));
+    }
+    if !names.insert(graph.to_string()) {
+        return Err(Error::field(
+            path,
+            &at("graph"),
+            format!("`{graph}` is named twice"),
+        ));
+    }
+    let config = models_dir.join(model).join("config.json");
+    if !plain(model) || !config.is_file() {
+        return Err(Error::field(
+            path,
+            &at("model"),
+            format!("no config at {}", config.display()),
+        ));
+    }
+    Ok(())
+}
+
+fn check_format(path: &Path, found: &str, format: &str) -> Result<()> {
+    if found != format {
+        return Err(Error::field(
+            path,
+            "format",
+            format!("is `{found}`; must be `{format}`"),
+        ));
+    }
+    Ok(())
+}
+
 /// The entries of `models_dir/measured.json`, checked; none without the file.
 pub fn entries(models_dir: &Path) -> Result<Vec<Entry>> {
     let path = models_dir.join(FILE);
-    let bytes = match std::fs::read(&path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(source) => return Err(Error::Io { path, source }),
+    let Some(spec) = read_spec::<Spec>(&path, "measured models")? else {
+        return Ok(Vec::new());
     };
-    let spec: Spec = serde_json::from_slice(&bytes).map_err(|e| Error::Parse {
-        path: path.clone(),
-        what: "measured models",
-        message: format!("{e} (the format is described in data/models/README.md)"),
-    })?;
-    if spec.format != FORMAT {
-        return Err(Error::field(
-            &path,
-            "format",
-            format!("is `{}`; must be `{FORMAT}`", spec.format),
-        ));
-    }
+    check_format(&path, &spec.format, FORMAT)?;
     let mut names = BTreeSet::new();
     for (k, e) in spec.models.iter().enumerate() {
         let at = |f: &str| format!("models[{k}].{f}");
-        let plain = |s: &str| {
-            !s.is_empty()
-                && s.chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
-                && !s.starts_with('.')
-        };
-        if !plain(&e.graph) {
-            return Err(Error::field(
-                &path,
-                &at("graph"),
-                format!(
-                    "`{}` is not a plain file name (letters, digits, - _ .)",
-                    e.graph
-                ),
-            ));
-        }
-        if !names.insert(e.graph.clone()) {
-            return Err(Error::field(
-                &path,
-                &at("graph"),
-                format!("`{}` is named twice", e.graph),
-            ));
-        }
-        if !plain(&e.model) || !models_dir.join(&e.model).join("config.json").is_file() {
-            return Err(Error::field(
-                &path,
-                &at("model"),
-                format!(
-                    "no config at {}",
-                    models_dir.join(&e.model).join("config.json").display()
-                ),
-            ));
-        }
+        check_entry(&path, models_dir, k, (&e.graph, &e.model), &mut names)?;
         if e.batches.is_empty() || e.batches.contains(&0) {
             return Err(Error::field(
                 &path,
@@ -214,49 +242,14 @@ pub mod generate {
     /// The entries of `models_dir/generate.json`, checked; none without the file.
     pub fn entries(models_dir: &Path) -> Result<Vec<Entry>> {
         let path = models_dir.join(FILE);
-        let bytes = match std::fs::read(&path) {
-            Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(source) => return Err(Error::Io { path, source }),
+        let Some(spec) = read_spec::<Spec>(&path, "generating models")? else {
+            return Ok(Vec::new());
         };
-        let spec: Spec = serde_json::from_slice(&bytes).map_err(|e| Error::Parse {
-            path: path.clone(),
-            what: "generating models",
-            message: format!("{e} (the format is described in data/models/README.md)"),
-        })?;
-        if spec.format != FORMAT {
-            return Err(Error::field(
-                &path,
-                "format",
-                format!("is `{}`; must be `{FORMAT}`", spec.format),
-            ));
-        }
+        check_format(&path, &spec.format, FORMAT)?;
         let mut names = BTreeSet::new();
         for (k, e) in spec.models.iter().enumerate() {
             let at = |f: &str| format!("models[{k}].{f}");
-            let plain = |s: &str| {
-                !s.is_empty()
-                    && s.chars()
-                        .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
-                    && !s.starts_with('.')
-            };
-            if !plain(&e.graph) || !names.insert(e.graph.clone()) {
-                return Err(Error::field(
-                    &path,
-                    &at("graph"),
-                    format!("`{}` is not a plain file name named once", e.graph),
-                ));
-            }
-            if !plain(&e.model) || !models_dir.join(&e.model).join("config.json").is_file() {
-                return Err(Error::field(
-                    &path,
-                    &at("model"),
-                    format!(
-                        "no config at {}",
-                        models_dir.join(&e.model).join("config.json").display()
-                    ),
-                ));
-            }
+            check_entry(&path, models_dir, k, (&e.graph, &e.model), &mut names)?;
             for (field, v) in [
                 ("batches", &e.batches),
                 ("prompts", &e.prompts),
