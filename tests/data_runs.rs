@@ -60,7 +60,9 @@ fn shipped_rows_pass_the_campaign_checks() {
         let (floor, what) = match row.strategy.as_deref() {
             None => (16 * params, "16"),
             Some(s)
-                if s.starts_with("inference:") || s.contains("lora:") && !s.contains("qlora:") =>
+                if s.starts_with("inference:")
+                    || s.starts_with("generate:")
+                    || s.contains("lora:") && !s.contains("qlora:") =>
             {
                 (4 * params, "4")
             }

@@ -16,7 +16,11 @@ fn zoo() -> Vec<Graph> {
             .map(|e| e.unwrap().path())
             .collect();
     paths.sort();
-    paths.iter().map(|p| Graph::load(p).unwrap()).collect()
+    // A graph with the sequence axis "T" (the generate campaign's) at one token.
+    paths
+        .iter()
+        .map(|p| Graph::load_at(p, Some(1)).unwrap())
+        .collect()
 }
 
 fn factors() -> FactorsFile {

@@ -59,12 +59,13 @@ struct Gathered {
     reserved: Vec<f64>,
 }
 
-/// The real-implementation rows measured at their device's own capacity (uncapped), by run id;
-/// with `cuda_only`, only the CUDA ones.
+/// The real-implementation rows of training measured at their device's own capacity
+/// (uncapped), by run id; with `cuda_only`, only the CUDA ones. A row with a strategy (the
+/// generate campaign's) belongs to the strategies' evidence instead.
 fn uncapped_real_rows(ds: &Dataset, cuda_only: bool) -> BTreeMap<&str, &super::Row> {
     ds.rows
         .iter()
-        .filter(|r| r.implementation.is_some() && !r.capped)
+        .filter(|r| r.implementation.is_some() && r.strategy.is_none() && !r.capped)
         .filter(|r| !cuda_only || is_cuda(r))
         .map(|r| (r.run_id.as_str(), r))
         .collect()

@@ -420,7 +420,7 @@ fn python_scope_last_use(
     for k in 0..n {
         let node = &graph.nodes[k];
         let embeds = !node.id.contains('.')
-            && matches!(node.op, crate::ops::Op::Embedding { .. })
+            && node.op.family().table(&node.op).is_some()
             && values
                 .args(k)
                 .iter()
@@ -451,90 +451,11 @@ fn python_scope_last_use(
 /// hold them until the forward returns. The rotary dims: a GQA attention's head_dim, MLA's
 /// qk_rope_head_dim.
 fn rotary_bytes(graph: &Graph, batch: u64, tokens: u64) -> u64 {
-    let dims = graph.nodes.iter().find_map(|n| match n.op {
-        crate::ops::Op::GqaAttention { head_dim, .. } => Some(head_dim),
-        crate::ops::Op::MlaAttention {
-            qk_rope_head_dim, ..
-        } => Some(qk_rope_head_dim),
-        _ => None,
-    });
+    let dims = graph
+        .nodes
+        .iter()
+        .find_map(|n| n.op.family().rotary_dims(&n.op));
     dims.map_or(0, |d| 2 * batch * tokens * d * 4)
-}
-
-/// transformers' rotary attention under no_grad (`LlamaAttention.forward` and its copies in
-/// Mistral, Mixtral, Qwen2/3, Gemma, OLMo, Phi-3): q, k and v projected; `apply_rotary_pos_emb`
-/// computes `(q * cos) + (rotate_half(q) * sin)`, whose highest point holds q, k, v and three
-/// q-sized temporaries (`q * cos`, `rotate_half(q)`, its product with `sin`; `rotate_half`'s
-/// `-x2` is half of one and gone by then), then the same for k; the cache's update copies k and
-/// v (the caches, already in the level: allocated before the op by the rule set); sdpa's
-/// output (q-sized) and its float32 logsumexp beside q; then `o_proj`. Returns the highest of
-/// these stages over the level before the op (which holds the caches), where the op is such an
-/// attention. `cached`: the op's caches are in that level.
-fn rope_attention_peak(op: &crate::ops::Op, batch: u64, tokens: u64, cached: bool) -> Option<u64> {
-    let crate::ops::Op::GqaAttention {
-        embed_dim,
-        num_heads,
-        num_kv_heads,
-        head_dim,
-        qk_norm,
-        ..
-    } = *op
-    else {
-        return None;
-    };
-    let rows = batch * tokens;
-    let q = rows * num_heads * head_dim * 4;
-    let k = rows * num_kv_heads * head_dim * 4;
-    let caches = if cached { 2 * k } else { 0 };
-    // q_norm's own temporaries (the projection, x^2 and x*rstd) come before the rotation.
-    let norm = if qk_norm { 3 * q } else { 0 };
-    let rope_q = (4 * q + 2 * k).max(norm + 2 * k);
-    let rope_k = 2 * q + 4 * k + k;
-    let update = q + 2 * k + caches;
-    let lse = batch * num_heads * tokens * 4;
-    let sdpa = q + q + lse + caches;
-    let y = rows * embed_dim * 4;
-    let out = q + y + caches;
-    Some(
-        rope_q
-            .max(rope_k)
-            .max(update)
-            .saturating_sub(caches)
-            .max(sdpa.saturating_sub(caches))
-            .max(out.saturating_sub(caches)),
-    )
-}
-
-/// transformers 5's sparse MoE block under no_grad (`MixtralSparseMoeBlock.forward`, the
-/// router `MixtralTopKRouter.forward` and `grouped_mm_experts_forward` in
-/// `integrations/moe.py`), over N tokens, S = N x top_k routed rows: the router's logits
-/// (`_`, kept to the block's return), top-k weights and indices; then, each row's live set
-/// beside the sorted ids, the permutation, the routed weights and histc's float input (24
-/// bytes a row): the gathered input `[S, D]` with the gate-up output `[S, 2I]`, `act(gate)` and
-/// its product with `up`; the down projection `[S, D]` beside the product; `proj_out * w` and
-/// its reordering (`weighted_out[inv_perm]`) beside the gathered input and the down output;
-/// the per-token sum `[N, D]`. Returns the highest over the level before the op.
-fn grouped_moe_peak(op: &crate::ops::Op, batch: u64, tokens: u64) -> Option<u64> {
-    let crate::ops::Op::Moe {
-        dim: d,
-        hidden: i,
-        num_experts: e,
-        top_k: k,
-        grouped: true,
-        ..
-    } = *op
-    else {
-        return None;
-    };
-    let n = batch * tokens;
-    let s = n * k;
-    let router = n * e * 4 + n * k * (4 + 8);
-    let rows = s * 24;
-    let gate = s * (d + 4 * i) * 4;
-    let down = s * (2 * d + i) * 4;
-    let reorder = s * 4 * d * 4 + s * 16;
-    let sum = s * 3 * d * 4 + n * d * 4;
-    Some(router + rows + gate.max(down).max(reorder).max(sum))
 }
 
 /// What passes from the prefill to the decode steps.
@@ -706,18 +627,11 @@ impl Sim<'_> {
                 replaced = at_cache(&mut self.mem, &mut self.rec, i);
             }
             let mut rule = rules_all[self.rule_of[k] as usize].clone();
-            if let Some(peak) = grouped_moe_peak(&graph.nodes[k].op, job.batch, tokens) {
-                rule.saved.clear();
-                rule.forward_transient = 0;
-                rule.forward_transient_no_grad = Some(0);
-                rule.forward_peak = Some(peak);
-            }
-            if let Some(peak) = rope_attention_peak(
-                &graph.nodes[k].op,
-                job.batch,
-                tokens,
-                job.layers.iter().any(|l| &l.id == id),
-            ) {
+            // Where the rule set reads the op's no_grad forward from transformers' code
+            // (rotary attention, the sparse MoE block: `Family::generate_peak`).
+            let op = &graph.nodes[k].op;
+            let cached = job.layers.iter().any(|l| &l.id == id);
+            if let Some(peak) = op.family().generate_peak(op, job.batch, tokens, cached) {
                 rule.saved.clear();
                 rule.forward_transient = 0;
                 rule.forward_transient_no_grad = Some(0);
@@ -725,26 +639,21 @@ impl Sim<'_> {
             }
             // A cross-attention after the first step reuses its cached K and V
             // (`T5Attention.forward`: "after the first generated id, we can subsequently re-use
-            // all key/value_states from cache"): q, the scores against the encoder's tokens, the
-            // weights and the context only.
+            // all key/value_states from cache").
             if skip_encoder {
-                if let (
-                    Some(l),
-                    crate::ops::Op::MultiheadAttention {
-                        embed_dim,
-                        num_heads,
-                        ..
-                    },
-                ) = (
-                    job.layers.iter().find(|l| &l.id == id && l.fixed.is_some()),
-                    &graph.nodes[k].op,
-                ) {
-                    let q = job.batch * head_tokens * embed_dim * 4;
-                    let scores = job.batch * num_heads * head_tokens * l.fixed.unwrap_or(1) * 4;
+                let fixed = job
+                    .layers
+                    .iter()
+                    .find(|l| &l.id == id)
+                    .and_then(|l| l.fixed);
+                if let Some(t) = fixed.and_then(|kv| {
+                    op.family()
+                        .cached_cross_attention_transient(op, job.batch, head_tokens, kv)
+                }) {
                     rule.saved.clear();
                     rule.forward_peak = None;
-                    rule.forward_transient = 2 * q + 2 * scores;
-                    rule.forward_transient_no_grad = Some(2 * q + 2 * scores);
+                    rule.forward_transient = t;
+                    rule.forward_transient_no_grad = Some(t);
                 }
             }
             let in_head = head.is_some_and(|h| h.contains(id));

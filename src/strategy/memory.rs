@@ -338,80 +338,17 @@ pub struct CacheLayer {
     pub length: CacheLength,
 }
 
-/// Whether attention node `k` attends to itself causally (a decoder's self-attention), to
-/// another sequence (cross-attention: the key is its second input, or a key of another
-/// length), or to itself without a causal mask (an encoder: no cache).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Attends {
-    CausalSelf,
-    Cross(u64),
-    Bidirectional,
-}
+use crate::ops::family::Attends;
 
+/// How attention node `k` attends ([`crate::ops::family::Family::attends`]).
 fn attends(graph: &Graph, k: usize) -> Option<Attends> {
-    use crate::ops::Op;
     let n = &graph.nodes[k];
-    let seq = |s: Option<&crate::shape::Shape>| s.and_then(|s| s.0.get(1)?.as_fixed());
-    Some(match &n.op {
-        Op::MultiheadAttention { causal, .. } => {
-            if n.inputs.len() > 1 {
-                Attends::Cross(seq(graph.input_shape(k, 1))?)
-            } else if *causal {
-                Attends::CausalSelf
-            } else {
-                Attends::Bidirectional
-            }
-        }
-        Op::GqaAttention { causal, .. } | Op::MlaAttention { causal, .. } => {
-            if *causal {
-                Attends::CausalSelf
-            } else {
-                Attends::Bidirectional
-            }
-        }
-        Op::Sdpa { causal, .. } => sdpa_attends(graph, k, *causal)?,
-        Op::Aten(a) if aten_sdpa(a).is_some() => sdpa_attends(graph, k, aten_sdpa(a)?)?,
-        _ => return None,
-    })
-}
-
-/// A generic ATen sdpa call (`scaled_dot_product_attention`, or the CPU flash kernel torch
-/// lowers it to): whether it is causal (its `is_causal` argument, by position or keyword).
-fn aten_sdpa(a: &crate::ops::generic::AtenNode) -> Option<bool> {
-    use crate::ops::generic::AtenValue;
-    let name = a.op.name.split('.').next().unwrap_or_default();
-    if !name
-        .trim_start_matches('_')
-        .starts_with("scaled_dot_product")
-        || name.ends_with("_backward")
-    {
-        return None;
-    }
-    // `is_causal` by the schema's position (it differs between the kernels), or by keyword.
-    let at = a.op.args.iter().position(|x| x.name == "is_causal");
-    let kw = a
-        .kwargs
-        .iter()
-        .find(|(n, _)| n == "is_causal")
-        .map(|(_, v)| v);
-    Some(matches!(
-        kw.or(at.and_then(|i| a.args.get(i))),
-        Some(AtenValue::Bool(true))
-    ))
-}
-
-/// An sdpa call: causal (its `is_causal`), else cross-attention where the key's length
-/// (axis 2 of `[B, heads, T, head_dim]`) differs from the query's, else bidirectional.
-fn sdpa_attends(graph: &Graph, k: usize, causal: bool) -> Option<Attends> {
-    let (q, key) = (graph.input_shape(k, 0)?, graph.input_shape(k, 1)?);
-    if causal {
-        return Some(Attends::CausalSelf);
-    }
-    let (tq, tk) = (q.0.get(2)?, key.0.get(2)?);
-    Some(match tk.as_fixed() {
-        Some(n) if tq != tk => Attends::Cross(n),
-        _ => Attends::Bidirectional,
-    })
+    n.op.family().attends(
+        &n.op,
+        n.inputs.len(),
+        graph.input_shape(k, 0),
+        graph.input_shape(k, 1),
+    )
 }
 
 /// The attention layers' cache shapes (GQA-aware; MLA caches its latent and rope key): every
@@ -434,13 +371,7 @@ pub fn cache_layers(graph: &Graph) -> Vec<CacheLayer> {
         };
         causal |= length == CacheLength::Context;
         let key = graph.input_shape(k, 1).or(graph.input_shape(k, 0));
-        let shape = match &n.op {
-            // Generic sdpa reads k as `[B, kv_heads, T, head_dim]`, like the `sdpa` op.
-            crate::ops::Op::Aten(_) => key
-                .filter(|s| s.rank() == 4)
-                .and_then(|s| Some((2, s.0[1].as_fixed()?, s.0[3].as_fixed()?))),
-            op => op.family().kv_cache(op, key),
-        };
+        let shape = n.op.family().kv_cache(&n.op, key);
         let Some((tensors, kv_heads, head_dim)) = shape else {
             continue;
         };
@@ -580,10 +511,7 @@ pub fn position_limit(graph: &Graph) -> Option<u64> {
     graph
         .nodes
         .iter()
-        .filter_map(|n| match n.op {
-            crate::ops::Op::LearnedPosition { num_positions, .. } => Some(num_positions),
-            _ => None,
-        })
+        .filter_map(|n| n.op.family().learned_positions(&n.op))
         .min()
 }
 

@@ -1,7 +1,7 @@
 //! The generic `aten` node: every fact of it (torch's tables in `ops/aten.rs` and
 //! `ops/generic.rs` give most).
 
-use super::Family;
+use super::{Attends, Family};
 use crate::graph::Graph;
 use crate::ops::attributes::Attrs;
 use crate::ops::shape::Checks;
@@ -21,6 +21,27 @@ pub(super) fn parse_aten(a: &mut Attrs) -> Result<Op, String> {
 pub(super) struct AtenFamily;
 
 impl Family for AtenFamily {
+    /// A generic sdpa call (`scaled_dot_product_attention`, or the kernel torch lowers it
+    /// to): causal by its `is_causal` argument (by the schema's position, or by keyword).
+    fn attends(
+        &self,
+        op: &Op,
+        _n_inputs: usize,
+        query: Option<&Shape>,
+        key: Option<&Shape>,
+    ) -> Option<Attends> {
+        let Op::Aten(a) = op else { return None };
+        super::sdpa_attends(sdpa_causal(a)?, query, key)
+    }
+
+    /// A generic sdpa caches its k and v inputs, `[B, kv_heads, T, head_dim]`.
+    fn kv_cache(&self, op: &Op, key: Option<&Shape>) -> Option<(u64, u64, u64)> {
+        let Op::Aten(a) = op else { return None };
+        sdpa_causal(a)?;
+        let key = key.filter(|k| k.rank() == 4)?;
+        Some((2, key.0[1].as_fixed()?, key.0[3].as_fixed()?))
+    }
+
     fn infer(
         &self,
         op: &Op,
@@ -52,4 +73,27 @@ impl Family for AtenFamily {
     fn element_bytes(&self, op: &Op) -> Option<u64> {
         op.as_generic().map(|a| a.outputs[a.item].dtype.bytes())
     }
+}
+
+/// Whether a generic node is an sdpa call (not its backward), and if so whether it is causal.
+fn sdpa_causal(a: &crate::ops::generic::AtenNode) -> Option<bool> {
+    use crate::ops::generic::AtenValue;
+    let name = a.op.name.split('.').next().unwrap_or_default();
+    if !name
+        .trim_start_matches('_')
+        .starts_with("scaled_dot_product")
+        || name.ends_with("_backward")
+    {
+        return None;
+    }
+    let at = a.op.args.iter().position(|x| x.name == "is_causal");
+    let kw = a
+        .kwargs
+        .iter()
+        .find(|(n, _)| n == "is_causal")
+        .map(|(_, v)| v);
+    Some(matches!(
+        kw.or(at.and_then(|i| a.args.get(i))),
+        Some(AtenValue::Bool(true))
+    ))
 }

@@ -1,6 +1,7 @@
 //! The attention ops (`multihead_attention`, `gqa_attention`, `mla_attention`, `sdpa`): every
 //! fact of each.
 
+use super::Attends;
 use super::Family;
 use super::{prod, Intermediates, TextbookRole};
 use crate::graph::Graph;
@@ -421,6 +422,110 @@ impl Family for AttentionFamily {
             } => (1, 1, kv_lora_rank + qk_rope_head_dim),
             _ => return None,
         })
+    }
+
+    fn attends(
+        &self,
+        op: &Op,
+        n_inputs: usize,
+        query: Option<&Shape>,
+        key: Option<&Shape>,
+    ) -> Option<Attends> {
+        Some(match op {
+            Op::MultiheadAttention { causal, .. } => {
+                if n_inputs > 1 {
+                    Attends::Cross(key?.0.get(1)?.as_fixed()?)
+                } else if *causal {
+                    Attends::CausalSelf
+                } else {
+                    Attends::Bidirectional
+                }
+            }
+            Op::GqaAttention { causal, .. } | Op::MlaAttention { causal, .. } => {
+                if *causal {
+                    Attends::CausalSelf
+                } else {
+                    Attends::Bidirectional
+                }
+            }
+            Op::Sdpa { causal, .. } => super::sdpa_attends(*causal, query, key)?,
+            _ => return None,
+        })
+    }
+
+    fn rotary_dims(&self, op: &Op) -> Option<u64> {
+        match op {
+            Op::GqaAttention { head_dim, .. } => Some(*head_dim),
+            Op::MlaAttention {
+                qk_rope_head_dim, ..
+            } => Some(*qk_rope_head_dim),
+            _ => None,
+        }
+    }
+
+    /// transformers' rotary attention under no_grad (`LlamaAttention.forward` and its copies
+    /// in Mistral, Mixtral, Qwen2/3, Gemma, OLMo, Phi-3): q, k and v projected;
+    /// `apply_rotary_pos_emb` computes `(q * cos) + (rotate_half(q) * sin)`, whose highest
+    /// point holds q, k, v and three q-sized temporaries (`q * cos`, `rotate_half(q)`, its
+    /// product with `sin`; `rotate_half`'s `-x2` is half of one and gone by then), then the
+    /// same for k; the cache's update copies k and v (the caches, in the level before the op);
+    /// sdpa's output (q-sized) and its float32 logsumexp beside q; then `o_proj`.
+    fn generate_peak(&self, op: &Op, batch: u64, tokens: u64, cached: bool) -> Option<u64> {
+        let Op::GqaAttention {
+            embed_dim,
+            num_heads,
+            num_kv_heads,
+            head_dim,
+            qk_norm,
+            ..
+        } = *op
+        else {
+            return None;
+        };
+        let rows = batch * tokens;
+        let q = rows * num_heads * head_dim * 4;
+        let k = rows * num_kv_heads * head_dim * 4;
+        let caches = if cached { 2 * k } else { 0 };
+        // q_norm's own temporaries (the projection, x^2 and x*rstd) come before the rotation.
+        let norm = if qk_norm { 3 * q } else { 0 };
+        let rope_q = (4 * q + 2 * k).max(norm + 2 * k);
+        let rope_k = 2 * q + 4 * k + k;
+        let update = q + 2 * k + caches;
+        let lse = batch * num_heads * tokens * 4;
+        let sdpa = q + q + lse + caches;
+        let y = rows * embed_dim * 4;
+        let out = q + y + caches;
+        Some(
+            rope_q
+                .max(rope_k)
+                .max(update)
+                .saturating_sub(caches)
+                .max(sdpa.saturating_sub(caches))
+                .max(out.saturating_sub(caches)),
+        )
+    }
+
+    /// `T5Attention.forward` after the first step ("re-use all key/value_states from cache"),
+    /// and BART's like it: q, the scores against the cached keys and their softmax, the
+    /// context.
+    fn cached_cross_attention_transient(
+        &self,
+        op: &Op,
+        batch: u64,
+        tokens: u64,
+        kv_len: u64,
+    ) -> Option<u64> {
+        let Op::MultiheadAttention {
+            embed_dim,
+            num_heads,
+            ..
+        } = *op
+        else {
+            return None;
+        };
+        let q = batch * tokens * embed_dim * 4;
+        let scores = batch * num_heads * tokens * kv_len * 4;
+        Some(2 * q + 2 * scores)
     }
 
     /// The four projections of attention; MLA's projections.

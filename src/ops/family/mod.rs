@@ -31,6 +31,34 @@ use crate::shape::Shape;
 use crate::simulate::cuda::{as_on_cpu, CudaCall};
 use crate::simulate::rules::{OpRule, Sizes};
 
+/// How an attention op attends ([`Family::attends`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Attends {
+    /// Causal self-attention: a decoder's, with a cache that grows with the context.
+    CausalSelf,
+    /// Cross-attention to a sequence of this many tokens (an encoder's output): a fixed cache.
+    Cross(u64),
+    /// Self-attention both ways: an encoder's, no cache.
+    Bidirectional,
+}
+
+/// An sdpa call: causal (its flag), else cross-attention where the key's length (axis 2 of
+/// `[B, heads, T, head_dim]`) differs from the query's, else both ways.
+pub(super) fn sdpa_attends(
+    causal: bool,
+    query: Option<&Shape>,
+    key: Option<&Shape>,
+) -> Option<Attends> {
+    if causal {
+        return Some(Attends::CausalSelf);
+    }
+    let (tq, tk) = (query?.0.get(2)?, key?.0.get(2)?);
+    Some(match tk.as_fixed() {
+        Some(n) if tq != tk => Attends::Cross(n),
+        _ => Attends::Bidirectional,
+    })
+}
+
 /// Every fact of an op that depends on which op it is. Each family implements it for its
 /// ops; a method without a default is one every family must answer (a new family does not
 /// compile until it does).
@@ -122,6 +150,53 @@ pub(crate) trait Family: Sync {
 
     /// The embedding table the op is, if it is an embedding.
     fn table(&self, _op: &Op) -> Option<Table> {
+        None
+    }
+
+    // Inference: the KV caches (`strategy::memory`) and transformers' generate
+    // (`simulate::generate`).
+
+    /// How the op attends, where it is an attention: to itself causally (a decoder), to
+    /// another sequence (cross-attention, fixed at the key's length), or both ways (an
+    /// encoder). `n_inputs`: the node's inputs; `query` and `key`: its inputs 0 and 1.
+    fn attends(
+        &self,
+        _op: &Op,
+        _n_inputs: usize,
+        _query: Option<&Shape>,
+        _key: Option<&Shape>,
+    ) -> Option<Attends> {
+        None
+    }
+
+    /// The learned position table's length, where the op is one (no context is longer).
+    fn learned_positions(&self, _op: &Op) -> Option<u64> {
+        None
+    }
+
+    /// The rotary dims of the attention, where transformers computes rotary `cos` and `sin`
+    /// for it once a forward (a GQA attention's head_dim, MLA's qk_rope_head_dim).
+    fn rotary_dims(&self, _op: &Op) -> Option<u64> {
+        None
+    }
+
+    /// transformers' forward of the op under no_grad in `generate`, over `tokens` tokens a
+    /// sequence: its highest point over the level before it (which holds its caches where
+    /// `cached`), where the rule set reads it from transformers' code rather than the
+    /// training rule's no_grad forward.
+    fn generate_peak(&self, _op: &Op, _batch: u64, _tokens: u64, _cached: bool) -> Option<u64> {
+        None
+    }
+
+    /// A cross-attention at a decode step that reuses its cached K and V of `kv_len` tokens:
+    /// the bytes it holds while it runs (q, the scores, the weights, the context).
+    fn cached_cross_attention_transient(
+        &self,
+        _op: &Op,
+        _batch: u64,
+        _tokens: u64,
+        _kv_len: u64,
+    ) -> Option<u64> {
         None
     }
 

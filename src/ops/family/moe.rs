@@ -36,6 +36,38 @@ pub(super) fn parse_moe(a: &mut Attrs) -> Result<Op, String> {
 pub(super) struct MoeFamily;
 
 impl Family for MoeFamily {
+    /// transformers 5's sparse MoE block under no_grad (`MixtralSparseMoeBlock.forward`, the
+    /// router `MixtralTopKRouter.forward` and `grouped_mm_experts_forward` in
+    /// `integrations/moe.py`), over N tokens, S = N x top_k routed rows: the router's logits
+    /// (`_`, kept to the block's return), top-k weights and indices; then, beside the sorted
+    /// ids, the permutation, the routed weights and histc's float input (24 bytes a row): the
+    /// gathered input `[S, D]` with the gate-up output `[S, 2I]`, `act(gate)` and its product
+    /// with `up`; the down projection `[S, D]` beside the product; `proj_out * w` and its
+    /// reordering (`weighted_out[inv_perm]`) beside the gathered input and the down output;
+    /// the per-token sum `[N, D]`.
+    fn generate_peak(&self, op: &Op, batch: u64, tokens: u64, _cached: bool) -> Option<u64> {
+        let Op::Moe {
+            dim: d,
+            hidden: i,
+            num_experts: e,
+            top_k: k,
+            grouped: true,
+            ..
+        } = *op
+        else {
+            return None;
+        };
+        let n = batch * tokens;
+        let s = n * k;
+        let router = n * e * 4 + n * k * (4 + 8);
+        let rows = s * 24;
+        let gate = s * (d + 4 * i) * 4;
+        let down = s * (2 * d + i) * 4;
+        let reorder = s * 4 * d * 4 + s * 16;
+        let sum = s * 3 * d * 4 + n * d * 4;
+        Some(router + rows + gate.max(down).max(reorder).max(sum))
+    }
+
     fn infer(
         &self,
         op: &Op,

@@ -46,6 +46,13 @@ pub(super) fn parse_constant(a: &mut Attrs) -> Result<Op, String> {
 pub(super) struct TokensFamily;
 
 impl Family for TokensFamily {
+    fn learned_positions(&self, op: &Op) -> Option<u64> {
+        match op {
+            Op::LearnedPosition { num_positions, .. } => Some(*num_positions),
+            _ => None,
+        }
+    }
+
     fn infer(
         &self,
         op: &Op,
