@@ -49,6 +49,12 @@ pub fn protocol(spec: &RowSpec) -> Result<Protocol, String> {
     };
     match spec {
         RowSpec::Inference { prompt, decode } => p.inference = Some((*prompt, *decode)),
+        RowSpec::Generate { .. } => {
+            return Err(format!(
+                "`{}`: transformers' generate is measured in Python (python3 -m memcal_export.generate, exporter/README.md), not by the harness; its own inference protocol is `inference:prompt=P,decode=N`",
+                spec.label()
+            ))
+        }
         RowSpec::Training(s) => {
             for part in &s.parts {
                 match part.kind {
