@@ -101,16 +101,16 @@ fn the_simulator_reproduces_transformers_generate_on_its_rows() {
     assert!(median <= 0.01, "median |error| {median}");
     assert!(worst.0 <= 0.03, "max |error| {} at {}", worst.0, worst.1);
     // Encoder-decoders (T5, BART): the encoder once over the prompt, the decoder from its start
-    // token, cross-attention caches fixed at the prompt. T5's graph draws its attention eager
-    // (a [B, H, T, T] score tensor) where transformers 5 runs sdpa with the bias as a mask: up
-    // to 5.5% high in the encoder at batch 4 and 256 tokens (docs/simulator.md).
+    // token, cross-attention caches fixed at the prompt; T5's attention as transformers 5's
+    // default sdpa runs it under no_grad (the relative bias as the flash kernel's mask). The
+    // same bounds as the decoders.
     encdec.sort_by(|a, b| a.0.total_cmp(&b.0));
     assert!(encdec.len() >= 32, "{} encoder-decoder rows", encdec.len());
     let median = encdec[encdec.len() / 2].0;
     let worst = encdec.last().unwrap();
     assert!(median <= 0.01, "encoder-decoder median |error| {median}");
     assert!(
-        worst.0 <= 0.06,
+        worst.0 <= 0.03,
         "encoder-decoder max {} at {}",
         worst.0,
         worst.1

@@ -1206,10 +1206,11 @@ fn t5(c: &Config, o: &Options) -> Result<Built> {
     )];
     // T5Attention drops out its eager probabilities with the same rate.
     drawn.extend(attention_dropout(&mut graph, p));
+    drawn.push("attention: eager (transformers 5's sdpa gets the relative position bias as a float mask that needs a gradient, so under autograd torch's sdpa runs its math path, the scores as drawn; under no_grad, memcal's generate rule set runs it as the CPU flash kernel with the bias as its mask)".into());
     // memcal's eager attention keeps its raw scores until the op returns (the harness's Rust
     // locals); with no dropout T5Attention frees them sooner (the proof: +1.99%, exact with
     // dropout, which keeps a tensor of their size anyway).
-    let approximations = if p == 0.0 {
+    let mut approximations = if p == 0.0 {
         vec!["T5's attention without dropout: memcal's eager attention keeps each layer's raw scores \
               ([B, heads, T, T]) until the op returns, where transformers frees them sooner; the \
               forward peak may be high by about their size (+1.99% on a 2 + 2-layer T5)"
@@ -1217,6 +1218,9 @@ fn t5(c: &Config, o: &Options) -> Result<Built> {
     } else {
         Vec::new()
     };
+    if o.attn == Attn::Eager {
+        approximations.push("--attn eager: the graph is the same as under sdpa (under autograd both materialise the scores), and the generate rule set runs T5's attention as transformers' default sdpa does under no_grad (the flash kernel), not eager's [B, heads, Tq, Tk] scores".into());
+    }
     Ok(Built {
         graph,
         seq,

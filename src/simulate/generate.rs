@@ -26,6 +26,10 @@
 //! reuses them (`T5Attention.forward`: "after the first generated id, we can subsequently
 //! re-use all key/value_states from cache").
 //!
+//! T5 (a stack whose attention computes a relative position bias): each attention as
+//! transformers 5's default sdpa runs it under no_grad, the bias kept by its stack
+//! ([`PositionBias`]).
+//!
 //! Not simulated (an error with the reason): attention drawn op by op without sdpa (Gemma-2's
 //! eager soft-capping), a graph drawn at a fixed length other than the prompt. Approximated:
 //! sliding-window layers (counted at the whole context).
@@ -33,6 +37,7 @@
 use super::rules::{self, Backend, Output};
 use super::{BufId, Kind, Mem, PhaseSummary, SavedSets, Scratch, Sim, Value};
 use crate::graph::{Graph, GraphFile};
+use crate::ops::family::{Attends, BiasSource, BiasedAttention};
 use crate::strategy::memory::{self, CacheLength};
 use crate::strategy::CacheImpl;
 use serde::Serialize;
@@ -458,6 +463,142 @@ fn rotary_bytes(graph: &Graph, batch: u64, tokens: u64) -> u64 {
     dims.map_or(0, |d| 2 * batch * tokens * d * 4)
 }
 
+/// T5's position biases under no_grad (transformers 5, its default sdpa: `T5Stack.forward`
+/// passes the first layer's bias to every later layer, so each stack keeps it until its
+/// forward returns; the decoder's first cross-attention makes a zeros bias kept the same way).
+/// Each attention of a stack with a relative bias runs as
+/// [`crate::ops::family::Family::biased_sdpa_no_grad_peak`] says.
+struct PositionBias {
+    /// Per stack (0: an encoder-decoder's encoder, 1: the rest): a relative bias in it.
+    biased: [bool; 2],
+    /// The biases made so far: (stack, cross-attention's, buffer).
+    held: Vec<(usize, bool, BufId)>,
+    /// The encoder's last node (its stack's biases go after it).
+    encoder_end: Option<usize>,
+    encoder: Vec<bool>,
+    /// Tokens cached before this forward, and the static cache's length (None: dynamic).
+    past: u64,
+    static_len: Option<u64>,
+    batch: u64,
+}
+
+impl PositionBias {
+    fn new(graph: &Graph, job: &Job, skip: &dyn Fn(usize) -> bool, past: u64) -> Self {
+        let encoder = job
+            .encoder
+            .as_ref()
+            .map_or_else(|| vec![false; graph.nodes.len()], |e| e.nodes.clone());
+        let mut biased = [false; 2];
+        for (k, node) in graph.nodes.iter().enumerate() {
+            if !skip(k)
+                && node
+                    .op
+                    .family()
+                    .relative_position_bias_heads(&node.op)
+                    .is_some()
+            {
+                biased[usize::from(!encoder[k])] = true;
+            }
+        }
+        PositionBias {
+            biased,
+            held: Vec::new(),
+            encoder_end: encoder.iter().rposition(|&e| e),
+            encoder,
+            past,
+            static_len: (job.cache == CacheImpl::Static).then_some(job.seq0 + job.new),
+            batch: job.batch,
+        }
+    }
+
+    /// Node `k`'s rule where it is an attention of a biased stack; the bias bytes it makes.
+    fn rule(
+        &self,
+        graph: &Graph,
+        values: &rules::Values,
+        k: usize,
+        reuse_cross: bool,
+        rule: &mut rules::OpRule,
+    ) -> Option<(usize, bool, u64)> {
+        let stack = usize::from(!self.encoder[k]);
+        if !self.biased[stack] {
+            return None;
+        }
+        let node = &graph.nodes[k];
+        let args = values.args(k);
+        let shape = |j: usize| args.get(j).map(|&v| values.shape(v as usize));
+        let attends = node
+            .op
+            .family()
+            .attends(&node.op, node.inputs.len(), shape(0), shape(1))?;
+        let tq = shape(0)?.0.get(1)?.as_fixed()?;
+        let held = |cross: bool| self.held.iter().any(|h| h.0 == stack && h.1 == cross);
+        let (tk, projected, bias, cross) = match attends {
+            Attends::Cross(t) => {
+                let bias = if held(true) {
+                    BiasSource::Held { copied: false }
+                } else {
+                    BiasSource::Zeros
+                };
+                (t, if reuse_cross { 0 } else { t }, bias, true)
+            }
+            _ => {
+                let tk = match (stack, self.static_len) {
+                    (0, _) => tq,
+                    (_, Some(len)) => len,
+                    (_, None) => self.past + tq,
+                };
+                let bias = if node
+                    .op
+                    .family()
+                    .relative_position_bias_heads(&node.op)
+                    .is_some()
+                {
+                    BiasSource::Relative
+                } else {
+                    BiasSource::Held { copied: true }
+                };
+                (tk, tq, bias, false)
+            }
+        };
+        let at = BiasedAttention {
+            batch: self.batch,
+            tq,
+            tk,
+            projected,
+            bias,
+        };
+        let (peak, made) = node.op.family().biased_sdpa_no_grad_peak(&node.op, &at)?;
+        rule.saved.clear();
+        rule.forward_transient = 0;
+        rule.forward_transient_no_grad = Some(0);
+        rule.forward_peak = Some(peak);
+        (made > 0).then_some((stack, cross, made))
+    }
+
+    /// After node `k`: the bias it made kept; the encoder's biases gone after its last node.
+    fn after(&mut self, mem: &mut Mem, k: usize, made: Option<(usize, bool, u64)>) {
+        if let Some((stack, cross, bytes)) = made {
+            let b = mem.alloc(bytes, Kind::SavedActivations);
+            self.held.push((stack, cross, b));
+        }
+        if Some(k) == self.encoder_end {
+            self.held.retain(|&(stack, _, b)| {
+                if stack == 0 {
+                    mem.release(b);
+                }
+                stack != 0
+            });
+        }
+    }
+
+    fn release_all(&mut self, mem: &mut Mem) {
+        for (_, _, b) in self.held.drain(..) {
+            mem.release(b);
+        }
+    }
+}
+
 /// What passes from the prefill to the decode steps.
 struct State {
     /// Tokens the growing caches hold.
@@ -501,13 +642,14 @@ impl Sim<'_> {
             })
         };
         // The logits stay alive (generate's `outputs`) into the first decode step.
-        let (_logits, encoder_output) = self.forward_no_grad(job, ids, false, None, |mem, _, i| {
-            let l = &job.layers[i];
-            for _ in 0..l.tensors {
-                mem.alloc(l.per_token * held(l), Kind::SavedActivations);
-            }
-            Vec::new()
-        });
+        let (_logits, encoder_output) =
+            self.forward_no_grad(job, ids, false, None, 0, |mem, _, i| {
+                let l = &job.layers[i];
+                for _ in 0..l.tensors {
+                    mem.alloc(l.per_token * held(l), Kind::SavedActivations);
+                }
+                Vec::new()
+            });
         let logits_bytes = self.pick_token(job, job.seq0 + 1, None);
         self.rec.end(&self.mem);
         State {
@@ -550,6 +692,7 @@ impl Sim<'_> {
         ids: BufId,
         skip_encoder: bool,
         carried: Option<BufId>,
+        past: u64,
         mut at_cache: impl FnMut(&mut Mem, &mut super::Recorder, usize) -> Vec<BufId>,
     ) -> (Option<BufId>, Option<BufId>) {
         let graph = self.graph;
@@ -610,6 +753,7 @@ impl Sim<'_> {
             }
         }
         let mut rotary_buf = None;
+        let mut biases = PositionBias::new(graph, job, &skip, past);
         for k in 0..n {
             if rotary_buf.is_none() && rotary > 0 && graph.nodes[k].id.contains('.') {
                 rotary_buf = Some(self.mem.alloc(rotary, Kind::SavedActivations));
@@ -656,6 +800,7 @@ impl Sim<'_> {
                     rule.forward_transient_no_grad = Some(t);
                 }
             }
+            let made_bias = biases.rule(graph, values, k, skip_encoder, &mut rule);
             let in_head = head.is_some_and(|h| h.contains(id));
             if in_head && head_tokens > 1 {
                 let t = head_tokens;
@@ -678,6 +823,7 @@ impl Sim<'_> {
             for b in replaced {
                 self.mem.release(b);
             }
+            biases.after(&mut self.mem, k, made_bias);
             // Values whose (scope-extended) life ends here.
             for &v in &ends[k] {
                 if let Some(x) = env[v].take() {
@@ -688,6 +834,7 @@ impl Sim<'_> {
         if let Some(b) = rotary_buf {
             self.mem.release(b);
         }
+        biases.release_all(&mut self.mem);
         // The forward returns: what nobody holds goes; the logits stay in its output, and the
         // encoder's output in generate's model_kwargs.
         let mut encoder_output = None;
@@ -765,7 +912,7 @@ impl Sim<'_> {
                 };
             let fresh_logits = if ops {
                 let caches_ref = &mut caches;
-                self.forward_no_grad(job, ids, true, encoder_output, |mem, rec, i| {
+                self.forward_no_grad(job, ids, true, encoder_output, tokens, |mem, rec, i| {
                     grow(mem, rec, caches_ref, i);
                     Vec::new()
                 })

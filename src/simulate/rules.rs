@@ -606,14 +606,26 @@ pub const HARNESS_CPU_THREADS: u64 = 2;
 /// tokens, 64 from 192, else 32, and kv_split 512, each at most its sequence length (`tq`
 /// queries, `tk` keys).
 pub(crate) fn flash_backward_scratch(tq: u64, tk: u64) -> u64 {
+    let (q_split, kv_split) = flash_splits(tq, tk);
+    HARNESS_CPU_THREADS * (2 * q_split * kv_split + q_split) * 4
+}
+
+/// CPU flash sdpa's block sizes, each at most its sequence length.
+fn flash_splits(tq: u64, tk: u64) -> (u64, u64) {
     let q_split = match tq {
         768.. => 256,
         192.. => 64,
         _ => 32,
-    }
-    .min(tq);
-    let kv_split = 512.min(tk);
-    HARNESS_CPU_THREADS * (2 * q_split * kv_split + q_split) * 4
+    };
+    (q_split.min(tq), 512.min(tk))
+}
+
+/// CPU flash sdpa's forward scratch (`cpu_flash_attention`, the same file): per thread, a
+/// float32 buffer of `qk` (q_split x kv_split), `qk_max` and `qk_sum` (q_split each) and `dst`
+/// (q_split x v's head size), with the splits of [`flash_backward_scratch`].
+pub(crate) fn flash_forward_scratch(tq: u64, tk: u64, head_dim_v: u64) -> u64 {
+    let (q_split, kv_split) = flash_splits(tq, tk);
+    HARNESS_CPU_THREADS * (q_split * kv_split + 2 * q_split + q_split * head_dim_v) * 4
 }
 
 /// torch.nn.MultiheadAttention's own forward (`impl: "torch"`, sdpa), from

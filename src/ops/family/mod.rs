@@ -42,6 +42,36 @@ pub enum Attends {
     Bidirectional,
 }
 
+/// Where an attention with a position bias stands in transformers 5's T5 forward under no_grad
+/// ([`Family::biased_sdpa_no_grad_peak`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BiasedAttention {
+    pub batch: u64,
+    /// Query tokens.
+    pub tq: u64,
+    /// Key tokens: the cache's after this step's update (self-attention), the encoder's
+    /// (cross-attention).
+    pub tk: u64,
+    /// Key tokens projected by this call (the new ones; 0: a cross-attention reusing its
+    /// cached K and V).
+    pub projected: u64,
+    /// How the bias comes to this layer.
+    pub bias: BiasSource,
+}
+
+/// How an attention gets its position bias in T5's stack.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BiasSource {
+    /// Computed here (`compute_bias`): the bucket arithmetic, then the bias, kept by the
+    /// stack; a permuted view, so sdpa's mask is a contiguous copy each layer.
+    Relative,
+    /// Made here as zeros (a layer with no relative bias and none passed in: the decoder's
+    /// first cross-attention), kept by the stack; contiguous, so no copy.
+    Zeros,
+    /// Passed in by an earlier layer: `copied` where it is the relative bias (a permuted view).
+    Held { copied: bool },
+}
+
 /// An sdpa call: causal (its flag), else cross-attention where the key's length (axis 2 of
 /// `[B, heads, T, head_dim]`) differs from the query's, else both ways.
 pub(super) fn sdpa_attends(
@@ -197,6 +227,21 @@ pub(crate) trait Family: Sync {
         _tokens: u64,
         _kv_len: u64,
     ) -> Option<u64> {
+        None
+    }
+
+    /// The heads of the relative position bias the op computes, where it is the attention
+    /// that computes one for its stack (T5's first layer of the encoder and of the decoder:
+    /// `has_relative_attention_bias`).
+    fn relative_position_bias_heads(&self, _op: &Op) -> Option<u64> {
+        None
+    }
+
+    /// The op's forward under no_grad as transformers 5 runs an attention with a position
+    /// bias and its default sdpa (`T5Attention.forward` -> `sdpa_attention_forward`): its
+    /// highest point over the level before it, and the bytes of the bias it makes (kept by
+    /// the stack until its forward returns); see [`BiasedAttention`].
+    fn biased_sdpa_no_grad_peak(&self, _op: &Op, _at: &BiasedAttention) -> Option<(u64, u64)> {
         None
     }
 
