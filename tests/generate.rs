@@ -140,6 +140,30 @@ fn a_dynamic_cache_grows_by_concatenation_and_a_static_one_is_allocated_up_front
     assert_eq!(dynamic.peak_phase, "prefill");
 }
 
+/// A sliding layer (gen-mistral-sw-r1: window 48, 2 layers of one kv head of 128): the
+/// dynamic cache keeps the whole prompt after the prefill, then each step's `cat` of the last
+/// 47 tokens and the new one; a static cache allocates 48 up front.
+#[test]
+fn a_sliding_cache_keeps_its_window() {
+    let g = graph("gen-mistral-sw-r1");
+    let per_token = 2 * 2 * 128 * 4;
+    let end = |s: &memcal::simulate::generate::Generation, p: &str| {
+        s.phases.iter().find(|x| x.name == p).unwrap().end
+    };
+    let dynamic = simulate_generate(&g, 1, 256, 8, CacheImpl::Dynamic).unwrap();
+    let stat = simulate_generate(&g, 1, 256, 8, CacheImpl::Static).unwrap();
+    assert_eq!(dynamic.kv_cache_bytes, 48 * per_token);
+    assert_eq!(stat.kv_cache_bytes, 48 * per_token);
+    // After the prefill the dynamic cache still holds the prompt's 256 tokens.
+    assert_eq!(
+        end(&dynamic, "prefill") - end(&stat, "prefill"),
+        (256 - 48) * per_token
+    );
+    // Below the window it grows as a full layer does.
+    let short = simulate_generate(&g, 1, 16, 8, CacheImpl::Dynamic).unwrap();
+    assert_eq!(short.kv_cache_bytes, 23 * per_token);
+}
+
 #[test]
 fn encoders_are_refused_and_encoder_decoders_keep_fixed_cross_attention_caches() {
     // t5 reduced: 2 decoder layers, 8 heads of 64; K and V, fp32, batch 2.

@@ -1101,3 +1101,79 @@ fn issue_37_types_are_drawn_as_transformers_runs_them() {
         assert_eq!(plan(&axis, &["--seq", "64"]), plan(&fixed, &[]), "{model}");
     }
 }
+
+/// A config's `sliding_window` is written on every attention where it can act (a graph with the
+/// sequence axis, or a window shorter than the drawn length), and said; a bad one exits 2.
+#[test]
+fn sliding_windows_are_written_where_they_act() {
+    let windows = |g: &Graph| -> Vec<Option<u64>> {
+        use memcal::ops::Op;
+        g.nodes
+            .iter()
+            .filter_map(|n| match n.op {
+                Op::GqaAttention { sliding_window, .. }
+                | Op::Sdpa {
+                    causal: true,
+                    sliding_window,
+                    ..
+                } => Some((sliding_window > 0).then_some(sliding_window)),
+                _ => None,
+            })
+            .collect()
+    };
+    let mistral = fixture("Mistral-7B-v0.1");
+    // Drawn at 4096 tokens, the window (4096) never slides: nothing written.
+    let g = import(&mistral, &["4096"]);
+    assert!(windows(&g).iter().all(|w| w.is_none()));
+    let g = import(&mistral, &["8192"]);
+    let w = windows(&g);
+    assert_eq!(w.len(), 32);
+    assert!(w.iter().all(|&w| w == Some(4096)), "{w:?}");
+    let options = memcal::import::Options {
+        seq: None,
+        decoder_seq: None,
+        name: "imported".into(),
+        family: None,
+        seq_axis: true,
+        attn: Default::default(),
+    };
+    let imported = memcal::import::hf(&mistral, &options).unwrap();
+    assert!(
+        imported
+            .drawn
+            .iter()
+            .any(|d| d.contains("sliding_window = 4096 on 32 attention layers")),
+        "{:?}",
+        imported.drawn
+    );
+    // Phi-3 (attention drawn op by op): its causal sdpa calls carry the window.
+    let g = import(&fixture("Phi-3-mini-4k-instruct"), &["4096"]);
+    let w = windows(&g);
+    assert!(!w.is_empty() && w.iter().all(|&w| w == Some(2047)), "{w:?}");
+    // Mistral-7B-v0.3 has none (null).
+    let g = import(&fixture("Mistral-7B-v0.3"), &["8192"]);
+    assert!(windows(&g).iter().all(|w| w.is_none()));
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(&mistral).unwrap();
+    let bad = dir.path().join("config.json");
+    std::fs::write(
+        &bad,
+        text.replace("\"sliding_window\": 4096", "\"sliding_window\": 0"),
+    )
+    .unwrap();
+    let out = memcal(&[
+        "import",
+        "hf",
+        bad.to_str().unwrap(),
+        "--seq",
+        "8192",
+        "--out",
+        dir.path().join("g.json").to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("sliding_window") && err.contains("config.json"),
+        "{err}"
+    );
+}

@@ -197,7 +197,7 @@ fn the_kv_cache_is_gqa_aware() {
     assert_eq!((layers[0].kv_heads, layers[0].head_dim), (2, 64));
     // 2 x 4 layers x 2 kv heads x 64 x context 100 x batch 3 x 4 bytes.
     assert_eq!(
-        memory::kv_cache_bytes(&layers, 100, 3, 4),
+        memory::kv_cache_bytes(&layers, 100, 100, 3, 4),
         2 * 4 * 2 * 64 * 100 * 3 * 4
     );
     let inf = memory::inference(&g, 3, 100, 100, 4).unwrap();
@@ -459,7 +459,7 @@ fn t5_caches_its_decoder_self_attention_growing_and_its_cross_attention_fixed() 
     // 8 heads of 64 (d_kv), K and V: at a context of 100 tokens and batch 2, fp32.
     let per_token = 2 * 8 * 64;
     assert_eq!(
-        memory::kv_cache_bytes(&layers, 100, 2, 4),
+        memory::kv_cache_bytes(&layers, 100, 100, 2, 4),
         (6 * per_token * 100 + 6 * per_token * 512) * 2 * 4
     );
 }
@@ -514,4 +514,32 @@ fn a_context_past_the_learned_position_table_exits_2() {
     );
     let (code, _, err) = infer("data/graphs/hf-gpt2.json", "1", "0", "fp32");
     assert_eq!(code, Some(2), "{err}");
+}
+
+/// A sliding layer's cache as transformers' `DynamicCache` keeps it
+/// (`DynamicSlidingWindowLayer`): the whole prompt after the prefill, then at most W tokens.
+/// gen-mistral-sw-r1 is Mistral with a window of 48 (2 layers, one kv head of 128).
+#[test]
+fn a_sliding_layer_holds_the_prompt_then_at_most_its_window() {
+    let g = Graph::load_at(Path::new("data/graphs/gen-mistral-sw-r1.json"), Some(32)).unwrap();
+    let layers = memory::cache_layers(&g);
+    assert!(layers.iter().all(|l| l.window == Some(48)), "{layers:?}");
+    let token = 2 * 2 * 128 * 4;
+    let kv = |prompt, context| memory::kv_cache_bytes(&layers, prompt, context, 1, 4);
+    assert_eq!(kv(32, 40), 40 * token);
+    assert_eq!(kv(32, 4096), 48 * token);
+    assert_eq!(kv(256, 4096), 256 * token);
+    // A serving engine's per-token figure counts every growing layer.
+    assert_eq!(memory::bytes_per_token(&layers, 4), token);
+    // Mistral-7B-v0.1's own window (4096) does not act below it.
+    let g = Graph::load_at(Path::new("data/graphs/gen-mistral-r1.json"), Some(32)).unwrap();
+    let layers = memory::cache_layers(&g);
+    assert_eq!(
+        memory::kv_cache_bytes(&layers, 32, 4000, 1, 4),
+        4000 * token
+    );
+    assert_eq!(
+        memory::kv_cache_bytes(&layers, 32, 9000, 1, 4),
+        4096 * token
+    );
 }

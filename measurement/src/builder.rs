@@ -500,18 +500,21 @@ impl Model {
             }
             (Op::Matmul, _) => x.matmul(a[1]),
             (Op::Slice { dim, start, end }, _) => x.slice(*dim, i(*start), i(*end), 1),
-            (Op::Sdpa { causal, enable_gqa }, _) => {
-                Tensor::scaled_dot_product_attention::<&Tensor>(
-                    x,
-                    a[1],
-                    a[2],
-                    a.get(3).copied(),
-                    0.0,
-                    *causal,
-                    None,
-                    *enable_gqa,
-                )
-            }
+            (
+                Op::Sdpa {
+                    causal, enable_gqa, ..
+                },
+                _,
+            ) => Tensor::scaled_dot_product_attention::<&Tensor>(
+                x,
+                a[1],
+                a[2],
+                a.get(3).copied(),
+                0.0,
+                *causal,
+                None,
+                *enable_gqa,
+            ),
             (Op::Constant { shape, dtype }, _) => {
                 // Made from constants in every forward, outside autograd (rotary tables,
                 // masks): float32 or bool, as transformers builds them (an all-true bool mask
@@ -685,6 +688,7 @@ fn attention_module(p: &nn::Path, op: &Op) -> Module {
             out_bias,
             repeat_kv,
             qk_norm,
+            ..
         } => Module::Gqa {
             repeat_kv: *repeat_kv,
             q: Lin::new(p, "q_proj", *d, num_heads * head_dim, *bias),

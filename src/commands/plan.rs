@@ -480,8 +480,7 @@ fn inference_plan(
             (c.clone(), longest, decided.0 as f64 * h <= c.bytes as f64)
         })
         .collect();
-    let per_token = memory::kv_cache_bytes(&inf.layers, 1, 1, bytes)
-        .saturating_sub(memory::kv_cache_bytes(&inf.layers, 0, 1, bytes));
+    let per_token = memory::bytes_per_token(&inf.layers, bytes);
     let budgets: Vec<(memcal::factors::Card, serve::Budget)> = job
         .serve
         .map(|(engine, fraction)| {

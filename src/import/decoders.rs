@@ -69,6 +69,8 @@ pub(super) struct Notes {
     approximations: Vec<String>,
     /// The attention transformers runs for the type whatever is asked (Gemma-2: eager).
     attn: Option<Attn>,
+    /// Every layer slides when the config sets `sliding_window`.
+    sliding: bool,
 }
 
 const GPTJ_ALIASES: &[(&str, &str)] = &[
@@ -513,6 +515,11 @@ pub(super) fn build(desc: &Desc, c: &Config, o: &Options) -> Result<Built> {
         approximations.push(format!("attention dropout ({} = {p}) on the probabilities is not drawn (sdpa's dropout_p: on CUDA's flash kernel only its RNG state; on CPU sdpa's math path keeps the [B, heads, T, T] probabilities)", desc.attn_dropout));
     }
     approximations.extend(notes.approximations);
+    if notes.sliding {
+        let (window, approx) = super::sliding_layers(c, o, &mut graph, seq)?;
+        drawn.extend(window);
+        approximations.extend(approx);
+    }
     Ok(Built {
         graph,
         seq,
@@ -599,18 +606,15 @@ fn describe(desc: &Desc, p: &Parts) -> String {
     )
 }
 
-/// A sliding window shorter than the sequence: transformers passes sdpa a banded mask.
-fn sliding_window(c: &Config, p: &Parts, n: &mut Notes, field: &str) -> Result<()> {
-    if let Some(w) = c.get(field).and_then(|v| v.as_u64()) {
-        if w < p.t {
-            n.approximations.push(format!("sliding-window attention ({field} = {w} < T = {}): drawn as full causal attention (transformers gives sdpa a banded mask, so not the flash kernel)", p.t));
-        }
-    }
+/// A type whose every layer slides when the config sets `sliding_window` (written on the
+/// attention nodes after the build: `super::sliding_layers`).
+fn sliding_window(_: &Config, _: &Parts, n: &mut Notes) -> Result<()> {
+    n.sliding = true;
     Ok(())
 }
 
 fn sliding(c: &Config, p: &mut Parts, n: &mut Notes) -> Result<()> {
-    sliding_window(c, p, n, "sliding_window")
+    sliding_window(c, p, n)
 }
 
 /// GPT-NeoX: one query_key_value projection viewed per head as [q | k | v] and chunked
@@ -743,7 +747,7 @@ fn phi3(c: &Config, p: &mut Parts, n: &mut Notes) -> Result<()> {
     p.fused_qkv = Fused::Blocks;
     p.fused_gate_up = true;
     n.drawn.push("qkv_proj and gate_up_proj: one projection each, sliced into q, k and v (then viewed as heads) and into gate and up (views of it)".into());
-    sliding_window(c, p, n, "sliding_window")
+    sliding_window(c, p, n)
 }
 
 fn olmo(c: &Config, _: &mut Parts, n: &mut Notes) -> Result<()> {

@@ -711,6 +711,50 @@ fn symbolic_sequence(
     Ok(())
 }
 
+/// A config's `sliding_window` (transformers builds a sliding cache layer for every layer of a
+/// type that sets one: `get_layer_types_and_kwargs`), written on each attention node
+/// (`gqa_attention`, or a causal `sdpa` drawn op by op) as `sliding_window` where it can act: a
+/// graph with the sequence axis, or a window shorter than the drawn length (a graph drawn at
+/// `seq` <= W never slides at its length, and is left as it was). Said in `drawn`; a window
+/// shorter than the length is an approximation of the training forward (full causal attention
+/// drawn where transformers gives sdpa a banded mask).
+fn sliding_layers(
+    c: &Config,
+    o: &Options,
+    graph: &mut GraphFile,
+    seq: u64,
+) -> Result<(Option<String>, Option<String>)> {
+    let Some(w) = c.get("sliding_window").filter(|v| !v.is_null()) else {
+        return Ok((None, None));
+    };
+    let w = w.as_u64().filter(|&w| w > 0).ok_or_else(|| {
+        Error::field(
+            c.path,
+            "sliding_window",
+            "must be a positive whole number of tokens or null",
+        )
+    })?;
+    if !o.seq_axis && w >= seq {
+        return Ok((
+            Some(format!("sliding_window = {w}: not written (the graph is drawn at {seq} tokens, where no layer slides; import with --seq-axis to plan inference past it)")),
+            None,
+        ));
+    }
+    let mut n = 0;
+    for node in &mut graph.nodes {
+        let causal_sdpa = node.op == "sdpa"
+            && node.attributes.get("causal").and_then(|v| v.as_bool()) == Some(true);
+        if node.op == "gqa_attention" || causal_sdpa {
+            node.attributes
+                .insert("sliding_window".into(), Value::from(w));
+            n += 1;
+        }
+    }
+    let drawn = format!("sliding_window = {w} on {n} attention layers: transformers' cache keeps each layer's last {} tokens (the inference formula and the generate rule set read it)", w - 1);
+    let approx = (w < seq).then(|| format!("sliding-window attention (sliding_window = {w} < T = {seq}): the training forward is drawn as full causal attention (transformers gives sdpa a banded mask, so not the flash kernel)"));
+    Ok((Some(drawn), approx))
+}
+
 /// The sequence length: `--seq`, else the type's default (`field`'s value capped at `cap`).
 fn sequence(
     c: &Config,
@@ -861,12 +905,19 @@ fn llama(c: &Config, o: &Options) -> Result<Built> {
         crate::zoo::sized::llama(vocab, seq, d, layers, heads, kv_heads, ff)
     };
     let (drawn, eager) = gqa(&mut graph, o.attn);
+    let (window, window_approx) = sliding_layers(c, o, &mut graph, seq)?;
     Ok(Built {
         graph,
         seq,
         seq_source,
-        approximations: std::iter::once(ROTARY.to_string()).chain(eager).collect(),
-        drawn: vec![drawn, lm_head_drawn(tied)],
+        approximations: std::iter::once(ROTARY.to_string())
+            .chain(eager)
+            .chain(window_approx)
+            .collect(),
+        drawn: [drawn, lm_head_drawn(tied)]
+            .into_iter()
+            .chain(window)
+            .collect(),
     })
 }
 

@@ -449,6 +449,13 @@ pub enum Op {
         /// Attribute `qk_norm` [false]: q and k are RMS-normalized per head over `head_dim`
         /// before the attention, each with its own weight (Qwen3's `q_norm` and `k_norm`).
         qk_norm: bool,
+        /// Attribute `sliding_window` [0: none]: every query attends to at most this many
+        /// tokens, itself included (Mistral's, Qwen2's, Phi-3's `sliding_window`). The
+        /// training rules draw full causal attention (at T <= W the same); transformers' cache
+        /// keeps a sliding layer's last W - 1 tokens (`DynamicSlidingWindowLayer`,
+        /// `StaticSlidingWindowLayer`), which the inference formula and the generate rule set
+        /// read.
+        sliding_window: u64,
     },
     MlaAttention {
         embed_dim: u64,
@@ -510,6 +517,9 @@ pub enum Op {
     Sdpa {
         causal: bool,
         enable_gqa: bool,
+        /// Attribute `sliding_window` [0: none]: as `gqa_attention`'s (an importer's sdpa of a
+        /// sliding layer; an exported graph's mask holds the window, which is not read).
+        sliding_window: u64,
     },
     /// A tensor made from constants in every forward and never trained (rotary cos/sin tables,
     /// attention masks): `shape` entries are `"B"` or sizes; its one input (any value) is not

@@ -30,14 +30,17 @@
 //! transformers 5's default sdpa runs it under no_grad, the bias kept by its stack
 //! ([`PositionBias`]).
 //!
+//! Sliding layers (attribute `sliding_window`): the caches as `DynamicSlidingWindowLayer` and
+//! `StaticSlidingWindowLayer` keep them ([`CacheNode::held`]), and the mask sdpa then gets
+//! ([`SlidingMask`]).
+//!
 //! Not simulated (an error with the reason): attention drawn op by op without sdpa (Gemma-2's
-//! eager soft-capping), a graph drawn at a fixed length other than the prompt. Approximated:
-//! sliding-window layers (counted at the whole context).
+//! eager soft-capping), a graph drawn at a fixed length other than the prompt.
 
 use super::rules::{self, Backend, Output};
 use super::{BufId, Kind, Mem, PhaseSummary, SavedSets, Scratch, Sim, Value};
 use crate::graph::{Graph, GraphFile};
-use crate::ops::family::{Attends, BiasSource, BiasedAttention};
+use crate::ops::family::{Attends, BiasSource, BiasedAttention, GenerateAt};
 use crate::strategy::memory::{self, CacheLength};
 use crate::strategy::CacheImpl;
 use serde::Serialize;
@@ -256,6 +259,26 @@ struct CacheNode {
     per_token: u64,
     /// A cross-attention's length (the encoder's), fixed; None: grows with the sequence.
     fixed: Option<u64>,
+    /// A sliding layer's window (`DynamicSlidingWindowLayer`, `StaticSlidingWindowLayer`).
+    window: Option<u64>,
+}
+
+impl CacheNode {
+    /// Tokens the layer's cache holds, `tokens` in the sequence: a cross-attention its fixed
+    /// length; a dynamic layer what it has grown to (a sliding one: the prefill's whole
+    /// `torch.cat`, of which its keys are a view, until a decode step's `cat` of the last
+    /// W - 1 and the new token replaces it; `stepped` once one has); a static layer its
+    /// length (`max_cache_len`, a sliding one's at most W).
+    fn held(&self, cache: CacheImpl, full: u64, tokens: u64, stepped: bool) -> u64 {
+        if let Some(t) = self.fixed {
+            return t;
+        }
+        match (cache, self.window) {
+            (CacheImpl::Static, w) => w.map_or(full, |w| w.min(full)),
+            (CacheImpl::Dynamic, Some(w)) if stepped => tokens.min(w),
+            (CacheImpl::Dynamic, _) => tokens,
+        }
+    }
 }
 
 /// An encoder-decoder's encoder: its nodes (run once, in the prefill) and its output (kept by
@@ -340,6 +363,7 @@ fn cache_nodes(layers: &[memory::CacheLayer], batch: u64) -> Vec<CacheNode> {
                 CacheLength::Fixed(t) => Some(t),
                 CacheLength::Context => None,
             },
+            window: l.window,
         })
         .collect()
 }
@@ -599,6 +623,53 @@ impl PositionBias {
     }
 }
 
+/// The boolean mask of a forward whose sliding layers reach their window
+/// (`create_sliding_window_causal_mask`: sdpa cannot skip it once the keys number W,
+/// `_ignore_causal_mask_sdpa`), `[1, 1, Tq, Tk]`, made before the first layer (its highest
+/// point: the position comparisons and their conjunctions, three of its size) and held by the
+/// forward; each sliding layer's sdpa gets it ([`GenerateAt::mask_kv`]).
+struct SlidingMask {
+    /// The keys a sliding layer reads (None: no mask).
+    kv: Option<u64>,
+    bytes: u64,
+}
+
+impl SlidingMask {
+    fn new(job: &Job, tokens: u64, past: u64) -> Self {
+        let window = job.layers.iter().filter_map(|l| l.window).min();
+        // The prefill's keys are the prompt (the cache's `torch.cat`, or a static layer's
+        // whole states); a decode step's the last W - 1 and the new token.
+        let kv = window.and_then(|w| {
+            let kv = if past == 0 {
+                tokens
+            } else {
+                past.min(w - 1) + tokens
+            };
+            (kv >= w).then_some(kv)
+        });
+        SlidingMask {
+            kv,
+            bytes: kv.map_or(0, |kv| tokens * kv),
+        }
+    }
+
+    /// The keys of an op's mask, where it is a sliding attention.
+    fn kv(&self, op: &crate::ops::Op) -> Option<u64> {
+        op.family().sliding_window(op).and(self.kv)
+    }
+
+    fn make(&self, mem: &mut Mem, rec: &mut super::Recorder) -> BufId {
+        let parts: Vec<BufId> = (0..3)
+            .map(|_| mem.alloc(self.bytes, Kind::Transients))
+            .collect();
+        rec.high("sliding_window_mask", mem);
+        for &b in &parts[1..] {
+            mem.release(b);
+        }
+        parts[0]
+    }
+}
+
 /// What passes from the prefill to the decode steps.
 struct State {
     /// Tokens the growing caches hold.
@@ -635,12 +706,7 @@ impl Sim<'_> {
         self.rec.end(&self.mem);
 
         self.begin(1, "prefill".into());
-        let held = |l: &CacheNode| {
-            l.fixed.unwrap_or(match job.cache {
-                CacheImpl::Dynamic => job.seq0,
-                CacheImpl::Static => job.seq0 + job.new,
-            })
-        };
+        let held = |l: &CacheNode| l.held(job.cache, job.seq0 + job.new, job.seq0, false);
         // The logits stay alive (generate's `outputs`) into the first decode step.
         let (_logits, encoder_output) =
             self.forward_no_grad(job, ids, false, None, 0, |mem, _, i| {
@@ -754,9 +820,14 @@ impl Sim<'_> {
         }
         let mut rotary_buf = None;
         let mut biases = PositionBias::new(graph, job, &skip, past);
+        let masks = SlidingMask::new(job, tokens, past);
+        let mut mask_buf = None;
         for k in 0..n {
             if rotary_buf.is_none() && rotary > 0 && graph.nodes[k].id.contains('.') {
                 rotary_buf = Some(self.mem.alloc(rotary, Kind::SavedActivations));
+            }
+            if mask_buf.is_none() && masks.bytes > 0 && graph.nodes[k].id.contains('.') {
+                mask_buf = Some(masks.make(&mut self.mem, &mut self.rec));
             }
             if skip(k) {
                 saved.starts.push(saved.bufs.len() as u32);
@@ -775,7 +846,13 @@ impl Sim<'_> {
             // (rotary attention, the sparse MoE block: `Family::generate_peak`).
             let op = &graph.nodes[k].op;
             let cached = job.layers.iter().any(|l| &l.id == id);
-            if let Some(peak) = op.family().generate_peak(op, job.batch, tokens, cached) {
+            let at = GenerateAt {
+                batch: job.batch,
+                tokens,
+                cached,
+                mask_kv: masks.kv(op),
+            };
+            if let Some(peak) = op.family().generate_peak(op, &at) {
                 rule.saved.clear();
                 rule.forward_transient = 0;
                 rule.forward_transient_no_grad = Some(0);
@@ -834,6 +911,9 @@ impl Sim<'_> {
         if let Some(b) = rotary_buf {
             self.mem.release(b);
         }
+        if let Some(b) = mask_buf {
+            self.mem.release(b);
+        }
         biases.release_all(&mut self.mem);
         // The forward returns: what nobody holds goes; the logits stay in its output, and the
         // encoder's output in generate's model_kwargs.
@@ -866,17 +946,16 @@ impl Sim<'_> {
     /// the logits), over the `level` bytes the prefill left.
     fn decode(&mut self, job: &Job, state: &mut State, level: u64, ops: bool) -> PhaseSummary {
         let dynamic = job.cache == CacheImpl::Dynamic;
-        let held = |l: &CacheNode, tokens: u64| {
-            l.fixed
-                .unwrap_or(if dynamic { tokens } else { job.seq0 + job.new })
-        };
+        let full = job.seq0 + job.new;
+        let held =
+            |l: &CacheNode, tokens: u64, stepped: bool| l.held(job.cache, full, tokens, stepped);
         // The prefill's level as this simulation's buffers: each cache tensor (they grow), the
         // encoder's output, the last logits, the sequence, and the rest (weights, inputs) as
         // one block.
         let mut caches: Vec<Vec<BufId>> = Vec::new();
         let mut carried = 0u64;
         for l in &job.layers {
-            let per = l.per_token * held(l, state.tokens);
+            let per = l.per_token * held(l, state.tokens, false);
             caches.push(
                 (0..l.tensors)
                     .map(|_| self.mem.alloc(per, Kind::SavedActivations))
@@ -898,14 +977,28 @@ impl Sim<'_> {
             // torch.cat of the cache and the new token, K then V (`self.keys = torch.cat(...)`):
             // each new tensor exists beside the old one until the assignment drops it. A
             // cross-attention's cache is reused as it is.
+            // A full static sliding layer rolls: `self.keys.roll(-1)` and the values' roll,
+            // new tensors of its length, both alive until `copy_` back and the update returns.
             let grow =
                 |mem: &mut Mem, rec: &mut super::Recorder, caches: &mut [Vec<BufId>], i: usize| {
                     let l = &job.layers[i];
-                    if l.fixed.is_some() || !dynamic {
+                    if l.fixed.is_some() {
+                        return;
+                    }
+                    if !dynamic {
+                        let m = held(l, len, true);
+                        if l.window.is_some() && tokens >= m {
+                            let rolls: Vec<BufId> = (0..l.tensors)
+                                .map(|_| mem.alloc(l.per_token * m, Kind::Transients))
+                                .collect();
+                            rec.high("cache.roll", mem);
+                            rolls.into_iter().for_each(|b| mem.release(b));
+                        }
                         return;
                     }
                     for b in caches[i].iter_mut() {
-                        let grown = mem.alloc(l.per_token * len, Kind::SavedActivations);
+                        let grown =
+                            mem.alloc(l.per_token * held(l, len, true), Kind::SavedActivations);
                         rec.high("cache.cat", mem);
                         mem.release(std::mem::replace(b, grown));
                     }
@@ -943,10 +1036,11 @@ impl Sim<'_> {
             tokens = len;
         }
         state.tokens = tokens;
+        let stepped = job.new > 1;
         state.cache_bytes = job
             .layers
             .iter()
-            .map(|l| l.tensors * l.per_token * held(l, tokens))
+            .map(|l| l.tensors * l.per_token * held(l, tokens, stepped))
             .sum();
         // generate returns: the caches, the encoder's output and the logits go, the sequences
         // stay.

@@ -336,6 +336,33 @@ pub struct CacheLayer {
     pub kv_heads: u64,
     pub head_dim: u64,
     pub length: CacheLength,
+    /// A sliding layer's window (attribute `sliding_window`): transformers' cache keeps its
+    /// last W - 1 tokens once a decode step has run ([`held_tokens`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub window: Option<u64>,
+}
+
+/// Tokens a layer's cache holds at its largest, `prompt` tokens prefilled and `context` at the
+/// end, as transformers' `DynamicCache` keeps them: a growing layer the context; a sliding
+/// layer (`DynamicSlidingWindowLayer`) the whole prompt after the prefill (its keys a view of
+/// the prompt's `torch.cat`), then at most W (each step's `cat` of the last W - 1 and the new
+/// token), so max(prompt, min(context, W)); a cross-attention the encoder's length.
+pub fn held_tokens(l: &CacheLayer, prompt: u64, context: u64) -> u64 {
+    match (l.length, l.window) {
+        (CacheLength::Fixed(t), _) => t,
+        (CacheLength::Context, None) => context,
+        (CacheLength::Context, Some(w)) => prompt.max(context.min(w)),
+    }
+}
+
+/// Cache bytes a token of context adds while no layer slides (every growing layer, sliding
+/// ones included: what a serving engine's per-token KV figure counts), for `batch` 1.
+pub fn bytes_per_token(layers: &[CacheLayer], bytes: u64) -> u64 {
+    layers
+        .iter()
+        .filter(|l| l.length == CacheLength::Context)
+        .map(|l| l.tensors * l.kv_heads * l.head_dim * bytes)
+        .sum()
 }
 
 use crate::ops::family::Attends;
@@ -381,6 +408,7 @@ pub fn cache_layers(graph: &Graph) -> Vec<CacheLayer> {
             kv_heads,
             head_dim,
             length,
+            window: n.op.family().sliding_window(&n.op),
         });
     }
     // A graph with no decoder has nothing to generate with.
@@ -411,18 +439,20 @@ pub fn refusal(graph: &Graph) -> Option<String> {
     })
 }
 
-/// `Σ tensors x kv_heads x head_dim x length x batch x bytes` over the layers with a cache, a
-/// growing layer's length the context, a cross-attention's the encoder's
-/// (`2 * layers * kv_heads * head_dim * context * batch * bytes` for a uniform GQA stack).
-pub fn kv_cache_bytes(layers: &[CacheLayer], context: u64, batch: u64, bytes: u64) -> u64 {
+/// `Σ tensors x kv_heads x head_dim x tokens x batch x bytes` over the layers with a cache, a
+/// layer's tokens [`held_tokens`] (`2 * layers * kv_heads * head_dim * context * batch * bytes`
+/// for a uniform GQA stack with no sliding window).
+pub fn kv_cache_bytes(
+    layers: &[CacheLayer],
+    prompt: u64,
+    context: u64,
+    batch: u64,
+    bytes: u64,
+) -> u64 {
     layers
         .iter()
         .map(|l| {
-            let tokens = match l.length {
-                CacheLength::Context => context,
-                CacheLength::Fixed(t) => t,
-            };
-            (l.tensors * l.kv_heads * l.head_dim).saturating_mul(tokens)
+            (l.tensors * l.kv_heads * l.head_dim).saturating_mul(held_tokens(l, prompt, context))
         })
         .fold(0u64, u64::saturating_add)
         .saturating_mul(batch)
@@ -480,7 +510,7 @@ pub fn inference(
         ));
     }
     let layers = cache_layers(graph);
-    let kv = kv_cache_bytes(&layers, context, batch, bytes);
+    let kv = kv_cache_bytes(&layers, prompt, context, batch, bytes);
     let vocab = vocabulary(graph);
     let (widest, residual) = widths(graph, vocab);
     let prefill = batch

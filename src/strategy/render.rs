@@ -255,9 +255,19 @@ pub fn render_inference(v: &InferenceView) -> String {
         }
         (n, ..) => format!(", {n} cross-attention layers fixed at the encoder's length"),
     };
+    let windows: Vec<u64> = inf.layers.iter().filter_map(|l| l.window).collect();
+    let sliding = match (windows.len(), windows.iter().min(), windows.iter().max()) {
+        (0, ..) => String::new(),
+        (n, Some(lo), Some(hi)) if lo == hi => {
+            format!(", {n} of them sliding: the prompt after the prefill, then at most {lo} tokens")
+        }
+        (n, ..) => format!(
+            ", {n} of them sliding: the prompt after the prefill, then at most their window"
+        ),
+    };
     let _ = writeln!(
         s,
-        "  KV cache  {}  ({growing} causal self-attention layers growing with the context{cross}; GQA-aware)",
+        "  KV cache  {}  ({growing} causal self-attention layers growing with the context{sliding}{cross}; GQA-aware)",
         both(inf.kv_cache_bytes as f64),
     );
     let _ = writeln!(
@@ -329,6 +339,12 @@ pub fn render_inference(v: &InferenceView) -> String {
             b.block_tokens,
             if e == super::serve::Engine::Vllm { super::serve::NON_TORCH_SOURCE } else { "not taken off by this engine's arithmetic" }
         );
+        if !windows.is_empty() {
+            let _ = writeln!(
+                s,
+                "sliding layers: counted at every token of the context (an engine that frees their blocks out of the window holds fewer: these KV tokens are a lower bound; not modelled)"
+            );
+        }
     }
     let _ = writeln!(s, "\nfits: the deciding figure x (1 + headroom) <= card; the longest context (formula) is searched up to 2^24 at this batch.");
     s

@@ -103,6 +103,7 @@ pub(super) fn parse_gqa_attention(a: &mut Attrs) -> Result<Op, String> {
             out_bias,
             repeat_kv: a.flag_or("repeat_kv", true)?,
             qk_norm: a.flag_or("qk_norm", false)?,
+            sliding_window: a.count_or("sliding_window", 0)?,
         }
     })
 }
@@ -126,6 +127,7 @@ pub(super) fn parse_sdpa(a: &mut Attrs) -> Result<Op, String> {
     Ok(Op::Sdpa {
         causal: a.flag_or("causal", false)?,
         enable_gqa: a.flag_or("enable_gqa", false)?,
+        sliding_window: a.count_or("sliding_window", 0)?,
     })
 }
 
@@ -175,7 +177,9 @@ impl Family for AttentionFamily {
                 ck.expect_rank(&[3])?;
                 ck.expect_last(*d, "model width")?;
             }
-            Op::Sdpa { causal, enable_gqa } => sdpa_shape(*causal, *enable_gqa, inputs, ck, out)?,
+            Op::Sdpa {
+                causal, enable_gqa, ..
+            } => sdpa_shape(*causal, *enable_gqa, inputs, ck, out)?,
             _ => unreachable!("not an attention op"),
         }
         Ok(())
@@ -453,6 +457,15 @@ impl Family for AttentionFamily {
         })
     }
 
+    fn sliding_window(&self, op: &Op) -> Option<u64> {
+        match *op {
+            Op::GqaAttention { sliding_window, .. } | Op::Sdpa { sliding_window, .. } => {
+                (sliding_window > 0).then_some(sliding_window)
+            }
+            _ => None,
+        }
+    }
+
     fn rotary_dims(&self, op: &Op) -> Option<u64> {
         match op {
             Op::GqaAttention { head_dim, .. } => Some(*head_dim),
@@ -470,7 +483,8 @@ impl Family for AttentionFamily {
     /// product with `sin`; `rotate_half`'s `-x2` is half of one and gone by then), then the
     /// same for k; the cache's update copies k and v (the caches, in the level before the op);
     /// sdpa's output (q-sized) and its float32 logsumexp beside q; then `o_proj`.
-    fn generate_peak(&self, op: &Op, batch: u64, tokens: u64, cached: bool) -> Option<u64> {
+    fn generate_peak(&self, op: &Op, at: &super::GenerateAt) -> Option<u64> {
+        let (batch, tokens, cached) = (at.batch, at.tokens, at.cached);
         let Op::GqaAttention {
             embed_dim,
             num_heads,
@@ -492,7 +506,17 @@ impl Family for AttentionFamily {
         let rope_k = 2 * q + 4 * k + k;
         let update = q + 2 * k + caches;
         let lse = batch * num_heads * tokens * 4;
-        let sdpa = q + q + lse + caches;
+        // With a mask (a sliding layer at its window): K and V repeated to every head (a
+        // view with one kv head) and the mask made additive, beside sdpa's inputs.
+        let masked = at.mask_kv.map_or(0, |kv| {
+            let repeat = if num_kv_heads > 1 && num_kv_heads < num_heads {
+                2 * batch * num_heads * kv * head_dim * 4
+            } else {
+                0
+            };
+            repeat + batch * tokens * kv * 4
+        });
+        let sdpa = q + q + lse + caches + masked;
         let y = rows * embed_dim * 4;
         let out = q + y + caches;
         Some(

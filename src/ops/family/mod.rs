@@ -42,6 +42,21 @@ pub enum Attends {
     Bidirectional,
 }
 
+/// Where an op runs in transformers' generate ([`Family::generate_peak`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GenerateAt {
+    pub batch: u64,
+    /// Tokens of this forward (the prompt in the prefill, 1 a decode step).
+    pub tokens: u64,
+    /// The op's caches are in the level before it (its K and V updated before its sdpa).
+    pub cached: bool,
+    /// A sliding layer given a boolean mask (`create_sliding_window_causal_mask` cannot skip
+    /// it: the keys reach the window): the keys' count. sdpa then gets the mask, so
+    /// `repeat_kv` copies K and V to every head (a view where there is one kv head) and torch
+    /// makes the mask additive (`convert_boolean_attn_mask`: `[B, 1, Tq, Tk]` float32).
+    pub mask_kv: Option<u64>,
+}
+
 /// Where an attention with a position bias stands in transformers 5's T5 forward under no_grad
 /// ([`Family::biased_sdpa_no_grad_peak`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -204,17 +219,22 @@ pub(crate) trait Family: Sync {
         None
     }
 
+    /// The attention's sliding window (attribute `sliding_window`), where it has one.
+    fn sliding_window(&self, _op: &Op) -> Option<u64> {
+        None
+    }
+
     /// The rotary dims of the attention, where transformers computes rotary `cos` and `sin`
     /// for it once a forward (a GQA attention's head_dim, MLA's qk_rope_head_dim).
     fn rotary_dims(&self, _op: &Op) -> Option<u64> {
         None
     }
 
-    /// transformers' forward of the op under no_grad in `generate`, over `tokens` tokens a
-    /// sequence: its highest point over the level before it (which holds its caches where
-    /// `cached`), where the rule set reads it from transformers' code rather than the
-    /// training rule's no_grad forward.
-    fn generate_peak(&self, _op: &Op, _batch: u64, _tokens: u64, _cached: bool) -> Option<u64> {
+    /// transformers' forward of the op under no_grad in `generate` ([`GenerateAt`]): its
+    /// highest point over the level before it (which holds its caches where `cached`), where
+    /// the rule set reads it from transformers' code rather than the training rule's no_grad
+    /// forward.
+    fn generate_peak(&self, _op: &Op, _at: &GenerateAt) -> Option<u64> {
         None
     }
 

@@ -45,7 +45,8 @@ impl Family for MoeFamily {
     /// with `up`; the down projection `[S, D]` beside the product; `proj_out * w` and its
     /// reordering (`weighted_out[inv_perm]`) beside the gathered input and the down output;
     /// the per-token sum `[N, D]`.
-    fn generate_peak(&self, op: &Op, batch: u64, tokens: u64, _cached: bool) -> Option<u64> {
+    fn generate_peak(&self, op: &Op, at: &super::GenerateAt) -> Option<u64> {
+        let (batch, tokens) = (at.batch, at.tokens);
         let Op::Moe {
             dim: d,
             hidden: i,
