@@ -6,9 +6,11 @@ use crate::plan::Plan;
 use crate::units::{both, gb};
 use std::fmt::Write;
 
-/// The human-readable table `memcal plan` prints.
-pub fn render(p: &Plan) -> String {
+/// The human-readable table `memcal plan` prints: the answer first (the smallest card by the
+/// verdict and why), then the details; the legends with `explain`.
+pub fn render(p: &Plan, explain: bool) -> String {
     let mut s = String::new();
+    render_answer(&mut s, p);
     render_header(&mut s, p);
     render_estimate(&mut s, p);
     render_simulated(&mut s, p);
@@ -19,18 +21,22 @@ pub fn render(p: &Plan) -> String {
         p.q95
     );
     render_decision(&mut s, p);
-    let replay = render_cards(&mut s, p);
-    if replay {
+    let replay = render_cards(&mut s, p, explain);
+    if !explain {
+        let _ = writeln!(
+            s,
+            "\nlegend: `memcal plan --explain` says how the verdict, each card column and the usable bytes are decided"
+        );
+    }
+    if replay && explain {
         let _ = writeln!(
             s,
             "\nsimulated reserved: the allocator replay's reserved peak against the card (on a GPU the caching allocator's reserved segments, not the allocated bytes, exhaust the card; the simulator's rule table replayed through a model of torch's caching allocator, not a measured figure; docs/simulator.md lists its sources, the constants calibrated on fixtures and its error on the GPU rows)."
         );
     }
-    let _ = writeln!(
-        s,
-        "\nverdict: the deciding method's: fits when its bound x {h:.2} <= card (and, where the simulator replays the allocator, its reserved peak is within the card); borderline when its estimate fits the card but its bound does not; does not fit when its estimate (or reserved peak) exceeds the card; refused when the job is outside the fitted range and no other method covers it. plan: the six-factor plan alone, fits when estimate x {h:.2} <= card. plan bound: fits when bound x {h:.2} <= card; borderline when the estimate fits the card but the bound does not; does not fit when the estimate exceeds the card. Each bound is its method's estimate x its q95, the ratio of measured to predicted that 95% of its held-out runs stayed under.",
-        h = 1.0 + p.headroom
-    );
+    if explain {
+        render_verdict_legend(&mut s, p);
+    }
     if let Some(sf) = &p.shortfall {
         let _ = writeln!(
             s,
@@ -43,7 +49,7 @@ pub fn render(p: &Plan) -> String {
         );
         let _ = writeln!(
             s,
-            "{}memcal plans single-device training only: strategies that cut memory (activation checkpointing, LoRA or QLoRA, ZeRO/FSDP or tensor parallelism over several devices) are not planned yet.",
+            "{}Strategies that cut memory (activation checkpointing, LoRA or QLoRA, ZeRO/FSDP, tensor or pipeline parallelism) are planned by `memcal plan --recommend` (the cheapest that fits each card) and `--strategy`.",
             if sf.floor_exceeds_card {
                 "The phase floor alone (weights, gradients and AdamW states) exceeds it: no batch fits this card. "
             } else {
@@ -53,6 +59,41 @@ pub fn render(p: &Plan) -> String {
     }
     render_baselines(&mut s, p);
     s
+}
+
+/// The answer, first: the smallest card by the verdict, the deciding method's estimate and
+/// bound, and the verdict in one line.
+fn render_answer(s: &mut String, p: &Plan) {
+    let method = p.decision.method.label();
+    match &p.smallest_card_verdict {
+        Some(c) => {
+            let _ = writeln!(
+                s,
+                "smallest card that fits: {} (decided by the {method}: estimate {}, bound {})",
+                c.name,
+                gb(p.decision.estimate_bytes),
+                gb(p.decision.bound_bytes)
+            );
+        }
+        None => {
+            let _ = writeln!(
+                s,
+                "smallest card that fits: none of the cards (decided by the {method}: estimate {}, bound {})",
+                gb(p.decision.estimate_bytes),
+                gb(p.decision.bound_bytes)
+            );
+        }
+    }
+    let _ = writeln!(s, "in one line {}\n", p.why);
+}
+
+/// How the verdict and the plan columns are decided (`--explain`).
+fn render_verdict_legend(s: &mut String, p: &Plan) {
+    let _ = writeln!(
+        s,
+        "\nverdict: the deciding method's: fits when its bound x {h:.2} <= card (and, where the simulator replays the allocator, its reserved peak is within the card); borderline when its estimate fits the card but its bound does not; does not fit when its estimate (or reserved peak) exceeds the card; refused when the job is outside the fitted range and no other method covers it. plan: the six-factor plan alone, fits when estimate x {h:.2} <= card. plan bound: fits when bound x {h:.2} <= card; borderline when the estimate fits the card but the bound does not; does not fit when the estimate exceeds the card. Each bound is its method's estimate x its q95, the ratio of measured to predicted that 95% of its held-out runs stayed under.",
+        h = 1.0 + p.headroom
+    );
 }
 
 /// The plan's heading: graph, batch, precision, parameters, the graph's approximations and a
@@ -200,7 +241,7 @@ fn render_baselines(s: &mut String, p: &Plan) {
 
 /// The card table, the smallest cards and how usable bytes are made; whether any card has a
 /// simulated reserved check.
-fn render_cards(s: &mut String, p: &Plan) -> bool {
+fn render_cards(s: &mut String, p: &Plan, explain: bool) -> bool {
     let plan_rule = format!("plan x {:.2}", 1.0 + p.headroom);
     let replay = p.cards.iter().any(|v| v.simulated_reserved_fits.is_some());
     let _ = writeln!(
@@ -249,7 +290,7 @@ fn render_cards(s: &mut String, p: &Plan) -> bool {
         "smallest card (six-factor bound) {}",
         name(&p.smallest_card_bound)
     );
-    if p.cards.iter().any(|v| v.product.is_some()) {
+    if explain && p.cards.iter().any(|v| v.product.is_some()) {
         let _ = writeln!(
             s,
             "\nusable: a real card's total as the device reports it, less the CUDA context ({}), divided by the caching allocator's median reserved/allocated ratio on the GPU rows; the simulated reserved peak is compared with the total less the context alone. `memcal plan` prints where each total comes from with --json; the page's card table lists them.",
@@ -341,7 +382,6 @@ fn render_decision(s: &mut String, p: &Plan) {
     if let Some(why) = &d.refused {
         let _ = writeln!(s, "refused     {why}");
     }
-    let _ = writeln!(s, "\nin one line {}", p.why);
 }
 
 /// The `--max-batch` table: per card, the largest batch by the verdict, the six-factor plan

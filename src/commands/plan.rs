@@ -36,6 +36,10 @@ pub struct Args {
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
+    /// Also print the legends: how the verdict, each card column and the usable bytes are
+    /// decided (without it, one line says where they are).
+    #[arg(long)]
+    explain: bool,
     /// Also print the simulated memory curve over the three training steps (plain training
     /// only: not with --strategy, --recommend or --inference).
     #[arg(long, conflicts_with_all = ["strategy", "recommend", "inference"])]
@@ -123,6 +127,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         regime,
         data,
         json,
+        explain,
         timeline,
         max_batch,
         seq,
@@ -196,7 +201,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             .unwrap_or_else(|| PathBuf::from("data"))
             .join("factors.json")
     });
-    let (g, f, evidence, strategy_evidence) = load(&graph, bind, &factors, data)?;
+    let needs_strategies = strategy.is_some() || recommend || inference;
+    let (g, f, evidence, strategy_evidence) = load(&graph, bind, &factors, data, needs_strategies)?;
     if let (Some(n), None) = (seq, g.seq) {
         return Err(memcal::Error::Invalid(format!(
             "{}: --seq {n}: the graph's inputs have no sequence axis \"T\" (their lengths are fixed); \
@@ -310,7 +316,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
         print(&format!("{}\n", serde_json::to_string_pretty(&value)?))?;
     } else {
-        let mut text = memcal::cli_plan::render(&p);
+        let mut text = memcal::cli_plan::render(&p, explain);
         if let Some(m) = &largest {
             text.push_str(&format!("\n{}", memcal::cli_plan::render_max_batch(m)));
         }
@@ -396,6 +402,7 @@ fn load(
     seq: Option<u64>,
     factors: &Path,
     data: Option<PathBuf>,
+    strategies: bool,
 ) -> anyhow::Result<(
     Graph,
     FactorsFile,
@@ -406,31 +413,27 @@ fn load(
         let d = PathBuf::from("data");
         d.join("factors.json").is_file().then_some(d)
     });
-    std::thread::scope(|s| -> anyhow::Result<_> {
-        let evidence = s.spawn(|| -> memcal::Result<_> {
-            match &data {
-                Some(d) => {
-                    let ds = memcal::engine::load(d)?;
-                    let plain =
-                        memcal::plan_evidence::evidence(&ds, &memcal::engine::calibrate(&ds));
-                    Ok((
-                        Some(plain),
-                        Some(memcal::strategy::evidence::evidence(&ds, d)),
-                    ))
-                }
-                None => Ok((None, None)),
+    // The data folder is calibrated on a thread of its own while the graph loads; a graph or
+    // factors file that does not load exits at once (the thread ends with the process). The
+    // strategies' evidence (their rows simulated) only for the modes that print it.
+    let evidence = std::thread::spawn(move || -> memcal::Result<_> {
+        match &data {
+            Some(d) => {
+                let ds = memcal::engine::load(d)?;
+                let plain = memcal::plan_evidence::evidence(&ds, &memcal::engine::calibrate(&ds));
+                let strategies = strategies.then(|| memcal::strategy::evidence::evidence(&ds, d));
+                Ok((Some(plain), strategies))
             }
-        });
-        let g = Graph::load_at(graph, seq);
-        let f = FactorsFile::load(factors);
-        let evidence = evidence.join().map_err(|_| {
-            anyhow::anyhow!(
-                "calibrating the data folder failed (a bug in memcal: please report it)"
-            )
-        })?;
-        let (evidence, strategies) = evidence?;
-        Ok((g?, f?, evidence, strategies))
-    })
+            None => Ok((None, None)),
+        }
+    });
+    let g = Graph::load_at(graph, seq)?;
+    let f = FactorsFile::load(factors)?;
+    let evidence = evidence.join().map_err(|_| {
+        anyhow::anyhow!("calibrating the data folder failed (a bug in memcal: please report it)")
+    })?;
+    let (evidence, strategies) = evidence?;
+    Ok((g, f, evidence, strategies))
 }
 
 /// `plan --inference`: the formula's terms, the simulator's generate rule set where it applies

@@ -179,15 +179,28 @@ fn assumptions(q95: f64) -> Vec<String> {
         "--batch is the batch a device runs (a data-parallel job runs it on every device); pipeline micro-batches split it".to_string(),
         "fp32 weights, gradients and AdamW states as the harness trains (bf16 autocast changes the activations only); 8-bit and 4-bit states where the strategy says".to_string(),
         "A (activations and transients) = the plain plan's estimate less 16 bytes a parameter; each strategy's formula transforms it".to_string(),
-        format!("bound = estimate x the larger of {q95:.2} (the plain plan's held-out q95) and each measured part's own held-out q95 (measured / formula on its CPU rows); fits when bound x (1 + headroom) <= card"),
+        format!("bound = estimate x the larger of {q95:.2} (the plain plan's bound over its estimate: the deciding method's held-out q95, widened as `memcal plan` widens it outside the fitted range) and each measured part's own held-out q95 (measured / formula on its CPU rows); fits when bound x (1 + headroom) <= card, as `memcal plan` decides"),
         "blocks are read from node ids (`layers0`, `h3`, `encoder.layer1`); LoRA/QLoRA target every linear, attention and MoE projection matrix inside them".to_string(),
     ]
+}
+
+/// The plain plan's bound over its estimate: the deciding method's held-out q95, or, where the
+/// plan widens its bound outside the fitted range, the widened ratio. Every mode multiplies by
+/// it, so `--recommend` and `--strategy` decide plain training as `memcal plan` does.
+pub fn bound_ratio(plain: &Plan) -> f64 {
+    let d = &plain.decision;
+    if d.bound_widened && d.estimate_bytes > 0.0 {
+        (d.bound_bytes / d.estimate_bytes).max(d.q95)
+    } else {
+        d.q95
+    }
 }
 
 /// The base of a job's strategy plans, from its plain plan.
 pub fn base(graph: &Graph, plain: &Plan) -> Base {
     let p = graph.parameters();
     let est = plain.decision.estimate_bytes;
+    let ratio = bound_ratio(plain);
     Base {
         format: STRATEGY_PLAN_FORMAT,
         graph: graph.name.clone(),
@@ -197,10 +210,10 @@ pub fn base(graph: &Graph, plain: &Plan) -> Base {
         plain_method: plain.decision.method.label().to_string(),
         plain_estimate_bytes: est.ceil() as u64,
         plain_activations_bytes: (est - 16.0 * p as f64).max(0.0).ceil() as u64,
-        q95: plain.decision.q95,
+        q95: ratio,
         headroom: plain.headroom,
         graph_terms: memory::graph_terms(graph, plain.batch),
-        assumptions: assumptions(plain.decision.q95),
+        assumptions: assumptions(ratio),
     }
 }
 
@@ -373,6 +386,10 @@ pub struct Recommendation {
     /// None: no candidate fits this card.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub plan: Option<StrategyPlan>,
+    /// The cheapest candidate before it (in cost order) whose estimate fits the card but whose
+    /// bound does not: borderline, worth measuring once.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub borderline: Option<StrategyPlan>,
 }
 
 /// `--recommend`: per card, the first candidate (in [`cost_key`] order) whose verdict is fits.
@@ -390,15 +407,22 @@ pub fn recommend(
     cards
         .iter()
         .enumerate()
-        .map(|(i, c)| Recommendation {
-            card: c.clone(),
-            plan: plans
+        .map(|(i, c)| {
+            let fits = plans
                 .iter()
-                .find(|p| p.cards[i].verdict == crate::plan::Verdict::Fits)
-                .map(|p| StrategyPlan {
-                    cards: vec![p.cards[i].clone()],
-                    ..p.clone()
-                }),
+                .position(|p| p.cards[i].verdict == crate::plan::Verdict::Fits);
+            let on_card = |p: &StrategyPlan| StrategyPlan {
+                cards: vec![p.cards[i].clone()],
+                ..p.clone()
+            };
+            Recommendation {
+                card: c.clone(),
+                plan: fits.map(|k| on_card(&plans[k])),
+                borderline: plans[..fits.unwrap_or(plans.len())]
+                    .iter()
+                    .find(|p| p.cards[i].verdict == crate::plan::Verdict::Borderline)
+                    .map(on_card),
+            }
         })
         .collect()
 }

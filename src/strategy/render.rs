@@ -120,8 +120,8 @@ pub fn render_recommend(b: &Base, recs: &[Recommendation]) -> String {
         "card", "usable", "cheapest strategy that fits", "devices", "per device", "bound"
     );
     for r in recs {
-        match &r.plan {
-            Some(p) => {
+        if let Some(p) = &r.plan {
+            {
                 let ev: Vec<String> = p
                     .parts
                     .iter()
@@ -143,14 +143,25 @@ pub fn render_recommend(b: &Base, recs: &[Recommendation]) -> String {
                     }
                 );
             }
-            None => {
-                let _ = writeln!(
-                    s,
-                    "{:<18} {:>10} none of the candidates (up to 64 devices) fits",
-                    r.card.name,
-                    gb(r.card.bytes as f64)
-                );
-            }
+        } else {
+            let _ = writeln!(
+                s,
+                "{:<18} {:>10} none of the candidates (up to 64 devices) fits",
+                r.card.name,
+                gb(r.card.bytes as f64)
+            );
+        }
+        if let Some(p) = &r.borderline {
+            let _ = writeln!(
+                s,
+                "{:<18} {:>10} {:<40} {:>8} {:>12} {:>12}  borderline: the estimate fits, the bound does not; measure it once",
+                "",
+                "",
+                format!("or, cheaper: {}", p.strategy),
+                p.devices,
+                gb(p.estimate_bytes as f64),
+                gb(p.bound_bytes as f64),
+            );
         }
     }
     assumptions(&mut s, b);

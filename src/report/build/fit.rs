@@ -45,7 +45,7 @@ pub fn page(lines: &[FitLine], nav: Vec<Link>) -> FitPage {
         };
         let needs = match (&l.shortfall, &l.smallest_borderline) {
             (Some(s), _) => Cell::text(format!(
-                "more than one card: it needs {} with the headroom, {} more than the {}; a strategy that splits or shrinks the job is needed (memcal models none yet)",
+                "more than one card: it needs {} with the headroom, {} more than the {}; a strategy that splits or shrinks the job is needed (`memcal plan --recommend` gives the cheapest that fits each card)",
                 fmt::bytes(s.needed_bytes as f64),
                 fmt::bytes(s.short_by_bytes as f64),
                 s.largest_card.name
