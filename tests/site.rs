@@ -727,3 +727,26 @@ fn the_shipped_site_spells_missing_one_way_and_sizes_once() {
     assert!(pages > 3, "{pages} pages");
     assert_eq!(memcal::format::MISSING, "—");
 }
+
+/// The shipped index stays under 150 KB: its long tables are on pages of their own, each
+/// linked from where the table stood.
+#[test]
+fn the_shipped_index_is_under_150_kb_and_links_its_long_tables() {
+    let site = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("site");
+    let index = std::fs::read_to_string(site.join("index.html")).unwrap();
+    assert!(index.len() < 150_000, "index.html is {} bytes", index.len());
+    for page in [
+        "did-not-fit.html",
+        "not-counted.html",
+        "accelerate.html",
+        "full-size-verdicts.html",
+        "strategies-by-family.html",
+    ] {
+        assert!(
+            index.contains(&format!("href=\"{page}\"")),
+            "{page} not linked"
+        );
+        let text = std::fs::read_to_string(site.join(page)).unwrap();
+        assert!(text.contains("<table"), "{page} has no table");
+    }
+}

@@ -96,9 +96,27 @@ fn add_plan_sections(
         Vec::new()
     };
     let lines = crate::plan_evidence::full_size_verdicts(&graphs, &ds.factors, &evidence, 1);
-    site.index.cards = Some(cards::view(&evidence, &lines, &outcomes));
+    let nav = site.fit.meta.nav.clone();
+    let mut planning = cards::view(&evidence, &lines, &outcomes);
+    let verdicts = build::cells::move_out(
+        &mut planning.verdicts,
+        "full-size-verdicts.html",
+        "What memcal plan says of every full-size graph",
+        String::new(),
+        &nav,
+    );
+    site.index.cards = Some(planning);
     let strategies = crate::strategy::evidence::evidence_from(ds, &graphs);
-    site.index.strategies = Some(build::strategies::view(&strategies));
+    let mut view = build::strategies::view(&strategies);
+    let by_family = build::cells::move_out(
+        &mut view.by_family,
+        "strategies-by-family.html",
+        "Strategies: each measured strategy per family",
+        String::new(),
+        &nav,
+    );
+    site.index.strategies = Some(view);
+    site.tables.extend([verdicts, by_family]);
     site.index.real = Some(build::real::view(
         &crate::engine::real::real_models(ds, cal),
         &crate::engine::real::gpu_by_allocator(ds, cal),

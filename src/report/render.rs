@@ -3,7 +3,7 @@
 //! path to bytes, so two builds of the same inputs are byte-identical.
 
 use super::build::Built;
-use super::view::{FamilyPage, FitPage, HistoryPage, IndexPage, PageMeta, RunsPage};
+use super::view::{FamilyPage, FitPage, HistoryPage, IndexPage, PageMeta, RunsPage, TablePage};
 use askama::Template;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -40,6 +40,14 @@ struct FamilyTemplate<'a> {
 struct HistoryTemplate<'a> {
     meta: &'a PageMeta,
     p: &'a HistoryPage,
+    sort_js: &'a str,
+}
+
+#[derive(Template)]
+#[template(path = "table.html")]
+struct TableTemplate<'a> {
+    meta: &'a PageMeta,
+    p: &'a TablePage,
     sort_js: &'a str,
 }
 
@@ -113,6 +121,7 @@ enum Job {
     Family(usize),
     History,
     Fit,
+    Table(usize),
     Chart(usize),
     ChartsJson,
     Css,
@@ -192,6 +201,16 @@ fn run(site: &Built, debug_json: bool, sink: &dyn Sink, job: Job) -> Result<(), 
             sink.put(&f.meta.file, page(t.render(), &f.meta.file)?)?;
             debug(&f.meta.file, &|| json(f))
         }
+        Job::Table(k) => {
+            let t = &site.tables[k];
+            let r = TableTemplate {
+                meta: &t.meta,
+                p: t,
+                sort_js: SORT_JS,
+            };
+            sink.put(&t.meta.file, page(r.render(), &t.meta.file)?)?;
+            debug(&t.meta.file, &|| json(t))
+        }
         Job::Chart(k) => {
             let c = &site.charts[k];
             sink.put(&format!("charts/{}", c.file()), c.render()?.into_bytes())
@@ -233,6 +252,10 @@ pub fn render_into(site: &Built, debug_json: bool, sink: &dyn Sink) -> Result<Ve
     with_debug(&mut paths, &site.history.meta.file);
     jobs.push(Job::Fit);
     with_debug(&mut paths, &site.fit.meta.file);
+    for (k, t) in site.tables.iter().enumerate() {
+        jobs.push(Job::Table(k));
+        with_debug(&mut paths, &t.meta.file);
+    }
     for (k, c) in site.charts.iter().enumerate() {
         jobs.push(Job::Chart(k));
         paths.push(format!("charts/{}", c.file()));

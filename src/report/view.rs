@@ -84,6 +84,10 @@ pub struct Table {
     pub empty_text: String,
     /// Sortable by the inline script.
     pub sortable: bool,
+    /// Shown on a page of its own ([`TablePage`]): this page gives its caption, its row count
+    /// and the link instead of its rows.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub moved_to: Option<Moved>,
 }
 
 /// A chart as a page shows it.
@@ -209,6 +213,7 @@ pub struct IndexPage {
     pub methods_by_profile: Table,
     /// The simulator's reserved peak against measured reserved, per profile (CUDA rows).
     pub simulated_reserved: Table,
+    /// On a page of its own ([`Site::tables`]); the index says how many rows and links it.
     pub did_not_fit: Table,
     pub upper: UpperView,
     pub how: HowView,
@@ -224,6 +229,23 @@ pub struct IndexPage {
     /// The real implementations measured (transformers classes from their configs) and every
     /// method's error on them (absent without the data set).
     pub real: Option<super::build::real::RealView>,
+}
+
+/// A table the index links instead of showing (it is too long for the front page).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Moved {
+    pub summary: String,
+    pub link: Link,
+}
+
+/// A page of one long table the index links: its heading, the section's prose and the table.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TablePage {
+    pub meta: PageMeta,
+    pub heading: String,
+    /// The section's prose (Markdown rendered).
+    pub intro_html: String,
+    pub table: Table,
 }
 
 /// A page of the runs table (all runs, or one family's when the table is split).
@@ -287,5 +309,7 @@ pub struct Site {
     pub families: Vec<FamilyPage>,
     pub history: HistoryPage,
     pub fit: FitPage,
+    /// The index's long tables, a page each (did-not-fit, not counted).
+    pub tables: Vec<TablePage>,
     pub charts: Vec<Chart>,
 }

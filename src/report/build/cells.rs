@@ -19,7 +19,40 @@ pub(crate) fn table(id: &str, caption: &str, columns: Vec<Column>, empty: &str) 
         rows_html: None,
         empty_text: empty.to_string(),
         sortable: false,
+        moved_to: None,
     }
+}
+
+/// Moves `t`'s rows to a page of their own (`file`, headed `heading`, with `intro_html`), and
+/// leaves in their place its caption, its row count and the link.
+pub(crate) fn move_out(
+    t: &mut Table,
+    file: &str,
+    heading: &str,
+    intro_html: String,
+    nav: &[Link],
+) -> TablePage {
+    let rows = t.rows.len();
+    let page = TablePage {
+        meta: PageMeta {
+            file: file.into(),
+            title: format!("{heading}: {TITLE}"),
+            nav: nav.to_vec(),
+        },
+        heading: heading.into(),
+        intro_html,
+        table: t.clone(),
+    };
+    t.rows.clear();
+    t.rows_html = None;
+    t.moved_to = Some(Moved {
+        summary: format!("{} rows, on a page of their own.", fmt::count(rows as u64)),
+        link: Link {
+            href: file.into(),
+            text: heading.into(),
+        },
+    });
+    page
 }
 
 pub(super) fn fact(label: &str, value: impl Into<String>) -> Fact {

@@ -61,3 +61,32 @@ pub(super) fn page(
         real: None,
     }
 }
+
+/// The index's long tables, each moved to a page of its own (the index keeps its caption, its
+/// row count and the link): every did-not-fit check and every row not counted (with their
+/// sections' prose), the accelerate reproduction.
+pub(super) fn move_tables(ctx: &Ctx, index: &mut IndexPage, nav: &[Link]) -> Vec<TablePage> {
+    vec![
+        move_out(
+            &mut index.did_not_fit,
+            "did-not-fit.html",
+            "Every time a run did not fit a card",
+            ctx.block("did_not_fit"),
+            nav,
+        ),
+        move_out(
+            &mut index.excluded,
+            "not-counted.html",
+            "Not counted",
+            ctx.block("excluded"),
+            nav,
+        ),
+        move_out(
+            &mut index.how.accelerate,
+            "accelerate.html",
+            "The accelerate reproduction",
+            String::new(),
+            nav,
+        ),
+    ]
+}

@@ -22,7 +22,7 @@ use crate::units;
 use std::collections::BTreeMap;
 
 pub mod cards;
-mod cells;
+pub(crate) mod cells;
 mod ctx;
 mod did_not_fit;
 mod excluded;
@@ -140,13 +140,14 @@ pub fn from_calibration_paged<'a>(
     let (ratio_charts, upper_charts) = upper::ratio_charts(&ctx);
     charts.extend(ratio_charts);
     charts.sort_by(|a, b| a.file().cmp(b.file()));
-    let index = index::page(
+    let mut index = index::page(
         &ctx,
         &pages.nav,
         pages.scatter_refs,
         upper_charts,
         pages.links,
     );
+    let tables = index::move_tables(&ctx, &mut index, &pages.nav);
     Built {
         site: Site {
             counted_rows: cal.rows.len(),
@@ -155,6 +156,7 @@ pub fn from_calibration_paged<'a>(
             families: pages.families,
             history: history_page(&prose.history, pages.nav.clone()),
             fit: fit::page(&[], pages.nav.clone()),
+            tables,
             charts,
         },
         source: Source {
