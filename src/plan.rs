@@ -349,7 +349,56 @@ impl Cards<'_> {
 }
 
 /// The format tag of `memcal plan --json` (documented in `docs/hardening.md`).
-pub const PLAN_FORMAT: &str = "memcal-plan/2";
+pub const PLAN_FORMAT: &str = "memcal-plan/3";
+
+/// The six-factor plan's own fields, which `--json` puts under `six_factor` ([`Plan::to_json`]).
+const SIX_FACTOR_FIELDS: [&str; 10] = [
+    "features",
+    "factors",
+    "estimate_bytes",
+    "linear_estimate_bytes",
+    "floor",
+    "floor_decides",
+    "q95",
+    "bound_bytes",
+    "smallest_card",
+    "smallest_card_bound",
+];
+
+impl Plan {
+    /// `memcal plan --json` ([`PLAN_FORMAT`], docs/hardening.md): the verdict's numbers at the
+    /// top level (`method`, `estimate_bytes`, `bound_bytes`, `smallest_card`: the deciding
+    /// method's), the six-factor plan's own under `six_factor`, the rest as the plan holds it.
+    pub fn to_json(&self) -> serde_json::Value {
+        let mut v = serde_json::to_value(self).unwrap_or_default();
+        let Some(top) = v.as_object_mut() else {
+            return v;
+        };
+        let mut six = serde_json::Map::new();
+        for k in SIX_FACTOR_FIELDS {
+            if let Some(x) = top.remove(k) {
+                six.insert(k.to_string(), x);
+            }
+        }
+        let d = &self.decision;
+        top.insert("method".into(), serde_json::json!(d.method));
+        top.insert(
+            "estimate_bytes".into(),
+            serde_json::json!(d.estimate_bytes.ceil() as u64),
+        );
+        top.insert(
+            "bound_bytes".into(),
+            serde_json::json!(d.bound_bytes.ceil() as u64),
+        );
+        top.remove("smallest_card_verdict");
+        top.insert(
+            "smallest_card".into(),
+            serde_json::json!(self.smallest_card_verdict),
+        );
+        top.insert("six_factor".into(), serde_json::Value::Object(six));
+        v
+    }
+}
 
 /// Everything `memcal plan` reports.
 #[derive(Debug, Clone, PartialEq, Serialize)]

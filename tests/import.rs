@@ -389,7 +389,10 @@ fn a_sequence_axis_is_planned_at_the_length_given() {
             String::from_utf8_lossy(&o.stderr)
         );
         let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-        (v["features"].clone(), v["estimate_bytes"].clone())
+        (
+            v["six_factor"]["features"].clone(),
+            v["estimate_bytes"].clone(),
+        )
     };
     assert_eq!(plan(&symbolic, &["--seq", "1024"]), plan(&fixed, &[]));
     assert_ne!(plan(&symbolic, &["--seq", "512"]), plan(&fixed, &[]));

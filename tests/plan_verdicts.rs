@@ -217,7 +217,15 @@ fn plan_json_names_the_deciding_method_and_the_real_cards() {
     ]);
     assert_eq!(out.status.code(), Some(0));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(v["format"], "memcal-plan/2");
+    assert_eq!(v["format"], "memcal-plan/3");
+    // The verdict's numbers at the top level, the six-factor plan's under its own key.
+    assert_eq!(v["method"], v["decision"]["method"]);
+    assert_eq!(
+        v["estimate_bytes"].as_u64().unwrap(),
+        v["decision"]["estimate_bytes"].as_f64().unwrap().ceil() as u64
+    );
+    assert!(v["six_factor"]["estimate_bytes"].is_u64());
+    assert!(v["six_factor"]["features"].is_object());
     let ev = data_evidence();
     let preferred = ev.profiles[&Precision::Bf16Autocast].preferred;
     assert_eq!(

@@ -252,6 +252,7 @@ fn recommend_prints_a_fitting_strategy_for_every_card_of_the_7b_model() {
         String::from_utf8_lossy(&out.stderr)
     );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["format"], "memcal-strategy-plan/1");
     let recs = v["recommendations"].as_array().unwrap();
     assert!(recs.len() >= 4);
     for r in recs {

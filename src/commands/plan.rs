@@ -308,8 +308,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     if json {
         let mut value = match &sim {
-            None => serde_json::to_value(&p)?,
-            Some(s) => serde_json::json!({ "plan": p, "simulation": s }),
+            None => p.to_json(),
+            Some(s) => serde_json::json!({ "plan": p.to_json(), "simulation": s }),
         };
         if let Some(m) = &largest {
             value["max_batch"] = serde_json::to_value(m)?;
@@ -361,7 +361,7 @@ fn strategies(
         let recs = planner::recommend(&base, cards, backing, f.bound_floor_bytes);
         (
             render::render_recommend(&base, &recs),
-            serde_json::json!({"mode": "recommend", "base": base, "order_of_cost": planner::COST_ORDER, "recommendations": recs}),
+            serde_json::json!({"format": planner::STRATEGY_PLAN_FORMAT, "mode": "recommend", "base": base, "order_of_cost": planner::COST_ORDER, "recommendations": recs}),
         )
     } else {
         let s = job.strategy.as_ref().expect("a strategy was asked for");
@@ -383,7 +383,7 @@ fn strategies(
         }
         (
             render::render_strategy(&base, &sp),
-            serde_json::json!({"mode": "strategy", "base": base, "plan": sp}),
+            serde_json::json!({"format": planner::STRATEGY_PLAN_FORMAT, "mode": "strategy", "base": base, "plan": sp}),
         )
     };
     if job.json {
