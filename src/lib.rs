@@ -27,6 +27,7 @@ pub mod plan_evidence;
 pub mod report;
 pub mod review;
 pub mod run;
+pub mod search;
 pub mod shape;
 pub mod simulate;
 pub mod strategy;

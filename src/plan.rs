@@ -133,23 +133,7 @@ fn largest_batch(fits: impl Fn(u64) -> bool) -> Option<u64> {
     largest_fitting(MAX_BATCH_SEARCHED, fits)
 }
 
-/// The largest n in 1..=max for which `fits(n)` holds, given that it holds for every n below
-/// one that holds (a batch, a context length); None when not even 1 fits. Binary search.
-pub fn largest_fitting(max: u64, fits: impl Fn(u64) -> bool) -> Option<u64> {
-    if !fits(1) {
-        return None;
-    }
-    let (mut lo, mut hi) = (1u64, max);
-    while lo < hi {
-        let mid = lo + (hi - lo).div_ceil(2);
-        if fits(mid) {
-            lo = mid;
-        } else {
-            hi = mid - 1;
-        }
-    }
-    Some(lo)
-}
+pub use crate::search::largest_fitting;
 
 /// Per card, the largest batch the plan (estimate x (1 + headroom) <= card) and the bound
 /// (bound x (1 + headroom) <= card) fit, with the estimate floored as in [`plan`].

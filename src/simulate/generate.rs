@@ -716,7 +716,7 @@ impl Sim<'_> {
                 }
                 Vec::new()
             });
-        let logits_bytes = self.pick_token(job, job.seq0 + 1, None);
+        let logits_bytes = self.pick_token(job, job.seq0 + 1);
         self.rec.end(&self.mem);
         State {
             tokens: job.seq0,
@@ -731,19 +731,15 @@ impl Sim<'_> {
         }
     }
 
-    /// generate's choice of the next token: the float32 copy of the last logits, freed once the
-    /// token is chosen; the sequence grown to `len` tokens (replacing `old`, the previous
-    /// growth). Returns the logits' bytes.
-    fn pick_token(&mut self, job: &Job, len: u64, old: Option<BufId>) -> u64 {
+    /// generate's choice of the first token: the float32 copy of the last logits, freed once
+    /// the token is chosen; the sequence grown to `len` tokens beside the caller's prompt (the
+    /// decode steps grow it themselves). Returns the logits' bytes.
+    fn pick_token(&mut self, job: &Job, len: u64) -> u64 {
         let vocab = job.vocab.as_ref().map_or(0, |v| v.1);
         let copy = self.mem.alloc(job.batch * vocab * 4, Kind::Transients);
-        let grown = self.mem.alloc(job.batch * len * 8, Kind::Inputs);
-        if let Some(o) = old {
-            self.mem.release(o);
-        }
+        self.mem.alloc(job.batch * len * 8, Kind::Inputs);
         self.rec.high("generate.next_token", &self.mem);
         self.mem.release(copy);
-        let _ = grown;
         job.batch * vocab * 4
     }
 

@@ -550,7 +550,7 @@ pub fn position_limit(graph: &Graph) -> Option<u64> {
 pub fn longest_context(graph: &Graph, batch: u64, bytes: u64, room: f64) -> Option<u64> {
     refusal(graph).is_none().then_some(())?;
     let most = position_limit(graph).unwrap_or(1 << 24).min(1 << 24);
-    crate::plan::largest_fitting(most, |c| {
+    crate::search::largest_fitting(most, |c| {
         inference(graph, batch, c, c, bytes).is_ok_and(|i| (i.total_bytes as f64) <= room)
     })
 }
