@@ -64,26 +64,17 @@ pub fn render(p: &Plan, explain: bool) -> String {
 /// The answer, first: the smallest card by the verdict, the deciding method's estimate and
 /// bound, and the verdict in one line.
 fn render_answer(s: &mut String, p: &Plan) {
-    let method = p.decision.method.label();
-    match &p.smallest_card_verdict {
-        Some(c) => {
-            let _ = writeln!(
-                s,
-                "smallest card that fits: {} (decided by the {method}: estimate {}, bound {})",
-                c.name,
-                gb(p.decision.estimate_bytes),
-                gb(p.decision.bound_bytes)
-            );
-        }
-        None => {
-            let _ = writeln!(
-                s,
-                "smallest card that fits: none of the cards (decided by the {method}: estimate {}, bound {})",
-                gb(p.decision.estimate_bytes),
-                gb(p.decision.bound_bytes)
-            );
-        }
-    }
+    let card = p
+        .smallest_card_verdict
+        .as_ref()
+        .map_or("none of the cards", |c| c.name.as_str());
+    let _ = writeln!(
+        s,
+        "smallest card that fits: {card} (decided by the {}: estimate {}, bound {})",
+        p.decision.method.label(),
+        gb(p.decision.estimate_bytes),
+        gb(p.decision.bound_bytes)
+    );
     let _ = writeln!(s, "in one line {}\n", p.why);
 }
 

@@ -608,13 +608,9 @@ fn describe(desc: &Desc, p: &Parts) -> String {
 
 /// A type whose every layer slides when the config sets `sliding_window` (written on the
 /// attention nodes after the build: `super::sliding_layers`).
-fn sliding_window(_: &Config, _: &Parts, n: &mut Notes) -> Result<()> {
+fn sliding(_: &Config, _: &mut Parts, n: &mut Notes) -> Result<()> {
     n.sliding = true;
     Ok(())
-}
-
-fn sliding(c: &Config, p: &mut Parts, n: &mut Notes) -> Result<()> {
-    sliding_window(c, p, n)
 }
 
 /// GPT-NeoX: one query_key_value projection viewed per head as [q | k | v] and chunked
@@ -747,7 +743,7 @@ fn phi3(c: &Config, p: &mut Parts, n: &mut Notes) -> Result<()> {
     p.fused_qkv = Fused::Blocks;
     p.fused_gate_up = true;
     n.drawn.push("qkv_proj and gate_up_proj: one projection each, sliced into q, k and v (then viewed as heads) and into gate and up (views of it)".into());
-    sliding_window(c, p, n)
+    sliding(c, p, n)
 }
 
 fn olmo(c: &Config, _: &mut Parts, n: &mut Notes) -> Result<()> {

@@ -153,6 +153,7 @@ pub fn simulate_generate(
         layers: cache_nodes(&layers, batch),
         vocab: head_vocab(&prefill_graph),
         seq0: if encoder.is_some() { 1 } else { prompt },
+        biased: biased_stacks(&prefill_graph, encoder.as_ref()),
         encoder,
     };
     if encoder_decoder && job.encoder.is_none() {
@@ -248,6 +249,9 @@ struct Job {
     /// encoder-decoder the decoder's start token.
     seq0: u64,
     encoder: Option<Encoder>,
+    /// Per stack (0: an encoder-decoder's encoder, 1: the rest): an attention in it computes
+    /// a relative position bias (T5: [`PositionBias`]).
+    biased: [bool; 2],
 }
 
 /// One attention node's cache.
@@ -492,43 +496,41 @@ fn rotary_bytes(graph: &Graph, batch: u64, tokens: u64) -> u64 {
 /// forward returns; the decoder's first cross-attention makes a zeros bias kept the same way).
 /// Each attention of a stack with a relative bias runs as
 /// [`crate::ops::family::Family::biased_sdpa_no_grad_peak`] says.
-struct PositionBias {
+struct PositionBias<'j> {
     /// Per stack (0: an encoder-decoder's encoder, 1: the rest): a relative bias in it.
     biased: [bool; 2],
     /// The biases made so far: (stack, cross-attention's, buffer).
     held: Vec<(usize, bool, BufId)>,
-    /// The encoder's last node (its stack's biases go after it).
+    /// The encoder's nodes, and its last (its stack's biases go after it).
+    encoder: Option<&'j [bool]>,
     encoder_end: Option<usize>,
-    encoder: Vec<bool>,
     /// Tokens cached before this forward, and the static cache's length (None: dynamic).
     past: u64,
     static_len: Option<u64>,
     batch: u64,
 }
 
-impl PositionBias {
-    fn new(graph: &Graph, job: &Job, skip: &dyn Fn(usize) -> bool, past: u64) -> Self {
-        let encoder = job
-            .encoder
-            .as_ref()
-            .map_or_else(|| vec![false; graph.nodes.len()], |e| e.nodes.clone());
-        let mut biased = [false; 2];
-        for (k, node) in graph.nodes.iter().enumerate() {
-            if !skip(k)
-                && node
-                    .op
-                    .family()
-                    .relative_position_bias_heads(&node.op)
-                    .is_some()
-            {
-                biased[usize::from(!encoder[k])] = true;
-            }
+/// [`Job::biased`]: which stacks hold an attention that computes a relative position bias.
+fn biased_stacks(graph: &Graph, encoder: Option<&Encoder>) -> [bool; 2] {
+    let mut biased = [false; 2];
+    for (k, node) in graph.nodes.iter().enumerate() {
+        let family = node.op.family();
+        if family.relative_position_bias_heads(&node.op).is_some() {
+            let in_encoder = encoder.is_some_and(|e| e.nodes[k]);
+            biased[usize::from(!in_encoder)] = true;
         }
+    }
+    biased
+}
+
+impl<'j> PositionBias<'j> {
+    fn new(job: &'j Job, past: u64) -> Self {
+        let encoder = job.encoder.as_ref().map(|e| &e.nodes[..]);
         PositionBias {
-            biased,
+            biased: job.biased,
             held: Vec::new(),
-            encoder_end: encoder.iter().rposition(|&e| e),
             encoder,
+            encoder_end: encoder.and_then(|e| e.iter().rposition(|&x| x)),
             past,
             static_len: (job.cache == CacheImpl::Static).then_some(job.seq0 + job.new),
             batch: job.batch,
@@ -544,7 +546,7 @@ impl PositionBias {
         reuse_cross: bool,
         rule: &mut rules::OpRule,
     ) -> Option<(usize, bool, u64)> {
-        let stack = usize::from(!self.encoder[k]);
+        let stack = usize::from(!self.encoder.is_some_and(|e| e[k]));
         if !self.biased[stack] {
             return None;
         }
@@ -593,10 +595,7 @@ impl PositionBias {
             bias,
         };
         let (peak, made) = node.op.family().biased_sdpa_no_grad_peak(&node.op, &at)?;
-        rule.saved.clear();
-        rule.forward_transient = 0;
-        rule.forward_transient_no_grad = Some(0);
-        rule.forward_peak = Some(peak);
+        read_from_transformers(rule, peak);
         (made > 0).then_some((stack, cross, made))
     }
 
@@ -621,6 +620,15 @@ impl PositionBias {
             mem.release(b);
         }
     }
+}
+
+/// An op whose no_grad forward the rule set reads from transformers' code: nothing saved, no
+/// training transient, its highest point `peak` over the level before it.
+fn read_from_transformers(rule: &mut rules::OpRule, peak: u64) {
+    rule.saved.clear();
+    rule.forward_transient = 0;
+    rule.forward_transient_no_grad = Some(0);
+    rule.forward_peak = Some(peak);
 }
 
 /// The boolean mask of a forward whose sliding layers reach their window
@@ -815,7 +823,7 @@ impl Sim<'_> {
             }
         }
         let mut rotary_buf = None;
-        let mut biases = PositionBias::new(graph, job, &skip, past);
+        let mut biases = PositionBias::new(job, past);
         let masks = SlidingMask::new(job, tokens, past);
         let mut mask_buf = None;
         for k in 0..n {
@@ -849,10 +857,7 @@ impl Sim<'_> {
                 mask_kv: masks.kv(op),
             };
             if let Some(peak) = op.family().generate_peak(op, &at) {
-                rule.saved.clear();
-                rule.forward_transient = 0;
-                rule.forward_transient_no_grad = Some(0);
-                rule.forward_peak = Some(peak);
+                read_from_transformers(&mut rule, peak);
             }
             // A cross-attention after the first step reuses its cached K and V
             // (`T5Attention.forward`: "after the first generated id, we can subsequently re-use
