@@ -6,9 +6,7 @@
 //! format and [`factors`] the shipped factors file.
 
 pub mod baselines;
-pub mod cards;
 pub mod cli_io;
-pub mod cli_plan;
 pub mod clock;
 pub mod engine;
 pub mod error;
@@ -23,7 +21,6 @@ pub mod opcheck;
 pub mod ops;
 pub mod outputs;
 pub mod plan;
-pub mod plan_evidence;
 pub mod report;
 pub mod review;
 pub mod run;

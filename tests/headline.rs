@@ -16,7 +16,7 @@ fn repo() -> &'static Path {
 fn calibration_json() -> (Value, std::collections::BTreeMap<String, Method>) {
     let ds = load(&repo().join("data")).expect("data/ loads");
     let cal = calibrate(&ds);
-    let verdicts = memcal::plan_evidence::verdict_methods(&cal)
+    let verdicts = memcal::plan::evidence::verdict_methods(&cal)
         .into_iter()
         .map(|(p, m)| (p.as_str().to_string(), m))
         .collect();

@@ -3,13 +3,13 @@
 //! decides it, and the deciding method's bound is its own held-out q95 (or wider outside the
 //! fitted range), never below the phase floor.
 
-use memcal::cards::{allocator_overhead, real_cards, PRODUCTS};
 use memcal::engine::{calibrate, load};
 use memcal::factors::FactorsFile;
 use memcal::features::Precision;
 use memcal::graph::Graph;
+use memcal::plan::cards::{allocator_overhead, real_cards, PRODUCTS};
+use memcal::plan::evidence::{evidence, Decider, Evidence};
 use memcal::plan::{plan_with_simulation, Cards, Decided};
-use memcal::plan_evidence::{evidence, Decider, Evidence};
 use std::path::{Path, PathBuf};
 
 fn repo() -> PathBuf {
@@ -310,8 +310,8 @@ fn max_batch_by_the_verdict_is_the_last_batch_that_fits() {
 /// exactly a "fits" on a run that ran out of memory.
 #[test]
 fn every_shipped_row_has_a_verdict_and_its_outcome_is_what_the_run_did() {
+    use memcal::plan::verdicts::{outcome_counts, row_verdicts, RowOutcome};
     use memcal::plan::Verdict;
-    use memcal::plan_evidence::{outcome_counts, row_verdicts, RowOutcome};
     use memcal::run::RunStatus;
     let ds = load(&repo().join("data")).unwrap();
     let cal = calibrate(&ds);

@@ -226,7 +226,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             .cards
             .clone(),
     };
-    let real: &[memcal::cards::RealCard] = match (&regime, &evidence) {
+    let real: &[memcal::plan::cards::RealCard] = match (&regime, &evidence) {
         (None, Some(e)) => &e.real_cards,
         _ => &[],
     };
@@ -316,9 +316,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
         print(&format!("{}\n", serde_json::to_string_pretty(&value)?))?;
     } else {
-        let mut text = memcal::cli_plan::render(&p, explain);
+        let mut text = memcal::plan::render::render(&p, explain);
         if let Some(m) = &largest {
-            text.push_str(&format!("\n{}", memcal::cli_plan::render_max_batch(m)));
+            text.push_str(&format!("\n{}", memcal::plan::render::render_max_batch(m)));
         }
         if let Some(s) = &sim {
             text.push_str(&format!("\n{}", memcal::simulate::render_timeline(s)));
@@ -406,7 +406,7 @@ fn load(
 ) -> anyhow::Result<(
     Graph,
     FactorsFile,
-    Option<memcal::plan_evidence::Evidence>,
+    Option<memcal::plan::evidence::Evidence>,
     Option<memcal::strategy::evidence::Evidence>,
 )> {
     let data = data.or_else(|| {
@@ -420,7 +420,7 @@ fn load(
         match &data {
             Some(d) => {
                 let ds = memcal::engine::load(d)?;
-                let plain = memcal::plan_evidence::evidence(&ds, &memcal::engine::calibrate(&ds));
+                let plain = memcal::plan::evidence::evidence(&ds, &memcal::engine::calibrate(&ds));
                 let strategies = strategies.then(|| memcal::strategy::evidence::evidence(&ds, d));
                 Ok((Some(plain), strategies))
             }

@@ -85,9 +85,9 @@ fn add_plan_sections(
     ds: &crate::engine::Dataset,
     cal: &crate::engine::Calibration,
 ) -> Result<()> {
-    let evidence = crate::plan_evidence::evidence(ds, cal);
-    let verdicts = crate::plan_evidence::row_verdicts(cal, &evidence);
-    let outcomes = crate::plan_evidence::outcome_counts(cal, &verdicts);
+    let evidence = crate::plan::evidence::evidence(ds, cal);
+    let verdicts = crate::plan::verdicts::row_verdicts(cal, &evidence);
+    let outcomes = crate::plan::verdicts::outcome_counts(cal, &verdicts);
     site.set_row_verdicts(verdicts);
     let graphs_dir = data_dir.join("graphs");
     let graphs = if graphs_dir.is_dir() {
@@ -95,7 +95,7 @@ fn add_plan_sections(
     } else {
         Vec::new()
     };
-    let lines = crate::plan_evidence::full_size_verdicts(&graphs, &ds.factors, &evidence, 1);
+    let lines = crate::plan::verdicts::full_size_verdicts(&graphs, &ds.factors, &evidence, 1);
     let nav = site.fit.meta.nav.clone();
     let mut planning = cards::view(&evidence, &lines, &outcomes);
     let verdicts = build::cells::move_out(
@@ -128,7 +128,8 @@ fn add_plan_sections(
         .map(|g| (g, "zoo (data/graphs/)".to_string()))
         .chain(models.iter().map(|(g, from)| (g, from.clone())))
         .collect();
-    let fit_lines = crate::plan_evidence::will_it_fit(&jobs, &ds.factors, &evidence, &fit::BATCHES);
+    let fit_lines =
+        crate::plan::verdicts::will_it_fit(&jobs, &ds.factors, &evidence, &fit::BATCHES);
     site.fit = fit::page(&fit_lines, site.fit.meta.nav.clone());
     Ok(())
 }

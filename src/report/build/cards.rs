@@ -1,14 +1,15 @@
 //! The index page's "Planning a job" section: the real cards with their reported totals and
 //! usable bytes, which method gives `memcal plan`'s verdict on each profile and its own bound,
 //! and the range of the rows each profile was fitted on. Filled from
-//! [`crate::plan_evidence::Evidence`]; its own view struct and template include
+//! [`crate::plan::evidence::Evidence`]; its own view struct and template include
 //! (`templates/cards.html`), apart from the rest of the index.
 
 use super::{bytes_cell, col, count_cell, opt_pct, table};
 use crate::features::Precision;
 use crate::features::FEATURE_NAMES;
 use crate::format as fmt;
-use crate::plan_evidence::{Evidence, OutcomeCounts, VerdictLine};
+use crate::plan::evidence::Evidence;
+use crate::plan::verdicts::{OutcomeCounts, VerdictLine};
 use crate::report::view::{Cell, Table};
 use crate::units;
 use serde::Serialize;
@@ -227,7 +228,7 @@ pub fn view(
         Some(o) => format!(
             "Usable = (reported total - CUDA context) / the caching allocator's overhead. The context is taken as {} ({}). The overhead is the median ratio of reserved to allocated peak over the {} completed GPU runs of at least 1 GB: {} (q95 {}, largest {}; highest in uncapped runs, where the allocator never has to release its cache). The six-factor plan and the simulator's allocated peak are compared with the usable bytes; the simulator's reserved peak, which already holds the overhead, with the total less the context. The seed cards (16, 24, 40 and 80 GB at 10^9 bytes) stay in memcal plan's list for comparison.",
             units::both(context as f64),
-            crate::cards::CUDA_CONTEXT_SOURCE,
+            crate::plan::cards::CUDA_CONTEXT_SOURCE,
             fmt::count(o.rows),
             fmt::ratio(o.median_ratio),
             fmt::ratio(o.q95_ratio),

@@ -2,11 +2,11 @@
 //! imported from `data/models/`, at a few batches under bf16 autocast, as `memcal plan`
 //! answers it against the real cards: the deciding method, its estimate and bound, the
 //! smallest card that holds the job, and by how much the largest falls short where none does.
-//! Formatting only: every figure is [`crate::plan_evidence::will_it_fit`]'s.
+//! Formatting only: every figure is [`crate::plan::verdicts::will_it_fit`]'s.
 
 use super::{col, table};
 use crate::format as fmt;
-use crate::plan_evidence::FitLine;
+use crate::plan::verdicts::FitLine;
 use crate::report::view::{Cell, FitPage, Link, PageMeta};
 
 /// The batches each job is planned at.

@@ -125,7 +125,7 @@ fn profile_table(
 
 /// One table per profile with rows, in profile order.
 fn headline_tables(ctx: &Ctx) -> Vec<Table> {
-    let verdicts = crate::plan_evidence::verdict_methods(ctx.cal);
+    let verdicts = crate::plan::evidence::verdict_methods(ctx.cal);
     ctx.cal
         .fits
         .iter()

@@ -14,8 +14,8 @@ use crate::engine::{
 use crate::factors::FactorsFile;
 use crate::features::FEATURE_NAMES;
 use crate::format as fmt;
+use crate::plan::verdicts::RowVerdict;
 use crate::plan::Verdict;
-use crate::plan_evidence::RowVerdict;
 use crate::review::AuditedEntry;
 use crate::run::RunStatus;
 use crate::units;
@@ -273,7 +273,7 @@ impl std::ops::DerefMut for Built<'_> {
 
 impl Built<'_> {
     /// Gives the runs tables `memcal plan`'s verdict on each row (in `cal.rows` order, as
-    /// [`crate::plan_evidence::row_verdicts`] computes them).
+    /// [`crate::plan::verdicts::row_verdicts`] computes them).
     pub fn set_row_verdicts(&mut self, verdicts: Vec<Option<RowVerdict>>) {
         self.source.row_verdicts = verdicts;
     }

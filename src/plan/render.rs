@@ -1,8 +1,8 @@
 //! Text rendering of a [`Plan`] for `memcal plan` (formatting only: every number is in the plan).
 
+use super::decide::Plan;
 use crate::features::FEATURE_NAMES;
 use crate::format::count;
-use crate::plan::Plan;
 use crate::units::{both, gb};
 use std::fmt::Write;
 
@@ -377,12 +377,12 @@ fn render_decision(s: &mut String, p: &Plan) {
 
 /// The `--max-batch` table: per card, the largest batch by the verdict, the six-factor plan
 /// and its bound.
-pub fn render_max_batch(rows: &[crate::plan::MaxBatch]) -> String {
+pub fn render_max_batch(rows: &[super::decide::MaxBatch]) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
         "largest batch that fits (searched up to {})\n{:<18} {:>12} {:>16} {:>16}",
-        count(crate::plan::MAX_BATCH_SEARCHED),
+        count(super::decide::MAX_BATCH_SEARCHED),
         "card",
         "verdict",
         "six-factor plan",

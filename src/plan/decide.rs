@@ -1,15 +1,15 @@
 //! The plan: estimate = Σ factor_i x feature_i, the bound max(floor, estimate x q95), and the
-//! verdict per card. With a data folder's evidence ([`crate::plan_evidence`]) the verdict comes
+//! verdict per card. With a data folder's evidence ([`super::evidence`]) the verdict comes
 //! from the method with the better held-out record (the six-factor plan or the simulator), with
 //! its own q95 bound, widened or refused outside the fitted range, on the seed cards and the
-//! real ones ([`crate::cards`]), and is explained in one line ([`Plan::why`]).
+//! real ones ([`super::cards`]), and is explained in one line ([`Plan::why`]).
 
+use super::cards::RealCard;
+use super::evidence::{Decider, Evidence, FitRange, MethodRecord, OutOfRange};
 use crate::baselines::{self, Accelerate, Textbook};
-use crate::cards::RealCard;
 use crate::factors::{Card, FactorsFile};
 use crate::features::{self, Features, Precision, N_FEATURES};
 use crate::graph::Graph;
-use crate::plan_evidence::{Decider, Evidence, FitRange, MethodRecord, OutOfRange};
 use crate::units::gb;
 use serde::Serialize;
 
@@ -317,7 +317,7 @@ pub struct RangeCheck {
 }
 
 /// The cards a plan is checked against: the factors file's (or a regime's) and the real
-/// products ([`crate::cards`]).
+/// products ([`super::cards`]).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Cards<'a> {
     pub seed: &'a [Card],
