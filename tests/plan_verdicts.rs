@@ -424,13 +424,14 @@ fn families_sharing_an_implementation_block_are_held_out_together() {
     }
 }
 
-/// The same job gives the same answer wherever it runs: from another folder, `--data` plans as
-/// the repository does.
+/// The same job gives the same answer wherever it runs: from another folder, `--data` alone
+/// and `--factors` alone (its folder holds the rows) each plan as the repository does.
 #[test]
 fn plan_from_another_folder_gives_the_in_repo_answer() {
     let graph = repo().join("data/graphs/gpt2-small.json");
     let graph = graph.to_str().unwrap();
     let data = repo().join("data");
+    let factors = data.join("factors.json");
     let here = memcal(&["plan", graph, "--batch", "8", "--json"]);
     assert!(
         here.status.success(),
@@ -438,16 +439,42 @@ fn plan_from_another_folder_gives_the_in_repo_answer() {
         String::from_utf8_lossy(&here.stderr)
     );
     let elsewhere = tempfile::tempdir().unwrap();
+    for extra in [
+        ["--data", data.to_str().unwrap()],
+        ["--factors", factors.to_str().unwrap()],
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_memcal"))
+            .args(["plan", graph, "--batch", "8", "--json"])
+            .args(extra)
+            .current_dir(elsewhere.path())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(out.stdout, here.stdout, "{extra:?}");
+    }
+    // A factors file beside no rows plans without evidence, and says so next to the answer.
+    let lone = elsewhere.path().join("factors.json");
+    std::fs::copy(&factors, &lone).unwrap();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_memcal"))
-        .args(["plan", graph, "--batch", "8", "--json"])
-        .args(["--data", data.to_str().unwrap()])
+        .args([
+            "plan",
+            graph,
+            "--batch",
+            "8",
+            "--factors",
+            lone.to_str().unwrap(),
+        ])
         .current_dir(elsewhere.path())
         .output()
         .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let note = text.lines().nth(2).unwrap_or_default();
     assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        note.starts_with("note: no held-out record") && note.contains("give --data"),
+        "{text}"
     );
-    assert_eq!(out.stdout, here.stdout);
 }

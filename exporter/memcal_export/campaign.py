@@ -208,10 +208,14 @@ def host_memory():
 def graph_parameters(memcal, repo, graph_path):
     """The graph's parameter count as memcal reads it (`memcal plan`, run where no data folder
     is, so that it reads no rows)."""
+    import shutil
     import tempfile
 
-    factors = os.path.abspath(os.path.join(repo, "data", "factors.json"))
     with tempfile.TemporaryDirectory() as elsewhere:
+        # A copy of the factors beside no rows: `--factors` plans with the data folder it lives
+        # in, and the repository's is the one being written.
+        factors = os.path.join(elsewhere, "factors.json")
+        shutil.copyfile(os.path.join(repo, "data", "factors.json"), factors)
         r = run_tool([memcal, "plan", os.path.abspath(graph_path), "--batch", "1", "--precision", "fp32",
                  "--factors", factors, "--json"], cwd=elsewhere)
     return json.loads(r.stdout)["parameters"]

@@ -320,12 +320,16 @@ def graph_parameters(memcal, repo, graph_path, seq):
     """The graph's parameter count as memcal reads it: `campaign.graph_parameters` (`memcal
     plan`, run where no data folder is), at sequence `seq` for the graph's symbolic sequence
     axis where it has one (the count does not depend on it)."""
+    import shutil
     import tempfile
 
     with open(graph_path) as f:
         symbolic = any(d == "T" for i in json.load(f).get("inputs", []) for d in i.get("shape", []))
-    factors = os.path.abspath(os.path.join(repo, "data", "factors.json"))
     with tempfile.TemporaryDirectory() as elsewhere:
+        # A copy of the factors beside no rows: `--factors` plans with the data folder it lives
+        # in, and the repository's is the one being written.
+        factors = os.path.join(elsewhere, "factors.json")
+        shutil.copyfile(os.path.join(repo, "data", "factors.json"), factors)
         r = run_tool([memcal, "plan", os.path.abspath(graph_path), "--batch", "1",
                       *(["--seq", str(seq)] if symbolic else []),
                       "--precision", "fp32", "--factors", factors, "--json"], cwd=elsewhere)

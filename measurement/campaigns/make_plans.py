@@ -59,7 +59,9 @@ def estimate(memcal, graph, batch, factors):
         [memcal, "plan", str(graph), "--batch", str(batch), "--precision", PRECISION,
          "--factors", str(factors), "--json"],
         check=True, capture_output=True, text=True).stdout
-    return json.loads(out)["estimate_bytes"]
+    # The six-factor plan's estimate (memcal-plan/3 keeps it under `six_factor`; the top level
+    # holds the deciding method's): the campaigns are sized by the factors being fitted.
+    return json.loads(out)["six_factor"]["estimate_bytes"]
 
 
 def batch_for(memcal, graph, target, factors, cache):

@@ -28,9 +28,10 @@ pub struct Args {
     /// The data folder the verdict's evidence comes from: each method's held-out record
     /// (which method decides, and its own q95 bound), the range of the rows each profile
     /// was fitted on, and the allocator overhead of the GPU rows (the real cards' usable
-    /// bytes). Loaded and calibrated as `memcal fit` does. Default: `data` when it holds a
-    /// factors.json; without a data folder the six-factor plan decides with the factors
-    /// file's q95, and the real cards are not checked.
+    /// bytes). Loaded and calibrated as `memcal fit` does. Default: the folder of `--factors`
+    /// when it holds `runs/` (so `--factors` alone plans as its data folder does), else `data`
+    /// when it holds a factors.json; without a data folder the six-factor plan decides with
+    /// the factors file's q95, and the real cards are not checked.
     #[arg(long)]
     data: Option<PathBuf>,
     /// Print JSON instead of a table.
@@ -409,10 +410,18 @@ fn load(
     Option<memcal::plan::evidence::Evidence>,
     Option<memcal::strategy::evidence::Evidence>,
 )> {
-    let data = data.or_else(|| {
-        let d = PathBuf::from("data");
-        d.join("factors.json").is_file().then_some(d)
-    });
+    // The data folder: `--data`; else the folder of the factors file when it is one (it holds
+    // the rows, `runs/`), so `--factors` alone plans as the data folder it belongs to does;
+    // else `./data` when it holds a factors.json.
+    let data = data
+        .or_else(|| {
+            let d = factors.parent().filter(|d| d.join("runs").is_dir())?;
+            Some(d.to_path_buf())
+        })
+        .or_else(|| {
+            let d = PathBuf::from("data");
+            d.join("factors.json").is_file().then_some(d)
+        });
     // The data folder is calibrated on a thread of its own while the graph loads; a graph or
     // factors file that does not load exits at once (the thread ends with the process). The
     // strategies' evidence (their rows simulated) only for the modes that print it.

@@ -75,7 +75,22 @@ fn render_answer(s: &mut String, p: &Plan) {
         gb(p.decision.estimate_bytes),
         gb(p.decision.bound_bytes)
     );
-    let _ = writeln!(s, "in one line {}\n", p.why);
+    let _ = writeln!(s, "in one line {}", p.why);
+    if p.decision.records.is_empty() {
+        // Without a data folder the verdict changes method and cards: said next to the answer.
+        let real = p.cards.iter().any(|c| c.product.is_some());
+        let _ = writeln!(
+            s,
+            "note: {}{}",
+            p.decision.reason,
+            if real {
+                ""
+            } else {
+                "; the real products are not checked (give --data DIR)"
+            }
+        );
+    }
+    s.push('\n');
 }
 
 /// How the verdict and the plan columns are decided (`--explain`).
