@@ -692,6 +692,59 @@ fn the_shipped_site_keeps_each_precision_profile_apart() {
         assert!(!scatter.contains(&format!("{other} run")), "{p}'s scatter");
     }
     assert!(index.contains("id=\"methods-by-profile\""));
+    // Known misses: a table per profile with every method, the deciding one first; the
+    // simulator's missed GPU checks (it decides on both profiles) are in it.
+    let verdict = memcal::plan::evidence::verdict_methods(&memcal::engine::calibrate(
+        &memcal::engine::load(&data).unwrap(),
+    ));
+    for (p, m) in &verdict {
+        let at = index
+            .find(&format!("<table id=\"misses-{}\"", p.as_str()))
+            .unwrap_or_else(|| panic!("the known misses of {p:?}"));
+        let table = &index[at..at + index[at..].find("</table>").unwrap()];
+        let first = table.find("<th scope=\"row\">").expect("a row");
+        assert!(
+            table[first..].starts_with(&format!(
+                "<th scope=\"row\">{} (decides the verdict)",
+                m.label()
+            )),
+            "{p:?}: {table}"
+        );
+        for other in [
+            memcal::engine::Method::Accelerate,
+            memcal::engine::Method::PlanAsShipped,
+        ] {
+            assert!(table.contains(other.label()), "{p:?} lists {other:?}");
+        }
+    }
+    let gpu = &index[index.find("<table id=\"misses-bf16-autocast\"").unwrap()..];
+    assert!(
+        gpu[..gpu.find("</table>").unwrap()].contains("gru (4)"),
+        "{gpu}"
+    );
+    assert!(read(out.path(), "known-misses.html").contains("gru-r3"));
+    // The headline says what was measured and what was not, in computed sentences: per profile
+    // its device, largest model and fitted range; the simulator's exact matches; the strategies
+    // that are formulas (from the strategies table); why rows are not counted.
+    let at = index
+        .find("<ul class=\"scope\">")
+        .expect("the headline's scope");
+    let scope = &index[at..at + index[at..].find("</ul>").unwrap()];
+    for needle in [
+        "CPU fp32 (",
+        "GPU bf16-autocast (",
+        "the largest model measured has 7,248,023,552 parameters",
+        "fp32: the six-factor plan was fitted on",
+        "to the byte",
+        "formulas, not measured: ",
+        "are not counted in the figures",
+    ] {
+        assert!(scope.contains(needle), "{needle}: {scope}");
+    }
+    let ds = memcal::engine::load(&data).unwrap();
+    for formula in &memcal::strategy::evidence::evidence(&ds, &data).formulas_only {
+        assert!(scope.contains(formula), "{formula}: {scope}");
+    }
 }
 
 #[test]

@@ -107,6 +107,7 @@ fn add_plan_sections(
     );
     site.index.cards = Some(planning);
     let strategies = crate::strategy::evidence::evidence_from(ds, &graphs);
+    site.index.headline.scope = build::scope::scope(ds, cal, &evidence, &strategies);
     let mut view = build::strategies::view(&strategies);
     let by_family = build::cells::move_out(
         &mut view.by_family,

@@ -126,6 +126,11 @@ pub struct PageMeta {
 /// Section 1.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Headline {
+    /// What was measured and what was not, in sentences computed from the rows (per profile:
+    /// rows, families, the largest model, real classes, the fitted range; the strategies that
+    /// are formulas; why rows are not counted). Empty where the view model is built without
+    /// the data set.
+    pub scope: Vec<String>,
     pub facts: Vec<Fact>,
     /// One table per precision profile (one device each): per method, the median |error|, the
     /// missed did-not-fit checks and the share within the engine's band, over that profile's
@@ -162,16 +167,6 @@ pub struct HowView {
     pub accelerate: Table,
     /// Every number injected into this page's sentences, with where it comes from.
     pub injected: Table,
-}
-
-/// Section 8: one family's known misses.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct MissGroup {
-    pub family: String,
-    pub family_href: String,
-    /// Maintainers' note (`data/prose/misses/<family>.md`), rendered.
-    pub note_html: Option<String>,
-    pub table: Table,
 }
 
 /// Section 10 on the index: where the runs table and the downloads are.
@@ -218,7 +213,10 @@ pub struct IndexPage {
     pub upper: UpperView,
     pub how: HowView,
     pub out_of_sample: Vec<Table>,
-    pub misses: Vec<MissGroup>,
+    /// Per profile, every method's known misses, the deciding method first.
+    pub misses: Vec<Table>,
+    /// Every known miss by family: on a page of its own ([`Site::tables`]).
+    pub misses_by_family: Table,
     pub excluded: Table,
     pub all_runs: AllRunsView,
     /// Planning a job: the real cards, which method decides, the fitted range (absent where the

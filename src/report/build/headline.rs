@@ -305,6 +305,7 @@ pub(super) fn headline(ctx: &Ctx) -> Headline {
         units::gb(cal.settings.small_runs_threshold_bytes as f64)
     );
     Headline {
+        scope: Vec::new(),
         note,
         facts,
         tables: headline_tables(ctx),

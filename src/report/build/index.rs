@@ -46,6 +46,7 @@ pub(super) fn page(
         how: how(ctx),
         out_of_sample: out_of_sample(ctx),
         misses: misses(ctx),
+        misses_by_family: misses::misses_by_family(ctx),
         excluded: excluded_table(ctx),
         all_runs: AllRunsView {
             summary: format!(
@@ -79,6 +80,13 @@ pub(super) fn move_tables(ctx: &Ctx, index: &mut IndexPage, nav: &[Link]) -> Vec
             "not-counted.html",
             "Not counted",
             ctx.block("excluded"),
+            nav,
+        ),
+        move_out(
+            &mut index.misses_by_family,
+            "known-misses.html",
+            "Every known miss, per family",
+            format!("{}{}", ctx.block("misses"), misses::notes_html(ctx)),
             nav,
         ),
         move_out(

@@ -40,6 +40,7 @@ mod out_of_sample;
 pub mod real;
 mod runs;
 mod scatters;
+pub(crate) mod scope;
 pub mod strategies;
 mod upper;
 
