@@ -2,7 +2,6 @@
 //! every shape. Any problem is an [`Error`] naming the file and the node or field.
 
 use crate::error::{Error, Result};
-use crate::ops::family::Table;
 use crate::ops::Op;
 use crate::shape::{Dim, Shape};
 use serde::{Deserialize, Serialize};
@@ -523,7 +522,9 @@ impl Graph {
             _ => None,
         };
         for &i in &order {
-            check_tie(&file.nodes[i].id, &ops[i], &node_op, path)?;
+            ops[i]
+                .check_tie(&node_op)
+                .map_err(|m| Error::node(path, &file.nodes[i].id, m))?;
         }
         for (i, note) in file.notes.iter().enumerate() {
             if let Some(id) = &note.node {
@@ -1173,58 +1174,6 @@ fn check_loss(path: &Path, loss: &str, op: Option<&Op>) -> Result<()> {
         Some(_) => {}
     }
     Ok(())
-}
-
-/// A tied linear or embedding must name an embedding that owns its table (is not tied itself)
-/// and whose table matches it. `node_op` gives a node's op by id.
-fn check_tie<'o>(
-    id: &str,
-    op: &Op,
-    node_op: &dyn Fn(&str) -> Option<&'o Op>,
-    path: &Path,
-) -> Result<()> {
-    let Some(tie) = op.family().tie(op) else {
-        return Ok(());
-    };
-    let (t, want_num, want_dim, what) = (tie.target, tie.num, tie.dim, tie.need);
-    match node_op(t).and_then(|o| o.family().table(o)) {
-        Some(Table {
-            num_embeddings,
-            embedding_dim,
-            tied: false,
-        }) => {
-            if embedding_dim != want_dim || num_embeddings != want_num {
-                let need = what
-                    .replace("{dim}", &embedding_dim.to_string())
-                    .replace("{num}", &num_embeddings.to_string());
-                let found = if tie.dim_first {
-                    format!("{want_dim} and {want_num}")
-                } else {
-                    format!("{want_num} and {want_dim}")
-                };
-                return Err(Error::node(
-                    path,
-                    id,
-                    format!(
-                        "tied to `{t}` of [{num_embeddings}, {embedding_dim}], but {need}, found {found}"
-                    ),
-                ));
-            }
-            Ok(())
-        }
-        Some(Table { tied: true, .. }) => Err(Error::node(
-            path,
-            id,
-            format!(
-                "`tie` names `{t}`, which is itself tied; name the embedding that owns the table"
-            ),
-        )),
-        _ => Err(Error::node(
-            path,
-            id,
-            format!("`tie` names `{t}`, which is not an embedding node"),
-        )),
-    }
 }
 
 /// Loads every `*.json` graph under a folder, sorted by file name. Errors name the file.

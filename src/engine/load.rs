@@ -1,6 +1,7 @@
 //! `load`: reads `data/factors.json`, `data/graphs/*.json` and every row under `data/runs/`,
 //! validates each row (errors name the file and the field) and joins it to its graph.
 
+use super::scan::relative;
 use super::{Dataset, GraphInfo, Row};
 use crate::baselines;
 use crate::error::{Error, Result};
@@ -679,18 +680,6 @@ fn join<'g>(
 /// Whether `path` is a row bundle (`.jsonl`: one row per line) rather than a row file.
 fn is_bundle(path: &Path) -> bool {
     path.extension().is_some_and(|x| x == "jsonl")
-}
-
-/// `path` relative to `data_dir`, `/`-separated.
-pub(super) fn relative(data_dir: &Path, path: &Path) -> String {
-    let mut rel = String::new();
-    for c in path.strip_prefix(data_dir).unwrap_or(path).components() {
-        if !rel.is_empty() {
-            rel.push('/');
-        }
-        rel.push_str(&c.as_os_str().to_string_lossy());
-    }
-    rel
 }
 
 /// The rows of a bundle's `bytes`: each line with its number (from 1) and its bytes including

@@ -5,7 +5,6 @@
 //! folder such as `runs/cuda` may be a link to another place in it); a link that resolves
 //! outside it, a dangling link and a link loop are errors naming the link.
 
-use super::load::relative;
 use crate::error::{Error, Result};
 use std::path::{Path, PathBuf};
 
@@ -164,4 +163,16 @@ pub fn scan_runs(data_dir: &Path) -> Result<RunFiles> {
         out.weights.push(weight);
     }
     Ok(out)
+}
+
+/// `path` relative to `data_dir`, `/`-separated.
+pub(super) fn relative(data_dir: &Path, path: &Path) -> String {
+    let mut rel = String::new();
+    for c in path.strip_prefix(data_dir).unwrap_or(path).components() {
+        if !rel.is_empty() {
+            rel.push('/');
+        }
+        rel.push_str(&c.as_os_str().to_string_lossy());
+    }
+    rel
 }

@@ -5,8 +5,8 @@
 //! shape rule, its parameters, its features, what the strategies and the simulator ask of it);
 //! `family/mod.rs` is the registry: the table of kinds, names and parsers (each name is written
 //! there once, [`Op::name`] and `Display` read it) and the one `match` that sends an op to its
-//! family. `attributes` is the typed attribute reader; `parse`, `parameters` and `shape` are
-//! the entry points that ask the family. This file holds the types and what every op says of
+//! family. `attributes` is the typed attribute reader; `parse`, `parameters`, `shape` and `tie`
+//! are the entry points that ask the family. This file holds the types and what every op says of
 //! itself. See `docs/ops.md` ("Adding an op").
 
 pub mod aten;
@@ -16,6 +16,7 @@ pub mod generic;
 mod parameters;
 mod parse;
 mod shape;
+mod tie;
 
 pub use attributes::MAX_REPEATS;
 pub use parse::op_names;
@@ -541,11 +542,6 @@ pub enum Op {
 }
 
 impl Op {
-    /// The op's name in the file format (from the op table).
-    pub fn name(&self) -> &'static str {
-        parse::kind_name(self.kind())
-    }
-
     /// The op's kind: its entry in the op table.
     pub fn kind(&self) -> OpKind {
         match self {

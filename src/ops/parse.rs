@@ -13,11 +13,16 @@ pub fn op_names() -> Vec<&'static str> {
 
 /// The name of an op kind in the file format: its entry in the table (entry `k as usize` is
 /// kind `k`; a test checks it).
-pub(super) fn kind_name(k: OpKind) -> &'static str {
+fn kind_name(k: OpKind) -> &'static str {
     OPS[k as usize].1
 }
 
 impl Op {
+    /// The op's name in the file format (from the op table).
+    pub fn name(&self) -> &'static str {
+        kind_name(self.kind())
+    }
+
     /// Parses an op from its name and attribute map. The error text names the attribute.
     pub fn parse(name: &str, attributes: &Map<String, Value>) -> Result<Op, String> {
         let mut a = Attrs::new(attributes);

@@ -41,37 +41,15 @@
 //! `assumed`.
 
 use super::rules::{
-    cpu_rule_at, BackwardPeak, CopySaved, Grad, OpRule, Output, Saved, Sizes, Source, Values,
+    cpu_rule_at, BackwardPeak, CopySaved, Grad, OpRule, Output, Saved, Sizes, Source, Values, BF16,
+    F32,
 };
-use crate::graph::{Graph, Node};
+use crate::graph::Graph;
 
-/// bf16 element bytes.
-pub(crate) const BF16: u64 = 2;
-/// float32 element bytes.
-pub(crate) const F32: u64 = 4;
 /// cuBLAS workspace per (handle, stream) on sm90 (`getChosenWorkspaceSize`, 4096 KiB x 8).
 pub const CUBLAS_WORKSPACE: u64 = 4096 * 8 * 1024;
 /// cuBLASLt workspace (`CUBLASLT_WORKSPACE_SIZE` default, 1024 KiB).
 pub const CUBLASLT_WORKSPACE: u64 = 1024 * 1024;
-
-/// The dtype (element bytes) autocast gives the node's output, from its inputs' dtypes
-/// (`inputs`: each input's element bytes, in order).
-pub fn output_element(node: &Node, inputs: &[u64]) -> u64 {
-    let input = |i: usize| inputs.get(i).copied().unwrap_or(F32);
-    let promoted = inputs
-        .iter()
-        .copied()
-        .filter(|&e| e <= F32)
-        .max()
-        .unwrap_or(F32);
-    let family = node.op.family();
-    if family.runs_in_bf16(&node.op) {
-        // lower_precision_fp (AT_FORALL_LOWER_PRECISION_FP; RNNs through `_cudnn_rnn`'s
-        // autocast wrapper).
-        return BF16;
-    }
-    family.autocast_output(&node.op, input(0), promoted)
-}
 
 /// sdpa with a mask on CUDA (read off torch 2.11's attention.cpp, not measured): the flash
 /// kernel takes no mask, so the memory-efficient one runs. Autocast casts a float32 mask to

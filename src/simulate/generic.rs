@@ -24,22 +24,12 @@
 //!   derivative entry (or `not_implemented`) takes no gradient; a view's output aliases the
 //!   node's first input. Each is named in the rule's note.
 
+pub use super::generic_overrides::NodeInput;
 use super::generic_overrides::{self as overrides, Call};
 use super::rules::{Grad, OpRule, Output, Saved, Sizes, Source};
 use crate::ops::aten::{Alias, AtenAutograd, GradFormula, GradResult, SavedTensor, Temporaries};
 use crate::ops::generic::{AtenNode, AtenValue, TensorRef};
 use crate::shape::Shape;
-
-/// One input of a generic node as the rule sees it.
-#[derive(Debug, Clone, Copy)]
-pub struct NodeInput<'a> {
-    pub shape: &'a Shape,
-    /// Its bytes as a dense tensor (the size of a gradient made for it).
-    pub bytes: u64,
-    /// Whether its gradient is computed (the generated backward node skips a formula whose
-    /// arguments need none: `task_should_compute_output`).
-    pub requires_grad: bool,
-}
 
 /// One input's (or parameter's) gradient once the node's backward and the engine's checks
 /// are done, before it reaches the next node (or a leaf's `AccumulateGrad`).

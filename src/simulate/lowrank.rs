@@ -158,17 +158,6 @@ pub fn dequantize_transient(out: u64, inp: u64) -> u64 {
     len * (BLOCK * 4 * 3)
 }
 
-/// Takes `bytes` off the internal saved tensor whose description starts with `what`.
-pub(crate) fn shrink_internal(saved: &mut [Saved], what: &str, bytes: u64) {
-    for x in saved.iter_mut() {
-        if let Saved::Internal { what: w, bytes: b } = x {
-            if w.starts_with(what) {
-                *b = b.saturating_sub(bytes);
-            }
-        }
-    }
-}
-
 /// Tokens each target of node `k` is applied to, with its (out, in), in target order.
 fn target_tokens(s: &Sizes, graph: &Graph, k: usize) -> Vec<(u64, u64, u64)> {
     let mats = target_matrices(graph, k);

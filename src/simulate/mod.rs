@@ -695,7 +695,7 @@ impl<'a> Sim<'a> {
         let mut rule_of = Vec::with_capacity(n);
         let mut distinct: crate::name_hash::NameMap<rules::OpRule, u32> = Default::default();
         for k in 0..n {
-            let mut r = rules::rule(graph, k, batch, backend, values);
+            let mut r = rule(graph, k, batch, backend, values);
             if let Some(lr) = plan.low_rank {
                 let x_grad = values
                     .args(k)
@@ -1555,6 +1555,21 @@ impl<'a> Sim<'a> {
         self.rec.event("zero_grad", self.mem.total(), &self.mem);
         self.rec.end(&self.mem);
     }
+}
+
+/// The rule for `node` at `batch` on `backend`, with the element size of every value: the
+/// `cuda-bf16-autocast` table's ([`cuda::rule`]) or the cpu-fp32 table's.
+fn rule(
+    graph: &Graph,
+    k: usize,
+    batch: u64,
+    backend: Backend,
+    values: &rules::Values,
+) -> rules::OpRule {
+    if backend.is_cuda() {
+        return cuda::rule(graph, k, batch, values);
+    }
+    rules::cpu_rule(graph, k, batch, values)
 }
 
 /// The trainable parameters in the harness's creation order (owning embedding tables first, in

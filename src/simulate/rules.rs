@@ -355,7 +355,7 @@ pub struct Values<'g> {
 impl<'g> Values<'g> {
     /// Resolves every node's inputs; the element size of every value under `backend`: all
     /// float32 on CPU; on CUDA the dtype autocast gives each op's output
-    /// ([`super::cuda::output_element`]). An error for an input that is not an earlier value
+    /// ([`output_element`]). An error for an input that is not an earlier value
     /// (the graph was changed after it was checked).
     pub fn new(graph: &'g Graph, backend: Backend) -> Result<Values<'g>, String> {
         let n_inputs = graph.inputs.len();
@@ -402,7 +402,7 @@ impl<'g> Values<'g> {
                 (None, Backend::CudaBf16Autocast) => {
                     input_elems.clear();
                     input_elems.extend(args[first..].iter().map(|&v| elems[v as usize]));
-                    super::cuda::output_element(n, &input_elems)
+                    output_element(n, &input_elems)
                 }
             });
         }
@@ -445,6 +445,31 @@ impl<'g> Values<'g> {
     }
 }
 
+/// bf16 element bytes.
+pub(crate) const BF16: u64 = 2;
+/// float32 element bytes.
+pub(crate) const F32: u64 = 4;
+
+/// The dtype (element bytes) autocast gives the node's output on CUDA (the
+/// `cuda-bf16-autocast` table's, `simulate/cuda.rs`), from its inputs' dtypes (`inputs`: each
+/// input's element bytes, in order).
+pub fn output_element(node: &Node, inputs: &[u64]) -> u64 {
+    let input = |i: usize| inputs.get(i).copied().unwrap_or(F32);
+    let promoted = inputs
+        .iter()
+        .copied()
+        .filter(|&e| e <= F32)
+        .max()
+        .unwrap_or(F32);
+    let family = node.op.family();
+    if family.runs_in_bf16(&node.op) {
+        // lower_precision_fp (AT_FORALL_LOWER_PRECISION_FP; RNNs through `_cudnn_rnn`'s
+        // autocast wrapper).
+        return BF16;
+    }
+    family.autocast_output(&node.op, input(0), promoted)
+}
+
 /// Bytes of a graph input's element: the harness makes float32 inputs (`randn`, 4 bytes on
 /// either device) and int64 labels and indices (8 bytes).
 pub fn input_element_bytes(dtype: DType, _backend: Backend) -> u64 {
@@ -452,14 +477,6 @@ pub fn input_element_bytes(dtype: DType, _backend: Backend) -> u64 {
         DType::Float32 => 4,
         DType::Int64 => 8,
     }
-}
-
-/// The rule for `node` at `batch` on `backend`, with the element size of every value.
-pub fn rule(graph: &Graph, k: usize, batch: u64, backend: Backend, values: &Values) -> OpRule {
-    if backend.is_cuda() {
-        return super::cuda::rule(graph, k, batch, values);
-    }
-    cpu_rule(graph, k, batch, values)
 }
 
 /// The cpu-fp32 table.

@@ -17,6 +17,9 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::Path;
 
+/// Measured rows per strategy kind (from a data folder; empty without one).
+pub type RowCounts = BTreeMap<Kind, usize>;
+
 /// One strategy row, predicted.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct StrategyRow {
@@ -141,8 +144,8 @@ pub struct Evidence {
 
 impl Evidence {
     /// Completed rows per strategy kind (for `plan`'s evidence labels).
-    pub fn counts(&self) -> super::planner::RowCounts {
-        let mut c = super::planner::RowCounts::new();
+    pub fn counts(&self) -> RowCounts {
+        let mut c = RowCounts::new();
         for r in self
             .rows
             .iter()

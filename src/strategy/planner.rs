@@ -2,19 +2,16 @@
 //! plan's terms ([`super::memory`]), its verdict per card, and per card the cheapest strategy
 //! that fits ([`recommend`]).
 
+use super::evidence::RowCounts;
 use super::memory::{self, GraphTerms, Terms};
 use super::{cost_key, def, parse, Kind, Strategy};
 use crate::factors::Card;
 use crate::graph::Graph;
 use crate::plan::Plan;
 use serde::Serialize;
-use std::collections::BTreeMap;
 
 /// The format tag of `memcal plan --strategy/--recommend --json` (docs/strategies.md).
 pub const STRATEGY_PLAN_FORMAT: &str = "memcal-strategy-plan/1";
-
-/// Measured rows per strategy kind (from a data folder; empty without one).
-pub type RowCounts = BTreeMap<Kind, usize>;
 
 /// How a part's number is backed, in words: "measured on CPU: N rows", "one rank's layout,
 /// emulated in one process", "formula, not measured".

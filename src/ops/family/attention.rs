@@ -10,7 +10,6 @@ use crate::ops::shape::Checks;
 use crate::ops::*;
 use crate::shape::{Dim, Shape};
 use crate::simulate::cuda::*;
-use crate::simulate::lowrank::shrink_internal;
 use crate::simulate::rules::*;
 use crate::simulate::rules::{OpRule, Sizes};
 use serde_json::Value;
@@ -1255,6 +1254,17 @@ fn gqa(s: &Sizes, node: &crate::graph::Node) -> OpRule {
             (true, false),
         ),
         _ => unreachable!("sdpa rule for another op"),
+    }
+}
+
+/// Takes `bytes` off the internal saved tensor whose description starts with `what`.
+fn shrink_internal(saved: &mut [Saved], what: &str, bytes: u64) {
+    for x in saved.iter_mut() {
+        if let Saved::Internal { what: w, bytes: b } = x {
+            if w.starts_with(what) {
+                *b = b.saturating_sub(bytes);
+            }
+        }
     }
 }
 

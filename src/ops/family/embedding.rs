@@ -7,7 +7,6 @@ use crate::ops::attributes::Attrs;
 use crate::ops::shape::Checks;
 use crate::ops::*;
 use crate::shape::{Dim, Shape};
-use crate::simulate::cuda::*;
 use crate::simulate::rules::*;
 use serde_json::Value;
 

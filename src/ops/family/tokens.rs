@@ -7,7 +7,6 @@ use crate::ops::attributes::{batch_or_sizes, Attrs};
 use crate::ops::shape::{sizes, Checks};
 use crate::ops::*;
 use crate::shape::{Dim, Shape};
-use crate::simulate::cuda::*;
 use crate::simulate::rules::*;
 
 /// Attributes of `learned_position`.

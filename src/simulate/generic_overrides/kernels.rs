@@ -676,11 +676,10 @@ pub static OVERRIDES: &[Override] = &[
 
 #[cfg(test)]
 mod tests {
-    use super::super::forward_scratch;
+    use super::super::{forward_scratch, NodeInput};
     use super::*;
     use crate::ops::generic::AtenNode;
     use crate::shape::{Dim, Shape};
-    use crate::simulate::generic::NodeInput;
 
     fn node(target: &str, args: serde_json::Value, shape: &[u64], dtype: &str) -> AtenNode {
         let v = serde_json::json!({"target": target, "args": args,

@@ -10,8 +10,19 @@
 //! it assumes, a branch it does not follow) is in its `approximates`, which `memcal plan`
 //! reports ([`approximation`]).
 
-use super::generic::NodeInput;
 use crate::ops::generic::{AtenNode, AtenValue};
+use crate::shape::Shape;
+
+/// One input of a generic node as the rule sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct NodeInput<'a> {
+    pub shape: &'a Shape,
+    /// Its bytes as a dense tensor (the size of a gradient made for it).
+    pub bytes: u64,
+    /// Whether its gradient is computed (the generated backward node skips a formula whose
+    /// arguments need none: `task_should_compute_output`).
+    pub requires_grad: bool,
+}
 
 /// A call of a generic node as an override sees it: the node (its arguments and outputs) and
 /// its inputs, at one batch size.
