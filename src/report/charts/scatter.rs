@@ -58,11 +58,25 @@ pub fn render(c: &ScatterChart) -> Result<String, String> {
     let (lo, hi) = (lo / 1.6, hi * 1.6);
     let mut svg = String::new();
     {
-        let root = SVGBackend::with_string(&mut svg, style::SCATTER_SIZE).into_drawing_area();
+        // The drawing grows downwards until the legend holds every entry: the band, the line,
+        // each family drawn, CPU and GPU where both are, and the out-of-memory cross.
+        let drawn = c
+            .families
+            .iter()
+            .filter(|f| shown.iter().any(|p| &p.family == *f))
+            .count();
+        let mixed = shown.iter().any(|p| !p.gpu) && shown.iter().any(|p| p.gpu);
+        let entries_n = 2 + drawn + if mixed { 2 } else { 0 } + 2;
+        let height = style::SCATTER_SIZE
+            .1
+            .max(legend::height(entries_n) + style::MARGIN);
+        let root =
+            SVGBackend::with_string(&mut svg, (style::SCATTER_SIZE.0, height)).into_drawing_area();
         let e = |e: DrawingAreaErrorKind<_>| format!("{}: {e}", c.file);
         root.fill(&style::BACKGROUND).map_err(e)?;
         let (plot, legend_area) =
             root.split_horizontally(style::SCATTER_SIZE.0 - style::LEGEND_WIDTH);
+        let (plot, _) = plot.split_vertically(style::SCATTER_SIZE.1);
         let mut chart = super::frame(&plot, &c.title)
             .build_cartesian_2d(
                 (lo..hi)
@@ -141,7 +155,7 @@ pub fn render(c: &ScatterChart) -> Result<String, String> {
                 }))
                 .map_err(e)?;
         }
-        if shown.iter().any(|p| !p.gpu) && shown.iter().any(|p| p.gpu) {
+        if mixed {
             entries.push((Marker::Dot(style::INK), "CPU run".to_string()));
             entries.push((Marker::Triangle(style::INK), "GPU run".to_string()));
         }
