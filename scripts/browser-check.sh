@@ -4,9 +4,10 @@
 #   - index.html, runs.html (the sorting script) and every family page load without console
 #     errors;
 #   - every chart the index references is in the rendered DOM and its SVG file is non-empty;
-#   - every page, at 1280 px and at 390 px wide, is no wider than its viewport (tables scroll in
-#     their own container), and every chart it shows has plotted marks inside its axes
-#     (scripts/browser-layout.html measures both in the browser);
+#   - every page, at 1280 px and at 390 px wide, is no wider than its viewport; no table is
+#     wider than its container or (at 1280 px) the viewport, and at 390 px none has content cut
+#     off, stacked or not (each failure names the page and the table's caption); every chart it
+#     shows has plotted marks inside its axes (scripts/browser-layout.html measures these);
 #   - a screenshot of index.html is written to OUT_PNG (1280x2000), and one of every page at
 #     1280 px and 390 px to OUT_PNG's folder, `<OUT_PNG name>-<page>-<width>.png`.
 # Usage: scripts/browser-check.sh SITE_DIR OUT_PNG

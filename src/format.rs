@@ -28,9 +28,31 @@ pub fn bytes_key(b: f64) -> String {
     format!("{b:.0}")
 }
 
-/// A share printed as a percentage with one decimal: `12.5%`.
+/// `x` with `decimals` digits after the point, as `{x:.decimals$}` prints it, except that a
+/// negative value that rounds to zero prints as zero (`0.0`, never `-0.0`).
+pub fn fixed(x: f64, decimals: usize) -> String {
+    let s = format!("{x:.decimals$}");
+    match s.strip_prefix('-') {
+        Some(rest) if rest.bytes().all(|b| b == b'0' || b == b'.') => rest.to_string(),
+        _ => s,
+    }
+}
+
+/// A share printed as a percentage with one decimal: `12.5%` (`0.0%` for a negative share
+/// that rounds to zero).
 pub fn pct(share: f64) -> String {
-    format!("{:.1}%", share * 100.0)
+    format!("{}%", fixed(share * 100.0, 1))
+}
+
+/// A signed share with one decimal: `+12.5%`, `-3.0%`; a share that rounds to zero either
+/// way prints as `0.0%`.
+pub fn signed_pct(share: f64) -> String {
+    let s = fixed(share * 100.0, 1);
+    if s.starts_with('-') || s.bytes().all(|b| b == b'0' || b == b'.') {
+        format!("{s}%")
+    } else {
+        format!("+{s}%")
+    }
 }
 
 /// The engine's band of "close" predictions as the page prints it: `±25%`, from
@@ -85,12 +107,12 @@ pub fn pct_key(share: f64) -> String {
 
 /// A multiplier or ratio: `1.432`.
 pub fn ratio(r: f64) -> String {
-    format!("{r:.3}")
+    fixed(r, 3)
 }
 
 /// A factor: `1.2000`.
 pub fn factor(f: f64) -> String {
-    format!("{f:.4}")
+    fixed(f, 4)
 }
 
 /// A count with thousands separators: `12,345`.
@@ -194,7 +216,7 @@ fn confidence() -> String {
 
 /// A percentage without its sign: `8.2`.
 fn pct_bare(share: f64) -> String {
-    format!("{:.1}", share * 100.0)
+    fixed(share * 100.0, 1)
 }
 
 #[cfg(test)]
@@ -211,5 +233,38 @@ mod tests {
         assert_eq!(slug("../.."), "x");
         assert_eq!(csv_field("a,b"), "\"a,b\"");
         assert_eq!(csv_field("say \"hi\""), "\"say \"\"hi\"\"\"");
+    }
+
+    #[test]
+    fn no_negative_zero() {
+        // A negative value that rounds to zero prints as zero, with no sign.
+        assert_eq!(pct(-0.000067), "0.0%");
+        assert_eq!(pct(-0.0), "0.0%");
+        assert_eq!(pct(-0.0006), "-0.1%");
+        assert_eq!(pct(-0.266021), "-26.6%");
+        assert_eq!(signed_pct(-0.000067), "0.0%");
+        assert_eq!(signed_pct(0.000046), "0.0%");
+        assert_eq!(signed_pct(0.0), "0.0%");
+        assert_eq!(signed_pct(0.179147), "+17.9%");
+        assert_eq!(signed_pct(-0.266021), "-26.6%");
+        assert_eq!(ratio(-0.0001), "0.000");
+        assert_eq!(factor(-0.00001), "0.0000");
+        assert_eq!(fixed(-0.04, 1), "0.0");
+        assert_eq!(fixed(-0.05000001, 1), "-0.1");
+        assert_eq!(fixed(-12.0, 0), "-12");
+        assert_eq!(fixed(f64::NEG_INFINITY, 1), "-inf");
+        assert_eq!(fixed(f64::NAN, 1), "NaN");
+        assert_eq!(
+            pct_interval(
+                -0.0001,
+                Some(Interval {
+                    low: -0.0002,
+                    high: -0.00001
+                }),
+                3,
+                false
+            ),
+            "0.0% (95%: 0.0–0.0%)"
+        );
     }
 }

@@ -4,7 +4,7 @@
 //! on a page comes from the view model through a template, or from one of the engine's
 //! constants through a [`PLACEHOLDERS`] entry ([`prose_to_html`]).
 
-use pulldown_cmark::{html, Event, Options, Parser};
+use pulldown_cmark::{html, Event, Options, Parser, Tag, TagEnd};
 
 /// What prose may write instead of a number, and the engine's constant it stands for:
 /// `{within}` is the band of close predictions (`±25%`, [`WITHIN`](crate::engine::WITHIN)),
@@ -48,6 +48,32 @@ pub fn to_html(markdown: &str) -> String {
     out
 }
 
+/// Renders one line of Markdown inline, for a sentence the page places inside an element of
+/// its own (an intro paragraph, a cell): `code`, emphasis, strong, strikethrough and links;
+/// no paragraph around it and no block (a block's markup is dropped, its text kept, a space after it); line
+/// breaks become spaces; raw HTML is shown as text.
+pub fn inline_to_html(markdown: &str) -> String {
+    let events =
+        Parser::new_ext(markdown, Options::ENABLE_STRIKETHROUGH).filter_map(|ev| match ev {
+            Event::Html(s) | Event::InlineHtml(s) => Some(Event::Text(s)),
+            Event::SoftBreak | Event::HardBreak => Some(Event::Text(" ".into())),
+            Event::Start(Tag::Emphasis | Tag::Strong | Tag::Strikethrough | Tag::Link { .. })
+            | Event::End(
+                TagEnd::Emphasis | TagEnd::Strong | TagEnd::Strikethrough | TagEnd::Link,
+            )
+            | Event::Text(_)
+            | Event::Code(_) => Some(ev),
+            // A block's end separates it from the next one's text.
+            Event::End(_) => Some(Event::Text(" ".into())),
+            Event::Start(_) | Event::Rule => None,
+            other => Some(other),
+        });
+    let mut out = String::new();
+    html::push_html(&mut out, events);
+    out.truncate(out.trim_end().len());
+    out
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -56,6 +82,22 @@ mod tests {
         assert!(h.contains("<em>there</em>"));
         assert!(h.contains("&lt;script&gt;"));
         assert!(!h.contains("<script>"));
+    }
+
+    #[test]
+    fn inline_renders_code_without_a_paragraph() {
+        let h = super::inline_to_html(
+            "one run of `memcal fit --write-factors`, as \"From\" says; <b>x</b> & *y*",
+        );
+        assert_eq!(
+            h,
+            "one run of <code>memcal fit --write-factors</code>, as \"From\" says; &lt;b&gt;x&lt;/b&gt; &amp; <em>y</em>"
+        );
+        assert_eq!(
+            super::inline_to_html("# not a heading\nnext"),
+            "not a heading next"
+        );
+        assert_eq!(super::inline_to_html(""), "");
     }
 
     #[test]

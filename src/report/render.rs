@@ -43,6 +43,13 @@ struct HistoryTemplate<'a> {
     sort_js: &'a str,
 }
 
+impl HistoryTemplate<'_> {
+    /// The intro's Markdown (`code` spans) as inline HTML.
+    fn intro_html(&self) -> String {
+        super::markdown::inline_to_html(&self.p.intro)
+    }
+}
+
 #[derive(Template)]
 #[template(path = "table.html")]
 struct TableTemplate<'a> {

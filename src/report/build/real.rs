@@ -18,7 +18,7 @@ pub struct RealView {
 }
 
 fn signed_pct(x: f64) -> Cell {
-    Cell::num(format!("{:+.1}%", x * 100.0), fmt::pct_key(x))
+    Cell::num(fmt::signed_pct(x), fmt::pct_key(x))
 }
 
 fn error_cells(e: Option<&Errors>) -> [Cell; 2] {

@@ -95,7 +95,7 @@ pub(super) fn scatter<'r>(
         ScatterChart {
             file,
             title,
-            x_label: format!("predicted by {}, GB", method_name(method)),
+            x_label: format!("predicted by {}", method_name(method)),
             families: ctx.families.clone(),
             points,
         },
@@ -154,6 +154,10 @@ pub(super) fn chart_ref(c: &ScatterChart, total: usize, what: &str) -> ChartRef 
             },
             crate::engine::WITHIN * 100.0
         ),
-        caption: format!("{}; axes in GB{}", c.title, caps_note(c)),
+        caption: format!(
+            "{}; log axes, each tick with its unit (GB or MB){}",
+            c.title,
+            caps_note(c)
+        ),
     }
 }

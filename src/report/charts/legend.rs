@@ -13,6 +13,16 @@ pub enum Marker {
     Band(RGBColor),
 }
 
+/// Where the first entry sits.
+fn top() -> i32 {
+    style::MARGIN as i32 + style::CAPTION_SIZE as i32 + 16
+}
+
+/// How tall a legend of `n` entries is, from the top of its panel to below its last entry.
+pub fn height(n: usize) -> u32 {
+    (top() + n as i32 * style::LEGEND_LINE) as u32
+}
+
 /// Draws `entries` top-down in `area`.
 pub fn draw<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
@@ -22,7 +32,7 @@ pub fn draw<DB: DrawingBackend>(
         .into_font()
         .color(&style::INK);
     let x = 8;
-    let mut y = style::MARGIN as i32 + style::CAPTION_SIZE as i32 + 16;
+    let mut y = top();
     for (marker, label) in entries {
         match marker {
             Marker::Dot(c) => {

@@ -89,31 +89,74 @@ pub(crate) fn tick_label(v: f64) -> String {
     }
 }
 
-/// A log axis's tick label: only 1, 2 and 5 times a power of ten are labelled, so a dense
-/// axis stays legible; other ticks keep their mark and lose their text.
-pub(crate) fn log_tick_label(v: f64) -> String {
-    if !(v.is_finite() && v > 0.0) {
+/// The ticks of a log axis over `lo..hi` (values in GB): 1, 2 and 5 times each power of ten
+/// in the range; where that makes more than [`style::LOG_AXIS_MAX_TICKS`], the powers of ten
+/// alone; where that makes fewer than two, every whole multiple of a power of ten (1 to 9).
+/// Ascending, each value once.
+pub(crate) fn log_ticks(lo: f64, hi: f64) -> Vec<f64> {
+    if !(lo.is_finite() && hi.is_finite() && lo > 0.0 && hi > lo) {
+        return Vec::new();
+    }
+    let with = |mantissas: &[u32]| -> Vec<f64> {
+        let (first, last) = (lo.log10().floor() as i32, hi.log10().ceil() as i32);
+        (first..=last)
+            .flat_map(|k| mantissas.iter().map(move |&m| f64::from(m) * 10f64.powi(k)))
+            .filter(|v| (lo..=hi).contains(v))
+            .collect()
+    };
+    let ticks = with(&[1, 2, 5]);
+    if ticks.len() > style::LOG_AXIS_MAX_TICKS {
+        let decades = with(&[1]);
+        if decades.len() >= 2 {
+            return decades;
+        }
+    }
+    if ticks.len() >= 2 {
+        ticks
+    } else {
+        with(&[1, 2, 3, 4, 5, 6, 7, 8, 9])
+    }
+}
+
+/// A size tick label from a value in GB, in the unit that keeps it a short number: `20 GB`,
+/// `1 GB`, `500 MB`, `10 MB`, `2 kB`.
+pub(crate) fn size_tick_label(gb: f64) -> String {
+    if !(gb.is_finite() && gb > 0.0) {
         return String::new();
     }
-    let mantissa = v / 10f64.powf(v.log10().floor());
-    if [1.0, 2.0, 5.0, 10.0]
-        .iter()
-        .any(|m| (mantissa - m).abs() < 1e-6 * m)
-    {
-        tick_label(v)
+    if gb >= 1.0 {
+        format!("{} GB", tick_label(gb))
+    } else if gb >= 1e-3 {
+        format!("{} MB", tick_label(gb * 1e3))
     } else {
-        String::new()
+        format!("{} kB", tick_label(gb * 1e6))
     }
 }
 
 #[cfg(test)]
 mod tests {
     #[test]
-    fn log_ticks_skip_crowded_values() {
-        assert_eq!(super::log_tick_label(0.5), "0.5");
-        assert_eq!(super::log_tick_label(20.0), "20");
-        assert_eq!(super::log_tick_label(0.7), "");
-        assert_eq!(super::log_tick_label(3.0), "");
+    fn log_ticks_reach_below_one_gb() {
+        let labels = |lo: f64, hi: f64| -> Vec<String> {
+            super::log_ticks(lo, hi)
+                .iter()
+                .map(|v| super::size_tick_label(*v))
+                .collect()
+        };
+        // Under a decade and a half: 1, 2 and 5 times a power of ten, MB below 1 GB.
+        assert_eq!(
+            labels(0.15, 8.0),
+            ["200 MB", "500 MB", "1 GB", "2 GB", "5 GB"]
+        );
+        // Many decades: the powers of ten.
+        assert_eq!(
+            labels(0.0009, 300.0),
+            ["1 MB", "10 MB", "100 MB", "1 GB", "10 GB", "100 GB"]
+        );
+        // Within one step of 1-2-5: every whole multiple.
+        assert_eq!(labels(2.1, 4.5), ["3 GB", "4 GB"]);
+        assert_eq!(labels(0.0021, 0.0045), ["3 MB", "4 MB"]);
+        assert!(super::log_ticks(0.0, 1.0).is_empty());
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! Predicted against measured on log-log axes: the y = x line, the ±25% band, one colour per
 //! architecture family, and out-of-memory runs drawn at the capacity they failed on with a
-//! cross. Sizes are shown in GB (10^9 bytes).
+//! cross. The axes are in GB (10^9 bytes); each tick says its unit (MB below 1 GB).
 
 use super::legend::{self, Marker};
 use super::style;
@@ -58,21 +58,40 @@ pub fn render(c: &ScatterChart) -> Result<String, String> {
     let (lo, hi) = (lo / 1.6, hi * 1.6);
     let mut svg = String::new();
     {
-        let root = SVGBackend::with_string(&mut svg, style::SCATTER_SIZE).into_drawing_area();
+        // The drawing grows downwards until the legend holds every entry: the band, the line,
+        // each family drawn, CPU and GPU where both are, and the out-of-memory cross.
+        let drawn = c
+            .families
+            .iter()
+            .filter(|f| shown.iter().any(|p| &p.family == *f))
+            .count();
+        let mixed = shown.iter().any(|p| !p.gpu) && shown.iter().any(|p| p.gpu);
+        let entries_n = 2 + drawn + if mixed { 2 } else { 0 } + 2;
+        let height = style::SCATTER_SIZE
+            .1
+            .max(legend::height(entries_n) + style::MARGIN);
+        let root =
+            SVGBackend::with_string(&mut svg, (style::SCATTER_SIZE.0, height)).into_drawing_area();
         let e = |e: DrawingAreaErrorKind<_>| format!("{}: {e}", c.file);
         root.fill(&style::BACKGROUND).map_err(e)?;
         let (plot, legend_area) =
             root.split_horizontally(style::SCATTER_SIZE.0 - style::LEGEND_WIDTH);
+        let (plot, _) = plot.split_vertically(style::SCATTER_SIZE.1);
         let mut chart = super::frame(&plot, &c.title)
-            .build_cartesian_2d((lo..hi).log_scale(), (lo..hi).log_scale())
+            .build_cartesian_2d(
+                (lo..hi)
+                    .log_scale()
+                    .with_key_points(super::log_ticks(lo, hi)),
+                (lo..hi)
+                    .log_scale()
+                    .with_key_points(super::log_ticks(lo, hi)),
+            )
             .map_err(e)?;
         let mut mesh = chart.configure_mesh();
-        mesh.x_labels(style::LOG_AXIS_LABELS)
-            .y_labels(style::LOG_AXIS_LABELS)
-            .x_desc(&c.x_label)
-            .y_desc("measured peak, GB")
-            .x_label_formatter(&|v| super::log_tick_label(*v))
-            .y_label_formatter(&|v| super::log_tick_label(*v));
+        mesh.x_desc(&c.x_label)
+            .y_desc("measured peak")
+            .x_label_formatter(&|v| super::size_tick_label(*v))
+            .y_label_formatter(&|v| super::size_tick_label(*v));
         super::mesh_style(&mut mesh).draw().map_err(e)?;
         // The band between predicted x (1 - WITHIN) and x (1 + WITHIN), the engine's constant,
         // cut to the plot's square: its corners are where the band's edges meet the frame
@@ -136,7 +155,7 @@ pub fn render(c: &ScatterChart) -> Result<String, String> {
                 }))
                 .map_err(e)?;
         }
-        if shown.iter().any(|p| !p.gpu) && shown.iter().any(|p| p.gpu) {
+        if mixed {
             entries.push((Marker::Dot(style::INK), "CPU run".to_string()));
             entries.push((Marker::Triangle(style::INK), "GPU run".to_string()));
         }

@@ -16,9 +16,9 @@ pub const MARGIN: u32 = 12;
 /// Height of the x label area and width of the y label area.
 pub const X_LABEL_AREA: u32 = 44;
 pub const Y_LABEL_AREA: u32 = 64;
-/// How many ticks a log axis asks for (plotters picks round values near this count; only
-/// 1, 2 and 5 times a power of ten are labelled).
-pub const LOG_AXIS_LABELS: usize = 12;
+/// The most ticks a log axis labels with 1, 2 and 5 times each power of ten; above it, the
+/// powers of ten alone.
+pub const LOG_AXIS_MAX_TICKS: usize = 9;
 /// Font family and sizes (SVG text; the viewer picks the face).
 pub const FONT: &str = "sans-serif";
 pub const CAPTION_SIZE: u32 = 18;
