@@ -129,13 +129,12 @@ fn simulator_sentence(cal: &Calibration, p: Precision) -> Option<String> {
         .copied()
         .max_by(|a, b| a.0.abs().total_cmp(&b.0.abs()).then(b.1.cmp(a.1)))?;
     Some(format!(
-        "{}: the simulated step matches {} of {} measured to the byte and {} within 1%; its largest error is {} {} ({run}).",
+        "{}: the simulated step matches {} of {} measured to the byte and {} within 1%; its largest error is {} ({run}).",
         p.as_str(),
         fmt::count(exact as u64),
         fmt::runs(errors.len() as u64),
         fmt::count(within as u64),
-        fmt::pct(worst.abs()),
-        if worst > 0.0 { "over" } else { "under" }
+        fmt::signed_pct(worst)
     ))
 }
 
