@@ -43,7 +43,7 @@ pages=(index.html)
 [ -f "$site/history.html" ] && pages+=(history.html)
 [ -f "$site/fit.html" ] && pages+=(fit.html)
 for p in "$site"/runs-*.html "$site"/family-*.html "$site"/did-not-fit.html "$site"/not-counted.html \
-    "$site"/accelerate.html "$site"/known-misses.html "$site"/full-size-verdicts.html "$site"/strategies-by-family.html; do
+    "$site"/accelerate.html "$site"/known-misses.html "$site"/held-out-by-*.html "$site"/full-size-verdicts.html "$site"/strategies-by-family.html; do
     [ -f "$p" ] && pages+=("$(basename "$p")")
 done
 

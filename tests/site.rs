@@ -692,6 +692,26 @@ fn the_shipped_site_keeps_each_precision_profile_apart() {
         assert!(!scatter.contains(&format!("{other} run")), "{p}'s scatter");
     }
     assert!(index.contains("id=\"methods-by-profile\""));
+    // No figure pools the profiles: no table of the methods over all rows, the out-of-sample
+    // tables have a row per profile, a family page a chart per profile.
+    assert!(!index.contains("<table id=\"methods\""));
+    for page in [
+        "held-out-by-architecture.html",
+        "held-out-by-implementation.html",
+    ] {
+        let html = read(out.path(), page);
+        assert!(
+            html.contains(">fp32</") && html.contains(">bf16-autocast</"),
+            "{page}"
+        );
+    }
+    let family = read(out.path(), "family-gpt.html");
+    for p in ["fp32", "bf16-autocast"] {
+        assert!(
+            family.contains(&format!("charts/family-gpt-{p}.svg")),
+            "{p}"
+        );
+    }
     // Known misses: a table per profile with every method, the deciding one first; the
     // simulator's missed GPU checks (it decides on both profiles) are in it.
     let verdict = memcal::plan::evidence::verdict_methods(&memcal::engine::calibrate(

@@ -203,7 +203,6 @@ pub struct IndexPage {
     pub headline: Headline,
     /// The scatter charts, one group per precision profile (one device each).
     pub scatter: Vec<ChartGroup>,
-    pub methods: Table,
     /// The methods over each precision profile's rows alone.
     pub methods_by_profile: Table,
     /// The simulator's reserved peak against measured reserved, per profile (CUDA rows).
@@ -283,7 +282,8 @@ pub struct FamilyPage {
     pub meta: PageMeta,
     pub family: String,
     pub facts: Vec<Fact>,
-    pub chart: Option<ChartRef>,
+    /// One held-out scatter per precision profile with rows of the family.
+    pub charts: Vec<ChartRef>,
     pub note_html: Option<String>,
     /// The family's runs; `None` when the runs table is split, and the family's runs pages
     /// (`runs_pages`) list them instead.

@@ -4,14 +4,14 @@
 use super::*;
 
 /// Family `f`'s page from its `rows` (run-id order), with `links` to its runs pages when the
-/// runs table is split (its own table otherwise), and its chart to draw.
+/// runs table is split (its own table otherwise), and its charts to draw (one per precision profile with rows).
 pub(super) fn page<'r>(
     ctx: &Ctx,
     f: &str,
     rows: impl ExactSizeIterator<Item = &'r RowResult> + Clone,
     links: &[Link],
     nav_links: &[Link],
-) -> (FamilyPage, Option<Chart>) {
+) -> (FamilyPage, Vec<Chart>) {
     let n_rows = rows.len();
     let report = ctx.cal.families.get(f);
     let mut facts = vec![fact("Runs counted", fmt::count(n_rows as u64))];
@@ -36,15 +36,11 @@ pub(super) fn page<'r>(
         if !approximate.is_empty() {
             facts.push(fact("Approximate graphs", approximate.join("; ")));
         }
-        // All of the family's rows, then each profile's alone when it has more than one.
-        let mut groups = vec![(String::new(), &r.methods)];
-        if r.by_profile.len() > 1 {
-            groups.extend(
-                r.by_profile
-                    .iter()
-                    .map(|(p, ms)| (format!(", {}", p.as_str()), ms)),
-            );
-        }
+        // Each profile's rows alone (measured on different devices, never pooled).
+        let groups = r
+            .by_profile
+            .iter()
+            .map(|(p, ms)| (format!(", {}", p.as_str()), ms));
         for (suffix, ms) in groups {
             let Some(m) = ms.get(&Method::PlanHeldOutArchitecture) else {
                 continue;
@@ -78,24 +74,33 @@ pub(super) fn page<'r>(
         }
     }
     let file = ctx.family_files[f].clone();
-    let chart_file = format!("{}.svg", file.trim_end_matches(".html"));
-    let (c, total) = scatter(
-        ctx,
-        Method::PlanHeldOutArchitecture,
-        chart_file,
-        format!(
-            "{f}: {}, {}",
-            method_name(Method::PlanHeldOutArchitecture),
-            ctx.runs_label
-        ),
-        rows,
-    );
-    let (chart, drawn) = if c.points.is_empty() {
-        (None, None)
-    } else {
-        let r = chart_ref(&c, total, method_name(Method::PlanHeldOutArchitecture));
-        (Some(r), Some(Chart::Scatter(c)))
-    };
+    // One chart per precision profile: each profile is measured on its own device and its
+    // held-out predictions come from its own fits, so no chart pools them.
+    let mut charts = Vec::new();
+    let mut drawn = Vec::new();
+    for &p in ctx.cal.fits.keys() {
+        let chart_file = format!("{}-{}.svg", file.trim_end_matches(".html"), p.as_str());
+        let (c, total) = scatter(
+            ctx,
+            Method::PlanHeldOutArchitecture,
+            chart_file,
+            format!(
+                "{f}, {}: {}, {}",
+                p.as_str(),
+                method_name(Method::PlanHeldOutArchitecture),
+                ctx.runs_label
+            ),
+            rows.clone().filter(|r| r.precision == p),
+        );
+        if !c.points.is_empty() {
+            charts.push(chart_ref(
+                &c,
+                total,
+                method_name(Method::PlanHeldOutArchitecture),
+            ));
+            drawn.push(Chart::Scatter(c));
+        }
+    }
     let (runs, runs_pages_of) = if !links.is_empty() {
         (None, links.to_vec())
     } else {
@@ -116,7 +121,7 @@ pub(super) fn page<'r>(
         },
         family: f.to_string(),
         facts,
-        chart,
+        charts,
         note_html: ctx.prose.misses.get(f).cloned(),
         runs,
         runs_pages: runs_pages_of,

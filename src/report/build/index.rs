@@ -34,7 +34,6 @@ pub(super) fn page(
         },
         headline: headline::headline(ctx),
         scatter: scatter_refs,
-        methods: methods_table(ctx),
         methods_by_profile: methods_by_profile_table(ctx),
         simulated_reserved: simulated_reserved_table(ctx),
         did_not_fit: did_not_fit_table(ctx),
@@ -65,9 +64,28 @@ pub(super) fn page(
 
 /// The index's long tables, each moved to a page of its own (the index keeps its caption, its
 /// row count and the link): every did-not-fit check and every row not counted (with their
-/// sections' prose), the accelerate reproduction.
+/// sections' prose), the accelerate reproduction, and the out-of-sample tables per family
+/// (a row per profile and family).
 pub(super) fn move_tables(ctx: &Ctx, index: &mut IndexPage, nav: &[Link]) -> Vec<TablePage> {
-    vec![
+    let mut pages: Vec<TablePage> = index
+        .out_of_sample
+        .iter_mut()
+        .filter_map(|t| {
+            let (file, title) = match t.id.as_str() {
+                "oos-architecture" => (
+                    "held-out-by-architecture.html",
+                    "Out of sample, by architecture",
+                ),
+                "oos-implementation" => (
+                    "held-out-by-implementation.html",
+                    "Out of sample, by implementation",
+                ),
+                _ => return None,
+            };
+            Some(move_out(t, file, title, String::new(), nav))
+        })
+        .collect();
+    pages.extend([
         move_out(
             &mut index.did_not_fit,
             "did-not-fit.html",
@@ -96,5 +114,6 @@ pub(super) fn move_tables(ctx: &Ctx, index: &mut IndexPage, nav: &[Link]) -> Vec
             String::new(),
             nav,
         ),
-    ]
+    ]);
+    pages
 }

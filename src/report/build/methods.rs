@@ -1,25 +1,9 @@
-//! The methods sections: every method's error and card checks, over all rows and per precision
-//! profile, and the simulator's reserved peak against the measured one.
+//! The methods sections: every method's error and card checks per precision profile, and the simulator's reserved peak against the measured one.
 
 use super::*;
 
-pub(super) fn methods_table(ctx: &Ctx) -> Table {
-    let mut t = table(
-        "methods",
-        "Each method's error and card checks, over the rows it predicts",
-        metrics_columns("Method"),
-        "No method has predicted a row yet.",
-    );
-    for m in Method::ALL {
-        if let Some(mm) = ctx.cal.methods.get(&m) {
-            t.rows.push(metrics_cells(Cell::text(method_name(m)), mm));
-        }
-    }
-    t
-}
-
-/// The methods again, over each precision profile's rows alone (the profiles are measured on
-/// different devices: one profile's rows never flatter or spoil the other's numbers).
+/// Every method over each precision profile's rows alone: the profiles are measured on different
+/// devices, so no figure pools them (one profile's rows never flatter or spoil the other's).
 pub(super) fn methods_by_profile_table(ctx: &Ctx) -> Table {
     let mut columns = vec![col("Precision profile", false)];
     columns.extend(metrics_columns("Method"));

@@ -52,7 +52,7 @@ use did_not_fit::did_not_fit_table;
 use excluded::excluded_table;
 use history::history_page;
 use how::how;
-use methods::{methods_by_profile_table, methods_table, simulated_reserved_table};
+use methods::{methods_by_profile_table, simulated_reserved_table};
 use misses::misses;
 use nav::{downloads, nav};
 use out_of_sample::out_of_sample;

@@ -84,11 +84,6 @@ pub(super) fn scatter<'r>(
             predicted_bytes: p,
             measured_bytes: m,
             oom,
-            gpu: ctx
-                .factors
-                .regimes
-                .get(r.regime.as_str())
-                .is_some_and(|g| g.device == "cuda"),
         })
         .collect();
     (
@@ -144,14 +139,9 @@ pub(super) fn chart_ref(c: &ScatterChart, total: usize, what: &str) -> ChartRef 
     ChartRef {
         src: format!("charts/{}", c.file),
         alt: format!(
-            "Log-log scatter of measured peak against {what} for {}{}, coloured by architecture family{}, with the line measured = predicted and a band of ±{:.0}%; out-of-memory runs are crosses at the capacity they failed on.",
+            "Log-log scatter of measured peak against {what} for {}{}, each architecture family in its own colour and shape, with the line measured = predicted and a band of ±{:.0}%; out-of-memory runs are crosses at the capacity they failed on.",
             fmt::runs(total as u64),
             sample_note(c.points.len(), total),
-            if c.points.iter().any(|p| p.gpu) && c.points.iter().any(|p| !p.gpu) {
-                ", CPU runs as dots and GPU runs as triangles"
-            } else {
-                ""
-            },
             crate::engine::WITHIN * 100.0
         ),
         caption: format!(

@@ -6,8 +6,8 @@ use plotters::prelude::*;
 
 /// The marker of a legend entry.
 pub enum Marker {
-    Dot(RGBColor),
-    Triangle(RGBColor),
+    /// A family's point: its shape and colour.
+    Point(style::Shape, RGBColor),
     Cross(RGBColor),
     Line(RGBColor),
     Band(RGBColor),
@@ -35,14 +35,18 @@ pub fn draw<DB: DrawingBackend>(
     let mut y = top();
     for (marker, label) in entries {
         match marker {
-            Marker::Dot(c) => {
-                area.draw(&Circle::new((x + 6, y), style::POINT_RADIUS, c.filled()))?
+            Marker::Point(shape, c) => {
+                match style::shape_outline(*shape, style::POINT_RADIUS as i32) {
+                    None => area.draw(&Circle::new((x + 6, y), style::POINT_RADIUS, c.filled()))?,
+                    Some(outline) => area.draw(&Polygon::new(
+                        outline
+                            .into_iter()
+                            .map(|(dx, dy)| (x + 6 + dx, y + dy))
+                            .collect::<Vec<_>>(),
+                        c.filled(),
+                    ))?,
+                }
             }
-            Marker::Triangle(c) => area.draw(&TriangleMarker::new(
-                (x + 6, y),
-                style::POINT_RADIUS + 1,
-                c.filled(),
-            ))?,
             Marker::Cross(c) => area.draw(&Cross::new(
                 (x + 6, y),
                 style::OOM_MARKER_SIZE,

@@ -60,7 +60,10 @@ pub fn render(c: &RatioChart) -> Result<String, String> {
                     }),
             )
             .map_err(e)?;
-        let mut entries = vec![(Marker::Dot(dot), "one fitted run".to_string())];
+        let mut entries = vec![(
+            Marker::Point(style::Shape::Dot, dot),
+            "one fitted run".to_string(),
+        )];
         for (at, colour, label) in [
             (1.0, style::PARITY, "measured = predicted"),
             (c.q90, style::Q90, c.q90_label.as_str()),

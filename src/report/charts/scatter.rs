@@ -17,9 +17,6 @@ pub struct ScatterPoint {
     /// The measured peak, or for an out-of-memory run the capacity it failed on.
     pub measured_bytes: f64,
     pub oom: bool,
-    /// Measured on a GPU (its regime's device is `cuda`): drawn as a triangle, a CPU run as a
-    /// dot, so the two devices stay apart in colour and in print.
-    pub gpu: bool,
 }
 
 /// A scatter chart of one method.
@@ -30,7 +27,7 @@ pub struct ScatterChart {
     pub title: String,
     /// The x axis label (names the method).
     pub x_label: String,
-    /// Families in legend order; a family's colour is its index here.
+    /// Families in legend order; a family's colour and shape come from its index here.
     pub families: Vec<String>,
     pub points: Vec<ScatterPoint>,
 }
@@ -59,14 +56,13 @@ pub fn render(c: &ScatterChart) -> Result<String, String> {
     let mut svg = String::new();
     {
         // The drawing grows downwards until the legend holds every entry: the band, the line,
-        // each family drawn, CPU and GPU where both are, and the out-of-memory cross.
+        // each family drawn and the out-of-memory cross.
         let drawn = c
             .families
             .iter()
             .filter(|f| shown.iter().any(|p| &p.family == *f))
             .count();
-        let mixed = shown.iter().any(|p| !p.gpu) && shown.iter().any(|p| p.gpu);
-        let entries_n = 2 + drawn + if mixed { 2 } else { 0 } + 2;
+        let entries_n = 2 + drawn + 2;
         let height = style::SCATTER_SIZE
             .1
             .max(legend::height(entries_n) + style::MARGIN);
@@ -121,43 +117,33 @@ pub fn render(c: &ScatterChart) -> Result<String, String> {
             (Marker::Line(style::INK), "measured = predicted".to_string()),
         ];
         for (i, family) in c.families.iter().enumerate() {
-            let colour = style::family_colour(i);
+            let (colour, shape) = (style::family_colour(i), style::family_shape(i));
             let mine: Vec<&&ScatterPoint> = shown.iter().filter(|p| &p.family == family).collect();
             if mine.is_empty() {
                 continue;
             }
-            entries.push((Marker::Dot(colour), family.clone()));
-            chart
-                .draw_series(mine.iter().filter(|p| !p.oom && !p.gpu).map(|p| {
-                    Circle::new(
-                        (gb(p.predicted_bytes), gb(p.measured_bytes)),
-                        style::POINT_RADIUS,
-                        colour.filled(),
+            entries.push((Marker::Point(shape, colour), family.clone()));
+            let at = |p: &&&ScatterPoint| (gb(p.predicted_bytes), gb(p.measured_bytes));
+            let fitted = mine.iter().filter(|p| !p.oom);
+            match style::shape_outline(shape, style::POINT_RADIUS as i32) {
+                None => chart
+                    .draw_series(
+                        fitted.map(|p| Circle::new(at(p), style::POINT_RADIUS, colour.filled())),
                     )
-                }))
-                .map_err(e)?;
+                    .map_err(e)?,
+                Some(outline) => chart
+                    .draw_series(fitted.map(|p| {
+                        EmptyElement::at(at(p)) + Polygon::new(outline.clone(), colour.filled())
+                    }))
+                    .map_err(e)?,
+            };
             chart
-                .draw_series(mine.iter().filter(|p| !p.oom && p.gpu).map(|p| {
-                    TriangleMarker::new(
-                        (gb(p.predicted_bytes), gb(p.measured_bytes)),
-                        style::POINT_RADIUS + 1,
-                        colour.filled(),
-                    )
-                }))
+                .draw_series(
+                    mine.iter()
+                        .filter(|p| p.oom)
+                        .map(|p| Cross::new(at(p), style::OOM_MARKER_SIZE, colour.stroke_width(2))),
+                )
                 .map_err(e)?;
-            chart
-                .draw_series(mine.iter().filter(|p| p.oom).map(|p| {
-                    Cross::new(
-                        (gb(p.predicted_bytes), gb(p.measured_bytes)),
-                        style::OOM_MARKER_SIZE,
-                        colour.stroke_width(2),
-                    )
-                }))
-                .map_err(e)?;
-        }
-        if mixed {
-            entries.push((Marker::Dot(style::INK), "CPU run".to_string()));
-            entries.push((Marker::Triangle(style::INK), "GPU run".to_string()));
         }
         entries.push((Marker::Cross(style::INK), "out of memory".to_string()));
         entries.push((

@@ -69,5 +69,65 @@ pub fn family_colour(index: usize) -> RGBColor {
     FAMILY_PALETTE[index % FAMILY_PALETTE.len()]
 }
 
+/// The shape a family's points are drawn with, beside its colour.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shape {
+    Dot,
+    Square,
+    Diamond,
+    Triangle,
+    TriangleDown,
+}
+
+/// The shapes in the order families take them. Five shapes against sixteen colours: the
+/// `index`-th family's (colour, shape) pair is its own for the first 80 families (16 and 5 are
+/// coprime), so no two families of a chart share both.
+pub const FAMILY_SHAPES: [Shape; 5] = [
+    Shape::Dot,
+    Shape::Square,
+    Shape::Diamond,
+    Shape::Triangle,
+    Shape::TriangleDown,
+];
+
+/// The shape of the `index`-th family.
+pub fn family_shape(index: usize) -> Shape {
+    FAMILY_SHAPES[index % FAMILY_SHAPES.len()]
+}
+
+/// `shape` as pixel offsets around its centre (`r` its half size): a polygon, or `None` for the
+/// dot, which is drawn as a circle.
+pub fn shape_outline(shape: Shape, r: i32) -> Option<Vec<(i32, i32)>> {
+    match shape {
+        Shape::Dot => None,
+        Shape::Square => Some(vec![(-r, -r), (r, -r), (r, r), (-r, r)]),
+        Shape::Diamond => Some(vec![(0, -r - 1), (r + 1, 0), (0, r + 1), (-r - 1, 0)]),
+        Shape::Triangle => Some(vec![(0, -r - 1), (r + 1, r), (-r - 1, r)]),
+        Shape::TriangleDown => Some(vec![(0, r + 1), (r + 1, -r), (-r - 1, -r)]),
+    }
+}
+
 /// Opacity of the ±25% band fill.
 pub const BAND_OPACITY: f64 = 0.6;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_first_eighty_families_each_have_their_own_colour_and_shape() {
+        let looks: Vec<_> = (0..80)
+            .map(|i| (family_colour(i), family_shape(i)))
+            .collect();
+        for (i, a) in looks.iter().enumerate() {
+            for (j, b) in looks.iter().enumerate().skip(i + 1) {
+                assert!(a != b, "families {i} and {j} look the same");
+            }
+        }
+        // The 81st takes the first's look again: the guarantee stops where the doc says.
+        assert_eq!(
+            (family_colour(80), family_shape(80)),
+            (family_colour(0), family_shape(0))
+        );
+    }
+}
