@@ -41,3 +41,20 @@ pub fn skipped_warning(data: &Path, skipped: &[crate::engine::Skipped]) -> Strin
     }
     s
 }
+
+/// `value` as a JSON object with `"format": format` as its first key: every JSON memcal prints
+/// or writes names its format (the schemas are under `docs/schemas/`).
+pub fn with_format(
+    format: &str,
+    value: &impl serde::Serialize,
+) -> serde_json::Result<serde_json::Value> {
+    let mut m = serde_json::Map::new();
+    m.insert("format".into(), format.into());
+    match serde_json::to_value(value)? {
+        serde_json::Value::Object(o) => m.extend(o),
+        other => {
+            m.insert("value".into(), other);
+        }
+    }
+    Ok(serde_json::Value::Object(m))
+}

@@ -160,6 +160,10 @@ fn fitted_repo() -> (tempfile::TempDir, PathBuf, Vec<Graph>) {
     let (code, out, err) = memcal(repo, &["audit"]);
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("Versions of data/factors.json (2"), "{out}");
+    // The same audit as JSON, valid against docs/schemas/audit.schema.json.
+    let (code, json, err) = memcal(repo, &["audit", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    common::assert_schema("audit", &serde_json::from_str(&json).unwrap());
     assert!(
         out.contains("1. fixed_at") && out.contains("audited"),
         "{out}"
@@ -213,6 +217,7 @@ fn an_edit_of_the_factors_file_crosses_the_gate_even_right_after_the_fit() {
     );
     // Every row's as-shipped prediction changed, and the held-out methods did not move.
     let d: serde_json::Value = serde_json::from_str(&out).unwrap();
+    common::assert_schema("diff", &d);
     let methods = d["methods"].as_array().unwrap();
     let m = |name: &str| {
         methods

@@ -615,3 +615,53 @@ fn a_sliding_layer_holds_the_prompt_then_at_most_its_window() {
         4096 * token
     );
 }
+
+/// The answer first in every mode (issue 41): `--recommend` opens with the cheapest option on
+/// the smallest card with one, then plain training's verdict word for word as `memcal plan`'s
+/// first line; `--strategy` opens with the smallest card the strategy fits; `--json` carries
+/// the same answer.
+#[test]
+fn every_mode_says_its_answer_first() {
+    let args = ["plan", "data/graphs/hf-llama-3.2-1b.json", "--batch", "1"];
+    let text = |extra: &[&str]| {
+        let out = memcal(&[&args[..], extra].concat());
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let plan = text(&[]);
+    let plan_first = plan.lines().next().unwrap();
+    assert!(
+        plan_first.starts_with("smallest card that fits: "),
+        "{plan}"
+    );
+    let rec = text(&["--recommend"]);
+    let mut lines = rec.lines();
+    let first = lines.next().unwrap();
+    assert!(
+        first.starts_with("cheapest that fits the smallest card with an option: "),
+        "{rec}"
+    );
+    let plain = lines
+        .find(|l| l.starts_with("plain training, "))
+        .unwrap_or_else(|| panic!("{rec}"));
+    assert_eq!(plain, format!("plain training, {plan_first}"));
+    let st = text(&["--strategy", "checkpoint"]);
+    assert!(
+        st.lines()
+            .next()
+            .unwrap()
+            .starts_with("smallest card that fits with checkpoint"),
+        "{st}"
+    );
+    for extra in [&["--recommend"][..], &["--strategy", "checkpoint"][..]] {
+        let v: serde_json::Value =
+            serde_json::from_str(&text(&[extra, &["--json"][..]].concat())).unwrap();
+        let answer = v["answer"].as_str().unwrap();
+        let shown = text(extra);
+        assert!(shown.starts_with(answer), "{answer}\n{shown}");
+    }
+}

@@ -18,7 +18,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let Args { data, json } = args;
     let a = memcal::review::audit(&data)?;
     if json {
-        print(&format!("{}\n", serde_json::to_string_pretty(&a)?))?;
+        let v = memcal::cli_io::with_format(memcal::review::AUDIT_FORMAT, &a)?;
+        print(&format!("{}\n", serde_json::to_string_pretty(&v)?))?;
     } else {
         print(&memcal::review::audit_text(&a))?;
     }

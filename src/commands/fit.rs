@@ -45,7 +45,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         let ds = memcal::engine::load(&data)?;
         let e = memcal::strategy::evidence::evidence(&ds, &data);
         let text = if json {
-            format!("{}\n", serde_json::to_string_pretty(&e)?)
+            let v = memcal::cli_io::with_format(
+                memcal::strategy::evidence::STRATEGY_EVIDENCE_FORMAT,
+                &e,
+            )?;
+            format!("{}\n", serde_json::to_string_pretty(&v)?)
         } else {
             memcal::strategy::render::render_evidence(&e)
         };

@@ -310,7 +310,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if json {
         let mut value = match &sim {
             None => p.to_json(),
-            Some(s) => serde_json::json!({ "plan": p.to_json(), "simulation": s }),
+            Some(s) => serde_json::json!({
+                "format": memcal::plan::PLAN_TIMELINE_FORMAT,
+                "plan": p.to_json(),
+                "simulation": s
+            }),
         };
         if let Some(m) = &largest {
             value["max_batch"] = serde_json::to_value(m)?;
@@ -360,9 +364,17 @@ fn strategies(
         inference_plan(g, p, f, cards, backing, job, context)?
     } else if job.recommend {
         let recs = planner::recommend(&base, cards, backing, f.bound_floor_bytes);
+        // The answer first: the cheapest option on the smallest card, then plain training's
+        // verdict, word for word the first line of `memcal plan`.
+        let plain = memcal::plan::render::answer(p);
+        let answer = format!(
+            "{}plain training, {}\n",
+            render::recommend_answer(&recs, &memcal::plan::render::real_cards(p)),
+            plain.lines().next().unwrap_or_default()
+        );
         (
-            render::render_recommend(&base, &recs),
-            serde_json::json!({"format": planner::STRATEGY_PLAN_FORMAT, "mode": "recommend", "base": base, "order_of_cost": planner::COST_ORDER, "recommendations": recs}),
+            format!("{answer}\n{}", render::render_recommend(&base, &recs)),
+            serde_json::json!({"format": planner::STRATEGY_PLAN_FORMAT, "mode": "recommend", "answer": answer.trim_end(), "base": base, "order_of_cost": planner::COST_ORDER, "recommendations": recs}),
         )
     } else {
         let s = job.strategy.as_ref().expect("a strategy was asked for");
@@ -382,9 +394,10 @@ fn strategies(
                 Err(why) => sp.simulated_unavailable = Some(why),
             }
         }
+        let answer = render::strategy_answer(&sp, &memcal::plan::render::real_cards(p));
         (
-            render::render_strategy(&base, &sp),
-            serde_json::json!({"format": planner::STRATEGY_PLAN_FORMAT, "mode": "strategy", "base": base, "plan": sp}),
+            format!("{answer}\n{}", render::render_strategy(&base, &sp)),
+            serde_json::json!({"format": planner::STRATEGY_PLAN_FORMAT, "mode": "strategy", "answer": answer.trim_end(), "base": base, "plan": sp}),
         )
     };
     if job.json {

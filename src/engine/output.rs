@@ -9,8 +9,12 @@ use std::fmt::Write;
 
 /// The calibration as pretty JSON with a trailing newline. Deterministic: maps are BTreeMaps,
 /// lists are sorted, floats are printed by serde_json (shortest round-trip form).
+/// The format of calibration.json (`memcal fit`'s file and `--json`).
+pub const CALIBRATION_FORMAT: &str = "memcal-calibration/1";
+
 pub fn write_calibration_json(cal: &Calibration) -> String {
-    let mut s = serde_json::to_string_pretty(cal).expect("calibration serialises");
+    let v = crate::cli_io::with_format(CALIBRATION_FORMAT, cal).expect("calibration serialises");
+    let mut s = serde_json::to_string_pretty(&v).expect("calibration serialises");
     s.push('\n');
     s
 }

@@ -335,6 +335,10 @@ impl Cards<'_> {
 /// The format tag of `memcal plan --json` (documented in `docs/hardening.md`).
 pub const PLAN_FORMAT: &str = "memcal-plan/3";
 
+/// The format of `memcal plan --timeline --json`: the plan (`memcal-plan/3`) and the simulation
+/// whose timeline it prints.
+pub const PLAN_TIMELINE_FORMAT: &str = "memcal-plan-timeline/1";
+
 /// The six-factor plan's own fields, which `--json` puts under `six_factor` ([`Plan::to_json`]).
 const SIX_FACTOR_FIELDS: [&str; 10] = [
     "features",

@@ -61,6 +61,24 @@ pub fn render(p: &Plan, explain: bool) -> String {
     s
 }
 
+/// The names of the real cards (the products) among the plan's cards: the ones its smallest
+/// card is named from; empty without a data folder.
+pub fn real_cards(p: &Plan) -> std::collections::BTreeSet<String> {
+    p.cards
+        .iter()
+        .filter(|c| c.product.is_some())
+        .map(|c| c.card.name.clone())
+        .collect()
+}
+
+/// The plain plan's answer, as `memcal plan` prints it first (for `--recommend`, which starts
+/// with it).
+pub fn answer(p: &Plan) -> String {
+    let mut s = String::new();
+    render_answer(&mut s, p);
+    s
+}
+
 /// The answer, first: the smallest card by the verdict, the deciding method's estimate and
 /// bound, and the verdict in one line.
 fn render_answer(s: &mut String, p: &Plan) {

@@ -63,6 +63,9 @@ pub struct Reproduction {
     pub differences: Vec<String>,
 }
 
+/// The format of `memcal audit --json`.
+pub const AUDIT_FORMAT: &str = "memcal-audit/1";
+
 /// Everything `memcal audit` reports.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct AuditReport {

@@ -11,7 +11,7 @@ mod markdown;
 
 pub use audit::{
     audit, audit_history, audit_text, reproduce, AuditReport, AuditedEntry, EntrySource,
-    Reproduction,
+    Reproduction, AUDIT_FORMAT,
 };
 pub use diff::{
     diff, Change, DiffReport, FactorChange, FailOn, FamilyDelta, Gate, MethodDelta, MetricSummary,

@@ -133,6 +133,9 @@ pub struct StrategyEvidence {
     pub simulator_by_family: BTreeMap<String, Record>,
 }
 
+/// The format of `memcal fit --strategies --json`.
+pub const STRATEGY_EVIDENCE_FORMAT: &str = "memcal-strategy-evidence/1";
+
 /// Everything the strategies section shows.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Evidence {

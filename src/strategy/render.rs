@@ -5,6 +5,7 @@ use super::planner::{Base, Recommendation, StrategyPlan, COST_ORDER};
 use crate::factors::Card;
 use crate::format::count;
 use crate::units::{both, gb};
+use std::collections::BTreeSet;
 use std::fmt::Write;
 
 fn header(s: &mut String, b: &Base) {
@@ -33,6 +34,79 @@ fn assumptions(s: &mut String, b: &Base) {
 }
 
 /// `plan --strategy`.
+/// The smallest of `cards` that `keep` accepts, among the `real` cards (the products) where
+/// there are any: the seed cards are listed for comparison, as `memcal plan` names its
+/// smallest card.
+fn smallest<'c, T>(
+    cards: impl Iterator<Item = (&'c Card, T)>,
+    real: &BTreeSet<String>,
+    keep: impl Fn(&T) -> bool,
+) -> Option<(&'c Card, T)> {
+    cards
+        .filter(|(c, t)| keep(t) && (real.is_empty() || real.contains(&c.name)))
+        .min_by_key(|(c, _)| c.bytes)
+}
+
+/// `--strategy`'s answer, first: the smallest card the strategy fits by the verdict rule of
+/// `memcal plan` (bound x (1 + headroom) <= card), or the smallest where it is borderline.
+pub fn strategy_answer(p: &StrategyPlan, real: &BTreeSet<String>) -> String {
+    use crate::plan::Verdict;
+    let on = format!("{} ({} device(s))", p.strategy, p.devices);
+    let numbers = format!(
+        "estimate {} a device, bound {}",
+        gb(p.estimate_bytes as f64),
+        gb(p.bound_bytes as f64)
+    );
+    let cards = p.cards.iter().map(|c| (&c.card, c.verdict));
+    match smallest(cards.clone(), real, |v| *v == Verdict::Fits) {
+        Some((c, _)) => format!("smallest card that fits with {on}: {} ({numbers})\n", c.name),
+        None => match smallest(cards, real, |v| *v == Verdict::Borderline) {
+            Some((c, _)) => format!(
+                "fits no card with {on}; borderline on {} (the estimate fits, the bound does not: measure it once) ({numbers})\n",
+                c.name
+            ),
+            None => format!("fits no card with {on} ({numbers})\n"),
+        },
+    }
+}
+
+/// `--recommend`'s answer, first: the smallest card with an option that fits and that
+/// option, with the cheapest borderline option before it where there is one.
+pub fn recommend_answer(recs: &[Recommendation], real: &BTreeSet<String>) -> String {
+    let option = |p: &StrategyPlan| {
+        format!(
+            "{} on {} device(s), estimate {} a device, bound {}",
+            p.strategy,
+            p.devices,
+            gb(p.estimate_bytes as f64),
+            gb(p.bound_bytes as f64)
+        )
+    };
+    let fitting = recs
+        .iter()
+        .filter_map(|r| Some((&r.card, r.plan.as_ref()?)));
+    let mut s = match smallest(fitting, real, |_| true) {
+        Some((c, p)) => format!(
+            "cheapest that fits the smallest card with an option: {}: {}\n",
+            c.name,
+            option(p)
+        ),
+        None => "no candidate (up to 64 devices) fits any card\n".to_string(),
+    };
+    let borderline = recs
+        .iter()
+        .filter_map(|r| Some((&r.card, r.borderline.as_ref()?)));
+    if let Some((c, p)) = smallest(borderline, real, |_| true) {
+        let _ = writeln!(
+            s,
+            "borderline, cheaper: {}: {} (the estimate fits, the bound does not: measure it once)",
+            c.name,
+            option(p)
+        );
+    }
+    s
+}
+
 pub fn render_strategy(b: &Base, p: &StrategyPlan) -> String {
     let mut s = String::new();
     header(&mut s, b);

@@ -33,3 +33,24 @@ pub fn copy_tree(from: &Path, to: &Path) {
         }
     }
 }
+
+/// The problems of `value` against `docs/schemas/<name>.schema.json`, in words (empty: valid).
+pub fn schema_errors(name: &str, value: &serde_json::Value) -> Vec<String> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("docs/schemas")
+        .join(format!("{name}.schema.json"));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let schema: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let validator = jsonschema::validator_for(&schema)
+        .unwrap_or_else(|e| panic!("{} is not a valid schema: {e}", path.display()));
+    validator
+        .iter_errors(value)
+        .map(|e| format!("{e} (at {})", e.instance_path))
+        .collect()
+}
+
+/// Asserts that `value` is valid against `docs/schemas/<name>.schema.json`.
+pub fn assert_schema(name: &str, value: &serde_json::Value) {
+    let errors = schema_errors(name, value);
+    assert!(errors.is_empty(), "{name}: {errors:#?}");
+}
