@@ -823,3 +823,29 @@ fn the_shipped_index_is_under_150_kb_and_links_its_long_tables() {
         assert!(text.contains("<table"), "{page} has no table");
     }
 }
+
+#[test]
+fn the_shipped_site_shows_no_raw_markdown() {
+    // Markdown is rendered wherever it is shown (prose, history notes, table cells): no page of
+    // the shipped site has a backtick left over from a code span.
+    let site = Path::new(env!("CARGO_MANIFEST_DIR")).join("site");
+    for entry in std::fs::read_dir(&site).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().and_then(|e| e.to_str()) != Some("html") {
+            continue;
+        }
+        let html = std::fs::read_to_string(&path).unwrap();
+        if let Some(at) = html.find('`') {
+            let from = html[..at]
+                .char_indices()
+                .rev()
+                .nth(80)
+                .map_or(0, |(i, _)| i);
+            panic!(
+                "{}: a raw backtick: {}",
+                path.display(),
+                &html[from..at + 1]
+            );
+        }
+    }
+}

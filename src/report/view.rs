@@ -31,6 +31,10 @@ pub struct Cell {
     pub href: Option<String>,
     /// A CSS class name from a fixed set (`good`, `bad`, `warn`, `verdict`), if any.
     pub class: Option<String>,
+    /// The text's inline Markdown as HTML (code spans, emphasis), shown in place of `text`
+    /// where the text is Markdown ([`Cell::markdown`]); `text` stays the sort key.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub html: Option<String>,
 }
 
 impl Cell {
@@ -42,7 +46,16 @@ impl Cell {
             text,
             href: None,
             class: None,
+            html: None,
         }
+    }
+
+    /// A text cell whose text is inline Markdown (a code span names a command or a graph):
+    /// rendered, never shown raw.
+    pub fn markdown(text: impl Into<String>) -> Cell {
+        let mut c = Cell::text(text);
+        c.html = Some(super::markdown::inline_to_html(&c.text));
+        c
     }
 
     /// A numeric cell: what is shown, and the plain number it sorts by.
@@ -52,6 +65,7 @@ impl Cell {
             sort: sort.into(),
             href: None,
             class: None,
+            html: None,
         }
     }
 

@@ -19,7 +19,7 @@ pub(super) fn excluded_table(ctx: &Ctx) -> Table {
             Cell::text(&e.run_id),
             Cell::text(&e.file),
             Cell::text(reason_name(e.reason)),
-            Cell::text(&e.detail),
+            Cell::markdown(&e.detail),
         ]);
     }
     t

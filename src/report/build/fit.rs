@@ -44,7 +44,7 @@ pub fn page(lines: &[FitLine], nav: Vec<Link>) -> FitPage {
             (None, None) => Cell::text(fmt::MISSING).class("bad"),
         };
         let needs = match (&l.shortfall, &l.smallest_borderline) {
-            (Some(s), _) => Cell::text(format!(
+            (Some(s), _) => Cell::markdown(format!(
                 "more than one card: it needs {} with the headroom, {} more than the {}; a strategy that splits or shrinks the job is needed (`memcal plan --recommend` gives the cheapest that fits each card)",
                 fmt::bytes(s.needed_bytes as f64),
                 fmt::bytes(s.short_by_bytes as f64),
@@ -52,7 +52,7 @@ pub fn page(lines: &[FitLine], nav: Vec<Link>) -> FitPage {
             ))
             .class("bad"),
             (None, Some(_)) => Cell::text("one card, as measured"),
-            (None, None) => Cell::text(format!("no verdict: {}", l.why)).class("warn"),
+            (None, None) => Cell::markdown(format!("no verdict: {}", l.why)).class("warn"),
         };
         t.rows.push(vec![
             Cell::text(l.graph.clone()),
