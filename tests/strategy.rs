@@ -665,3 +665,33 @@ fn every_mode_says_its_answer_first() {
         assert!(shown.starts_with(answer), "{answer}\n{shown}");
     }
 }
+
+/// What is modelled is said from the strategies table (issue 41): a plan that fits no card
+/// names every strategy of the table with how it is known, the formulas as formulas.
+#[test]
+fn a_plan_that_fits_no_card_names_the_strategies_from_the_table() {
+    let out = memcal(&["plan", "data/graphs/llama-full.json", "--batch", "4"]);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.starts_with("smallest card that fits: none of the cards"),
+        "{text}"
+    );
+    let line = text
+        .lines()
+        .find(|l| l.contains("Strategies that cut memory"))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(line.contains(&memcal::strategy::table_summary()), "{line}");
+    for d in STRATEGIES {
+        assert!(line.contains(d.name), "{}: {line}", d.name);
+    }
+    let formulas: Vec<&str> = STRATEGIES
+        .iter()
+        .filter(|d| d.backing == memcal::strategy::Backing::Formula)
+        .map(|d| d.name)
+        .collect();
+    assert!(
+        line.contains(&format!("{} (formulas, not measured)", formulas.join(", "))),
+        "{line}"
+    );
+}

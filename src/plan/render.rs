@@ -49,12 +49,13 @@ pub fn render(p: &Plan, explain: bool) -> String {
         );
         let _ = writeln!(
             s,
-            "{}Strategies that cut memory (activation checkpointing, LoRA or QLoRA, ZeRO/FSDP, tensor or pipeline parallelism) are planned by `memcal plan --recommend` (the cheapest that fits each card) and `--strategy`.",
+            "{}Strategies that cut memory ({}) are planned by `memcal plan --recommend` (the cheapest that fits each card) and `--strategy`.",
             if sf.floor_exceeds_card {
                 "The phase floor alone (weights, gradients and AdamW states) exceeds it: no batch fits this card. "
             } else {
                 "A smaller batch may fit (`--max-batch`). "
-            }
+            },
+            crate::strategy::table_summary()
         );
     }
     render_baselines(&mut s, p);

@@ -43,6 +43,35 @@ pub enum Backing {
     Formula,
 }
 
+impl Backing {
+    /// How a strategy of this backing is known, in words.
+    pub fn label(self) -> &'static str {
+        match self {
+            Backing::MeasuredCpu => "measured on CPU where the data folder has rows",
+            Backing::Emulated => "one rank's layout emulated in one process",
+            Backing::Formula => "formulas, not measured",
+        }
+    }
+}
+
+/// The strategies of the table grouped by how each is known, in words computed from
+/// [`STRATEGIES`]: "checkpoint, lora, ... (measured on CPU ...); zero1 (...); zero2, ...
+/// (formulas, not measured)". Every message that names what is modelled reads this.
+pub fn table_summary() -> String {
+    [Backing::MeasuredCpu, Backing::Emulated, Backing::Formula]
+        .iter()
+        .filter_map(|&b| {
+            let names: Vec<&str> = STRATEGIES
+                .iter()
+                .filter(|d| d.backing == b)
+                .map(|d| d.name)
+                .collect();
+            (!names.is_empty()).then(|| format!("{} ({})", names.join(", "), b.label()))
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 /// One parameter of a spec (`every=2`, `r=8`, `world=8`).
 #[derive(Debug, Clone, Copy)]
 pub struct Key {
