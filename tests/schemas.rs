@@ -29,7 +29,7 @@ fn every_schema_names_the_format_its_output_carries() {
         ("plan-timeline", memcal::plan::PLAN_TIMELINE_FORMAT),
         (
             "strategy-plan",
-            memcal::strategy::planner::STRATEGY_PLAN_FORMAT,
+            memcal::plan::strategies::STRATEGY_PLAN_FORMAT,
         ),
         ("calibration", memcal::engine::CALIBRATION_FORMAT),
         (

@@ -3,8 +3,9 @@
 //! `--recommend` and `--inference` end to end.
 
 use memcal::graph::Graph;
+use memcal::plan::strategies as planner;
 use memcal::strategy::memory::{self, GraphTerms};
-use memcal::strategy::{cost_key, parse, planner, Kind, STRATEGIES};
+use memcal::strategy::{cost_key, parse, Kind, STRATEGIES};
 use std::path::Path;
 use std::process::Command;
 

@@ -275,7 +275,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     if job.strategy.is_some() || job.recommend || job.context.is_some() {
         let all = cards.all();
-        let backing = memcal::strategy::planner::Backing::of(strategy_evidence);
+        let backing = memcal::plan::strategies::Backing::of(strategy_evidence);
         strategies(&g, &p, &f, &all, &backing, &job)?;
         std::mem::forget(g);
         return Ok(ExitCode::SUCCESS);
@@ -355,10 +355,11 @@ fn strategies(
     p: &memcal::plan::Plan,
     f: &FactorsFile,
     cards: &[memcal::factors::Card],
-    backing: &memcal::strategy::planner::Backing,
+    backing: &memcal::plan::strategies::Backing,
     job: &StrategyJob,
 ) -> anyhow::Result<()> {
-    use memcal::strategy::{planner, render};
+    use memcal::plan::strategies as planner;
+    use memcal::strategy::render;
     let base = planner::base(g, p);
     let (text, value) = if let Some(context) = job.context {
         inference_plan(g, p, f, cards, backing, job, context)?
@@ -466,7 +467,7 @@ fn inference_plan(
     p: &memcal::plan::Plan,
     f: &FactorsFile,
     cards: &[memcal::factors::Card],
-    backing: &memcal::strategy::planner::Backing,
+    backing: &memcal::plan::strategies::Backing,
     job: &StrategyJob,
     context: u64,
 ) -> anyhow::Result<(String, serde_json::Value)> {
@@ -558,7 +559,7 @@ fn inference_plan(
     Ok((
         render::render_inference(&view),
         serde_json::json!({
-            "format": memcal::strategy::planner::STRATEGY_PLAN_FORMAT,
+            "format": memcal::plan::strategies::STRATEGY_PLAN_FORMAT,
             "mode": "inference",
             "graph": g.name,
             "verdict_bytes": decided.0,

@@ -7,7 +7,6 @@
 
 pub mod evidence;
 pub mod memory;
-pub mod planner;
 pub mod render;
 pub mod serve;
 pub mod stages;

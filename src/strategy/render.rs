@@ -1,9 +1,9 @@
 //! Text rendering of strategy plans, recommendations and inference plans (formatting only).
 
 use super::memory::{CacheLength, Inference};
-use super::planner::{Base, Recommendation, StrategyPlan, COST_ORDER};
 use crate::factors::Card;
 use crate::format::count;
+use crate::plan::strategies::{Base, Recommendation, StrategyPlan, COST_ORDER};
 use crate::units::{both, gb};
 use std::collections::BTreeSet;
 use std::fmt::Write;

@@ -66,7 +66,7 @@ fn record_columns(first: &[&str]) -> Vec<Column> {
 }
 
 /// Every strategy of the table, with how it is backed by the rows of `ev` (in `memcal plan`'s
-/// words: [`crate::strategy::planner::evidence_label`]).
+/// words: [`crate::plan::strategies::evidence_label`]).
 fn strategy_table(ev: &Evidence) -> Table {
     let counts = ev.counts();
     let mut t = table(
@@ -81,7 +81,7 @@ fn strategy_table(ev: &Evidence) -> Table {
         "",
     );
     for d in crate::strategy::STRATEGIES {
-        let backing = crate::strategy::planner::evidence_label(d.kind, &counts);
+        let backing = crate::plan::strategies::evidence_label(d.kind, &counts);
         t.rows.push(vec![
             Cell::text(d.syntax),
             Cell::text(d.effect),

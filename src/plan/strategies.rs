@@ -1,13 +1,13 @@
 //! `memcal plan --strategy` and `--recommend`: the per-device peak of a strategy from the plain
-//! plan's terms ([`super::memory`]), its verdict per card, and per card the cheapest strategy
+//! plan's terms ([`crate::strategy::memory`]), its verdict per card, and per card the cheapest strategy
 //! that fits ([`recommend`]).
 
-use super::evidence::RowCounts;
-use super::memory::{self, GraphTerms, Terms};
-use super::{cost_key, def, parse, Kind, Strategy};
+use super::decide::Plan;
 use crate::factors::Card;
 use crate::graph::Graph;
-use crate::plan::Plan;
+use crate::strategy::evidence::RowCounts;
+use crate::strategy::memory::{self, GraphTerms, Terms};
+use crate::strategy::{cost_key, def, parse, Kind, Strategy};
 use serde::Serialize;
 
 /// The format tag of `memcal plan --strategy/--recommend --json` (docs/strategies.md).
@@ -18,11 +18,11 @@ pub const STRATEGY_PLAN_FORMAT: &str = "memcal-strategy-plan/1";
 pub fn evidence_label(kind: Kind, rows: &RowCounts) -> String {
     let n = rows.get(&kind).copied().unwrap_or(0);
     match (def(kind).backing, n) {
-        (super::Backing::MeasuredCpu, n) if n > 0 => format!("measured on CPU: {n} rows"),
-        (super::Backing::Emulated, n) if n > 0 => {
+        (crate::strategy::Backing::MeasuredCpu, n) if n > 0 => format!("measured on CPU: {n} rows"),
+        (crate::strategy::Backing::Emulated, n) if n > 0 => {
             format!("one rank's layout, emulated in one process: {n} rows")
         }
-        (super::Backing::Formula, _) => "formula, not measured".to_string(),
+        (crate::strategy::Backing::Formula, _) => "formula, not measured".to_string(),
         _ => "formula, not measured (the harness has a protocol; no rows in the data folder)"
             .to_string(),
     }
@@ -35,7 +35,7 @@ pub struct PartInfo {
     pub evidence: String,
     /// The formula's held-out record on the rows measured with this strategy alone.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub record: Option<super::evidence::Record>,
+    pub record: Option<crate::strategy::evidence::Record>,
     pub effect: &'static str,
     pub formula: &'static str,
     pub cost: u8,
@@ -46,11 +46,11 @@ pub struct PartInfo {
 #[derive(Debug, Clone, Default)]
 pub struct Backing {
     pub counts: RowCounts,
-    pub evidence: Option<super::evidence::Evidence>,
+    pub evidence: Option<crate::strategy::evidence::Evidence>,
 }
 
 impl Backing {
-    pub fn of(e: Option<super::evidence::Evidence>) -> Backing {
+    pub fn of(e: Option<crate::strategy::evidence::Evidence>) -> Backing {
         Backing {
             counts: e.as_ref().map(|e| e.counts()).unwrap_or_default(),
             evidence: e,
@@ -58,7 +58,7 @@ impl Backing {
     }
 
     /// The held-out record of one kind measured alone.
-    fn record(&self, kind: Kind) -> Option<&super::evidence::Record> {
+    fn record(&self, kind: Kind) -> Option<&crate::strategy::evidence::Record> {
         let name = def(kind).name;
         self.evidence
             .as_ref()?
@@ -74,7 +74,7 @@ impl Backing {
 pub struct CardFit {
     pub card: Card,
     /// `fits`, `borderline` or `does-not-fit`, as the plain plan's bound verdict.
-    pub verdict: crate::plan::Verdict,
+    pub verdict: super::decide::Verdict,
 }
 
 /// A published estimator's figure, for comparison (never the plan).
@@ -118,7 +118,11 @@ pub struct SimulatedPeak {
     pub phase: String,
     pub node: String,
     /// Per part: (strategy, the simulator's record, the formula's record) on its rows.
-    pub evidence: Vec<(String, super::evidence::Record, super::evidence::Record)>,
+    pub evidence: Vec<(
+        String,
+        crate::strategy::evidence::Record,
+        crate::strategy::evidence::Record,
+    )>,
 }
 
 /// Whether the simulator's rule set is clearly more accurate than the formula for every part
@@ -127,7 +131,13 @@ pub struct SimulatedPeak {
 pub fn simulator_preferred(
     s: &Strategy,
     backing: &Backing,
-) -> Option<Vec<(String, super::evidence::Record, super::evidence::Record)>> {
+) -> Option<
+    Vec<(
+        String,
+        crate::strategy::evidence::Record,
+        crate::strategy::evidence::Record,
+    )>,
+> {
     let ev = backing.evidence.as_ref()?;
     if s.parts.is_empty() {
         return None;
@@ -261,7 +271,7 @@ pub fn plan_strategy(
         .iter()
         .map(|c| CardFit {
             card: c.clone(),
-            verdict: crate::plan::bound_verdict(est, bound, b.headroom, c.bytes),
+            verdict: super::decide::bound_verdict(est, bound, b.headroom, c.bytes),
         })
         .collect();
     StrategyPlan {
@@ -407,7 +417,7 @@ pub fn recommend(
         .map(|(i, c)| {
             let fits = plans
                 .iter()
-                .position(|p| p.cards[i].verdict == crate::plan::Verdict::Fits);
+                .position(|p| p.cards[i].verdict == super::decide::Verdict::Fits);
             let on_card = |p: &StrategyPlan| StrategyPlan {
                 cards: vec![p.cards[i].clone()],
                 ..p.clone()
@@ -417,7 +427,7 @@ pub fn recommend(
                 plan: fits.map(|k| on_card(&plans[k])),
                 borderline: plans[..fits.unwrap_or(plans.len())]
                     .iter()
-                    .find(|p| p.cards[i].verdict == crate::plan::Verdict::Borderline)
+                    .find(|p| p.cards[i].verdict == super::decide::Verdict::Borderline)
                     .map(on_card),
             }
         })
