@@ -6,7 +6,7 @@
 //! evidence; nothing here is typed by hand.
 
 use super::headline::profile_title;
-use crate::engine::{Calibration, Dataset, Method, Row};
+use crate::engine::{row_abs_rel_error, Calibration, Dataset, Method, Row};
 use crate::features::Precision;
 use crate::format as fmt;
 use crate::plan::evidence::Evidence;
@@ -107,12 +107,15 @@ fn range_sentence(ev: &Evidence, p: Precision) -> Option<String> {
 }
 
 /// How close the simulated step comes per profile: runs matched to the byte, runs within 1%,
-/// and the largest error, so a median that rounds to 0.0% reads as what it is.
+/// and the largest error, so a median that rounds to 0.0% reads as what it is. Over the rows
+/// the headline's error counts (completed, at or above the small-runs threshold).
 fn simulator_sentence(cal: &Calibration, p: Precision) -> Option<String> {
+    let threshold = cal.settings.small_runs_threshold_bytes;
     let errors: Vec<(f64, &str)> = cal
         .rows
         .iter()
         .filter(|r| r.precision == p)
+        .filter(|r| row_abs_rel_error(r, Method::Simulated, threshold).is_some())
         .filter_map(|r| {
             let measured = r.measured_bytes? as f64;
             let sim = *r.predictions.get(&Method::Simulated)?;
