@@ -53,23 +53,32 @@ fn every_schema_names_the_format_its_output_carries() {
 #[test]
 fn plan_in_every_mode_matches_its_schema() {
     let small = ["plan", "data/graphs/gpt-r1.json", "--batch", "8"];
+    assert_schema("plan", &json(&[&small[..], &["--json"]].concat()));
+    assert_schema(
+        "plan",
+        &json(&[&small[..], &["--max-batch", "--json"]].concat()),
+    );
+    assert_schema(
+        "strategy-plan",
+        &json(
+            &[
+                &small[..],
+                &["--strategy", "checkpoint+zero3:world=8", "--json"],
+            ]
+            .concat(),
+        ),
+    );
+    // A 7B model fits no card plainly (smallest_card null), and its --recommend has cards
+    // where nothing fits and borderline options.
     let large = ["plan", "data/graphs/llama-full.json", "--batch", "4"];
+    let v = json(&[&large[..], &["--json"]].concat());
+    assert!(v["smallest_card"].is_null(), "{}", v["smallest_card"]);
+    assert_schema("plan", &v);
     for args in [&small, &large] {
-        let v = json(&[&args[..], &["--json"]].concat());
-        assert_schema("plan", &v);
         assert_schema(
-            "plan",
-            &json(&[&args[..], &["--max-batch", "--json"]].concat()),
+            "strategy-plan",
+            &json(&[&args[..], &["--recommend", "--json"]].concat()),
         );
-        for extra in [
-            &["--recommend"][..],
-            &["--strategy", "checkpoint+zero3:world=8"][..],
-        ] {
-            assert_schema(
-                "strategy-plan",
-                &json(&[&args[..], extra, &["--json"][..]].concat()),
-            );
-        }
     }
     assert_schema(
         "strategy-plan",
