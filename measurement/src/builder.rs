@@ -21,12 +21,12 @@ use tch::{Device, Kind, Reduction, Tensor};
 
 /// A learned linear map: `weight` is `[out, in]`; with LoRA, adapters `A` `[r, in]` and `B`
 /// `[out, r]` (scale alpha/r = 1); with QLoRA, the weight packed as 4-bit NF4
-/// ([`crate::strategies::Packed`]) and dequantized on every use.
+/// ([`crate::nf4::Packed`]) and dequantized on every use.
 pub(crate) struct Lin {
     pub(crate) w: Tensor,
     b: Option<Tensor>,
     pub(crate) lora: Option<(Tensor, Tensor)>,
-    pub(crate) packed: Option<crate::strategies::Packed>,
+    pub(crate) packed: Option<crate::nf4::Packed>,
 }
 
 impl Lin {
@@ -308,7 +308,7 @@ impl Model {
                         stdev: 0.02,
                     },
                 )),
-                Op::Aten(a) => shared.module(&root, &n.id, a)?,
+                Op::Aten(a) => Module::Aten(shared.module(&root, &n.id, a)?),
                 _ => Module::None,
             };
             modules.push(m);

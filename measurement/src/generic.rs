@@ -5,7 +5,7 @@
 //!
 //! - Parameters: created once per `AtenParam::name` in the model's VarStore (under `aten/`,
 //!   dots as `_`), shared by every node that names it (a layer called twice, tied weights), so
-//!   [`crate::builder::Model::built_parameters`] counts each name once. Initialised uniform in
+//!   the builder's `Model::built_parameters` counts each name once. Initialised uniform in
 //!   ±1/√fan_in (torch's default bound for linear weights, fan_in the product of every axis but
 //!   the first), made in place: no second copy while it is made, as the simulator assumes for
 //!   these parameters (tch's `randn * std` holds one).
@@ -19,7 +19,6 @@
 //! - A node drawn once per return it gives (several nodes of one call) runs the op once per
 //!   node, as the format counts it.
 
-use crate::builder::Module;
 use memcal::ops::generic::{AtenNode, AtenValue};
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, CStr, CString};
@@ -63,7 +62,7 @@ impl SharedParams {
         root: &nn::Path,
         id: &str,
         node: &AtenNode,
-    ) -> anyhow::Result<Module> {
+    ) -> anyhow::Result<AtenModule> {
         let mut params = Vec::with_capacity(node.params.len());
         for p in &node.params {
             let dims: Vec<i64> = p.shape.iter().map(|&d| d as i64).collect();
@@ -100,7 +99,7 @@ impl SharedParams {
             };
             params.push(t);
         }
-        Ok(Module::Aten(AtenModule { params }))
+        Ok(AtenModule { params })
     }
 }
 

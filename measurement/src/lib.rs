@@ -6,6 +6,7 @@
 //!   autocast switches).
 //! - [`builder`]: graph -> tch model, every op of the format.
 //! - [`generic`]: the generic `aten` node, one ATen call by schema name through the dispatcher.
+//! - [`nf4`]: 4-bit NF4 packing (QLoRA's weights), a leaf the builder and the strategies share.
 //! - [`protocol`]: the phases and the OOM/error handling.
 //! - [`measure`]: the `run` and `environment` commands (row assembly, atomic writing).
 //! - [`campaign`]: many runs from a TOML plan, each in a fresh child process.
@@ -21,6 +22,7 @@ pub mod generic;
 pub mod inference;
 pub mod measure;
 pub mod merge;
+pub mod nf4;
 pub mod protocol;
 pub mod shard;
 pub mod strategies;
