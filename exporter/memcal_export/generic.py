@@ -32,7 +32,7 @@ called twice shares it), its output's shape, dtype and contiguity, and the modul
 import math
 import operator
 
-from .trace import ExportError
+from .nodes import ExportError
 
 OTHER_BATCH = 5
 # JSON has no infinity: an infinite argument (a mask's fill) is written as float32's largest

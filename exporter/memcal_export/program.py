@@ -40,7 +40,7 @@ path.
 import functools
 
 from . import generic
-from .trace import ExportError, add_node, fresh_id, torch_mha_attrs
+from .nodes import ExportError, add_node, fresh_id, torch_mha_attrs
 
 EXAMPLE_BATCH = 3
 

@@ -12,6 +12,8 @@ import functools
 import json
 import warnings
 
+from .nodes import ExportError, add_node, fresh_id, torch_mha_attrs  # noqa: F401 (re-exported)
+
 FORMAT = "memcal-graph/1"
 
 
@@ -60,10 +62,6 @@ def _meta_parameters():
         module.register_parameter, module.register_buffer = register_parameter, register_buffer
 
 
-class ExportError(Exception):
-    """The module cannot be drawn as a memcal graph; the message names the node and the fix."""
-
-
 def _ints(t):
     return [int(d) for d in t]
 
@@ -74,26 +72,6 @@ def _square(v, what, node):
             raise ExportError(f"node `{node}`: {what} {tuple(v)} is not square; memcal's conv and pool ops take one size")
         return int(v[0])
     return int(v)
-
-
-def fresh_id(used, base):
-    """A name not yet in `used` (`base`, else `base.2`, `base.3`...), added to it."""
-    i, name = 1, base or "node"
-    while name in used:
-        i += 1
-        name = f"{base}.{i}"
-    used.add(name)
-    return name
-
-
-def add_node(nodes, used, base, op, attrs, inputs):
-    """Appends a graph node with an id not yet in `used` and returns the id."""
-    node_id = fresh_id(used, base)
-    entry = {"id": node_id, "op": op, "inputs": inputs}
-    if attrs:
-        entry["attributes"] = attrs
-    nodes.append(entry)
-    return node_id
 
 
 # --- known modules -------------------------------------------------------------------------------
@@ -184,34 +162,6 @@ def _embedding(m, ctx):
 
 def _softmax(m, ctx):
     return "softmax", {"dim": m.dim}
-
-
-def torch_mha_attrs(m, where, *, cross, sdpa, causal, dropout):
-    """The `multihead_attention` attributes of torch's nn.MultiheadAttention `m`, for both
-    tracers (`where` names it in errors): self-attention, or cross-attention (`cross`) on a
-    memory that is key and value (kdim = vdim, the memory's width); under sdpa
-    (need_weights=False) torch's own forward, memcal's impl "torch" (batch_first or its default
-    [T, B, E] layout); `dropout` on the probabilities in training (sdpa's dropout_p: on CPU
-    its math path)."""
-    if m.kdim != m.vdim:
-        raise ExportError(f"{where}: nn.MultiheadAttention with kdim {m.kdim} != vdim {m.vdim}: memcal's op takes "
-                          "one memory as key and value")
-    if not m.batch_first and not sdpa:
-        raise ExportError(f"{where}: nn.MultiheadAttention with batch_first=False draws under need_weights=False "
-                          "(sdpa) only")
-    attrs = {"embed_dim": int(m.embed_dim), "num_heads": int(m.num_heads), "causal": bool(causal),
-             "bias": m.in_proj_bias is not None}
-    if m.kdim != m.embed_dim:
-        if not cross:
-            raise ExportError(f"{where}: kdim {m.kdim} differs from embed_dim, but the key is the query")
-        attrs["kdim"] = int(m.kdim)
-    if sdpa:
-        attrs.update(backend="sdpa", impl="torch")
-        if not m.batch_first:
-            attrs["batch_first"] = False
-    if dropout:
-        attrs["dropout"] = float(dropout)
-    return attrs
 
 
 def _mha(m, ctx):
