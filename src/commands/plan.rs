@@ -367,11 +367,10 @@ fn strategies(
         let recs = planner::recommend(&base, cards, backing, f.bound_floor_bytes);
         // The answer first: the cheapest option on the smallest card, then plain training's
         // verdict, word for word the first line of `memcal plan`.
-        let plain = memcal::plan::render::answer(p);
         let answer = format!(
             "{}plain training, {}\n",
             render::recommend_answer(&recs, &memcal::plan::render::real_cards(p)),
-            plain.lines().next().unwrap_or_default()
+            memcal::plan::render::answer_line(p)
         );
         (
             format!("{answer}\n{}", render::render_recommend(&base, &recs)),

@@ -43,6 +43,7 @@ pub use digest::Digest;
 pub use groups::{implementation_groups, ImplementationGroup};
 pub use load::{load, load_reporting, parse_row, rows_sha256, RowsHasher};
 pub use metrics::{abs_rel_error, median, nearest_rank, row_abs_rel_error};
+pub use misses::held_to_band;
 pub use output::{refit_factors_file, summary_table, write_calibration_json, CALIBRATION_FORMAT};
 pub use results::{
     truth, BoundCounts, BoundMetrics, Bucket, Calibration, Check, CheckRef, Checks, Exclusion,

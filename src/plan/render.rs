@@ -72,28 +72,24 @@ pub fn real_cards(p: &Plan) -> std::collections::BTreeSet<String> {
         .collect()
 }
 
-/// The plain plan's answer, as `memcal plan` prints it first (for `--recommend`, which starts
-/// with it).
-pub fn answer(p: &Plan) -> String {
-    let mut s = String::new();
-    render_answer(&mut s, p);
-    s
-}
-
-/// The answer, first: the smallest card by the verdict, the deciding method's estimate and
-/// bound, and the verdict in one line.
-fn render_answer(s: &mut String, p: &Plan) {
+/// The plain plan's answer line, the first line `memcal plan` prints (also in `--recommend`,
+/// word for word): the smallest card by the verdict, the deciding method's estimate and bound.
+pub fn answer_line(p: &Plan) -> String {
     let card = p
         .smallest_card_verdict
         .as_ref()
         .map_or("none of the cards", |c| c.name.as_str());
-    let _ = writeln!(
-        s,
+    format!(
         "smallest card that fits: {card} (decided by the {}: estimate {}, bound {})",
         p.decision.method.label(),
         gb(p.decision.estimate_bytes),
         gb(p.decision.bound_bytes)
-    );
+    )
+}
+
+/// The answer, first: [`answer_line`], then the verdict in one line.
+fn render_answer(s: &mut String, p: &Plan) {
+    let _ = writeln!(s, "{}", answer_line(p));
     let _ = writeln!(s, "in one line {}", p.why);
     if p.decision.records.is_empty() {
         // Without a data folder the verdict changes method and cards: said next to the answer.

@@ -33,7 +33,6 @@ fn assumptions(s: &mut String, b: &Base) {
     }
 }
 
-/// `plan --strategy`.
 /// The smallest of `cards` that `keep` accepts, among the `real` cards (the products) where
 /// there are any: the seed cards are listed for comparison, as `memcal plan` names its
 /// smallest card.
@@ -107,6 +106,7 @@ pub fn recommend_answer(recs: &[Recommendation], real: &BTreeSet<String>) -> Str
     s
 }
 
+/// `plan --strategy`.
 pub fn render_strategy(b: &Base, p: &StrategyPlan) -> String {
     let mut s = String::new();
     header(&mut s, b);

@@ -2,6 +2,7 @@
 //! of counts, shares, bytes and method metrics (formatted by [`crate::format`]).
 
 use super::*;
+use crate::features::Precision;
 
 pub(crate) fn col(label: &str, numeric: bool) -> Column {
     Column {
@@ -96,6 +97,20 @@ pub(super) fn metrics_columns(first: &str) -> Vec<Column> {
         col("False alarms, over-estimates", true),
         col("Accuracy over all checks", true),
     ]
+}
+
+/// The columns of a per-profile metrics table: the precision profile, then [`metrics_columns`].
+pub(super) fn profile_metrics_columns(first: &str) -> Vec<Column> {
+    let mut columns = vec![col("Precision profile", false)];
+    columns.extend(metrics_columns(first));
+    columns
+}
+
+/// A row of a per-profile metrics table: the profile, then [`metrics_cells`].
+pub(super) fn profile_metrics_cells(p: Precision, head: Cell, m: &MethodMetrics) -> Vec<Cell> {
+    let mut row = vec![Cell::text(p.as_str())];
+    row.extend(metrics_cells(head, m));
+    row
 }
 
 pub(super) fn metrics_cells(head: Cell, m: &MethodMetrics) -> Vec<Cell> {

@@ -3,7 +3,8 @@
 //! facts their rows give, and the cards. Formatting only: every number is the engine's.
 
 use super::{col, count_cell, fact, interval_cell, method_name, table, Ctx};
-use crate::engine::{Method, MethodMetrics, RegimeFacts, RegimeRows};
+use crate::engine::{Calibration, Method, MethodMetrics, RegimeFacts, RegimeRows};
+use crate::features::Precision;
 use crate::format as fmt;
 use crate::report::view::{Cell, Headline, Table};
 use crate::units;
@@ -31,11 +32,14 @@ fn kind_label(kind: &str) -> &str {
     }
 }
 
-/// `CPU fp32` and the device names, from the profile's rows (`cpu: Intel(R) Xeon(R)`).
-pub(super) fn profile_title(devices: &[String], profile: &str) -> (String, String) {
+/// `CPU fp32` and the device names of profile `p`, from its rows' devices
+/// (`cpu: Intel(R) Xeon(R)`, `Calibration.measured.devices_by_profile`).
+pub(super) fn profile_title(cal: &Calibration, p: Precision) -> (String, String) {
+    let profile = p.as_str();
+    let devices = cal.measured.devices_by_profile.get(&p);
     let mut kinds: Vec<&str> = Vec::new();
     let mut names: Vec<String> = Vec::new();
-    for d in devices {
+    for d in devices.into_iter().flatten() {
         let (kind, name) = d.split_once(": ").unwrap_or(("", d.as_str()));
         let k = kind_label(kind);
         if !kinds.contains(&k) {
@@ -131,14 +135,7 @@ fn headline_tables(ctx: &Ctx) -> Vec<Table> {
         .iter()
         .filter(|(_, pf)| !pf.methods.is_empty())
         .map(|(p, pf)| {
-            let devices = ctx
-                .cal
-                .measured
-                .devices_by_profile
-                .get(p)
-                .cloned()
-                .unwrap_or_default();
-            let (title, names) = profile_title(&devices, p.as_str());
+            let (title, names) = profile_title(ctx.cal, *p);
             // The verdict method (`memcal plan`'s, from the held-out records) first.
             let verdict = verdicts.get(p).copied();
             let ms: Vec<(Method, &MethodMetrics)> = verdict

@@ -1,24 +1,22 @@
-//! The methods sections: every method's error and card checks per precision profile, and the simulator's reserved peak against the measured one.
+//! The methods sections: every method's error and card checks per precision profile, and the
+//! simulator's reserved peak against the measured one.
 
 use super::*;
 
 /// Every method over each precision profile's rows alone: the profiles are measured on different
 /// devices, so no figure pools them (one profile's rows never flatter or spoil the other's).
 pub(super) fn methods_by_profile_table(ctx: &Ctx) -> Table {
-    let mut columns = vec![col("Precision profile", false)];
-    columns.extend(metrics_columns("Method"));
     let mut t = table(
         "methods-by-profile",
         "Each method's error and card checks, per precision profile",
-        columns,
+        profile_metrics_columns("Method"),
         "No method has predicted a row yet.",
     );
     for (p, pf) in &ctx.cal.fits {
         for m in Method::ALL {
             if let Some(mm) = pf.methods.get(&m) {
-                let mut row = vec![Cell::text(p.as_str())];
-                row.extend(metrics_cells(Cell::text(method_name(m)), mm));
-                t.rows.push(row);
+                t.rows
+                    .push(profile_metrics_cells(*p, Cell::text(method_name(m)), mm));
             }
         }
     }

@@ -33,18 +33,11 @@ pub(super) fn misses(ctx: &Ctx) -> Vec<Table> {
     let mut out = Vec::new();
     for (&p, pf) in &ctx.cal.fits {
         let d = decides.get(&p).copied();
-        let devices = ctx
-            .cal
-            .measured
-            .devices_by_profile
-            .get(&p)
-            .cloned()
-            .unwrap_or_default();
         let mut t = table(
             &format!("misses-{}", p.as_str()),
             &format!(
                 "Known misses of {}: every method, the one that decides the verdict first",
-                headline::profile_title(&devices, p.as_str()).0
+                headline::profile_title(ctx.cal, p).0
             ),
             vec![
                 col("Method", false),
@@ -74,7 +67,7 @@ pub(super) fn misses(ctx: &Ctx) -> Vec<Table> {
                     Some(format!("{} ({})", k.family, fmt::pct(e)))
                 })
                 .collect::<Vec<_>>();
-            let held = matches!(m, Method::PlanHeldOutArchitecture | Method::Simulated);
+            let held = crate::engine::held_to_band(m);
             t.rows.push(vec![
                 Cell::text(name),
                 Cell::num(

@@ -53,28 +53,20 @@ pub(super) fn out_of_sample(ctx: &Ctx) -> Vec<Table> {
     vec![arch, groups, by_impl, by_regime, after]
 }
 
-/// The columns of a per-profile table: the profile, then `first` and the metrics.
-fn profile_columns(first: &str) -> Vec<Column> {
-    let mut columns = vec![col("Precision profile", false)];
-    columns.extend(metrics_columns(first));
-    columns
-}
-
 /// One row per precision profile and family with `method`'s metrics over that family's rows of
 /// that profile alone (the profiles are measured on different devices and never pooled).
 fn per_family(ctx: &Ctx, id: &str, caption: &str, method: Method) -> Table {
     let mut t = table(
         id,
         caption,
-        profile_columns("Family"),
+        profile_metrics_columns("Family"),
         "No family has held-out predictions yet.",
     );
     for &p in ctx.cal.fits.keys() {
         for (f, rep) in &ctx.cal.families {
             if let Some(m) = rep.by_profile.get(&p).and_then(|ms| ms.get(&method)) {
-                let mut row = vec![Cell::text(p.as_str())];
-                row.extend(metrics_cells(Cell::text(f).link(ctx.family_href(f)), m));
-                t.rows.push(row);
+                let family = Cell::text(f).link(ctx.family_href(f));
+                t.rows.push(profile_metrics_cells(p, family, m));
             }
         }
     }
@@ -84,12 +76,14 @@ fn per_family(ctx: &Ctx, id: &str, caption: &str, method: Method) -> Table {
 /// One row per precision profile with `method`'s metrics over that profile's rows (none before
 /// the method has a row there).
 fn one_method(ctx: &Ctx, id: &str, caption: &str, empty: &str, method: Method) -> Table {
-    let mut t = table(id, caption, profile_columns("Method"), empty);
+    let mut t = table(id, caption, profile_metrics_columns("Method"), empty);
     for (p, pf) in &ctx.cal.fits {
         if let Some(m) = pf.methods.get(&method).filter(|m| m.rows > 0) {
-            let mut row = vec![Cell::text(p.as_str())];
-            row.extend(metrics_cells(Cell::text(method_name(method)), m));
-            t.rows.push(row);
+            t.rows.push(profile_metrics_cells(
+                *p,
+                Cell::text(method_name(method)),
+                m,
+            ));
         }
     }
     t

@@ -13,13 +13,7 @@ pub(super) fn scatter_charts(ctx: &Ctx) -> (Vec<Chart>, Vec<ChartGroup>) {
         if pf.methods.is_empty() {
             continue;
         }
-        let devices = cal
-            .measured
-            .devices_by_profile
-            .get(p)
-            .cloned()
-            .unwrap_or_default();
-        let (profile_title, _) = headline::profile_title(&devices, p.as_str());
+        let (profile_title, _) = headline::profile_title(cal, *p);
         let mut group = ChartGroup {
             heading: profile_title.clone(),
             charts: Vec::new(),

@@ -40,13 +40,7 @@ fn profile_sentence(ds: &Dataset, cal: &Calibration, p: Precision) -> Option<Str
         .filter(|r| counted.contains(r.run_id.as_str()))
         .collect();
     let families: BTreeSet<&str> = rows.iter().map(|r| r.family.as_str()).collect();
-    let devices = cal
-        .measured
-        .devices_by_profile
-        .get(&p)
-        .cloned()
-        .unwrap_or_default();
-    let (title, names) = profile_title(&devices, p.as_str());
+    let (title, names) = profile_title(cal, p);
     let mut s = format!(
         "{title} ({names}): {} counted, of {} families",
         fmt::runs(rows.len() as u64),
