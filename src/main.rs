@@ -46,6 +46,10 @@ enum Command {
     /// file against its entry; and the current factors refitted from the rows they claim.
     /// Exit 1 naming the entry and field of every difference.
     Audit(commands::audit::Args),
+    /// One state's engine output as JSON (memcal-review-state/1), read by another memcal's
+    /// `diff` to score a base ref with the base's own code.
+    #[command(hide = true)]
+    ReviewState(commands::review_state::Args),
 }
 
 fn main() -> ExitCode {
@@ -91,5 +95,6 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Fit(a) => commands::fit::run(a),
         Command::Diff(a) => commands::diff::run(a),
         Command::Audit(a) => commands::audit::run(a),
+        Command::ReviewState(a) => commands::review_state::run(a),
     }
 }

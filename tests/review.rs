@@ -281,7 +281,17 @@ fn diff_reports_exactly_the_change_and_audit_flags_a_hand_edit() {
     );
     assert_eq!(code, 0, "{err}");
     let d: serde_json::Value = serde_json::from_str(&out).unwrap();
-    assert_eq!(d["format"], "memcal-diff/1");
+    assert_eq!(d["format"], "memcal-diff/2");
+    common::assert_schema("diff", &d);
+    // The hand edit is in the report itself, not only in `audit`.
+    let edits = d["hand_edits"].as_array().unwrap();
+    assert!(
+        edits.iter().any(|e| e
+            .as_str()
+            .unwrap()
+            .contains("the fp32 factors changed but provenance.fixed_at")),
+        "{edits:?}"
+    );
     let changed_factors: Vec<(String, String)> = d["factors"]
         .as_array()
         .unwrap()
@@ -321,14 +331,20 @@ fn diff_reports_exactly_the_change_and_audit_flags_a_hand_edit() {
         .iter()
         .all(|v| v["card"].as_str().unwrap().ends_with(" MB")));
 
-    // The Markdown form: the summary first, the factor that changed.
+    // The Markdown form: the bottom line first, then the hand edit, what moved, the factor
+    // that changed.
     let (code, md, _) = memcal(repo, &["diff", "--base", "HEAD~1", "--fail-on", "default"]);
     assert_eq!(code, 1, "{md}");
-    let summary = md.find("### Summary per precision profile").unwrap();
+    let bottom = md.find("**fp32: ").unwrap();
+    let edited = md.find("The factors were edited by hand").unwrap();
+    let summary = md.find("### What moved").unwrap();
+    assert!(bottom < edited && edited < summary, "{md}");
     assert!(
         summary < md.find("### Factors that changed").unwrap(),
         "{md}"
     );
+    assert!(md.contains("## memcal: estimation error, HEAD~1 ("), "{md}");
+    assert!(md.contains(" → working tree"), "{md}");
     assert!(md.contains("| fp32 | layer_outputs |"), "{md}");
 
     // The hand edit and the changed row are both flagged.
@@ -593,8 +609,11 @@ fn a_change_within_the_noise_is_reported_in_criterions_words_and_does_not_fail()
     assert!(m["median_change_points"].as_f64().unwrap() > 0.0, "{m}");
     assert_eq!(code, 0, "a rise within the noise never fails: {m}");
     let (_, md, _) = memcal(repo, &["diff", "--base", "HEAD"]);
+    // The bottom line first; the methods that did not move in one line.
+    assert!(md.contains("**fp32: changes within noise.**"), "{md}");
     assert!(
-        md.contains("within noise") && md.contains("no change detected"),
+        md.contains("within noise") && md.contains("Unchanged (6): "),
         "{md}"
     );
+    assert!(!md.contains("no change detected"), "{md}");
 }

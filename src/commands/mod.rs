@@ -7,3 +7,4 @@ pub mod fit;
 pub mod graphs;
 pub mod import;
 pub mod plan;
+pub mod review_state;

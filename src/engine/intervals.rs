@@ -24,7 +24,7 @@ pub const FEW_RUNS_MEDIAN_WIDTH: f64 = 0.10;
 pub const INTERVAL_RULE: &str = "95% intervals: order statistics of the binomial distribution for medians and quantiles (distribution-free), Wilson score for shares";
 
 /// A two-sided interval.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, serde::Deserialize)]
 pub struct Interval {
     pub low: f64,
     pub high: f64,

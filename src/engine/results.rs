@@ -300,7 +300,9 @@ impl Serialize for Predictions {
 }
 
 /// What a run says about one card.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum Truth {
     /// Completed with measured peak <= card.

@@ -2,15 +2,17 @@
 //! precision profile, and which of the gates (`--fail-on`) it crosses. Computes by comparing
 //! two calibrations; formats nothing (see [`super::markdown`]).
 
-use super::Evaluated;
+use super::sides::{CodeComparison, Side};
+use super::state::{ReviewState, StateRow, StateRule};
 use crate::engine::intervals::{self, Interval};
-use crate::engine::{row_abs_rel_error, Calibration, Method, MethodMetrics, RowResult, Truth};
+use crate::engine::{Method, MethodMetrics, Truth};
+use crate::factors::HistoryEntry;
 use crate::features::{Precision, FEATURE_NAMES};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// The format tag of `memcal diff --json` (documented in `docs/review.md`).
-pub const DIFF_FORMAT: &str = "memcal-diff/1";
+pub const DIFF_FORMAT: &str = "memcal-diff/2";
 
 /// One factor before and after.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -22,7 +24,7 @@ pub struct FactorChange {
 }
 
 /// A method's headline numbers over one profile's rows.
-#[derive(Debug, Clone, PartialEq, Serialize, Default)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct MetricSummary {
     /// Completed runs of at least the small-run threshold: the error's sample.
     pub error_rows: u64,
@@ -40,7 +42,7 @@ pub struct MetricSummary {
 }
 
 impl MetricSummary {
-    fn of(m: Option<&MethodMetrics>) -> MetricSummary {
+    pub(crate) fn of(m: Option<&MethodMetrics>) -> MetricSummary {
         m.map_or_else(MetricSummary::default, |x| MetricSummary {
             error_rows: x.error_rows,
             median_abs_rel_error: x.median_abs_rel_error,
@@ -145,8 +147,91 @@ pub struct VerdictChange {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct NewlyExcluded {
     pub run_id: String,
-    pub reason: &'static str,
+    pub reason: String,
     pub detail: String,
+}
+
+/// A profile's bottom line, in one word.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Verdict {
+    /// New missed out-of-memory checks, or a median regressed beyond the noise; none improved.
+    Regresses,
+    /// A median improved beyond the noise; none regressed, no new missed OOM.
+    Improves,
+    /// Both.
+    Mixed,
+    /// Medians moved, none beyond the noise.
+    WithinNoise,
+    /// No median moved and no new missed OOM.
+    Unchanged,
+}
+
+impl Verdict {
+    pub fn words(self) -> &'static str {
+        match self {
+            Verdict::Regresses => "regresses",
+            Verdict::Improves => "improves",
+            Verdict::Mixed => "improves and regresses",
+            Verdict::WithinNoise => "changes within noise",
+            Verdict::Unchanged => "unchanged",
+        }
+    }
+}
+
+/// One profile's bottom line: the count of new missed OOM checks, and the methods whose median
+/// |error| moved beyond the noise (or within it).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BottomLine {
+    pub profile: Precision,
+    pub verdict: Verdict,
+    /// Distinct card checks (run and card) a plan method or the simulator newly calls "fits"
+    /// though the run did not fit.
+    pub new_missed_oom: u64,
+    pub regressed: Vec<Method>,
+    pub improved: Vec<Method>,
+    pub within_noise: Vec<Method>,
+}
+
+/// A row head adds, with every method's signed error (predicted / measured - 1) where the row
+/// is in the error's sample.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AddedRow {
+    pub run_id: String,
+    pub profile: Precision,
+    pub family: String,
+    pub measured_bytes: Option<u64>,
+    pub errors: BTreeMap<Method, f64>,
+}
+
+/// An ATen op whose generic simulator rule predicts its OpInfo samples differently in head.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RuleChange {
+    pub op: String,
+    pub samples: u64,
+    /// Samples predicted within 64 bytes in every phase (absent: the op is not in that state).
+    pub exact_before: Option<u64>,
+    pub exact_after: Option<u64>,
+    pub refused_before: Option<u64>,
+    pub refused_after: Option<u64>,
+}
+
+/// One row where a feature's value moved.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FeatureExample {
+    pub run_id: String,
+    pub before: u64,
+    pub after: u64,
+}
+
+/// A feature whose value differs on rows both states have (a changed definition, or changed
+/// graphs).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FeatureChange {
+    pub feature: &'static str,
+    pub rows: u64,
+    pub graphs: Vec<String>,
+    pub example: FeatureExample,
 }
 
 /// Everything `memcal diff` reports.
@@ -155,19 +240,29 @@ pub struct DiffReport {
     pub format: &'static str,
     pub base: String,
     pub head: String,
+    /// Which code computed each side's numbers, and what code changed.
+    pub code: CodeComparison,
+    /// One per profile with rows in either state.
+    pub bottom_lines: Vec<BottomLine>,
+    /// Signs that head's factors were edited by hand, in words (empty: none).
+    pub hand_edits: Vec<String>,
     /// The gates that were checked, in `--fail-on` syntax, after `default` was expanded.
     pub gates: Vec<String>,
     /// Thresholds crossed, in words (empty: none).
     pub failures: Vec<String>,
     /// Every factor of every profile in either state.
     pub factors: Vec<FactorChange>,
+    /// ATen ops whose generic rule changed (on torch's OpInfo samples).
+    pub rules_changed: Vec<RuleChange>,
+    /// Features whose values moved on rows both states have.
+    pub features_changed: Vec<FeatureChange>,
     /// Per profile with rows in either state, per method.
     pub methods: Vec<MethodDelta>,
     /// Per family, profile and method in [`FAMILY_METHODS`], largest change first.
     pub families: Vec<FamilyDelta>,
     /// New missed OOMs first, then by run, card and method.
     pub verdict_changes: Vec<VerdictChange>,
-    pub rows_added: Vec<String>,
+    pub rows_added: Vec<AddedRow>,
     pub rows_removed: Vec<String>,
     pub newly_excluded: Vec<NewlyExcluded>,
 }
@@ -295,18 +390,25 @@ fn parse_gate(s: &str) -> Result<Gate, String> {
     ))
 }
 
+/// The |error| per run of `method` over `profile`'s rows of a state (rows in the error's sample).
+fn abs_errors(s: &ReviewState, profile: Precision, method: Method) -> BTreeMap<&str, f64> {
+    s.rows
+        .iter()
+        .filter(|r| r.profile == profile)
+        .filter_map(|r| {
+            r.errors
+                .get(method.as_str())
+                .map(|e| (r.run_id.as_str(), e.abs()))
+        })
+        .collect()
+}
+
 /// The paired comparison of `method`'s errors on `profile`'s rows both states share.
-fn paired(base: &Evaluated, head: &Evaluated, profile: Precision, method: Method) -> Paired {
-    fn errors(e: &Evaluated, profile: Precision, method: Method) -> BTreeMap<&str, f64> {
-        let t = e.factors.small_runs.threshold_bytes;
-        e.cal
-            .rows
-            .iter()
-            .filter(|r| r.precision == profile)
-            .filter_map(|r| row_abs_rel_error(r, method, t).map(|x| (r.run_id.as_str(), x)))
-            .collect()
-    }
-    let (b, h) = (errors(base, profile, method), errors(head, profile, method));
+fn paired(base: &ReviewState, head: &ReviewState, profile: Precision, method: Method) -> Paired {
+    let (b, h) = (
+        abs_errors(base, profile, method),
+        abs_errors(head, profile, method),
+    );
     let (mut rows, mut rose, mut fell) = (0, 0, 0);
     for (id, x) in &h {
         let Some(y) = b.get(id) else { continue };
@@ -355,19 +457,15 @@ fn points(before: Option<f64>, after: Option<f64>) -> Option<f64> {
 }
 
 /// The profiles with rows in either state, in profile order.
-fn profiles(base: &Calibration, head: &Calibration) -> Vec<Precision> {
-    let has = |c: &Calibration, p: Precision| c.rows.iter().any(|r| r.precision == p);
+fn profiles(base: &ReviewState, head: &ReviewState) -> Vec<Precision> {
+    let has = |s: &ReviewState, p: Precision| s.rows.iter().any(|r| r.profile == p);
     Precision::ALL
         .into_iter()
         .filter(|p| has(base, *p) || has(head, *p))
         .collect()
 }
 
-fn profile_metrics(c: &Calibration, p: Precision, m: Method) -> MetricSummary {
-    MetricSummary::of(c.fits.get(&p).and_then(|f| f.methods.get(&m)))
-}
-
-fn factor_changes(base: &Evaluated, head: &Evaluated) -> Vec<FactorChange> {
+fn factor_changes(base: &Side, head: &Side) -> Vec<FactorChange> {
     let names: BTreeSet<&String> = base
         .factors
         .profiles
@@ -388,33 +486,35 @@ fn factor_changes(base: &Evaluated, head: &Evaluated) -> Vec<FactorChange> {
     out
 }
 
-fn family_deltas(base: &Calibration, head: &Calibration) -> Vec<FamilyDelta> {
-    let median = |c: &Calibration, f: &str, p: Precision, m: Method| {
-        c.families
-            .get(f)
-            .and_then(|r| r.by_profile.get(&p))
-            .and_then(|ms| ms.get(&m))
-            .and_then(|x| x.median_abs_rel_error)
-    };
-    let fams: BTreeSet<&String> = base.families.keys().chain(head.families.keys()).collect();
+fn family_medians(s: &ReviewState) -> BTreeMap<(&str, Precision, Method), Option<f64>> {
+    s.families
+        .iter()
+        .filter_map(|f| {
+            let m = Method::parse(&f.method)?;
+            FAMILY_METHODS
+                .contains(&m)
+                .then_some(((f.family.as_str(), f.profile, m), f.median))
+        })
+        .collect()
+}
+
+fn family_deltas(base: &ReviewState, head: &ReviewState) -> Vec<FamilyDelta> {
+    let (b, h) = (family_medians(base), family_medians(head));
+    let keys: BTreeSet<&(&str, Precision, Method)> = b.keys().chain(h.keys()).collect();
     let mut out = Vec::new();
-    for f in fams {
-        for p in Precision::ALL {
-            for m in FAMILY_METHODS {
-                let (before, after) = (median(base, f, p, m), median(head, f, p, m));
-                if before.is_none() && after.is_none() {
-                    continue;
-                }
-                out.push(FamilyDelta {
-                    family: f.clone(),
-                    profile: p,
-                    method: m,
-                    before,
-                    after,
-                    change_points: points(before, after),
-                });
-            }
+    for k in keys {
+        let (before, after) = (b.get(k).copied().flatten(), h.get(k).copied().flatten());
+        if before.is_none() && after.is_none() {
+            continue;
         }
+        out.push(FamilyDelta {
+            family: k.0.to_string(),
+            profile: k.1,
+            method: k.2,
+            before,
+            after,
+            change_points: points(before, after),
+        });
     }
     let key = |d: &FamilyDelta| d.change_points.map_or(f64::NEG_INFINITY, f64::abs);
     out.sort_by(|x, y| {
@@ -433,14 +533,14 @@ fn missed(t: Option<Truth>, call: Option<bool>) -> bool {
 
 /// Every changed verdict of a row both states have, and every missed did-not-fit check of a
 /// verdict method on a row only head has.
-fn verdict_changes(base: &Evaluated, head: &Evaluated) -> Vec<VerdictChange> {
-    let bi: BTreeMap<&str, &RowResult> = base
-        .cal
+fn verdict_changes(base: &Side, head: &Side) -> Vec<VerdictChange> {
+    let bi: BTreeMap<&str, &StateRow> = base
+        .state
         .rows
         .iter()
         .map(|r| (r.run_id.as_str(), r))
         .collect();
-    let card_name = |r: &RowResult, bytes: u64| -> String {
+    let card_name = |r: &StateRow, bytes: u64| -> String {
         [&head.factors, &base.factors]
             .iter()
             .filter_map(|f| f.regimes.get(r.regime.as_str()))
@@ -449,13 +549,13 @@ fn verdict_changes(base: &Evaluated, head: &Evaluated) -> Vec<VerdictChange> {
             .map_or_else(|| crate::units::gb(bytes as f64), |c| c.name.clone())
     };
     let mut out = Vec::new();
-    for h in &head.cal.rows {
+    for h in &head.state.rows {
         let b = bi.get(h.run_id.as_str()).copied();
         for hc in &h.checks {
             let bc = b.and_then(|b| b.checks.iter().find(|c| c.card_bytes == hc.card_bytes));
             for m in Method::ALL {
-                let after = hc.fits.get(&m).copied();
-                let before = bc.and_then(|c| c.fits.get(&m).copied());
+                let after = hc.fits.get(m.as_str()).copied();
+                let before = bc.and_then(|c| c.fits.get(m.as_str()).copied());
                 let truth_before = bc.map(|c| c.truth);
                 let new_missed_oom = missed(Some(hc.truth), after) && !missed(truth_before, before);
                 let listed = match b {
@@ -466,8 +566,8 @@ fn verdict_changes(base: &Evaluated, head: &Evaluated) -> Vec<VerdictChange> {
                     continue;
                 }
                 out.push(VerdictChange {
-                    run_id: h.run_id.to_string(),
-                    profile: h.precision,
+                    run_id: h.run_id.clone(),
+                    profile: h.profile,
                     card_bytes: hc.card_bytes,
                     card: card_name(h, hc.card_bytes),
                     method: m,
@@ -497,15 +597,12 @@ fn failures(gates: &[Gate], methods: &[MethodDelta], changes: &[VerdictChange]) 
     for g in gates {
         match g {
             Gate::NewMissedOom => {
-                let new: Vec<&VerdictChange> = changes
-                    .iter()
-                    .filter(|v| v.new_missed_oom && gives_verdicts(v.method))
-                    .collect();
-                if !new.is_empty() {
-                    let added = new.iter().filter(|v| v.added).count();
+                let new = new_missed_checks(changes, None);
+                if new > 0 {
+                    let added = new_missed_checks(changes.iter().filter(|v| v.added), None);
                     out.push(format!(
-                        "new-missed-oom: {} did-not-fit check(s) that a plan method or the simulator now calls \"fits\" ({added} of them on rows this change adds)",
-                        new.len()
+                        "new-missed-oom: {new} did-not-fit {} that a plan method or the simulator now calls \"fits\" ({added} of them on rows this change adds)",
+                        plural(new, "check", "checks")
                     ));
                 }
             }
@@ -543,23 +640,227 @@ fn failures(gates: &[Gate], methods: &[MethodDelta], changes: &[VerdictChange]) 
     out
 }
 
-/// Compares two evaluated states under the gates of `fail_on` (none: a report only).
-pub fn diff(base: &Evaluated, head: &Evaluated, fail_on: &[FailOn]) -> DiffReport {
+/// `one` or `many`, by `n`.
+pub(crate) fn plural(n: u64, one: &'static str, many: &'static str) -> &'static str {
+    if n == 1 {
+        one
+    } else {
+        many
+    }
+}
+
+/// How many distinct card checks (run and card) a plan method or the simulator newly misses,
+/// over `profile`'s rows (`None`: every profile).
+fn new_missed_checks<'a>(
+    changes: impl IntoIterator<Item = &'a VerdictChange>,
+    profile: Option<Precision>,
+) -> u64 {
+    changes
+        .into_iter()
+        .filter(|v| v.new_missed_oom && gives_verdicts(v.method))
+        .filter(|v| profile.is_none_or(|p| p == v.profile))
+        .map(|v| (v.run_id.as_str(), v.card_bytes))
+        .collect::<BTreeSet<_>>()
+        .len() as u64
+}
+
+/// One profile's bottom line: new missed OOM checks first, then the methods by change.
+fn bottom_line(p: Precision, methods: &[MethodDelta], changes: &[VerdictChange]) -> BottomLine {
+    let of = |c: Change| -> Vec<Method> {
+        methods
+            .iter()
+            .filter(|d| d.profile == p && d.change == c)
+            .map(|d| d.method)
+            .collect()
+    };
+    let (regressed, improved, within_noise) = (
+        of(Change::Regressed),
+        of(Change::Improved),
+        of(Change::WithinNoise),
+    );
+    let new_missed_oom = new_missed_checks(changes, Some(p));
+    let worse = new_missed_oom > 0 || !regressed.is_empty();
+    let verdict = match (worse, !improved.is_empty()) {
+        (true, true) => Verdict::Mixed,
+        (true, false) => Verdict::Regresses,
+        (false, true) => Verdict::Improves,
+        (false, false) if !within_noise.is_empty() => Verdict::WithinNoise,
+        (false, false) => Verdict::Unchanged,
+    };
+    BottomLine {
+        profile: p,
+        verdict,
+        new_missed_oom,
+        regressed,
+        improved,
+        within_noise,
+    }
+}
+
+/// The rows head adds, each with every method's error.
+fn added_rows(base: &ReviewState, head: &ReviewState) -> Vec<AddedRow> {
+    let known: BTreeSet<&str> = base
+        .rows
+        .iter()
+        .map(|r| r.run_id.as_str())
+        .chain(base.exclusions.iter().map(|e| e.run_id.as_str()))
+        .collect();
+    head.rows
+        .iter()
+        .filter(|r| !known.contains(r.run_id.as_str()))
+        .map(|r| AddedRow {
+            run_id: r.run_id.clone(),
+            profile: r.profile,
+            family: r.family.clone(),
+            measured_bytes: r.measured_bytes,
+            errors: Method::ALL
+                .iter()
+                .filter_map(|m| r.errors.get(m.as_str()).map(|e| (*m, *e)))
+                .collect(),
+        })
+        .collect()
+}
+
+/// The ATen ops whose generic rule predicts their OpInfo samples differently.
+fn rule_changes(base: &ReviewState, head: &ReviewState) -> Vec<RuleChange> {
+    let (Some(b), Some(h)) = (&base.rules, &head.rules) else {
+        return Vec::new();
+    };
+    let bi: BTreeMap<&str, &StateRule> = b.iter().map(|r| (r.op.as_str(), r)).collect();
+    let hi: BTreeMap<&str, &StateRule> = h.iter().map(|r| (r.op.as_str(), r)).collect();
+    let ops: BTreeSet<&str> = bi.keys().chain(hi.keys()).copied().collect();
+    ops.into_iter()
+        .filter_map(|op| {
+            let (x, y) = (bi.get(op), hi.get(op));
+            if x.map(|r| &r.digest) == y.map(|r| &r.digest) {
+                return None;
+            }
+            Some(RuleChange {
+                op: op.to_string(),
+                samples: y.or(x).map_or(0, |r| r.samples),
+                exact_before: x.map(|r| r.exact),
+                exact_after: y.map(|r| r.exact),
+                refused_before: x.map(|r| r.refused),
+                refused_after: y.map(|r| r.refused),
+            })
+        })
+        .collect()
+}
+
+/// Per feature, the rows both states have whose value of it differs.
+fn feature_changes(base: &ReviewState, head: &ReviewState) -> Vec<FeatureChange> {
+    let bi: BTreeMap<&str, &StateRow> = base.rows.iter().map(|r| (r.run_id.as_str(), r)).collect();
+    let mut out = Vec::new();
+    for (i, feature) in FEATURE_NAMES.iter().enumerate() {
+        let mut graphs: BTreeSet<&str> = BTreeSet::new();
+        let mut rows = 0;
+        let mut example = None;
+        for h in &head.rows {
+            let Some(b) = bi.get(h.run_id.as_str()) else {
+                continue;
+            };
+            if b.features[i] != h.features[i] {
+                rows += 1;
+                graphs.insert(h.graph.as_str());
+                example.get_or_insert(FeatureExample {
+                    run_id: h.run_id.clone(),
+                    before: b.features[i],
+                    after: h.features[i],
+                });
+            }
+        }
+        if let Some(example) = example {
+            out.push(FeatureChange {
+                feature,
+                rows,
+                graphs: graphs.into_iter().map(str::to_string).collect(),
+                example,
+            });
+        }
+    }
+    out
+}
+
+/// What says the factors of head were edited by hand: a change of the fit's outputs that
+/// keeps base's `fixed_at` (no fit wrote it), or a factors file that differs from its own
+/// history entry.
+fn hand_edits(base: &Side, head: &Side) -> Vec<String> {
+    let mut out = Vec::new();
+    let Some(h) = super::entry_of(&head.factors) else {
+        return out;
+    };
+    if let Some(b) = super::entry_of(&base.factors) {
+        if b.fixed_at == h.fixed_at && b != h {
+            out.push(format!(
+                "data/factors.json: {} changed but provenance.fixed_at ({}) did not: no fit wrote the change",
+                what_differs(&b, &h),
+                h.fixed_at
+            ));
+        }
+    }
+    match head.history.entries.iter().find(|e| e.fixed_at == h.fixed_at) {
+        None => out.push(format!(
+            "data/factors.json: its provenance.fixed_at ({}) has no entry in data/factors-history.json",
+            h.fixed_at
+        )),
+        Some(e) => {
+            let logged = HistoryEntry {
+                held_out_median: None,
+                in_sample_median: None,
+                ..e.clone()
+            };
+            if logged != h {
+                out.push(format!(
+                    "data/factors.json: {} differ from its history entry fixed at {}",
+                    what_differs(&logged, &h),
+                    h.fixed_at
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// Which parts of two history entries differ, in words.
+fn what_differs(a: &HistoryEntry, b: &HistoryEntry) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let names: BTreeSet<&String> = a.profiles.keys().chain(b.profiles.keys()).collect();
+    for p in names {
+        if a.profiles.get(p) != b.profiles.get(p) {
+            parts.push(format!("the {p} factors"));
+        }
+    }
+    if (a.q90, a.q95) != (b.q90, b.q95) || a.upper != b.upper {
+        parts.push("the bound's multipliers".into());
+    }
+    if (a.rows, &a.rows_sha256) != (b.rows, &b.rows_sha256) {
+        parts.push("the fitted rows it claims".into());
+    }
+    if parts.is_empty() {
+        parts.push("the provenance".into());
+    }
+    parts.join(", ")
+}
+
+/// Compares two sides under the gates of `fail_on` (none: a report only).
+pub fn diff(base: &Side, head: &Side, code: &CodeComparison, fail_on: &[FailOn]) -> DiffReport {
     let mut gates: Vec<Gate> = Vec::new();
     for g in fail_on.iter().flat_map(|f| f.0.iter()) {
         if !gates.contains(g) {
             gates.push(g.clone());
         }
     }
+    let (bs, hs) = (&base.state, &head.state);
     let mut methods = Vec::new();
-    for p in profiles(&base.cal, &head.cal) {
+    let profiles = profiles(bs, hs);
+    for &p in &profiles {
         for m in Method::ALL {
-            let before = profile_metrics(&base.cal, p, m);
-            let after = profile_metrics(&head.cal, p, m);
+            let before = bs.summary(p, m);
+            let after = hs.summary(p, m);
             if before == MetricSummary::default() && after == MetricSummary::default() {
                 continue;
             }
-            let paired = paired(base, head, p, m);
+            let paired = paired(bs, hs, p, m);
             methods.push(MethodDelta {
                 profile: p,
                 method: m,
@@ -575,23 +876,22 @@ pub fn diff(base: &Evaluated, head: &Evaluated, fail_on: &[FailOn]) -> DiffRepor
         }
     }
     let verdict_changes = verdict_changes(base, head);
-    let ids = |cal: &Calibration| -> BTreeSet<String> {
-        cal.rows
+    let ids = |s: &ReviewState| -> BTreeSet<String> {
+        s.rows
             .iter()
-            .map(|r| r.run_id.to_string())
-            .chain(cal.exclusions.iter().map(|e| e.run_id.clone()))
+            .map(|r| r.run_id.clone())
+            .chain(s.exclusions.iter().map(|e| e.run_id.clone()))
             .collect()
     };
-    let (bids, hids) = (ids(&base.cal), ids(&head.cal));
-    let base_excluded: BTreeSet<&String> = base.cal.exclusions.iter().map(|e| &e.run_id).collect();
-    let newly_excluded = head
-        .cal
+    let (bids, hids) = (ids(bs), ids(hs));
+    let base_excluded: BTreeSet<&String> = bs.exclusions.iter().map(|e| &e.run_id).collect();
+    let newly_excluded = hs
         .exclusions
         .iter()
         .filter(|e| !base_excluded.contains(&e.run_id))
         .map(|e| NewlyExcluded {
             run_id: e.run_id.clone(),
-            reason: e.reason.as_str(),
+            reason: e.reason.clone(),
             detail: e.detail.clone(),
         })
         .collect();
@@ -599,13 +899,21 @@ pub fn diff(base: &Evaluated, head: &Evaluated, fail_on: &[FailOn]) -> DiffRepor
         format: DIFF_FORMAT,
         base: base.label.clone(),
         head: head.label.clone(),
+        code: code.clone(),
+        bottom_lines: profiles
+            .iter()
+            .map(|p| bottom_line(*p, &methods, &verdict_changes))
+            .collect(),
+        hand_edits: hand_edits(base, head),
         gates: gates.iter().map(Gate::spec).collect(),
         failures: failures(&gates, &methods, &verdict_changes),
         factors: factor_changes(base, head),
-        families: family_deltas(&base.cal, &head.cal),
+        rules_changed: rule_changes(bs, hs),
+        features_changed: feature_changes(bs, hs),
+        families: family_deltas(bs, hs),
         methods,
         verdict_changes,
-        rows_added: hids.difference(&bids).cloned().collect(),
+        rows_added: added_rows(bs, hs),
         rows_removed: bids.difference(&hids).cloned().collect(),
         newly_excluded,
     }

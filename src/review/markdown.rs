@@ -1,10 +1,12 @@
-//! The `memcal diff` report as a pull-request comment: a Codecov-style summary per precision
-//! profile first, then the families, then the card verdicts that changed (new missed OOMs
-//! first), then the long lists collapsed in `<details>`. Every list is cut with a count so the
+//! The `memcal diff` report as a pull-request comment: one bottom line per precision profile
+//! first (new missed OOMs counted first), then which code scored each side and what code,
+//! rules and features changed, hand-edited factors, then only what moved (unchanged methods in
+//! one line), the families, the card verdicts that changed (new missed OOMs first), and the
+//! long lists collapsed in `<details>`. Every list is cut with a count so the
 //! comment always fits under [`COMMENT_LIMIT`] characters (GitHub refuses comments over
 //! 65,536). Formats the [`DiffReport`]; computes nothing.
 
-use super::diff::{Change, DiffReport, MethodDelta, VerdictChange};
+use super::diff::{plural, Change, DiffReport, MethodDelta, Verdict, VerdictChange};
 use crate::engine::intervals::Interval;
 use crate::engine::Truth;
 use std::fmt::Write;
@@ -110,11 +112,17 @@ fn more(shown: usize, total: usize) -> String {
 fn render(d: &DiffReport, lim: Limits) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "## memcal: estimation error, {} → {}\n", d.base, d.head);
+    bottom_lines(&mut s, d);
+    code(&mut s, d);
+    hand_edits(&mut s, d);
     gates(&mut s, d);
     summary(&mut s, d);
+    rules(&mut s, d, lim.items);
+    features(&mut s, d);
     factors(&mut s, d);
     families(&mut s, d, lim.families);
     verdicts(&mut s, d, lim.verdicts);
+    added(&mut s, d, lim.items);
     let list = |s: &mut String, title: &str, items: Vec<String>| {
         if items.is_empty() {
             let _ = writeln!(s, "{title}: none.\n");
@@ -127,7 +135,6 @@ fn render(d: &DiffReport, lim: Limits) -> String {
         body.push_str(&more(lim.items.min(items.len()), items.len()));
         details(s, &format!("{title} ({})", items.len()), &body);
     };
-    list(&mut s, "Rows added", d.rows_added.clone());
     list(&mut s, "Rows removed", d.rows_removed.clone());
     list(
         &mut s,
@@ -138,6 +145,211 @@ fn render(d: &DiffReport, lim: Limits) -> String {
             .collect(),
     );
     s
+}
+
+/// `label (7.0% → 8.4%, +1.4 pts)` for a method of a profile.
+fn moved(d: &DiffReport, p: crate::features::Precision, m: crate::engine::Method) -> String {
+    let Some(x) = d.methods.iter().find(|x| x.profile == p && x.method == m) else {
+        return m.label().to_string();
+    };
+    match x.median_change_points {
+        Some(pts) => format!(
+            "{} ({} → {}, {pts:+.1} pts)",
+            m.label(),
+            pct(x.before.median_abs_rel_error),
+            pct(x.after.median_abs_rel_error)
+        ),
+        None => m.label().to_string(),
+    }
+}
+
+fn bottom_lines(s: &mut String, d: &DiffReport) {
+    if d.bottom_lines.is_empty() {
+        let _ = writeln!(s, "**No rows in either state.**\n");
+    }
+    for b in &d.bottom_lines {
+        let mut parts: Vec<String> = Vec::new();
+        if b.new_missed_oom > 0 {
+            parts.push(format!(
+                "**{} new missed out-of-memory {}** (runs that did not fit a card now called \"fits\")",
+                b.new_missed_oom,
+                plural(b.new_missed_oom, "check", "checks")
+            ));
+        }
+        for (what, ms) in [
+            ("regressed", &b.regressed),
+            ("improved", &b.improved),
+            ("within noise", &b.within_noise),
+        ] {
+            if !ms.is_empty() {
+                let names: Vec<String> = ms.iter().map(|m| moved(d, b.profile, *m)).collect();
+                parts.push(format!("{what}: {}", names.join("; ")));
+            }
+        }
+        let icon = match b.verdict {
+            Verdict::Regresses | Verdict::Mixed => "❌",
+            Verdict::Improves => "✅",
+            Verdict::WithinNoise | Verdict::Unchanged => "➖",
+        };
+        let rest = if parts.is_empty() {
+            " No median moved and no check is newly missed.".to_string()
+        } else {
+            format!(" {}.", parts.join(". "))
+        };
+        let _ = writeln!(
+            s,
+            "{icon} **{}: {}.**{rest}\n",
+            b.profile.as_str(),
+            b.verdict.words()
+        );
+    }
+}
+
+fn code(s: &mut String, d: &DiffReport) {
+    let c = &d.code;
+    if let Some(why) = &c.reason {
+        let _ = writeln!(s, "⚠ **Data only:** {why}.\n");
+    } else if let Some(b) = &c.base_build {
+        let how = if b.cached {
+            "found in the cache".to_string()
+        } else {
+            format!("built in {:.0} s", b.build_seconds)
+        };
+        let _ = writeln!(
+            s,
+            "Scored: the base's data by the base's own memcal (commit {}, {how}); head's data by head's code.\n",
+            &b.commit[..12.min(b.commit.len())]
+        );
+    } else {
+        let _ = writeln!(
+            s,
+            "Scored: no file of code differs, so one memcal scored both sides (nothing built).\n"
+        );
+    }
+    if !c.changed_files.is_empty() {
+        let _ = writeln!(s, "Code that changed:\n");
+        for f in &c.changed_files {
+            if f.functions.is_empty() {
+                let _ = writeln!(s, "- `{}`", f.path);
+            } else {
+                let fns: Vec<String> = f.functions.iter().map(|x| format!("`{x}`")).collect();
+                let _ = writeln!(s, "- `{}`: {}", f.path, fns.join(", "));
+            }
+        }
+        s.push('\n');
+    }
+    if !c.methods_in_one_side.is_empty() {
+        let _ = writeln!(
+            s,
+            "Methods only one side has (not compared): {}.\n",
+            c.methods_in_one_side.join(", ")
+        );
+    }
+}
+
+fn hand_edits(s: &mut String, d: &DiffReport) {
+    if d.hand_edits.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        s,
+        "⚠ **The factors were edited by hand** (`memcal audit` fails on this):\n"
+    );
+    for e in &d.hand_edits {
+        let _ = writeln!(s, "- {e}");
+    }
+    s.push('\n');
+}
+
+fn rules(s: &mut String, d: &DiffReport, limit: usize) {
+    if d.rules_changed.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        s,
+        "### Simulator rules that changed ({} ATen {})\n\nThe generic rule's predictions on torch's OpInfo samples (`tests/fixtures/opinfo`), measured with the counting allocator.\n\n| ATen op | samples | predicted exactly (base → head) | refused (base → head) |\n|---|---:|---:|---:|",
+        d.rules_changed.len(),
+        plural(d.rules_changed.len() as u64, "op", "ops")
+    );
+    let n = |v: Option<u64>| v.map_or("absent".to_string(), |x| x.to_string());
+    for r in d.rules_changed.iter().take(limit) {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} → {} | {} → {} |",
+            cell(&r.op),
+            r.samples,
+            n(r.exact_before),
+            n(r.exact_after),
+            n(r.refused_before),
+            n(r.refused_after)
+        );
+    }
+    s.push_str(&more(
+        limit.min(d.rules_changed.len()),
+        d.rules_changed.len(),
+    ));
+    s.push('\n');
+}
+
+fn features(s: &mut String, d: &DiffReport) {
+    if d.features_changed.is_empty() {
+        return;
+    }
+    let _ = writeln!(s, "### Features that changed\n");
+    for f in &d.features_changed {
+        let _ = writeln!(
+            s,
+            "- `{}`: on {} {} of {} {} (e.g. `{}`: {} → {})",
+            f.feature,
+            f.rows,
+            plural(f.rows, "row", "rows"),
+            f.graphs.len(),
+            plural(f.graphs.len() as u64, "graph", "graphs"),
+            f.example.run_id,
+            crate::units::gb(f.example.before as f64),
+            crate::units::gb(f.example.after as f64)
+        );
+    }
+    s.push('\n');
+}
+
+fn added(s: &mut String, d: &DiffReport, limit: usize) {
+    if d.rows_added.is_empty() {
+        let _ = writeln!(s, "Rows added: none.\n");
+        return;
+    }
+    let mut body = String::from(
+        "Every method's error on each added row (predicted / measured − 1; **bold** beyond ±25%).\n\n| run | profile | measured | errors |\n|---|---|---:|---|\n",
+    );
+    for r in d.rows_added.iter().take(limit) {
+        let errors: Vec<String> = r
+            .errors
+            .iter()
+            .map(|(m, e)| {
+                let v = format!("{:+.1}%", e * 100.0);
+                if e.abs() > crate::engine::WITHIN {
+                    format!("{} **{v}**", m.label())
+                } else {
+                    format!("{} {v}", m.label())
+                }
+            })
+            .collect();
+        let _ = writeln!(
+            body,
+            "| {} | {} | {} | {} |",
+            cell(&r.run_id),
+            r.profile.as_str(),
+            r.measured_bytes
+                .map_or("out of memory".to_string(), |b| crate::units::gb(b as f64)),
+            cell(&if errors.is_empty() {
+                "not in the error's sample".to_string()
+            } else {
+                errors.join(", ")
+            })
+        );
+    }
+    body.push_str(&more(limit.min(d.rows_added.len()), d.rows_added.len()));
+    details(s, &format!("Rows added ({})", d.rows_added.len()), &body);
 }
 
 fn gates(s: &mut String, d: &DiffReport) {
@@ -192,12 +404,22 @@ fn median_change(m: &MethodDelta) -> String {
     }
 }
 
+/// Whether any of a method's numbers moved.
+fn any_moved(m: &MethodDelta) -> bool {
+    m.change != Change::NoChangeDetected || m.before != m.after
+}
+
 fn summary(s: &mut String, d: &DiffReport) {
-    let _ = writeln!(
-        s,
-        "### Summary per precision profile (base → head)\n\nA median's change is \"regressed\" or \"improved\" only beyond the noise: a sign test on the rows both states share (p < 0.05), or else head's median outside base's 95% interval; otherwise \"within noise\".\n\n| profile | method | median \\|error\\| (95% interval) | within ±25% | missed OOMs (of did-not-fit checks) | false alarms (of fit checks) |\n|---|---|---:|---:|---:|---:|"
-    );
-    for m in &d.methods {
+    let (shown, still): (Vec<&MethodDelta>, Vec<&MethodDelta>) =
+        d.methods.iter().partition(|m| any_moved(m));
+    let _ = writeln!(s, "### What moved (base → head)\n");
+    if !shown.is_empty() {
+        let _ = writeln!(
+            s,
+            "A median's change is \"regressed\" or \"improved\" only beyond the noise: a sign test on the rows both states share (p < 0.05), or else head's median outside base's 95% interval; otherwise \"within noise\".\n\n| profile | method | median \\|error\\| (95% interval) | within ±25% | missed OOMs (of did-not-fit checks) | false alarms (of fit checks) |\n|---|---|---:|---:|---:|---:|"
+        );
+    }
+    for m in &shown {
         let _ = writeln!(
             s,
             "| {} | {} | {} | {} | {} | {} |",
@@ -219,7 +441,21 @@ fn summary(s: &mut String, d: &DiffReport) {
             ),
         );
     }
-    s.push('\n');
+    if !shown.is_empty() {
+        s.push('\n');
+    }
+    if !still.is_empty() {
+        let names: Vec<String> = still
+            .iter()
+            .map(|m| format!("{} ({})", m.method.label(), m.profile.as_str()))
+            .collect();
+        let _ = writeln!(
+            s,
+            "Unchanged ({}): {}: every number the same.\n",
+            still.len(),
+            names.join(", ")
+        );
+    }
 }
 
 fn factors(s: &mut String, d: &DiffReport) {
@@ -346,6 +582,7 @@ mod tests {
     use super::*;
     use crate::engine::Method;
     use crate::features::Precision;
+    use crate::review::{AddedRow, CodeComparison};
 
     #[test]
     fn a_huge_report_is_cut_under_the_limit() {
@@ -367,14 +604,32 @@ mod tests {
             format: super::super::DIFF_FORMAT,
             base: "main".into(),
             head: "data".into(),
+            code: CodeComparison {
+                compared: "code-and-data",
+                reason: None,
+                changed_files: vec![],
+                base_build: None,
+                head_build: None,
+                methods_in_one_side: vec![],
+            },
+            bottom_lines: vec![],
+            hand_edits: vec![],
             gates: vec![],
             failures: vec![],
             factors: vec![],
+            rules_changed: vec![],
+            features_changed: vec![],
             methods: vec![],
             families: vec![],
             verdict_changes: (0..20_000).map(change).collect(),
             rows_added: (0..20_000)
-                .map(|k| format!("cpu-free/{long}/b{k}"))
+                .map(|k| AddedRow {
+                    run_id: format!("cpu-free/{long}/b{k}"),
+                    profile: Precision::Fp32,
+                    family: "x".into(),
+                    measured_bytes: Some(1 << 30),
+                    errors: [(Method::Simulated, 0.35)].into_iter().collect(),
+                })
                 .collect(),
             rows_removed: vec![],
             newly_excluded: vec![],

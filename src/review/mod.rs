@@ -1,23 +1,30 @@
-//! Reviewing a change and auditing the factors: `memcal diff` runs the engine on two states of
-//! `data/` (a git ref or a directory each) and reports what changed ([`diff`], as Markdown in
-//! [`markdown`]); `memcal audit` ([`audit`]) checks every entry of the factor history against the
+//! Reviewing a change and auditing the factors: `memcal diff` scores two states (a git ref or a
+//! directory each), each with its own code ([`sides`]: a ref's memcal is built from the ref,
+//! [`code`]; its numbers come back as a [`state::ReviewState`]) and reports what changed
+//! ([`diff`], as Markdown in [`markdown`]); `memcal audit` ([`audit`]) checks every entry of the factor history against the
 //! `data/factors.json` of its commit, recomputes the medians it records, and checks that the
 //! current factors reproduce from the rows they claim. All of it only reads; the engine computes
 //! every number.
 
 mod audit;
+pub mod code;
 mod diff;
 mod markdown;
+mod sides;
+pub mod state;
 
 pub use audit::{
     audit, audit_history, audit_text, reproduce, AuditReport, AuditedEntry, EntrySource,
     Reproduction, AUDIT_FORMAT,
 };
 pub use diff::{
-    diff, Change, DiffReport, FactorChange, FailOn, FamilyDelta, Gate, MethodDelta, MetricSummary,
-    NewlyExcluded, Paired, VerdictChange, DEFAULT_GATES, DIFF_FORMAT,
+    diff, AddedRow, BottomLine, Change, DiffReport, FactorChange, FailOn, FamilyDelta,
+    FeatureChange, Gate, MethodDelta, MetricSummary, NewlyExcluded, Paired, RuleChange, Verdict,
+    VerdictChange, DEFAULT_GATES, DIFF_FORMAT,
 };
 pub use markdown::{diff_markdown, COMMENT_LIMIT};
+pub use sides::{open_sides, CodeComparison, Request, Side};
+pub use state::{ReviewState, STATE_FORMAT};
 
 use crate::engine::{self, Calibration, Method};
 use crate::error::{Error, Result};
