@@ -150,7 +150,9 @@ pub fn build_at(
     )
     .map_err(|e| e.to_string())?;
     super::extract_tar(&tar, &source).map_err(|e| e.to_string())?;
-    let out = Command::new("cargo")
+    // The cargo that runs this memcal, if any (`CARGO`), else the one on the PATH.
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let out = Command::new(cargo)
         .current_dir(&source)
         .env("CARGO_TARGET_DIR", cache.join("target"))
         .args([

@@ -111,6 +111,9 @@ fn more(shown: usize, total: usize) -> String {
 
 fn render(d: &DiffReport, lim: Limits) -> String {
     let mut s = String::new();
+    if let Some(why) = &d.code.reason {
+        let _ = writeln!(s, "⚠ **Data only:** {why}.\n");
+    }
     let _ = writeln!(s, "## memcal: estimation error, {} → {}\n", d.base, d.head);
     bottom_lines(&mut s, d);
     code(&mut s, d);
@@ -207,8 +210,8 @@ fn bottom_lines(s: &mut String, d: &DiffReport) {
 
 fn code(s: &mut String, d: &DiffReport) {
     let c = &d.code;
-    if let Some(why) = &c.reason {
-        let _ = writeln!(s, "⚠ **Data only:** {why}.\n");
+    if c.reason.is_some() {
+        // Said on the first line.
     } else if let Some(b) = &c.base_build {
         let how = if b.cached {
             "found in the cache".to_string()
