@@ -29,9 +29,9 @@ step "install Slurm and munge (apt-get, idempotent)"
 scripts/slurm-local.sh install
 
 cargo build -q -p memcal-measure
-cargo build -q --bin memcal
+cargo build -q --release --bin memcal
 bin="$root/target/debug/memcal-measure"
-memcal="$root/target/debug/memcal"
+memcal="$root/target/release/memcal"
 
 tmp="$(mktemp -d /tmp/memcal-ci-slurm.XXXXXX)"
 chmod 755 "$tmp" # munged runs as the munge user and must reach its folder inside

@@ -39,6 +39,25 @@ fn diff(repo: &Path, cache: &Path, extra: &[&str]) -> (i32, String, String) {
     )
 }
 
+/// git with a fixed author and date, so the same files give the same commit (and a rerun finds
+/// the base build in the cache).
+fn git(repo: &Path, args: &[&str]) {
+    let ok = Command::new("git")
+        .arg("-C")
+        .arg(repo)
+        .args(args)
+        .env("GIT_AUTHOR_NAME", "t")
+        .env("GIT_AUTHOR_EMAIL", "t@example.invalid")
+        .env("GIT_COMMITTER_NAME", "t")
+        .env("GIT_COMMITTER_EMAIL", "t@example.invalid")
+        .env("GIT_AUTHOR_DATE", "2026-01-01T00:00:00Z")
+        .env("GIT_COMMITTER_DATE", "2026-01-01T00:00:00Z")
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "git {args:?}");
+}
+
 /// Replaces `from` by `to` in `file`, which must hold `from` exactly once.
 fn plant(repo: &Path, file: &str, from: &str, to: &str) {
     let path = repo.join(file);
@@ -63,9 +82,9 @@ fn small_clone() -> (tempfile::TempDir, PathBuf) {
         &repo,
         "for d in data/runs/*; do [ \"$d\" = data/runs/cpu ] || rm -rf \"$d\"; done",
     );
-    common::git(&repo, &["init", "-q"]);
-    common::git(&repo, &["add", "-A"]);
-    common::git(&repo, &["commit", "-qm", "small"]);
+    git(&repo, &["init", "-q"]);
+    git(&repo, &["add", "-A"]);
+    git(&repo, &["commit", "-qm", "small"]);
     (tmp, repo)
 }
 
@@ -86,8 +105,8 @@ fn a_change_of_code_is_scored_with_each_sides_own_code_and_named() {
         "let mut forward_transient = 0u64;",
         "let mut forward_transient = y;",
     );
-    common::git(&repo, &["commit", "-qam", "planted"]);
-    common::git(&repo, &["checkout", "HEAD~1", "--", "src"]);
+    git(&repo, &["commit", "-qam", "planted"]);
+    git(&repo, &["checkout", "HEAD~1", "--", "src"]);
 
     let (code, out, err) = diff(&repo, &cache, &["--json"]);
     assert_eq!(code, 0, "{err}");
@@ -145,9 +164,14 @@ fn a_change_of_code_is_scored_with_each_sides_own_code_and_named() {
     let (code, md, err) = diff(&repo, &cache, &[]);
     assert_eq!(code, 0, "{err}");
     assert!(md.contains("found in the cache"), "{md}");
-    assert!(md.contains("- `src/baselines.rs`: `pub fn accelerate"), "{md}");
+    assert!(
+        md.contains("- `src/baselines.rs`: `pub fn accelerate"),
+        "{md}"
+    );
     assert!(md.contains("### Simulator rules that changed"), "{md}");
-    let bottom = md.find("✅ **fp32: improves.**").unwrap_or_else(|| panic!("{md}"));
+    let bottom = md
+        .find("✅ **fp32: improves.**")
+        .unwrap_or_else(|| panic!("{md}"));
     assert!(bottom < md.find("Scored:").unwrap(), "{md}");
 
     // A base whose code does not compile: said first, and only the data is compared.
@@ -157,8 +181,8 @@ fn a_change_of_code_is_scored_with_each_sides_own_code_and_named() {
         "pub fn accelerate(",
         "pub fn accelerate_is_broken() -> u64 { \"not a number\" }\npub fn accelerate(",
     );
-    common::git(&repo, &["commit", "-qam", "broken"]);
-    common::git(&repo, &["checkout", "HEAD~2", "--", "src"]);
+    git(&repo, &["commit", "-qam", "broken"]);
+    git(&repo, &["checkout", "HEAD~2", "--", "src"]);
     let (code, md, err) = diff(&repo, &cache, &[]);
     assert_eq!(code, 0, "{err}");
     let first = md.lines().next().unwrap();

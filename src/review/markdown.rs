@@ -180,9 +180,9 @@ fn bottom_lines(s: &mut String, d: &DiffReport) {
             ));
         }
         for (what, ms) in [
-            ("regressed", &b.regressed),
-            ("improved", &b.improved),
-            ("within noise", &b.within_noise),
+            ("Regressed", &b.regressed),
+            ("Improved", &b.improved),
+            ("Within noise", &b.within_noise),
         ] {
             if !ms.is_empty() {
                 let names: Vec<String> = ms.iter().map(|m| moved(d, b.profile, *m)).collect();
@@ -268,16 +268,19 @@ fn rules(s: &mut String, d: &DiffReport, limit: usize) {
     if d.rules_changed.is_empty() {
         return;
     }
+    let n_ops = d.rules_changed.len();
     let _ = writeln!(
         s,
-        "### Simulator rules that changed ({} ATen {})\n\nThe generic rule's predictions on torch's OpInfo samples (`tests/fixtures/opinfo`), measured with the counting allocator.\n\n| ATen op | samples | predicted exactly (base → head) | refused (base → head) |\n|---|---:|---:|---:|",
-        d.rules_changed.len(),
-        plural(d.rules_changed.len() as u64, "op", "ops")
+        "### Simulator rules that changed ({n_ops} ATen {})\n\nThe generic rule's predictions on torch's OpInfo samples (`tests/fixtures/opinfo`, measured with the counting allocator) differ for these ops.\n",
+        plural(n_ops as u64, "op", "ops")
     );
     let n = |v: Option<u64>| v.map_or("absent".to_string(), |x| x.to_string());
+    let mut t = String::from(
+        "| ATen op | samples | predicted exactly (base → head) | refused (base → head) |\n|---|---:|---:|---:|\n",
+    );
     for r in d.rules_changed.iter().take(limit) {
         let _ = writeln!(
-            s,
+            t,
             "| {} | {} | {} → {} | {} → {} |",
             cell(&r.op),
             r.samples,
@@ -287,11 +290,13 @@ fn rules(s: &mut String, d: &DiffReport, limit: usize) {
             n(r.refused_after)
         );
     }
-    s.push_str(&more(
-        limit.min(d.rules_changed.len()),
-        d.rules_changed.len(),
-    ));
-    s.push('\n');
+    t.push_str(&more(limit.min(n_ops), n_ops));
+    if n_ops <= 10 {
+        s.push_str(&t);
+        s.push('\n');
+    } else {
+        details(s, &format!("The {n_ops} ops"), &t);
+    }
 }
 
 fn features(s: &mut String, d: &DiffReport) {
