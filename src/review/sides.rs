@@ -110,6 +110,21 @@ fn there(data: DataState, state: ReviewState) -> Result<Side> {
     })
 }
 
+/// The cache folder, made if missing: a folder that cannot be made or written is a bad argument
+/// (exit 2), not a base that cannot build.
+fn cache_ready(cache: &Path) -> Result<()> {
+    let probe = cache.join(".memcal-write-probe");
+    std::fs::create_dir_all(cache)
+        .and_then(|()| std::fs::write(&probe, b""))
+        .and_then(|()| std::fs::remove_file(&probe))
+        .map_err(|e| {
+            crate::error::Error::Invalid(format!(
+                "--base-cache {}: cannot write there ({e}); pass a writable folder for the base builds",
+                cache.display()
+            ))
+        })
+}
+
 /// The memcal of `commit` and its state on `data`, or why not.
 fn built_state(
     req: &Request,
@@ -150,6 +165,7 @@ pub fn open_sides(
     say(&format!("memcal diff: scoring {}", head_data.label));
     let head = match &head_commit {
         Some(c) if !code::changed_code(req.repo, c, None)?.is_empty() => {
+            cache_ready(&req.cache)?;
             match built_state(req, c, &head_data, say) {
                 Ok((build, state)) => {
                     cmp.head_build = Some(build);
@@ -173,6 +189,7 @@ pub fn open_sides(
                 say(&format!("memcal diff: scoring {}", base_data.label));
                 here(base_data, req.repo)?
             } else {
+                cache_ready(&req.cache)?;
                 match built_state(req, &c, &base_data, say) {
                     Ok((build, state)) => {
                         cmp.base_build = Some(build);
