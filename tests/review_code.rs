@@ -43,25 +43,6 @@ fn diff(repo: &Path, cache: &Path, extra: &[&str]) -> (i32, String, String) {
     )
 }
 
-/// git with a fixed author and date, so the same files give the same commit (and a rerun finds
-/// the base build in the cache).
-fn git(repo: &Path, args: &[&str]) {
-    let ok = Command::new("git")
-        .arg("-C")
-        .arg(repo)
-        .args(args)
-        .env("GIT_AUTHOR_NAME", "t")
-        .env("GIT_AUTHOR_EMAIL", "t@example.invalid")
-        .env("GIT_COMMITTER_NAME", "t")
-        .env("GIT_COMMITTER_EMAIL", "t@example.invalid")
-        .env("GIT_AUTHOR_DATE", "2026-01-01T00:00:00Z")
-        .env("GIT_COMMITTER_DATE", "2026-01-01T00:00:00Z")
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "git {args:?}");
-}
-
 /// Replaces `from` by `to` in `file`, which must hold `from` exactly once.
 fn plant(repo: &Path, file: &str, from: &str, to: &str) {
     let path = repo.join(file);
@@ -86,9 +67,9 @@ fn small_clone() -> (tempfile::TempDir, PathBuf) {
         &repo,
         "for d in data/runs/*; do [ \"$d\" = data/runs/cpu ] || rm -rf \"$d\"; done",
     );
-    git(&repo, &["init", "-q"]);
-    git(&repo, &["add", "-A"]);
-    git(&repo, &["commit", "-qm", "small"]);
+    common::git_dated(&repo, &["init", "-q"]);
+    common::git_dated(&repo, &["add", "-A"]);
+    common::git_dated(&repo, &["commit", "-qm", "small"]);
     (tmp, repo)
 }
 
@@ -109,8 +90,8 @@ fn a_change_of_code_is_scored_with_each_sides_own_code_and_named() {
         "let mut forward_transient = 0u64;",
         "let mut forward_transient = y;",
     );
-    git(&repo, &["commit", "-qam", "planted"]);
-    git(&repo, &["checkout", "HEAD~1", "--", "src"]);
+    common::git_dated(&repo, &["commit", "-qam", "planted"]);
+    common::git_dated(&repo, &["checkout", "HEAD~1", "--", "src"]);
 
     let (code, out, err) = diff(&repo, &cache, &["--json"]);
     assert_eq!(code, 0, "{err}");
@@ -185,8 +166,8 @@ fn a_change_of_code_is_scored_with_each_sides_own_code_and_named() {
         "pub fn accelerate(",
         "pub fn accelerate_is_broken() -> u64 { \"not a number\" }\npub fn accelerate(",
     );
-    git(&repo, &["commit", "-qam", "broken"]);
-    git(&repo, &["checkout", "HEAD~2", "--", "src"]);
+    common::git_dated(&repo, &["commit", "-qam", "broken"]);
+    common::git_dated(&repo, &["checkout", "HEAD~2", "--", "src"]);
     let (code, md, err) = diff(&repo, &cache, &[]);
     assert_eq!(code, 0, "{err}");
     let first = md.lines().next().unwrap();

@@ -110,10 +110,14 @@ impl DataState {
     }
 }
 
+/// Extracts a tar archive into `into`. Every file gets the time of extraction (`-m`), not its
+/// commit's: cargo decides what to rebuild by modification times, and a base build of an older
+/// commit in the shared target folder must not look older than what it replaces.
 fn extract_tar(bytes: &[u8], into: &Path) -> Result<()> {
     use std::io::Write as _;
     let mut child = Command::new("tar")
         .arg("-x")
+        .arg("-m")
         .arg("-C")
         .arg(into)
         .stdin(std::process::Stdio::piped())

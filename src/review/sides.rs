@@ -141,6 +141,21 @@ fn built_state(
     Ok((build, state))
 }
 
+/// A ref's side scored by the ref's own memcal; where that cannot be had, by this memcal, with
+/// why.
+fn own_code(
+    req: &Request,
+    commit: &str,
+    data: DataState,
+    say: &mut dyn FnMut(&str),
+) -> Result<(Side, Option<BaseBuild>, Option<String>)> {
+    cache_ready(&req.cache)?;
+    Ok(match built_state(req, commit, &data, say) {
+        Ok((build, state)) => (there(data, state)?, Some(build), None),
+        Err(why) => (here(data, req.repo)?, None, Some(why)),
+    })
+}
+
 /// Opens both sides. `say` gets a line of progress before each long step.
 pub fn open_sides(
     req: &Request,
@@ -165,20 +180,15 @@ pub fn open_sides(
     say(&format!("memcal diff: scoring {}", head_data.label));
     let head = match &head_commit {
         Some(c) if !code::changed_code(req.repo, c, None)?.is_empty() => {
-            cache_ready(&req.cache)?;
-            match built_state(req, c, &head_data, say) {
-                Ok((build, state)) => {
-                    cmp.head_build = Some(build);
-                    there(head_data, state)?
-                }
-                Err(why) => {
-                    cmp.compared = "data-only";
-                    cmp.reason = Some(format!(
-                        "head's code could not score its data ({why}); this memcal scored both sides"
-                    ));
-                    here(head_data, req.repo)?
-                }
+            let (side, build, why) = own_code(req, c, head_data, say)?;
+            cmp.head_build = build;
+            if let Some(why) = why {
+                cmp.compared = "data-only";
+                cmp.reason = Some(format!(
+                    "head's code could not score its data ({why}); this memcal scored both sides"
+                ));
             }
+            side
         }
         _ => here(head_data, req.repo)?,
     };
@@ -189,20 +199,15 @@ pub fn open_sides(
                 say(&format!("memcal diff: scoring {}", base_data.label));
                 here(base_data, req.repo)?
             } else {
-                cache_ready(&req.cache)?;
-                match built_state(req, &c, &base_data, say) {
-                    Ok((build, state)) => {
-                        cmp.base_build = Some(build);
-                        there(base_data, state)?
-                    }
-                    Err(why) => {
-                        cmp.compared = "data-only";
-                        cmp.reason = Some(format!(
-                            "the base's code could not score its data ({why}); this memcal scored both sides, so the change of code is not measured"
-                        ));
-                        here(base_data, req.repo)?
-                    }
+                let (side, build, why) = own_code(req, &c, base_data, say)?;
+                cmp.base_build = build;
+                if let Some(why) = why {
+                    cmp.compared = "data-only";
+                    cmp.reason = Some(format!(
+                        "the base's code could not score its data ({why}); this memcal scored both sides, so the change of code is not measured"
+                    ));
                 }
+                side
             }
         }
         Origin::WorkingTree | Origin::Folder => {

@@ -6,18 +6,27 @@ use std::process::Command;
 
 /// Runs `git -C repo ARGS` as a fixed author and asserts that it succeeded.
 pub fn git(repo: &Path, args: &[&str]) {
-    let ok = Command::new("git")
-        .arg("-C")
+    git_as(repo, args, None);
+}
+
+/// [`git`] with a fixed date too, so the same files make the same commit.
+pub fn git_dated(repo: &Path, args: &[&str]) {
+    git_as(repo, args, Some("2026-01-01T00:00:00Z"));
+}
+
+fn git_as(repo: &Path, args: &[&str], date: Option<&str>) {
+    let mut cmd = Command::new("git");
+    cmd.arg("-C")
         .arg(repo)
         .args(args)
         .env("GIT_AUTHOR_NAME", "t")
         .env("GIT_AUTHOR_EMAIL", "t@example.invalid")
         .env("GIT_COMMITTER_NAME", "t")
-        .env("GIT_COMMITTER_EMAIL", "t@example.invalid")
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "git {args:?}");
+        .env("GIT_COMMITTER_EMAIL", "t@example.invalid");
+    if let Some(d) = date {
+        cmd.env("GIT_AUTHOR_DATE", d).env("GIT_COMMITTER_DATE", d);
+    }
+    assert!(cmd.status().unwrap().success(), "git {args:?}");
 }
 
 /// Copies the folder `from` into the existing folder `to`, recursively.
