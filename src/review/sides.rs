@@ -195,20 +195,34 @@ pub fn open_sides(
     let base = match base_origin {
         Origin::Commit(c) => {
             cmp.changed_files = code::changed_code(req.repo, &c, head_commit.as_deref())?;
-            if cmp.changed_files.is_empty() || cmp.compared == "data-only" {
+            // This memcal is the base's code when the base's code is the working tree's; head's
+            // build is, when the base's code is head's.
+            let base_is_here = code::changed_code(req.repo, &c, None)?.is_empty();
+            let head_build = cmp.head_build.clone();
+            let (side, why) = if cmp.compared == "data-only" || base_is_here {
                 say(&format!("memcal diff: scoring {}", base_data.label));
-                here(base_data, req.repo)?
+                (here(base_data, req.repo)?, None)
+            } else if let (true, Some(build)) = (cmp.changed_files.is_empty(), head_build) {
+                say(&format!(
+                    "memcal diff: scoring {} with head's memcal (the same code)",
+                    base_data.label
+                ));
+                match code::state_of(&build, &base_data.data_dir, req.repo) {
+                    Ok(state) => (there(base_data, state)?, None),
+                    Err(why) => (here(base_data, req.repo)?, Some(why)),
+                }
             } else {
                 let (side, build, why) = own_code(req, &c, base_data, say)?;
                 cmp.base_build = build;
-                if let Some(why) = why {
-                    cmp.compared = "data-only";
-                    cmp.reason = Some(format!(
-                        "the base's code could not score its data ({why}); this memcal scored both sides, so the change of code is not measured"
-                    ));
-                }
-                side
+                (side, why)
+            };
+            if let Some(why) = why {
+                cmp.compared = "data-only";
+                cmp.reason = Some(format!(
+                    "the base's code could not score its data ({why}); this memcal scored both sides, so the change of code is not measured"
+                ));
             }
+            side
         }
         Origin::WorkingTree | Origin::Folder => {
             cmp.compared = "data-only";
