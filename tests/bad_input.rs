@@ -134,6 +134,9 @@ mod graphs {
         aten_input_out_of_range,
         aten_missing_argument,
         broadcast_value,
+        label_classes_exceed_logits,
+        nul_in_family,
+        nul_in_node_id,
     );
 }
 
@@ -200,6 +203,19 @@ mod rows {
         factors_trailing_bytes,
         utf8_bom,
         infinity_bytes,
+        completed_row_without_phases,
+        completed_row_with_an_oom_phase,
+        unknown_phase_status,
+        run_id_names_another_batch,
+        emulated_cap_above_capacity,
+        unknown_device_kind,
+        parameters_differ_from_the_graph,
+        built_parameters_differ_without_mismatch,
+        negative_wall_time,
+        nul_in_run_id,
+        factors_headroom_over_100_percent,
+        factors_fixed_at_in_the_future,
+        factors_profile_fixed_at_in_the_future,
     );
 }
 
@@ -471,4 +487,31 @@ fn flags_that_do_not_apply_exit_2_and_plan_runs_from_any_folder() {
         .unwrap();
     assert!(here.status.success() && elsewhere.status.success());
     assert_eq!(here.stdout, elsewhere.stdout);
+}
+
+/// Not an error: a dead branch (a node no node reads that is not the loss) is valid PyTorch
+/// (computed in forward, freed when forward returns; the simulator models it, measured on CUDA
+/// as `tests/fixtures/sim/sim-dead-branch.json`), so `plan` plans it, and names the node in a
+/// warning: it is often a leftover of an edit.
+#[test]
+fn a_dead_branch_is_planned_and_named() {
+    let graph = "tests/bad_input/accepted/dead_branch.json";
+    let out = memcal(&[
+        "plan",
+        graph,
+        "--batch",
+        "4",
+        "--factors",
+        "tests/bad_input/factors.json",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(
+        stderr,
+        format!(
+            "warning: {graph}: `aux` is read by no node and not the loss (a dead branch): \
+             planned as PyTorch runs it, computed in forward and freed when forward returns; \
+             remove it if it is a leftover\n"
+        )
+    );
 }

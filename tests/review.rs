@@ -498,10 +498,13 @@ fn a_fabricated_or_tampered_history_entry_fails_the_audit() {
     let data = repo.join("data");
     let history = data.join("factors-history.json");
     let honest = std::fs::read_to_string(&history).unwrap();
-    // A hand-written entry: factor 42, 99,999 rows, 0.1% held-out error.
+    // A hand-written entry: factor 42, 99,999 rows, 0.1% held-out error, fixed after the fit
+    // (and not in the future: that is refused outright).
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let forged_at = memcal::clock::now();
     edit_json(&history, |h| {
         let mut e = h["entries"][0].clone();
-        e["fixed_at"] = serde_json::json!("2026-12-01T00:00:00Z");
+        e["fixed_at"] = serde_json::json!(forged_at);
         e["profiles"]["fp32"][0] = serde_json::json!(42.0);
         e["rows"] = serde_json::json!(99999);
         e["held_out_median"] = serde_json::json!(0.001);
@@ -511,7 +514,9 @@ fn a_fabricated_or_tampered_history_entry_fails_the_audit() {
     let (code, out, _) = memcal(repo, &["audit"]);
     assert_eq!(code, 1, "{out}");
     assert!(
-        out.contains("entry 2 (fixed_at 2026-12-01T00:00:00Z): no version of data/factors.json"),
+        out.contains(&format!(
+            "entry 2 (fixed_at {forged_at}): no version of data/factors.json"
+        )),
         "{out}"
     );
     // The page shows no value of it, and says it fails.
