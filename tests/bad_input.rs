@@ -398,6 +398,9 @@ mod commands {
         symlink_dangling,
         symlink_within_the_data_folder_is_followed,
         skipped_files_are_reported,
+        row_file_without_extension,
+        fit_out_under_a_file,
+        build_out_under_a_file,
     );
 }
 
@@ -513,5 +516,77 @@ fn a_dead_branch_is_planned_and_named() {
              planned as PyTorch runs it, computed in forward and freed when forward returns; \
              remove it if it is a leftover\n"
         )
+    );
+}
+
+/// An output folder memcal cannot write into (read-only: mode 555, and immutable where the
+/// test runs as root, who ignores the mode): `build --out` and `fit --out` there exit 2 naming
+/// the path, and write nothing. Skipped (with a note) where neither makes the folder read-only.
+#[test]
+fn a_read_only_output_folder_exits_2_naming_it() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    for (from, to) in [
+        (
+            "tests/bad_input/rows/duplicate_run_id/factors.json",
+            "factors.json",
+        ),
+        ("tests/bad_input/rows/duplicate_run_id/graphs", "graphs"),
+        ("tests/bad_input/rows/duplicate_run_id/runs/a", "runs/a"),
+        ("tests/fixtures/site/prose", "prose"),
+    ] {
+        std::fs::create_dir_all(data.join(to).parent().unwrap()).unwrap();
+        copy_any(&repo().join(from), &data.join(to));
+    }
+    let ro = tmp.path().join("ro");
+    std::fs::create_dir(&ro).unwrap();
+    std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o555)).unwrap();
+    let immutable = Command::new("chattr")
+        .arg("+i")
+        .arg(&ro)
+        .status()
+        .is_ok_and(|s| s.success());
+    let writable = std::fs::write(ro.join("probe"), "x").is_ok();
+    let _ = std::fs::remove_file(ro.join("probe"));
+    let results: Vec<(String, Output)> = if writable {
+        Vec::new()
+    } else {
+        [
+            vec!["build", "--data", "data", "--out", "ro/site"],
+            vec!["fit", "--data", "data", "--out", "ro/calibration.json"],
+        ]
+        .into_iter()
+        .map(|args| {
+            let out = Command::new(env!("CARGO_BIN_EXE_memcal"))
+                .current_dir(tmp.path())
+                .args(&args)
+                .output()
+                .unwrap();
+            (args.join(" "), out)
+        })
+        .collect()
+    };
+    if immutable {
+        let _ = Command::new("chattr").arg("-i").arg(&ro).status();
+    }
+    std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o755)).unwrap();
+    if writable {
+        eprintln!("skipped: this machine cannot make a folder read-only for this user");
+        return;
+    }
+    for (args, out) in results {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("panicked"), "{args}: {stderr}");
+        assert_eq!(out.status.code(), Some(2), "{args}: {stderr}");
+        assert!(
+            stderr.starts_with("error: ") && stderr.contains("ro"),
+            "{args}: {stderr}"
+        );
+    }
+    assert_eq!(
+        std::fs::read_dir(&ro).unwrap().count(),
+        0,
+        "nothing written"
     );
 }
