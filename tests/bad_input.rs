@@ -226,7 +226,7 @@ mod rows {
 /// was written or removed.
 ///
 /// `setup` lines: `data DIR` (a valid one-row data folder), `copy SRC DEST` (SRC relative to
-/// the repository), `symlink TARGET LINK`, `mkfifo PATH`, `remove PATH`. `args`: one argument
+/// the repository), `symlink TARGET LINK`, `mkfifo PATH`, `remove PATH` (a file or a folder). `args`: one argument
 /// a line, `{repo}` for the repository. `exit`: the status. `stdout-closed`: stdout is a pipe
 /// whose reader has already gone away (`memcal ... | head`).
 fn command_case(name: &str) -> String {
@@ -324,7 +324,8 @@ fn setup_step(line: &str, work: &Path) {
             let ok = Command::new("mkfifo").arg(at(path)).status().unwrap();
             assert!(ok.success(), "mkfifo {path}");
         }
-        ["remove", path] => std::fs::remove_dir_all(at(path)).unwrap(),
+        ["remove", path] if at(path).is_dir() => std::fs::remove_dir_all(at(path)).unwrap(),
+        ["remove", path] => std::fs::remove_file(at(path)).unwrap(),
         _ => panic!("unknown setup line `{line}`"),
     }
 }
@@ -399,6 +400,10 @@ mod commands {
         symlink_within_the_data_folder_is_followed,
         skipped_files_are_reported,
         row_file_without_extension,
+        build_without_prose,
+        build_without_a_prose_file,
+        build_without_the_factor_history,
+        build_history_fixed_at_in_the_future,
         fit_out_under_a_file,
         build_out_under_a_file,
     );

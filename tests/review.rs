@@ -143,6 +143,11 @@ fn fitted_repo() -> (tempfile::TempDir, PathBuf, Vec<Graph>) {
             write_row(&data, &row(g, *batch, (peak * spread) as u64));
         }
     }
+    // The site's prose (`memcal build` needs every section's file; empty: no text).
+    std::fs::create_dir_all(data.join("prose")).unwrap();
+    for name in memcal::report::PROSE_BLOCKS {
+        std::fs::write(data.join(format!("prose/{name}.md")), "").unwrap();
+    }
     common::git(repo, &["init", "-q"]);
     common::git(repo, &["add", "."]);
     common::git(repo, &["commit", "-qm", "rows and seed factors"]);

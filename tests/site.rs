@@ -290,8 +290,16 @@ fn an_empty_data_set_builds_a_page_that_says_so() {
     // Without runs/ the folder is refused (a wrong --data must not build an empty site) ...
     let err = build_site(data.path(), out.path(), false).unwrap_err();
     assert!(err.to_string().contains("runs: missing"), "{err}");
-    // ... and with an empty runs/ it is an empty data set.
+    // ... and with an empty runs/ (and the prose and factor history a site needs) it is an
+    // empty data set.
     std::fs::create_dir(data.path().join("runs")).unwrap();
+    std::fs::create_dir(data.path().join("prose")).unwrap();
+    copy_tree(&fixture().join("prose"), &data.path().join("prose"));
+    std::fs::copy(
+        fixture().join("factors-history.json"),
+        data.path().join("factors-history.json"),
+    )
+    .unwrap();
     let s = build_site(data.path(), out.path(), false).unwrap();
     assert_eq!(s.rows, 0);
     let index = read(out.path(), "index.html");
