@@ -647,7 +647,7 @@ fn the_factor_history_page_shows_audited_values_newest_first() {
     std::fs::write(data.join("factors-history.json"), forged.to_json()).unwrap();
     build_site(&data, out.path(), false).unwrap();
     let html = read(out.path(), "history.html");
-    assert!(html.contains(&forged_at) && html.contains("fails (1 differences"));
+    assert!(html.contains(&forged_at) && html.contains("fails (1 difference;"));
     assert!(
         !html.contains("99,999") && !html.contains("99999"),
         "{html}"
