@@ -142,6 +142,31 @@ fn check_upper(path: &Path, field: &str, u: &Upper) -> Result<()> {
     Ok(())
 }
 
+/// How far a `fixed_at` may be ahead of this machine's clock (as a row's timestamp:
+/// [`crate::engine::load::FUTURE_SLACK_SECONDS`]).
+const FIXED_AT_SLACK_SECONDS: i64 = 600;
+
+/// A `fixed_at` is an RFC 3339 time and not in the future: a fit records when it ran. The
+/// clock is read only to refuse, never to change what is built from the file.
+pub(crate) fn check_fixed_at(path: &Path, field: &str, value: &str) -> Result<()> {
+    let t = crate::time::parse_rfc3339(value).map_err(|m| Error::field(path, field, m))?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    if t.0 > now + FIXED_AT_SLACK_SECONDS {
+        return Err(Error::field(
+            path,
+            field,
+            format!(
+                "`{value}` is in the future (more than {FIXED_AT_SLACK_SECONDS} s ahead of this \
+                 machine's clock): a fit records the time it ran; fix the time (or the clock of \
+                 the machine that wrote it)"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 impl FactorsFile {
     /// Reads and checks the factors file.
     pub fn load(path: &Path) -> Result<FactorsFile> {
@@ -202,8 +227,7 @@ impl FactorsFile {
                 check_upper(path, &format!("profiles.{name}.upper"), u)?;
             }
             if let Some(t) = &p.fixed_at {
-                crate::time::parse_rfc3339(t)
-                    .map_err(|m| Error::field(path, &format!("profiles.{name}.fixed_at"), m))?;
+                check_fixed_at(path, &format!("profiles.{name}.fixed_at"), t)?;
             }
         }
         let positive = |field: &str, v: f64| {
@@ -227,6 +251,18 @@ impl FactorsFile {
                 path,
                 "headroom",
                 "must be a non-negative number",
+            ));
+        }
+        if f.headroom > 1.0 {
+            return Err(Error::field(
+                path,
+                "headroom",
+                format!(
+                    "is {} ({}): the headroom is a fraction of the estimate (0.15 for 15%), at \
+                     most 1 (100%); write it as a fraction",
+                    f.headroom,
+                    crate::format::pct(f.headroom)
+                ),
             ));
         }
         let check_cards = |field: &str, cards: &[Card]| {
@@ -260,6 +296,7 @@ impl FactorsFile {
             ));
         }
         if let Some(p) = &f.provenance {
+            check_fixed_at(path, "provenance.fixed_at", &p.fixed_at)?;
             let h = &p.rows_sha256;
             // Empty: not recorded (the synthetic data sets' factors).
             if !h.is_empty() && (h.len() != 64 || !h.bytes().all(|c| c.is_ascii_hexdigit())) {
@@ -384,6 +421,12 @@ impl FactorHistory {
                 "format",
                 format!("expected \"{HISTORY_FORMAT}\", found \"{}\"", h.format),
             ));
+        }
+        for (k, e) in h.entries.iter().enumerate() {
+            check_fixed_at(path, &format!("entries[{k}].fixed_at"), &e.fixed_at)?;
+            for (p, t) in &e.profile_fixed_at {
+                check_fixed_at(path, &format!("entries[{k}].profile_fixed_at.{p}"), t)?;
+            }
         }
         Ok(h)
     }

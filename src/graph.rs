@@ -509,6 +509,10 @@ impl Graph {
                 })
                 .collect();
             check_input_kinds(path, nf, op, args_of(i), &ins, &inputs)?;
+            // A loss that reads labels (cross-entropy): their classes fit its logits.
+            if op.is_loss() && op.family().wants_int_input(op, 1) {
+                check_label_classes(path, nf, args_of(i), &ins, &inputs)?;
+            }
             let output = op.infer(&ins).map_err(|m| Error::node(path, &nf.id, m))?;
             let of_constants = |v: u32| (v as usize) >= n_inputs && constant[v as usize - n_inputs];
             let made_of_constants = op.is_constant()
@@ -687,6 +691,38 @@ impl Graph {
         (args.len() == self.nodes[k].inputs.len()).then_some(args)
     }
 
+    /// The nodes (by index) whose output no node reads and that are not the loss: a dead
+    /// branch. Valid PyTorch, and planned as it runs (computed in forward, freed when forward
+    /// returns: `tests/fixtures/sim/sim-dead-branch.json`, measured on CUDA), but often a
+    /// leftover of an edit, so `memcal plan` names it.
+    pub fn dead_nodes(&self) -> Vec<usize> {
+        let n_inputs = self.inputs.len();
+        let mut used = vec![false; self.nodes.len()];
+        let by_position = (0..self.nodes.len()).all(|k| self.input_positions(k).is_some());
+        if by_position {
+            for k in 0..self.nodes.len() {
+                for &v in self.input_positions(k).unwrap_or(&[]) {
+                    if let Some(i) = (v as usize).checked_sub(n_inputs) {
+                        used[i] = true;
+                    }
+                }
+            }
+        } else {
+            let read: HashSet<&str> = self
+                .nodes
+                .iter()
+                .flat_map(|n| n.inputs.iter().map(String::as_str))
+                .collect();
+            for (k, n) in self.nodes.iter().enumerate() {
+                used[k] = read.contains(n.id.as_str());
+            }
+        }
+        if let Some(l) = self.loss_index() {
+            used[l] = true;
+        }
+        (0..self.nodes.len()).filter(|&k| !used[k]).collect()
+    }
+
     /// The loss node's index (None if `loss` names no node).
     pub fn loss_index(&self) -> Option<usize> {
         let l = self.positions.loss;
@@ -742,8 +778,32 @@ fn check_header(file: &GraphFile, path: &Path) -> Result<()> {
         if value.trim().is_empty() {
             return Err(Error::field(path, field, "must not be empty"));
         }
+        printable(path, field, value)?;
+    }
+    for (i, input) in file.inputs.iter().enumerate() {
+        printable(path, &format!("inputs[{i}].name"), &input.name)?;
+    }
+    for (i, node) in file.nodes.iter().enumerate() {
+        printable(path, &format!("nodes[{i}].id"), &node.id)?;
     }
     Ok(())
+}
+
+/// A name holds no control character (a NUL, a newline ...): names are printed, compared and
+/// used in file names, and such a character makes one unreadable or cut short.
+fn printable(path: &Path, field: &str, value: &str) -> Result<()> {
+    match value.chars().find(|c| c.is_control()) {
+        Some(c) => Err(Error::field(
+            path,
+            field,
+            format!(
+                "holds the control character U+{:04X}{}; a name is printable text: remove it",
+                c as u32,
+                if c == '\0' { " (NUL)" } else { "" }
+            ),
+        )),
+        None => Ok(()),
+    }
 }
 
 /// The graph inputs, checked: dimensions, int64 classes, unique names.
@@ -1148,6 +1208,40 @@ fn count_parameters(file: &GraphFile, ops: &[Op], order: &[usize], path: &Path) 
         }
     }
     Ok(total)
+}
+
+/// A cross-entropy's labels (an int64 graph input) take no more values than its logits have
+/// classes (their last dimension): a label past the logits is no class at all.
+fn check_label_classes(
+    path: &Path,
+    nf: &NodeFile,
+    args: &[u32],
+    ins: &[&Shape],
+    inputs: &[Input],
+) -> Result<()> {
+    let (Some(&labels), Some(logits)) = (args.get(1), ins.first()) else {
+        return Ok(());
+    };
+    let Some(input) = inputs.get(labels as usize) else {
+        return Ok(());
+    };
+    let (Some(classes), Some(width)) = (input.classes, logits.last().and_then(|d| d.as_fixed()))
+    else {
+        return Ok(());
+    };
+    if classes > width {
+        return Err(Error::node(
+            path,
+            &nf.id,
+            format!(
+                "its labels `{}` take {classes} classes (inputs[{labels}].classes) but the logits \
+                 {logits} have {width} (their last dimension); set the input's classes to at \
+                 most {width}, or widen the logits",
+                input.name
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// The loss must name a node (`op`), and one that is a loss.

@@ -233,6 +233,14 @@ impl SiteTarget {
         };
         match std::fs::metadata(&target.dir) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(target),
+            Err(e) if e.kind() == std::io::ErrorKind::NotADirectory => {
+                return Err(Error::Invalid(format!(
+                    "{}: cannot be the site folder: a folder on its path is a file ({}); give \
+                     an --out whose folders are folders",
+                    out.display(),
+                    os_text(&e)
+                )))
+            }
             Err(source) => {
                 return Err(Error::Io {
                     path: out.to_path_buf(),
@@ -286,9 +294,10 @@ impl SiteTarget {
 
     fn cannot_write(&self, at: &Path, e: std::io::Error) -> Error {
         Error::Invalid(format!(
-            "{}: cannot write the site: {}: {e}; give an --out you can write to",
+            "{}: cannot write the site: {}: {}; give an --out you can write to",
             self.shown.display(),
-            at.display()
+            at.display(),
+            os_text(&e)
         ))
     }
 
@@ -425,13 +434,23 @@ fn remove_empty_dirs(dir: &Path) {
     }
 }
 
+/// The operating system's words for an io error, without the temporary path `tempfile` adds
+/// to its errors (a random name, which would make the message differ from run to run).
+fn os_text(e: &std::io::Error) -> String {
+    match e.raw_os_error() {
+        Some(code) => std::io::Error::from_raw_os_error(code).to_string(),
+        None => e.kind().to_string(),
+    }
+}
+
 /// Writes a file through a temporary sibling and a rename, so that a reader never sees half of
 /// it. An output that cannot be written is a bad argument (exit 2), and the message says so.
 pub fn write_file_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     let cannot = |e: std::io::Error| {
         Error::Invalid(format!(
-            "{}: cannot write: {e}; choose a path you can write to",
-            path.display()
+            "{}: cannot write: {}; choose a path you can write to",
+            path.display(),
+            os_text(&e)
         ))
     };
     let parent = match path.parent() {

@@ -134,6 +134,9 @@ mod graphs {
         aten_input_out_of_range,
         aten_missing_argument,
         broadcast_value,
+        label_classes_exceed_logits,
+        nul_in_family,
+        nul_in_node_id,
     );
 }
 
@@ -200,6 +203,19 @@ mod rows {
         factors_trailing_bytes,
         utf8_bom,
         infinity_bytes,
+        completed_row_without_phases,
+        completed_row_with_an_oom_phase,
+        unknown_phase_status,
+        run_id_names_another_batch,
+        emulated_cap_above_capacity,
+        unknown_device_kind,
+        parameters_differ_from_the_graph,
+        built_parameters_differ_without_mismatch,
+        negative_wall_time,
+        nul_in_run_id,
+        factors_headroom_over_100_percent,
+        factors_fixed_at_in_the_future,
+        factors_profile_fixed_at_in_the_future,
     );
 }
 
@@ -210,7 +226,7 @@ mod rows {
 /// was written or removed.
 ///
 /// `setup` lines: `data DIR` (a valid one-row data folder), `copy SRC DEST` (SRC relative to
-/// the repository), `symlink TARGET LINK`, `mkfifo PATH`, `remove PATH`. `args`: one argument
+/// the repository), `symlink TARGET LINK`, `mkfifo PATH`, `remove PATH` (a file or a folder). `args`: one argument
 /// a line, `{repo}` for the repository. `exit`: the status. `stdout-closed`: stdout is a pipe
 /// whose reader has already gone away (`memcal ... | head`).
 fn command_case(name: &str) -> String {
@@ -308,7 +324,8 @@ fn setup_step(line: &str, work: &Path) {
             let ok = Command::new("mkfifo").arg(at(path)).status().unwrap();
             assert!(ok.success(), "mkfifo {path}");
         }
-        ["remove", path] => std::fs::remove_dir_all(at(path)).unwrap(),
+        ["remove", path] if at(path).is_dir() => std::fs::remove_dir_all(at(path)).unwrap(),
+        ["remove", path] => std::fs::remove_file(at(path)).unwrap(),
         _ => panic!("unknown setup line `{line}`"),
     }
 }
@@ -382,6 +399,13 @@ mod commands {
         symlink_dangling,
         symlink_within_the_data_folder_is_followed,
         skipped_files_are_reported,
+        row_file_without_extension,
+        build_without_prose,
+        build_without_a_prose_file,
+        build_without_the_factor_history,
+        build_history_fixed_at_in_the_future,
+        fit_out_under_a_file,
+        build_out_under_a_file,
     );
 }
 
@@ -471,4 +495,103 @@ fn flags_that_do_not_apply_exit_2_and_plan_runs_from_any_folder() {
         .unwrap();
     assert!(here.status.success() && elsewhere.status.success());
     assert_eq!(here.stdout, elsewhere.stdout);
+}
+
+/// Not an error: a dead branch (a node no node reads that is not the loss) is valid PyTorch
+/// (computed in forward, freed when forward returns; the simulator models it, measured on CUDA
+/// as `tests/fixtures/sim/sim-dead-branch.json`), so `plan` plans it, and names the node in a
+/// warning: it is often a leftover of an edit.
+#[test]
+fn a_dead_branch_is_planned_and_named() {
+    let graph = "tests/bad_input/accepted/dead_branch.json";
+    let out = memcal(&[
+        "plan",
+        graph,
+        "--batch",
+        "4",
+        "--factors",
+        "tests/bad_input/factors.json",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(
+        stderr,
+        format!(
+            "warning: {graph}: `aux` is read by no node and not the loss (a dead branch): \
+             planned as PyTorch runs it, computed in forward and freed when forward returns; \
+             remove it if it is a leftover\n"
+        )
+    );
+}
+
+/// An output folder memcal cannot write into (read-only: mode 555, and immutable where the
+/// test runs as root, who ignores the mode): `build --out` and `fit --out` there exit 2 naming
+/// the path, and write nothing. Skipped (with a note) where neither makes the folder read-only.
+#[test]
+fn a_read_only_output_folder_exits_2_naming_it() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    for (from, to) in [
+        (
+            "tests/bad_input/rows/duplicate_run_id/factors.json",
+            "factors.json",
+        ),
+        ("tests/bad_input/rows/duplicate_run_id/graphs", "graphs"),
+        ("tests/bad_input/rows/duplicate_run_id/runs/a", "runs/a"),
+        ("tests/fixtures/site/prose", "prose"),
+    ] {
+        std::fs::create_dir_all(data.join(to).parent().unwrap()).unwrap();
+        copy_any(&repo().join(from), &data.join(to));
+    }
+    let ro = tmp.path().join("ro");
+    std::fs::create_dir(&ro).unwrap();
+    std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o555)).unwrap();
+    let immutable = Command::new("chattr")
+        .arg("+i")
+        .arg(&ro)
+        .status()
+        .is_ok_and(|s| s.success());
+    let writable = std::fs::write(ro.join("probe"), "x").is_ok();
+    let _ = std::fs::remove_file(ro.join("probe"));
+    let results: Vec<(String, Output)> = if writable {
+        Vec::new()
+    } else {
+        [
+            vec!["build", "--data", "data", "--out", "ro/site"],
+            vec!["fit", "--data", "data", "--out", "ro/calibration.json"],
+        ]
+        .into_iter()
+        .map(|args| {
+            let out = Command::new(env!("CARGO_BIN_EXE_memcal"))
+                .current_dir(tmp.path())
+                .args(&args)
+                .output()
+                .unwrap();
+            (args.join(" "), out)
+        })
+        .collect()
+    };
+    if immutable {
+        let _ = Command::new("chattr").arg("-i").arg(&ro).status();
+    }
+    std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o755)).unwrap();
+    if writable {
+        eprintln!("skipped: this machine cannot make a folder read-only for this user");
+        return;
+    }
+    for (args, out) in results {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("panicked"), "{args}: {stderr}");
+        assert_eq!(out.status.code(), Some(2), "{args}: {stderr}");
+        assert!(
+            stderr.starts_with("error: ") && stderr.contains("ro"),
+            "{args}: {stderr}"
+        );
+    }
+    assert_eq!(
+        std::fs::read_dir(&ro).unwrap().count(),
+        0,
+        "nothing written"
+    );
 }

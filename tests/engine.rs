@@ -592,6 +592,13 @@ fn graph_sha(name: &str) -> String {
     sha256_hex(&std::fs::read(fixtures().join(format!("graphs/{name}.json"))).unwrap())
 }
 
+/// The fixture graph's parameter count (what the harness records in `parameters.graph`).
+fn graph_parameters(name: &str) -> u64 {
+    memcal::graph::Graph::load(&fixtures().join(format!("graphs/{name}.json")))
+        .unwrap()
+        .parameters()
+}
+
 fn row_json(graph: &str, batch: u64, regime: &str, peak: Option<u64>) -> Value {
     let mut v = json!({
         "format": "memcal-run/1",
@@ -608,7 +615,7 @@ fn row_json(graph: &str, batch: u64, regime: &str, peak: Option<u64>) -> Value {
         "host": "test",
         "timestamp": "2026-11-29T17:00:00Z",
         "tool_version": "memcal-measure 0.1.0",
-        "parameters": {"graph": 1, "built": 1},
+        "parameters": {"graph": graph_parameters(graph), "built": graph_parameters(graph)},
         "graph_mismatch": false,
         "status": "completed",
         "phases": []
@@ -616,7 +623,12 @@ fn row_json(graph: &str, batch: u64, regime: &str, peak: Option<u64>) -> Value {
     match peak {
         Some(p) => {
             v["peak"] =
-                json!({"allocated_bytes": p, "reserved_bytes": p, "phase": "step2.backward"})
+                json!({"allocated_bytes": p, "reserved_bytes": p, "phase": "step2.backward"});
+            v["phases"] = json!([{
+                "name": "step2.backward", "status": "ok",
+                "allocated_start": 0, "reserved_start": 0,
+                "allocated_peak": p, "reserved_peak": p, "wall_seconds": 0.1
+            }]);
         }
         None => {
             v["status"] = json!("oom");

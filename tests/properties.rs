@@ -550,6 +550,10 @@ proptest! {
         std::fs::create_dir_all(data.join("runs")).unwrap();
         std::fs::copy(valid_dir().join("factors.json"), data.join("factors.json")).unwrap();
         std::fs::copy(valid_dir().join("graphs/tiny.json"), data.join("graphs/tiny.json")).unwrap();
+        std::fs::create_dir_all(data.join("prose")).unwrap();
+        for name in memcal::report::PROSE_BLOCKS {
+            std::fs::write(data.join(format!("prose/{name}.md")), "").unwrap();
+        }
         let seed = read_json(&valid_dir().join("runs/a/b8.json"));
         let dirs = ["", "cpu/", "cpu/deep/"];
         for (k, (dir, id)) in rows.iter().enumerate() {

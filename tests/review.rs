@@ -143,6 +143,11 @@ fn fitted_repo() -> (tempfile::TempDir, PathBuf, Vec<Graph>) {
             write_row(&data, &row(g, *batch, (peak * spread) as u64));
         }
     }
+    // The site's prose (`memcal build` needs every section's file; empty: no text).
+    std::fs::create_dir_all(data.join("prose")).unwrap();
+    for name in memcal::report::PROSE_BLOCKS {
+        std::fs::write(data.join(format!("prose/{name}.md")), "").unwrap();
+    }
     common::git(repo, &["init", "-q"]);
     common::git(repo, &["add", "."]);
     common::git(repo, &["commit", "-qm", "rows and seed factors"]);
@@ -514,10 +519,13 @@ fn a_fabricated_or_tampered_history_entry_fails_the_audit() {
     let data = repo.join("data");
     let history = data.join("factors-history.json");
     let honest = std::fs::read_to_string(&history).unwrap();
-    // A hand-written entry: factor 42, 99,999 rows, 0.1% held-out error.
+    // A hand-written entry: factor 42, 99,999 rows, 0.1% held-out error, fixed after the fit
+    // (and not in the future: that is refused outright).
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let forged_at = memcal::clock::now();
     edit_json(&history, |h| {
         let mut e = h["entries"][0].clone();
-        e["fixed_at"] = serde_json::json!("2026-12-01T00:00:00Z");
+        e["fixed_at"] = serde_json::json!(forged_at);
         e["profiles"]["fp32"][0] = serde_json::json!(42.0);
         e["rows"] = serde_json::json!(99999);
         e["held_out_median"] = serde_json::json!(0.001);
@@ -527,7 +535,9 @@ fn a_fabricated_or_tampered_history_entry_fails_the_audit() {
     let (code, out, _) = memcal(repo, &["audit"]);
     assert_eq!(code, 1, "{out}");
     assert!(
-        out.contains("entry 2 (fixed_at 2026-12-01T00:00:00Z): no version of data/factors.json"),
+        out.contains(&format!(
+            "entry 2 (fixed_at {forged_at}): no version of data/factors.json"
+        )),
         "{out}"
     );
     // The page shows no value of it, and says it fails.
@@ -545,7 +555,7 @@ fn a_fabricated_or_tampered_history_entry_fails_the_audit() {
     );
     assert_eq!(code, 0, "{err}");
     let page = std::fs::read_to_string(site_dir.join("history.html")).unwrap();
-    assert!(page.contains("fails (1 differences"), "{page}");
+    assert!(page.contains("fails (1 difference;"), "{page}");
     assert!(
         !page.contains("42.0000") && !page.contains("99,999"),
         "{page}"
@@ -562,11 +572,11 @@ fn a_fabricated_or_tampered_history_entry_fails_the_audit() {
     assert_eq!(code, 1, "{out}");
     assert!(
         out.contains("entry 1 (fixed_at")
-            && out.contains("field `profiles.fp32.layer_outputs` is 42.0 in the log"),
+            && out.contains("field `profiles.fp32.layer_outputs` is 42 in the log"),
         "{out}"
     );
     assert!(
-        out.contains("field `held_out_median` is Some(0.001) in the log"),
+        out.contains("field `held_out_median` is 0.001 in the log"),
         "{out}"
     );
 }
@@ -616,4 +626,229 @@ fn a_change_within_the_noise_is_reported_in_criterions_words_and_does_not_fail()
         "{md}"
     );
     assert!(!md.contains("no change detected"), "{md}");
+}
+
+/// Adds a row at batch 512 of the first graph, fits again one second after the first fit
+/// (fixing times are to the second) and commits: the log then has two entries, both audited.
+/// Returns the two entries' `fixed_at`, oldest first.
+fn fit_again(repo: &Path, graphs: &[Graph]) -> (String, String) {
+    let data = repo.join("data");
+    let g = &graphs[0];
+    let f = features(g, 512, Precision::Fp32).as_f64();
+    let peak: f64 = TRUTH.iter().zip(f).map(|(a, x)| a * x).sum();
+    write_row(&data, &row(g, 512, peak as u64));
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let (code, _, err) = memcal(repo, &["fit", "--write-factors", "--out", "../cal.json"]);
+    assert_eq!(code, 0, "{err}");
+    common::git(repo, &["add", "."]);
+    common::git(repo, &["commit", "-qm", "second fit"]);
+    let (code, out, err) = memcal(repo, &["audit"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let h: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(data.join("factors-history.json")).unwrap())
+            .unwrap();
+    let at = |k: usize| h["entries"][k]["fixed_at"].as_str().unwrap().to_string();
+    assert_eq!(h["entries"].as_array().unwrap().len(), 2);
+    (at(0), at(1))
+}
+
+/// Rust's debug forms in a message: `Some(`, `None`, a tuple of numbers `(1.16, 1.1)`.
+fn debug_forms(text: &str) -> Vec<String> {
+    let mut found: Vec<String> = ["Some(", "None", "Ok(", "Err("]
+        .iter()
+        .filter(|p| text.contains(*p))
+        .map(|p| p.to_string())
+        .collect();
+    for (k, _) in text.match_indices('(') {
+        let rest = &text[k + 1..];
+        let Some(end) = rest.find(')') else { continue };
+        let inside = &rest[..end];
+        let parts: Vec<&str> = inside.split(", ").collect();
+        if parts.len() > 1 && parts.iter().all(|p| p.parse::<f64>().is_ok()) {
+            found.push(format!("({inside})"));
+        }
+    }
+    found
+}
+
+/// Counts agree with their nouns: no "1 problems", "1 differences", "1 entries".
+fn bad_plurals(text: &str) -> Vec<String> {
+    ["problems", "differences", "entries", "versions"]
+        .iter()
+        .filter(|noun| {
+            text.match_indices(&format!(" {noun}")).any(|(k, _)| {
+                let before = &text[..k];
+                before.ends_with("(1") || before.ends_with(" 1")
+            })
+        })
+        .map(|n| format!("1 {n}"))
+        .collect()
+}
+
+#[test]
+fn a_swapped_history_fails_the_audit_and_the_page_says_so() {
+    let (_tmp, repo, graphs) = fitted_repo();
+    let repo = repo.as_path();
+    let (first, second) = fit_again(repo, &graphs);
+    let history = repo.join("data/factors-history.json");
+    edit_json(&history, |h| {
+        h["entries"].as_array_mut().unwrap().swap(0, 1)
+    });
+    let (code, out, err) = memcal(repo, &["audit"]);
+    assert_eq!(code, 1, "a swapped history fails: {out}{err}");
+    let want = format!(
+        "data/factors-history.json entry 2 (fixed_at {first}): out of order: it is not later \
+         than data/factors-history.json entry 1 (fixed_at {second})"
+    );
+    assert!(out.contains(&want), "{out}");
+    assert!(out.contains("audit: FAILS (1 problem)\n"), "{out}");
+    assert!(
+        debug_forms(&out).is_empty(),
+        "{:?}\n{out}",
+        debug_forms(&out)
+    );
+    // The same as JSON, valid against the schema, failing.
+    let (code, json, _) = memcal(repo, &["audit", "--json"]);
+    assert_eq!(code, 1);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    common::assert_schema("audit", &v);
+    assert_eq!(v["format"], "memcal-audit/1");
+    assert!(
+        failures(&json).iter().any(|f| f.starts_with(&want)),
+        "{json}"
+    );
+    assert_eq!(v["history"][1]["differences"].as_array().unwrap().len(), 1);
+    assert!(v["history"][0]["differences"]
+        .as_array()
+        .unwrap()
+        .is_empty());
+
+    // The page lists the fixings newest first and marks the misordered entry as failing.
+    let site = tempfile::tempdir().unwrap();
+    let site_dir = site.path().join("site");
+    let (code, _, err) = memcal(
+        repo,
+        &[
+            "build",
+            "--data",
+            "data",
+            "--out",
+            site_dir.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let page = std::fs::read_to_string(site_dir.join("history.html")).unwrap();
+    let (newer, older) = (page.find(&second).unwrap(), page.find(&first).unwrap());
+    assert!(newer < older, "newest first: {page}");
+    assert!(page.contains("fails (1 difference;"), "{page}");
+    assert!(page.contains("out of order"), "{page}");
+}
+
+#[test]
+fn audit_messages_are_words_and_numbers_with_their_plurals() {
+    let (_tmp, repo, graphs) = fitted_repo();
+    let repo = repo.as_path();
+    let (first, _) = fit_again(repo, &graphs);
+    let data = repo.join("data");
+    let history = data.join("factors-history.json");
+    // Every kind of failure at once: each field of an entry tampered with (a string, a count, a
+    // multiplier, a profile's factors gone, a profile's own multipliers and fixing time added,
+    // a median removed and one changed), a fabricated entry, an edit of the factors file that
+    // keeps its fixing time (a version failure, and the current factors do not reproduce).
+    edit_json(&history, |h| {
+        let e = &mut h["entries"][0];
+        e["tool_version"] = serde_json::json!("memcal 9.9.9");
+        e["rows"] = serde_json::json!(7);
+        e["q90"] = serde_json::json!(1.5);
+        e["profiles"].as_object_mut().unwrap().remove("fp32");
+        e["upper"] = serde_json::json!({"bf16-autocast": {"q90": 1.1, "q95": 1.1617017007889747}});
+        e["profile_fixed_at"] = serde_json::json!({"bf16-autocast": first});
+        e["held_out_median"] = serde_json::Value::Null;
+        e["in_sample_median"] = serde_json::json!(0.05);
+    });
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    edit_json(&history, |h| {
+        let mut e = h["entries"][1].clone();
+        e["fixed_at"] = serde_json::json!(memcal::clock::now());
+        h["entries"].as_array_mut().unwrap().push(e);
+    });
+    edit_json(&data.join("factors.json"), |f| {
+        f["profiles"]["fp32"]["factors"][0] = serde_json::json!(3.25);
+    });
+    let (code, out, err) = memcal(repo, &["audit"]);
+    assert_eq!(code, 1, "{out}{err}");
+    for want in [
+        "field `tool_version` is `memcal 9.9.9` in the log but `",
+        "field `rows` is 7 in the log but ",
+        "field `q90` is 1.5 in the log but ",
+        "field `profiles.fp32` is none in the log but [",
+        "field `upper.bf16-autocast` is q90 1.1 / q95 1.1617017007889747 in the log but ",
+        &format!("field `profile_fixed_at.bf16-autocast` is {first} in the log but "),
+        "field `held_out_median` is none in the log but the rows at commit ",
+        "field `in_sample_median` is 0.05 in the log but the rows at commit ",
+        "entry 3 (fixed_at ",
+        "no version of data/factors.json in the git history or the working tree has this",
+        "field `profiles.fp32.",
+        "current data/factors.json: profiles.fp32.factors: ",
+    ] {
+        assert!(out.contains(want), "missing `{want}`:\n{out}");
+    }
+    assert!(
+        debug_forms(&out).is_empty(),
+        "{:?}\n{out}",
+        debug_forms(&out)
+    );
+    assert!(
+        bad_plurals(&out).is_empty(),
+        "{:?}\n{out}",
+        bad_plurals(&out)
+    );
+    let (code, json, _) = memcal(repo, &["audit", "--json"]);
+    assert_eq!(code, 1);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    common::assert_schema("audit", &v);
+    let n = failures(&json).len();
+    assert!(n > 1);
+    assert!(
+        out.contains(&format!("audit: FAILS ({n} problems)")),
+        "{out}"
+    );
+    for f in failures(&json) {
+        assert!(debug_forms(&f).is_empty(), "{f}");
+    }
+    // The page says the same in words.
+    let site = tempfile::tempdir().unwrap();
+    let site_dir = site.path().join("site");
+    let (code, _, err) = memcal(
+        repo,
+        &[
+            "build",
+            "--data",
+            "data",
+            "--out",
+            site_dir.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let page = std::fs::read_to_string(site_dir.join("history.html")).unwrap();
+    assert!(debug_forms(&page).is_empty(), "{:?}", debug_forms(&page));
+    assert!(bad_plurals(&page).is_empty(), "{:?}", bad_plurals(&page));
+}
+
+#[test]
+fn a_history_entry_fixed_in_the_future_is_refused() {
+    let (_tmp, repo, _) = fitted_repo();
+    let repo = repo.as_path();
+    let history = repo.join("data/factors-history.json");
+    edit_json(&history, |h| {
+        h["entries"][0]["fixed_at"] = serde_json::json!("2999-01-01T00:00:00Z");
+    });
+    for args in [&["audit"][..], &["build", "--out", "../site"][..]] {
+        let (code, _, err) = memcal(repo, args);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(
+            err.contains("factors-history.json: field `entries[0].fixed_at`: `2999-01-01T00:00:00Z` is in the future"),
+            "{args:?}: {err}"
+        );
+    }
 }

@@ -290,8 +290,16 @@ fn an_empty_data_set_builds_a_page_that_says_so() {
     // Without runs/ the folder is refused (a wrong --data must not build an empty site) ...
     let err = build_site(data.path(), out.path(), false).unwrap_err();
     assert!(err.to_string().contains("runs: missing"), "{err}");
-    // ... and with an empty runs/ it is an empty data set.
+    // ... and with an empty runs/ (and the prose and factor history a site needs) it is an
+    // empty data set.
     std::fs::create_dir(data.path().join("runs")).unwrap();
+    std::fs::create_dir(data.path().join("prose")).unwrap();
+    copy_tree(&fixture().join("prose"), &data.path().join("prose"));
+    std::fs::copy(
+        fixture().join("factors-history.json"),
+        data.path().join("factors-history.json"),
+    )
+    .unwrap();
     let s = build_site(data.path(), out.path(), false).unwrap();
     assert_eq!(s.rows, 0);
     let index = read(out.path(), "index.html");
@@ -628,14 +636,18 @@ fn the_factor_history_page_shows_audited_values_newest_first() {
 
     // A fabricated entry: the page shows none of its values and says it fails.
     let mut forged = history.clone();
+    // Fixed after the second fit, and not in the future (a history entry in the future is
+    // refused outright).
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let forged_at = memcal::clock::now();
     let mut e = second.clone();
-    e.fixed_at = "2026-12-24T00:00:00Z".into();
+    e.fixed_at = forged_at.clone();
     e.rows = 99_999;
     forged.entries.push(e);
     std::fs::write(data.join("factors-history.json"), forged.to_json()).unwrap();
     build_site(&data, out.path(), false).unwrap();
     let html = read(out.path(), "history.html");
-    assert!(html.contains("2026-12-24T00:00:00Z") && html.contains("fails (1 differences"));
+    assert!(html.contains(&forged_at) && html.contains("fails (1 difference;"));
     assert!(
         !html.contains("99,999") && !html.contains("99999"),
         "{html}"

@@ -450,6 +450,21 @@ fn load(
         }
     });
     let g = Graph::load_at(graph, seq)?;
+    let dead = g.dead_nodes();
+    if !dead.is_empty() {
+        let ids: Vec<String> = dead
+            .iter()
+            .map(|&k| format!("`{}`", g.nodes[k].id))
+            .collect();
+        eprintln!(
+            "warning: {}: {} {} read by no node and not the loss (a dead branch): planned as \
+             PyTorch runs it, computed in forward and freed when forward returns; remove it if \
+             it is a leftover",
+            graph.display(),
+            memcal::format::list(&ids, ", "),
+            if ids.len() == 1 { "is" } else { "are" }
+        );
+    }
     let f = FactorsFile::load(factors)?;
     let evidence = evidence.join().map_err(|_| {
         anyhow::anyhow!("calibrating the data folder failed (a bug in memcal: please report it)")

@@ -106,7 +106,6 @@ struct RowRef<'a> {
     #[serde(borrow)]
     device: DeviceRef<'a>,
     #[serde(borrow)]
-    #[allow(dead_code)]
     host: Cow<'a, str>,
     #[serde(borrow)]
     timestamp: Cow<'a, str>,
@@ -114,7 +113,6 @@ struct RowRef<'a> {
     tool_version: Cow<'a, str>,
     #[serde(default)]
     implementation: Option<crate::run::Implementation>,
-    #[allow(dead_code)]
     parameters: crate::run::ParameterCounts,
     graph_mismatch: bool,
     status: RunStatus,
@@ -215,7 +213,16 @@ struct Phases<'a> {
     allocated: Option<u64>,
     reserved: Option<u64>,
     peaks: Vec<(Cow<'a, str>, Option<u64>)>,
+    /// The first phase whose status is not `ok`, `oom` or `error` (its index and status).
+    unknown_status: Option<(usize, Cow<'a, str>)>,
+    /// The first phase whose status is not `ok` (its index and status).
+    not_ok: Option<(usize, Cow<'a, str>)>,
+    /// The first phase with a negative wall time (its index and the time).
+    negative_wall: Option<(usize, f64)>,
 }
+
+/// A phase's statuses (`docs/run-format.md`).
+const PHASE_STATUSES: [&str; 3] = ["ok", "oom", "error"];
 
 impl<'de: 'a, 'a> serde::Deserialize<'de> for Phases<'a> {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
@@ -231,6 +238,16 @@ impl<'de: 'a, 'a> serde::Deserialize<'de> for Phases<'a> {
             ) -> std::result::Result<Phases<'a>, A::Error> {
                 let mut p = Phases::default();
                 while let Some(ph) = seq.next_element::<PhaseRef<'de>>()? {
+                    let k = p.peaks.len();
+                    if p.unknown_status.is_none() && !PHASE_STATUSES.contains(&&*ph.status) {
+                        p.unknown_status = Some((k, ph.status.clone()));
+                    }
+                    if p.not_ok.is_none() && ph.status != "ok" {
+                        p.not_ok = Some((k, ph.status.clone()));
+                    }
+                    if p.negative_wall.is_none() && ph.wall_seconds < 0.0 {
+                        p.negative_wall = Some((k, ph.wall_seconds));
+                    }
                     p.allocated = p.allocated.max(ph.allocated_peak);
                     p.reserved = p.reserved.max(ph.reserved_peak);
                     p.peaks.push((ph.name, ph.allocated_peak));
@@ -311,10 +328,24 @@ fn check_peak(row: &RowRef, peak: &PeakRef, cap: u64, path: &Path) -> Result<()>
             ),
         ));
     }
-    // A row without phases (hand-made test rows) has nothing to disagree with.
     let phases = &row.phases;
     if phases.peaks.is_empty() {
-        return Ok(());
+        return Err(field(
+            path,
+            "phases",
+            "a completed run lists the phases it ran (model_load, inputs, step1.forward, ...), \
+             and its peak is their highest; this row has none: add them or set the status",
+        ));
+    }
+    if let Some((k, status)) = &phases.not_ok {
+        return Err(field(
+            path,
+            &format!("phases[{k}].status"),
+            format!(
+                "is `{status}` in a completed run: every phase of a completed run is `ok`; \
+                 fix the phase's status or the row's `status`"
+            ),
+        ));
     }
     if phases.allocated != Some(peak.allocated_bytes) {
         return Err(field(
@@ -417,6 +448,53 @@ pub fn parse_row(bytes: &[u8], path: &Path) -> Result<RunRow> {
     })
 }
 
+/// The device kinds memcal knows (`device.kind`).
+pub const DEVICE_KINDS: [&str; 2] = ["cpu", "cuda"];
+
+/// A name holds no control character (a NUL, a newline ...): it is printed, used in file
+/// names and compared, and such a character makes it unreadable or cut short.
+fn no_control_characters(path: &Path, name: &str, value: &str) -> Result<()> {
+    if let Some(c) = value.chars().find(|c| c.is_control()) {
+        return Err(field(
+            path,
+            name,
+            format!(
+                "holds the control character U+{:04X}{}; a name is printable text: remove it",
+                c as u32,
+                if c == '\0' { " (NUL)" } else { "" }
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// A run id that names a batch (`<regime>/<graph>/b<batch>...`, the segment after the graph's
+/// name) names the row's batch.
+fn check_run_id_batch(row: &RowRef, path: &Path) -> Result<()> {
+    let mut segments = row.run_id.split('/');
+    if !segments.any(|s| s == row.graph.name) {
+        return Ok(());
+    }
+    let Some(named) = segments
+        .next()
+        .and_then(|s| s.strip_prefix('b'))
+        .filter(|d| !d.is_empty() && d.bytes().all(|c| c.is_ascii_digit()))
+    else {
+        return Ok(());
+    };
+    if named.parse::<u64>().ok() != Some(row.batch) {
+        return Err(field(
+            path,
+            "run_id",
+            format!(
+                "`{}` names batch {named} but the row's batch is {}; fix the run id or the batch",
+                row.run_id, row.batch
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// The checks serde's types do not make.
 fn check(row: &RowRef, path: &Path) -> Result<()> {
     if row.format != RUN_FORMAT {
@@ -429,6 +507,20 @@ fn check(row: &RowRef, path: &Path) -> Result<()> {
     if row.run_id.trim().is_empty() {
         return Err(field(path, "run_id", "must not be empty"));
     }
+    for (name, value) in [
+        ("run_id", &row.run_id),
+        ("graph.name", &row.graph.name),
+        ("regime", &row.regime),
+        ("host", &row.host),
+        ("device.kind", &row.device.kind),
+        ("device.name", &row.device.name),
+        ("tool_version", &row.tool_version),
+    ] {
+        no_control_characters(path, name, value)?;
+    }
+    if let Some(s) = &row.strategy {
+        no_control_characters(path, "strategy", s)?;
+    }
     if row.graph.name.trim().is_empty() {
         return Err(field(path, "graph.name", "must not be empty"));
     }
@@ -437,6 +529,64 @@ fn check(row: &RowRef, path: &Path) -> Result<()> {
     }
     if row.batch == 0 {
         return Err(field(path, "batch", "must be a positive integer"));
+    }
+    check_run_id_batch(row, path)?;
+    if !DEVICE_KINDS.contains(&&*row.device.kind) {
+        return Err(field(
+            path,
+            "device.kind",
+            format!(
+                "unknown device kind `{}` (known: {}); the harness writes one of these",
+                row.device.kind,
+                DEVICE_KINDS.join(", ")
+            ),
+        ));
+    }
+    if let Some(e) = row.device.emulated_capacity_bytes {
+        if e > row.device.capacity_bytes {
+            return Err(field(
+                path,
+                "device.emulated_capacity_bytes",
+                format!(
+                    "{e} bytes is more than the device's capacity (device.capacity_bytes), {} \
+                     bytes: a run can be capped below its device's memory, not above it; fix \
+                     one or the other",
+                    row.device.capacity_bytes
+                ),
+            ));
+        }
+    }
+    if let Some((k, status)) = &row.phases.unknown_status {
+        return Err(field(
+            path,
+            &format!("phases[{k}].status"),
+            format!(
+                "unknown phase status `{status}` (known: {})",
+                PHASE_STATUSES.join(", ")
+            ),
+        ));
+    }
+    if let Some((k, w)) = row.phases.negative_wall {
+        return Err(field(
+            path,
+            &format!("phases[{k}].wall_seconds"),
+            format!("is {w}: a phase's wall time cannot be negative; fix it"),
+        ));
+    }
+    let p = row.parameters;
+    // `built` is 0 when the model was never built (a run that failed in model_load), and
+    // then there is no mismatch to record.
+    let never_built = p.built == 0 && row.status != RunStatus::Completed;
+    if !row.graph_mismatch && p.built != p.graph && !never_built {
+        return Err(field(
+            path,
+            "graph_mismatch",
+            format!(
+                "is false, but parameters.built ({}) differs from parameters.graph ({}): the \
+                 harness sets graph_mismatch exactly when they differ; fix one or the other",
+                p.built, p.graph
+            ),
+        ));
     }
     row.precision
         .parse::<Precision>()
@@ -605,6 +755,20 @@ fn join<'g>(
             ),
         ));
     };
+    let graph_changed = row.graph.sha256 != g.sha256
+        && g.sha256_without_notes.as_deref() != Some(&*row.graph.sha256);
+    if !graph_changed && !row.graph_mismatch && row.parameters.graph != info.parameters {
+        return Err(field(
+            path,
+            "parameters.graph",
+            format!(
+                "is {} but graph `{}` (unchanged since the run) has {} parameters, and \
+                 graph_mismatch is false; the harness records the graph's count: fix the count \
+                 or graph_mismatch",
+                row.parameters.graph, row.graph.name, info.parameters
+            ),
+        ));
+    }
     let precision: Precision = row.precision.parse().expect("validated in parse_row");
     let settings = allocator_settings(&row, path)?;
     let (features, accelerate_bytes, textbook_bytes, simulated) = cache.get(
@@ -625,8 +789,7 @@ fn join<'g>(
     Ok(Row {
         file: rel.into(),
         file_sha256,
-        graph_changed: row.graph.sha256 != g.sha256
-            && g.sha256_without_notes.as_deref() != Some(&*row.graph.sha256),
+        graph_changed,
         run_id: row.run_id.as_ref().into(),
         family: names.name(&info.family),
         graph: names.name(name),

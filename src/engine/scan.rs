@@ -152,6 +152,26 @@ pub fn scan_runs(data_dir: &Path) -> Result<RunFiles> {
                 )))
             }
             Kind::Other => {
+                if let Some(what) = holds_rows(path) {
+                    let ext = if what == "a row bundle" {
+                        "jsonl"
+                    } else {
+                        "json"
+                    };
+                    // `b8` -> `b8.json`, `b8.txt` -> `b8.json`.
+                    let stem = if path.extension().is_some() {
+                        path.file_stem()
+                    } else {
+                        path.file_name()
+                    };
+                    let name = stem.map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+                    return Err(Error::Invalid(format!(
+                        "{}: holds {what} but its name does not end in `.{ext}`, so it would not \
+                         be read (and its rows not counted); rename it to `{name}.{ext}` (or, if \
+                         it is a copy, move it out of runs/)",
+                        path.display()
+                    )));
+                }
                 out.skipped.push(Skipped {
                     file: rel,
                     reason: "not a row file (row files end in .json, row bundles in .jsonl)".into(),
@@ -163,6 +183,31 @@ pub fn scan_runs(data_dir: &Path) -> Result<RunFiles> {
         out.weights.push(weight);
     }
     Ok(out)
+}
+
+/// Files larger than this are not opened to see whether they hold rows.
+const PEEK_LIMIT: u64 = 64 << 20;
+
+/// Whether a file that is not named as a row holds one: `Some("a run row")` when the file is a
+/// JSON object of format `memcal-run/1`, `Some("a row bundle")` when its first line is; `None`
+/// otherwise (or when it cannot be read: it is skipped and reported like any other file).
+fn holds_rows(path: &Path) -> Option<&'static str> {
+    if std::fs::metadata(path).ok()?.len() > PEEK_LIMIT {
+        return None;
+    }
+    let bytes = std::fs::read(path).ok()?;
+    let is_row = |b: &[u8]| {
+        serde_json::from_slice::<serde_json::Value>(b)
+            .ok()
+            .is_some_and(|v| {
+                v.get("format").and_then(|f| f.as_str()) == Some(crate::run::RUN_FORMAT)
+            })
+    };
+    if is_row(&bytes) {
+        return Some("a run row");
+    }
+    let first = bytes.split(|&b| b == b'\n').next()?;
+    (first.len() < bytes.len() && is_row(first)).then_some("a row bundle")
 }
 
 /// `path` relative to `data_dir`, `/`-separated.

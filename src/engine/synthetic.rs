@@ -394,6 +394,19 @@ pub fn write_data_folder_as(
     let factors = factors_file(truth).to_json();
     write(&dir.join("factors.json"), factors.as_bytes())?;
     written += factors.len() as u64;
+    // What a site build needs besides the rows: the factor history of the fitted factors (no
+    // entry: they were never fitted by `memcal fit`) and a prose file per section (empty).
+    let history = crate::factors::FactorHistory {
+        format: crate::factors::HISTORY_FORMAT.into(),
+        entries: Vec::new(),
+    }
+    .to_json();
+    write(&dir.join("factors-history.json"), history.as_bytes())?;
+    written += history.len() as u64;
+    mkdir(&dir.join("prose"))?;
+    for name in crate::report::PROSE_BLOCKS {
+        write(&dir.join("prose").join(format!("{name}.md")), b"")?;
+    }
     let gdir = dir.join("graphs");
     mkdir(&gdir)?;
     let mut loaded = Vec::with_capacity(graphs);

@@ -40,18 +40,38 @@ fn plain_file_name(name: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
 }
 
-/// Reads and renders `data_dir/prose/` for the given families.
+/// Reads and renders `data_dir/prose/` for the given families. Every block of
+/// [`PROSE_BLOCKS`] must be there (an empty file: the section has no prose), so that a lost
+/// file or folder is an error and not a page without its text; a family's note
+/// (`prose/misses/<family>.md`) is optional.
 pub fn load_prose<'a>(
     data_dir: &Path,
     families: impl IntoIterator<Item = &'a String>,
 ) -> Result<ProseInput> {
     let dir = data_dir.join("prose");
+    if !dir.is_dir() {
+        return Err(Error::Invalid(format!(
+            "{}: missing; the site's prose is read from it (one Markdown file per section: {}.md; \
+             an empty file for a section without prose): restore it (e.g. `git checkout -- {}`), \
+             or create it with those files",
+            dir.display(),
+            PROSE_BLOCKS.join(".md, "),
+            dir.display()
+        )));
+    }
     let mut p = ProseInput::default();
     for name in PROSE_BLOCKS {
-        if let Some(md) = read_optional(&dir.join(format!("{name}.md")))? {
-            p.blocks
-                .insert(name.to_string(), markdown::prose_to_html(&md));
-        }
+        let path = dir.join(format!("{name}.md"));
+        let Some(md) = read_optional(&path)? else {
+            return Err(Error::Invalid(format!(
+                "{}: missing; the site's `{name}` section reads its prose from it: restore it \
+                 (e.g. `git checkout -- {}`), or create it empty if the section has no prose",
+                path.display(),
+                path.display()
+            )));
+        };
+        p.blocks
+            .insert(name.to_string(), markdown::prose_to_html(&md));
     }
     for f in families {
         if !plain_file_name(f) {

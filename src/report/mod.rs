@@ -62,6 +62,7 @@ pub fn with_site_reporting<T>(
     let cal = crate::engine::calibrate(&ds);
     let families: BTreeSet<String> = build::site_families(&cal).into_iter().collect();
     let mut prose = load_prose(data_dir, &families)?;
+    require_history(data_dir, &ds.factors)?;
     prose.history = crate::review::audit_history(data_dir, &cal)?;
     let mut site = from_calibration(&cal, &ds.factors, &prose);
     add_plan_sections(&mut site, data_dir, &ds, &cal)?;
@@ -74,6 +75,25 @@ pub fn with_site_reporting<T>(
         drop(cal);
     });
     out
+}
+
+/// A data folder whose factors were fitted (`provenance`) has the history that fit wrote next
+/// to them (`factors-history.json`): without it the site's history page would be empty as if
+/// nothing had been fitted.
+fn require_history(data_dir: &Path, factors: &crate::factors::FactorsFile) -> Result<()> {
+    let path = data_dir.join("factors-history.json");
+    match (&factors.provenance, path.exists()) {
+        (Some(p), false) => Err(Error::Invalid(format!(
+            "{}: missing, but {} was fitted (provenance.fixed_at {}) and `memcal fit \
+             --write-factors` writes the history next to it: restore it (e.g. `git checkout -- \
+             {}`)",
+            path.display(),
+            data_dir.join("factors.json").display(),
+            p.fixed_at,
+            path.display()
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// What `memcal plan` answers, on the site: its verdict on every row (the runs tables), the

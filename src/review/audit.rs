@@ -166,11 +166,24 @@ fn versions(data_dir: &Path, repo: Option<&Repo>) -> Result<Vec<FactorsVersion>>
     Ok(out)
 }
 
-fn show<T: std::fmt::Debug>(v: &T) -> String {
-    format!("{v:?}")
+/// A number as memcal writes it in JSON (the shortest text that reads back as the same value).
+fn num(x: f64) -> String {
+    format!("{x}")
 }
 
-/// The fields of `log` that differ from `want`, named as in `data/factors-history.json`.
+/// An optional value in words: the value, or `none`.
+fn or_none<T>(v: Option<T>, f: impl FnOnce(T) -> String) -> String {
+    v.map_or_else(|| "none".to_string(), f)
+}
+
+/// A profile's six factors, `[f1, f2, ...]`.
+fn factor_list(f: &[f64]) -> String {
+    let v: Vec<String> = f.iter().map(|x| num(*x)).collect();
+    format!("[{}]", v.join(", "))
+}
+
+/// The fields of `log` that differ from `want`, named as in `data/factors-history.json`, each
+/// with both values in words and numbers.
 fn field_differences(log: &HistoryEntry, want: &HistoryEntry) -> Vec<(String, String, String)> {
     let mut out = Vec::new();
     let mut cmp = |field: String, a: String, b: String| {
@@ -178,19 +191,20 @@ fn field_differences(log: &HistoryEntry, want: &HistoryEntry) -> Vec<(String, St
             out.push((field, a, b));
         }
     };
+    let quoted = |s: &str| format!("`{s}`");
     cmp(
         "tool_version".into(),
-        show(&log.tool_version),
-        show(&want.tool_version),
+        quoted(&log.tool_version),
+        quoted(&want.tool_version),
     );
-    cmp("rows".into(), show(&log.rows), show(&want.rows));
+    cmp("rows".into(), log.rows.to_string(), want.rows.to_string());
     cmp(
         "rows_sha256".into(),
-        show(&log.rows_sha256),
-        show(&want.rows_sha256),
+        quoted(&log.rows_sha256),
+        quoted(&want.rows_sha256),
     );
-    cmp("q90".into(), show(&log.q90), show(&want.q90));
-    cmp("q95".into(), show(&log.q95), show(&want.q95));
+    cmp("q90".into(), num(log.q90), num(want.q90));
+    cmp("q95".into(), num(log.q95), num(want.q95));
     let profiles: std::collections::BTreeSet<&String> =
         log.profiles.keys().chain(want.profiles.keys()).collect();
     for p in profiles {
@@ -198,21 +212,26 @@ fn field_differences(log: &HistoryEntry, want: &HistoryEntry) -> Vec<(String, St
         match (a, b) {
             (Some(a), Some(b)) => {
                 for (i, name) in FEATURE_NAMES.iter().enumerate() {
-                    cmp(format!("profiles.{p}.{name}"), show(&a[i]), show(&b[i]));
+                    cmp(format!("profiles.{p}.{name}"), num(a[i]), num(b[i]));
                 }
             }
-            _ => cmp(format!("profiles.{p}"), show(&a), show(&b)),
+            _ => cmp(
+                format!("profiles.{p}"),
+                or_none(a, |f| factor_list(f)),
+                or_none(b, |f| factor_list(f)),
+            ),
         }
-        let q = |u: Option<&Upper>| u.map(|u| (u.q90, u.q95));
+        let q =
+            |u: Option<&Upper>| or_none(u, |u| format!("q90 {} / q95 {}", num(u.q90), num(u.q95)));
         cmp(
             format!("upper.{p}"),
-            show(&q(log.upper.get(p))),
-            show(&q(want.upper.get(p))),
+            q(log.upper.get(p)),
+            q(want.upper.get(p)),
         );
         cmp(
             format!("profile_fixed_at.{p}"),
-            show(&log.profile_fixed_at.get(p)),
-            show(&want.profile_fixed_at.get(p)),
+            or_none(log.profile_fixed_at.get(p), |t| t.clone()),
+            or_none(want.profile_fixed_at.get(p), |t| t.clone()),
         );
     }
     out
@@ -305,8 +324,10 @@ fn audit_entries(
                 ] {
                     if log != now {
                         differences.push(format!(
-                            "{name}: field `{field}` is {log:?} in the log but the rows at {} give {now:?}",
-                            v.source.describe()
+                            "{name}: field `{field}` is {} in the log but the rows at {} give {}",
+                            or_none(log, num),
+                            v.source.describe(),
+                            or_none(now, num)
                         ));
                     }
                 }
@@ -330,7 +351,63 @@ fn audit_entries(
             differences,
         });
     }
+    order_differences(&log.entries, vs, &mut out);
     Ok(out)
+}
+
+/// The log is in the order of the fits: each entry's `fixed_at` is later than the one before
+/// it, and its version of the factors file comes later in the git history. An entry that
+/// breaks the order fails, with both entries named (the page lists the log newest first, so a
+/// swapped pair would otherwise be shown out of order as if audited).
+fn order_differences(entries: &[HistoryEntry], vs: &[FactorsVersion], out: &mut [AuditedEntry]) {
+    let position = |e: &HistoryEntry| {
+        vs.iter()
+            .position(|v| v.fixed_at.as_deref() == Some(e.fixed_at.as_str()))
+    };
+    let time = |e: &HistoryEntry| crate::time::parse_rfc3339(&e.fixed_at).ok();
+    let name = |k: usize| {
+        format!(
+            "data/factors-history.json entry {} (fixed_at {})",
+            k + 1,
+            entries[k].fixed_at
+        )
+    };
+    // The last entry before `k` whose version is known: (its index, its version's position).
+    let mut last_version: Option<(usize, usize)> = None;
+    for k in 0..entries.len() {
+        let here = position(&entries[k]);
+        if k > 0 {
+            let (a, b) = (time(&entries[k - 1]), time(&entries[k]));
+            let later = match (a, b) {
+                (Some(a), Some(b)) => b > a,
+                _ => entries[k].fixed_at > entries[k - 1].fixed_at,
+            };
+            if !later {
+                out[k].differences.push(format!(
+                    "{}: out of order: it is not later than {}, the entry before it; the log \
+                     lists the fits oldest first: put the entries back in the order of their \
+                     fixed_at",
+                    name(k),
+                    name(k - 1)
+                ));
+            } else if let (Some(p), Some((j, q))) = (here, last_version) {
+                if p < q {
+                    out[k].differences.push(format!(
+                        "{}: out of order: it comes after {} in the log, but its version of \
+                         data/factors.json ({}) comes before that entry's ({}) in the git \
+                         history; the log lists the fits in the order they were committed",
+                        name(k),
+                        name(j),
+                        vs[p].source.describe(),
+                        vs[q].source.describe()
+                    ));
+                }
+            }
+        }
+        if let Some(p) = here {
+            last_version = Some((k, p));
+        }
+    }
 }
 
 /// Every version of the factors file that has a `provenance` is the fit's output exactly: its
@@ -481,7 +558,7 @@ pub fn audit_text(a: &AuditReport) -> String {
     let _ = writeln!(
         s,
         "Versions of data/factors.json ({}, oldest first)\n",
-        a.versions.len()
+        crate::format::plural(a.versions.len() as u64, "version")
     );
     for v in &a.versions {
         let _ = writeln!(
@@ -495,8 +572,11 @@ pub fn audit_text(a: &AuditReport) -> String {
     }
     let _ = writeln!(
         s,
-        "\nFactor history ({} entries, oldest first), each checked against its source\n",
-        a.history.len()
+        "\nFactor history ({}, oldest first), each checked against its source\n",
+        match a.history.len() {
+            1 => "1 entry".to_string(),
+            n => format!("{n} entries"),
+        }
     );
     for e in &a.history {
         let status = if e.differences.is_empty() {
@@ -536,7 +616,11 @@ pub fn audit_text(a: &AuditReport) -> String {
     if a.failures.is_empty() {
         let _ = writeln!(s, "\naudit: passes (every entry and version checked)");
     } else {
-        let _ = writeln!(s, "\naudit: FAILS ({} problems)", a.failures.len());
+        let _ = writeln!(
+            s,
+            "\naudit: FAILS ({})",
+            crate::format::plural(a.failures.len() as u64, "problem")
+        );
         for d in &a.failures {
             let _ = writeln!(s, "  - {d}");
         }

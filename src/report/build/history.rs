@@ -30,7 +30,11 @@ pub(super) fn history_page(history: &[AuditedEntry], nav: Vec<Link>) -> HistoryP
         "The factors have not been fitted yet: data/factors.json holds the seed values.",
     );
     let width = t.columns.len();
-    for e in history.iter().rev() {
+    // Newest first by fixing time (the log's order reversed, unless the log is out of order:
+    // then the entry that breaks it fails the audit and says so).
+    let mut newest_first: Vec<&AuditedEntry> = history.iter().rev().collect();
+    newest_first.sort_by(|a, b| b.fixed_at.cmp(&a.fixed_at));
+    for e in newest_first {
         let from = e
             .source
             .as_ref()
@@ -45,8 +49,8 @@ pub(super) fn history_page(history: &[AuditedEntry], nav: Vec<Link>) -> HistoryP
             ];
             row.resize(width - 1, Cell::text(fmt::MISSING.to_string()));
             row.push(Cell::text(format!(
-                "fails ({} differences; see `memcal audit`): {}",
-                e.differences.len(),
+                "fails ({}; see `memcal audit`): {}",
+                fmt::plural(e.differences.len() as u64, "difference"),
                 e.differences.first().map_or("", String::as_str)
             )));
             t.rows.push(row);
@@ -85,7 +89,7 @@ pub(super) fn history_page(history: &[AuditedEntry], nav: Vec<Link>) -> HistoryP
             title: format!("Factor history: {TITLE}"),
             nav,
         },
-        intro: "Each fixing is one run of `memcal fit --write-factors`, the only command that changes data/factors.json; data/factors-history.json logs it. This page does not show the log as typed: each entry is audited as `memcal audit` does it, and the values below are those of the data/factors.json of the commit that first has the entry's fixing time (\"From\"), with the held-out and in-sample medians recomputed from that commit's rows. An entry whose log differs from its commit in any field, or that no commit has, is marked as failing and shows no values. A profile that a fit leaves unchanged keeps the time its factors were fixed (\"Profile's factors fixed at\").".into(),
+        intro: "Each fixing is one run of `memcal fit --write-factors`, the only command that changes data/factors.json; data/factors-history.json logs it. This page does not show the log as typed: each entry is audited as `memcal audit` does it, and the values below are those of the data/factors.json of the commit that first has the entry's fixing time (\"From\"), with the held-out and in-sample medians recomputed from that commit's rows. An entry whose log differs from its commit in any field, that no commit has, or that is out of order in the log (its fixing time not later than the entry before it, or its commit earlier), is marked as failing and shows no values. A profile that a fit leaves unchanged keeps the time its factors were fixed (\"Profile's factors fixed at\").".into(),
         table: t,
     }
 }
