@@ -82,9 +82,14 @@ fn origin(spec: Option<&str>, repo: &Path) -> Result<(DataState, Origin)> {
     Ok((data, Origin::Commit(commit)))
 }
 
-/// The side scored by the running memcal.
-fn here(data: DataState, repo: &Path) -> Result<Side> {
-    let ds = engine::load(&data.data_dir)?;
+/// The side scored by the running memcal (files under `runs/` it skips are said, as `fit` says
+/// them).
+fn here(data: DataState, repo: &Path, say: &mut dyn FnMut(&str)) -> Result<Side> {
+    let (ds, skipped) = engine::load_reporting(&data.data_dir)?;
+    let warning = crate::cli_io::skipped_warning(&data.data_dir, &skipped);
+    if !warning.is_empty() {
+        say(warning.trim_end());
+    }
     let cal = engine::calibrate(&ds);
     let state = ReviewState::of(&cal, ds.factors.small_runs.threshold_bytes, Some(repo));
     let history = FactorHistory::load_or_empty(&data.data_dir.join("factors-history.json"))?;
@@ -152,7 +157,7 @@ fn own_code(
     cache_ready(&req.cache)?;
     Ok(match built_state(req, commit, &data, say) {
         Ok((build, state)) => (there(data, state)?, Some(build), None),
-        Err(why) => (here(data, req.repo)?, None, Some(why)),
+        Err(why) => (here(data, req.repo, say)?, None, Some(why)),
     })
 }
 
@@ -190,7 +195,7 @@ pub fn open_sides(
             }
             side
         }
-        _ => here(head_data, req.repo)?,
+        _ => here(head_data, req.repo, say)?,
     };
     let base = match base_origin {
         Origin::Commit(c) => {
@@ -201,7 +206,7 @@ pub fn open_sides(
             let head_build = cmp.head_build.clone();
             let (side, why) = if cmp.compared == "data-only" || base_is_here {
                 say(&format!("memcal diff: scoring {}", base_data.label));
-                (here(base_data, req.repo)?, None)
+                (here(base_data, req.repo, say)?, None)
             } else if let (true, Some(build)) = (cmp.changed_files.is_empty(), head_build) {
                 say(&format!(
                     "memcal diff: scoring {} with head's memcal (the same code)",
@@ -209,7 +214,7 @@ pub fn open_sides(
                 ));
                 match code::state_of(&build, &base_data.data_dir, req.repo) {
                     Ok(state) => (there(base_data, state)?, None),
-                    Err(why) => (here(base_data, req.repo)?, Some(why)),
+                    Err(why) => (here(base_data, req.repo, say)?, Some(why)),
                 }
             } else {
                 let (side, build, why) = own_code(req, &c, base_data, say)?;
@@ -228,7 +233,7 @@ pub fn open_sides(
             cmp.compared = "data-only";
             cmp.reason =
                 Some("the base is a folder, not a git ref: this memcal scored both sides".into());
-            here(base_data, req.repo)?
+            here(base_data, req.repo, say)?
         }
     };
     let mut one_side: Vec<String> = base
