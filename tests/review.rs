@@ -177,6 +177,24 @@ fn fitted_repo() -> (tempfile::TempDir, PathBuf, Vec<Graph>) {
     (tmp, repo_dir, graphs)
 }
 
+/// The Factor history page `memcal build` makes of the repository's data (the build must pass).
+fn history_page(repo: &Path) -> String {
+    let site = tempfile::tempdir().unwrap();
+    let site_dir = site.path().join("site");
+    let (code, _, err) = memcal(
+        repo,
+        &[
+            "build",
+            "--data",
+            "data",
+            "--out",
+            site_dir.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    std::fs::read_to_string(site_dir.join("history.html")).unwrap()
+}
+
 /// `memcal diff --base HEAD --fail-on SPEC` against the working tree.
 fn gate(repo: &Path, spec: &str) -> (i32, String, String) {
     memcal(repo, &["diff", "--base", "HEAD", "--fail-on", spec])
@@ -541,20 +559,7 @@ fn a_fabricated_or_tampered_history_entry_fails_the_audit() {
         "{out}"
     );
     // The page shows no value of it, and says it fails.
-    let site = tempfile::tempdir().unwrap();
-    let site_dir = site.path().join("site");
-    let (code, _, err) = memcal(
-        repo,
-        &[
-            "build",
-            "--data",
-            "data",
-            "--out",
-            site_dir.to_str().unwrap(),
-        ],
-    );
-    assert_eq!(code, 0, "{err}");
-    let page = std::fs::read_to_string(site_dir.join("history.html")).unwrap();
+    let page = history_page(repo);
     assert!(page.contains("fails (1 difference;"), "{page}");
     assert!(
         !page.contains("42.0000") && !page.contains("99,999"),
@@ -724,20 +729,7 @@ fn a_swapped_history_fails_the_audit_and_the_page_says_so() {
         .is_empty());
 
     // The page lists the fixings newest first and marks the misordered entry as failing.
-    let site = tempfile::tempdir().unwrap();
-    let site_dir = site.path().join("site");
-    let (code, _, err) = memcal(
-        repo,
-        &[
-            "build",
-            "--data",
-            "data",
-            "--out",
-            site_dir.to_str().unwrap(),
-        ],
-    );
-    assert_eq!(code, 0, "{err}");
-    let page = std::fs::read_to_string(site_dir.join("history.html")).unwrap();
+    let page = history_page(repo);
     let (newer, older) = (page.find(&second).unwrap(), page.find(&first).unwrap());
     assert!(newer < older, "newest first: {page}");
     assert!(page.contains("fails (1 difference;"), "{page}");
@@ -817,20 +809,7 @@ fn audit_messages_are_words_and_numbers_with_their_plurals() {
         assert!(debug_forms(&f).is_empty(), "{f}");
     }
     // The page says the same in words.
-    let site = tempfile::tempdir().unwrap();
-    let site_dir = site.path().join("site");
-    let (code, _, err) = memcal(
-        repo,
-        &[
-            "build",
-            "--data",
-            "data",
-            "--out",
-            site_dir.to_str().unwrap(),
-        ],
-    );
-    assert_eq!(code, 0, "{err}");
-    let page = std::fs::read_to_string(site_dir.join("history.html")).unwrap();
+    let page = history_page(repo);
     assert!(debug_forms(&page).is_empty(), "{:?}", debug_forms(&page));
     assert!(bad_plurals(&page).is_empty(), "{:?}", bad_plurals(&page));
 }
