@@ -1,0 +1,461 @@
+"""Per-rank measurement of training strategies past one process, on CPU with the gloo backend:
+torch's own DDP, ZeroRedundancyOptimizer (ZeRO-1), FSDP2 (`fully_shard`, reshard after forward
+on and off), FSDP1 (FULL_SHARD and SHARD_GRAD_OP) and tensor parallel (`parallelize_module`,
+Colwise/Rowwise on attention and MLP), one process per rank.
+
+A run is one (graph, batch, strategy spec, world). Its ranks are `world` processes started
+here (`python -m memcal_export.ranks --worker ...`), each with the harness's counting allocator
+(`measure.py`), the store bound on 127.0.0.1 and gloo on the loopback interface (`lo`); every
+process ends by itself (a run past `--timeout` seconds is killed, all its ranks, and recorded as
+failed). Each rank runs the harness's protocol (`measure.py`: model_load, inputs, three steps of
+forward, backward, optimizer) and its phases become one `memcal-run/1` row with `rank` and
+`world`, under `data/runs/cpu-ranks/<graph>/b<batch>-<spec>-r<rank>.json`.
+
+  - `plain` (world 1): the same model and protocol in one process, one thread: the baseline
+    the strategies are compared with, written under `--work` (`plain/`), not as a row (the
+    real-model campaign's rows of the regime cpu-real are the plain step's evidence).
+  - `ddp:world=N`: `DistributedDataParallel(model)` (default buckets, 25 MiB), AdamW.
+  - `zero1:world=N`: DDP + `ZeroRedundancyOptimizer(AdamW)`.
+  - `fsdp:world=N,version=2,reshard=R`: `fully_shard` on every block (the model's
+    `_no_split_modules` classes), then on the root, `reshard_after_forward=R`.
+  - `fsdp:world=N,version=1,reshard=R`: FSDP1 with a `ModuleWrapPolicy` over the same blocks;
+    R=1 is FULL_SHARD, R=0 SHARD_GRAD_OP.
+  - `tp:k=N`: `parallelize_module` with Colwise on the attention's q/k/v and the MLP's input
+    projections, Rowwise on their output projections (the family's plan in `TP_PLANS`); every
+    rank is fed the same batch.
+
+The batch of a row is what each rank is fed (per-rank micro-batch). AdamW as the harness
+(lr 1e-4, weight decay 0.01, foreach off). One thread per rank.
+
+A run already measured (its rows present) is skipped: the campaign resumes. A row never
+overwrites a file.
+
+Usage: python -m memcal_export.ranks --repo . --memcal target/release/memcal \
+          [--runs data/runs/cpu-ranks] [--only GRAPH ...] [--strategy SPEC ...] [--dry-run]
+"""
+
+import argparse
+import datetime
+import gc
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+from . import campaign as C
+from . import measure as M
+
+REGIME = "cpu-ranks"
+TOOL = "memcal_export 0.1.0 (ranks)"
+THREADS = 1
+
+# Per graph: the measured-models entry it is built from, the batches, and the tensor-parallel
+# plan's family.
+# A family's batches run in turn with the others' (every family's first batch first); `extra`
+# batches run only the specs named.
+FAMILIES = {
+    "hf-bert-base-cased": {"batches": [1], "tp": "bert"},
+    "hf-mixtral-r1": {"batches": [1, 2], "tp": "mixtral"},
+    "hf-mistral-r1": {"batches": [1], "tp": "llama"},
+    "hf-llama-r1": {"batches": [1, 2], "tp": "llama", "extra": {4: ["tp:"]}},
+}
+
+# Tensor-parallel plans per family: module path pattern -> "colwise" | "rowwise".
+TP_PLANS = {
+    "llama": {
+        "model.layers.*.self_attn.q_proj": "colwise",
+        "model.layers.*.self_attn.k_proj": "colwise",
+        "model.layers.*.self_attn.v_proj": "colwise",
+        "model.layers.*.self_attn.o_proj": "rowwise",
+        "model.layers.*.mlp.gate_proj": "colwise",
+        "model.layers.*.mlp.up_proj": "colwise",
+        "model.layers.*.mlp.down_proj": "rowwise",
+    },
+    # Mixtral's experts are one fused parameter (not Linear): attention only.
+    "mixtral": {
+        "model.layers.*.self_attn.q_proj": "colwise",
+        "model.layers.*.self_attn.k_proj": "colwise",
+        "model.layers.*.self_attn.v_proj": "colwise",
+        "model.layers.*.self_attn.o_proj": "rowwise",
+    },
+    "bert": {
+        "encoder.layer.*.attention.self.query": "colwise",
+        "encoder.layer.*.attention.self.key": "colwise",
+        "encoder.layer.*.attention.self.value": "colwise",
+        "encoder.layer.*.attention.output.dense": "rowwise",
+        "encoder.layer.*.intermediate.dense": "colwise",
+        "encoder.layer.*.output.dense": "rowwise",
+    },
+}
+
+# The campaign: specs per world.
+SPECS = [
+    "ddp:world={w}",
+    "zero1:world={w}",
+    "fsdp:world={w},version=2,reshard=1",
+    "fsdp:world={w},version=2,reshard=0",
+    "fsdp:world={w},version=1,reshard=1",
+    "fsdp:world={w},version=1,reshard=0",
+    "tp:k={w}",
+]
+WORLDS = [2, 4]
+
+
+def parse_spec(spec):
+    """`fsdp:world=2,version=2,reshard=1` -> ("fsdp", {"world": 2, ...}); `plain` -> ("plain", {})."""
+    head, _, rest = spec.partition(":")
+    values = {}
+    for kv in filter(None, rest.split(",")):
+        k, _, v = kv.partition("=")
+        values[k] = int(v)
+    return head, values
+
+
+def world_of(spec):
+    head, v = parse_spec(spec)
+    return v.get("world") or v.get("k") or 1
+
+
+def slug(spec):
+    return spec.replace(":", "-").replace(",", "-").replace("=", "")
+
+
+# ---------------------------------------------------------------------------------------------
+# One rank (a worker process).
+
+
+def block_classes(model):
+    names = set(getattr(model, "_no_split_modules", None) or [])
+    classes = {type(m) for m in model.modules() if type(m).__name__ in names}
+    if not classes:
+        raise RuntimeError(f"{type(model).__name__}: no `_no_split_modules` block class to shard by")
+    return classes
+
+
+def wrap(model, spec, world):
+    """The model as the strategy runs it, and the optimizer over it."""
+    import torch
+    import torch.distributed as dist
+
+    head, v = parse_spec(spec)
+
+    def adamw(params):
+        return torch.optim.AdamW(params, lr=1e-4, weight_decay=0.01, foreach=False)
+
+    if head == "plain":
+        return model, adamw(model.parameters())
+    if head in ("ddp", "zero1"):
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        ddp = DDP(model)
+        if head == "ddp":
+            return ddp, adamw(ddp.parameters())
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+
+        opt = ZeroRedundancyOptimizer(ddp.parameters(), optimizer_class=torch.optim.AdamW,
+                                      lr=1e-4, weight_decay=0.01, foreach=False)
+        return ddp, opt
+    if head == "fsdp" and v.get("version", 2) == 2:
+        from torch.distributed.fsdp import fully_shard
+
+        reshard = bool(v.get("reshard", 1))
+        classes = block_classes(model)
+        for m in list(model.modules()):
+            if type(m) in classes:
+                fully_shard(m, reshard_after_forward=reshard)
+        fully_shard(model, reshard_after_forward=reshard)
+        return model, adamw(model.parameters())
+    if head == "fsdp":
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        from torch.distributed.fsdp import ShardingStrategy
+        from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+
+        strategy = ShardingStrategy.FULL_SHARD if v.get("reshard", 1) else ShardingStrategy.SHARD_GRAD_OP
+        fsdp = FSDP(model, auto_wrap_policy=ModuleWrapPolicy(block_classes(model)), sharding_strategy=strategy,
+                    device_id=torch.device("cpu"))
+        return fsdp, adamw(fsdp.parameters())
+    if head == "tp":
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+        mesh = init_device_mesh("cpu", (world,))
+        plan = {k: ColwiseParallel() if s == "colwise" else RowwiseParallel() for k, s in wrap.tp_plan.items()}
+        parallelize_module(model, mesh, plan)
+        return model, adamw(model.parameters())
+    raise ValueError(f"strategy `{spec}`: ranks.py measures plain, ddp, zero1, fsdp and tp")
+
+
+def worker(args):
+    counter = M.Counter(args.counter)
+    import torch
+    import torch.distributed as dist
+    import transformers
+
+    torch.set_num_threads(THREADS)
+    job = json.loads(args.job)
+    spec, world, rank = job["spec"], job["world"], args.rank
+    if world > 1:
+        os.environ["GLOO_SOCKET_IFNAME"] = "lo"
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{job['port']}", rank=rank,
+                                world_size=world, timeout=datetime.timedelta(seconds=job["timeout"]))
+    config, graph = job["config"], job["graph"]
+    cls = getattr(transformers, C.CLASSES[config["model_type"]])
+    fields = {k: val for k, val in config.items() if k != "model_type"}
+    wrap.tp_plan = TP_PLANS.get(job.get("tp", ""), {})
+    state = {}
+
+    def build():
+        m = cls(transformers.AutoConfig.for_model(config["model_type"], **fields))
+        m.train()
+        state["params"] = sum(p.numel() for p in m.parameters())
+        wrapped, opt = wrap(m, spec, world)
+        state["opt"] = opt
+        return wrapped
+
+    phases, params = measure_rank(counter, build, state, graph, job["batch"], rank)
+    out = {"phases": phases, "parameters": params, "torch": torch.__version__.split("+")[0],
+           "library": f"transformers {transformers.__version__}",
+           "class": C.CLASSES[config["model_type"]]}
+    with open(args.out, "w") as f:
+        json.dump(out, f)
+    if world > 1:
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+def measure_rank(counter, build, state, graph, batch, rank):
+    """measure.py's protocol with the strategy's model and optimizer; the inputs are the same on
+    every rank for tensor parallel and differ by rank otherwise (a seed per rank)."""
+    import torch
+
+    phases = []
+    gc.collect()
+    base, _ = counter.read()
+    loss_of = C.loss_of(graph)
+
+    def phase(name, f):
+        M.run_phase(counter, base, phases, name, f)
+
+    def load():
+        torch.manual_seed(0)
+        state["model"] = build()
+
+    phase("model_load", load)
+    torch.manual_seed(1 + (0 if wrap.tp_plan else rank))
+    phase("inputs", lambda: state.__setitem__("inputs", C.make_inputs(graph, batch)))
+    for k in range(1, M.STEPS + 1):
+        phase(f"step{k}.forward", lambda: state.__setitem__("loss", loss_of(state["model"], state["inputs"])))
+        phase(f"step{k}.backward", lambda: state["loss"].backward())
+        del state["loss"]
+
+        def step():
+            state["opt"].step()
+            state["opt"].zero_grad(set_to_none=True)
+
+        phase(f"step{k}.optimizer", step)
+    return phases, state["params"]
+
+
+# ---------------------------------------------------------------------------------------------
+# The campaign (the parent process).
+
+
+def free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_job(counter_so, job, tmp, timeout):
+    """Starts the job's ranks; returns (per-rank results, None) or (None, why it failed)."""
+    world = job["world"]
+    job = dict(job, port=free_port(), timeout=timeout)
+    procs, outs = [], []
+    env = dict(os.environ, OMP_NUM_THREADS=str(THREADS), GLOO_SOCKET_IFNAME="lo", MASTER_ADDR="127.0.0.1")
+    for r in range(world):
+        out = os.path.join(tmp, f"rank{r}.json")
+        if os.path.exists(out):
+            os.remove(out)
+        outs.append(out)
+        log = open(os.path.join(tmp, f"rank{r}.log"), "w")
+        procs.append((subprocess.Popen(
+            [sys.executable, "-m", "memcal_export.ranks", "--worker", "--rank", str(r), "--job", json.dumps(job),
+             "--counter", counter_so, "--out", out], stdout=log, stderr=subprocess.STDOUT, env=env), log))
+    deadline = time.time() + timeout
+    failed = None
+    for p, log in procs:
+        left = max(1, deadline - time.time())
+        try:
+            rc = p.wait(timeout=left)
+            if rc != 0 and failed is None:
+                failed = f"a rank exited {rc}"
+        except subprocess.TimeoutExpired:
+            failed = failed or f"past {timeout} s"
+            break
+    for p, log in procs:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        log.close()
+    if failed:
+        tails = []
+        for r in range(world):
+            with open(os.path.join(tmp, f"rank{r}.log")) as f:
+                lines = f.read().strip().splitlines()
+            tails.append(f"rank {r}: " + " | ".join(lines[-3:]))
+        return None, failed + "; " + " / ".join(tails)
+    results = []
+    for out in outs:
+        with open(out) as f:
+            results.append(json.load(f))
+    return results, None
+
+
+def row_of(result, job, rank, graph_path, graph_params, measured):
+    import hashlib
+
+    with open(graph_path, "rb") as f:
+        sha = hashlib.sha256(f.read()).hexdigest()
+    phases = []
+    for p in result["phases"]:
+        phases.append({
+            "name": p["name"], "status": "ok",
+            "allocated_start": p["start"], "reserved_start": p["start"],
+            "allocated_peak": p["peak"], "reserved_peak": p["peak"],
+            "allocated_end": p["end"], "reserved_end": p["end"],
+            "wall_seconds": p["wall_seconds"],
+        })
+    top = max(phases, key=lambda p: p["allocated_peak"])
+    spec = job["spec"]
+    row = {
+        "format": "memcal-run/1",
+        "run_id": f"{REGIME}/{job['graph_name']}/b{job['batch']}/{spec}/rank{rank}",
+        "graph": {"name": job["graph_name"], "sha256": sha},
+        "batch": job["batch"],
+        "precision": "fp32",
+        "regime": REGIME,
+    }
+    if spec != "plain":
+        row["strategy"] = spec
+        row["rank"] = rank
+        row["world"] = job["world"]
+        row["backend"] = "gloo"
+    row.update({
+        "device": {
+            "kind": "cpu", "name": measured["device_name"], "capacity_bytes": measured["capacity_bytes"],
+            "allocator": "cpu-counting-allocator", "reserved_equals_allocated": True,
+            "torch": result["torch"], "cores": THREADS,
+        },
+        "host": measured["host"],
+        "timestamp": measured["timestamp"],
+        "tool_version": TOOL,
+        "implementation": {
+            "library": result["library"], "class": result["class"],
+            "config": f"models/{job['model']}/config.json",
+            **({"reduced": job["reduce"]} if job.get("reduce") else {}),
+        },
+        "parameters": {"graph": graph_params, "built": result["parameters"]},
+        "graph_mismatch": graph_params != result["parameters"],
+        "status": "completed",
+        "phases": phases,
+        "peak": {"allocated_bytes": top["allocated_peak"], "reserved_bytes": top["reserved_peak"],
+                 "phase": top["name"]},
+    })
+    return row
+
+
+def jobs(repo, only, specs):
+    entries = {e["graph"]: e for e in C.load_spec(repo)}
+    turns = []
+    for name, fam in FAMILIES.items():
+        for i, batch in enumerate(fam["batches"]):
+            turns.append((i, name, batch, None))
+        for batch, prefixes in fam.get("extra", {}).items():
+            turns.append((len(fam["batches"]), name, batch, prefixes))
+    order = list(FAMILIES)
+    turns.sort(key=lambda t: (t[0], order.index(t[1])))
+    for _, name, batch, prefixes in turns:
+        fam = FAMILIES[name]
+        if only and name not in only:
+            continue
+        entry = entries[name]
+        with open(os.path.join(repo, "data", "graphs", name + ".json")) as f:
+            graph = json.load(f)
+        if True:
+            all_specs = ["plain"] + [s.format(w=w) for w in WORLDS for s in SPECS]
+            for spec in all_specs:
+                if specs and not any(spec.startswith(s) for s in specs):
+                    continue
+                if prefixes and not any(spec.startswith(s) for s in prefixes):
+                    continue
+                config = C.merged_config(repo, entry)
+                heads = config.get("num_key_value_heads") or config.get("num_attention_heads")
+                if spec.startswith("tp:") and heads % world_of(spec) != 0:
+                    continue  # Colwise q/k/v need whole heads on every rank
+                yield {
+                    "graph_name": name, "model": entry["model"], "reduce": entry.get("reduce"),
+                    "config": C.merged_config(repo, entry), "graph": graph, "batch": batch,
+                    "spec": spec, "world": world_of(spec), "tp": fam["tp"],
+                }
+
+
+def row_path(runs, work, job, rank):
+    if job["spec"] == "plain":
+        return os.path.join(work, "plain", job["graph_name"], f"b{job['batch']}-plain.json")
+    return os.path.join(runs, job["graph_name"], f"b{job['batch']}-{slug(job['spec'])}-r{rank}.json")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--rank", type=int, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--job", help=argparse.SUPPRESS)
+    ap.add_argument("--counter", help=argparse.SUPPRESS)
+    ap.add_argument("--out", help=argparse.SUPPRESS)
+    ap.add_argument("--repo", default=".")
+    ap.add_argument("--memcal", default="target/release/memcal")
+    ap.add_argument("--runs", default=os.path.join("data", "runs", REGIME))
+    ap.add_argument("--work", default=os.path.join("target", "ranks"), help="scratch folder (logs, the counter)")
+    ap.add_argument("--only", nargs="*", default=[], help="graphs to measure (default: all of FAMILIES)")
+    ap.add_argument("--strategy", nargs="*", default=[], help="spec prefixes to measure (default: all)")
+    ap.add_argument("--timeout", type=int, default=600, help="seconds a run may take, all ranks")
+    ap.add_argument("--dry-run", action="store_true", help="list the runs, measure nothing")
+    args = ap.parse_args(argv)
+    if args.worker:
+        return worker(args)
+    repo = os.path.abspath(args.repo)
+    args.memcal = os.path.abspath(args.memcal)
+    counter_so = M.build_counter(repo, os.path.join(repo, args.work))
+    graph_params = {}
+    todo = [j for j in jobs(repo, args.only, args.strategy)
+            if not all(os.path.exists(row_path(args.runs, args.work, j, r)) for r in range(j["world"]))]
+    print(f"ranks: {len(todo)} runs to measure", flush=True)
+    for i, job in enumerate(todo, 1):
+        label = f"[{i}/{len(todo)}] {job['graph_name']} b{job['batch']} {job['spec']}"
+        if args.dry_run:
+            print(label, flush=True)
+            continue
+        gpath = os.path.join(repo, "data", "graphs", job["graph_name"] + ".json")
+        if job["graph_name"] not in graph_params:
+            graph_params[job["graph_name"]] = C.graph_parameters(args.memcal, repo, gpath)
+        tmp = os.path.join(repo, args.work, "run")
+        os.makedirs(tmp, exist_ok=True)
+        t0 = time.time()
+        measured = {"timestamp": C.now(), "device_name": C.cpu_name(), "capacity_bytes": C.host_memory(),
+                    "host": socket.gethostname()}
+        results, why = run_job(counter_so, job, tmp, args.timeout)
+        if why:
+            print(f"{label}: FAILED ({why})", flush=True)
+            continue
+        for r, res in enumerate(results):
+            row = row_of(res, job, r, gpath, graph_params[job["graph_name"]], measured)
+            C.write_new(row_path(args.runs, args.work, job, r), row)
+        peaks = [max(p["peak"] for p in res["phases"]) for res in results]
+        print(f"{label}: {time.time() - t0:.0f} s, peaks per rank {peaks}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
