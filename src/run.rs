@@ -31,6 +31,17 @@ pub struct RunRow {
     /// Rows with a strategy are never fitted into the plain factors.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub strategy: Option<String>,
+    /// A run of several processes (one per rank): this row's rank, from 0. Present with
+    /// `world` and `backend` only; a rank not below its world is excluded (`rank-out-of-world`),
+    /// and so is every row of a run whose ranks are not all in the data folder (`missing-rank`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rank: Option<u64>,
+    /// The number of processes of the run (at least 2); equal to the strategy's device count.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub world: Option<u64>,
+    /// The collective backend the ranks ran (`gloo`; `nccl`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend: Option<String>,
     /// The device and its allocator.
     pub device: DeviceInfo,
     /// Host name of the machine that ran it.

@@ -68,6 +68,10 @@ fn shipped_rows_pass_the_campaign_checks() {
             }
             Some(s) if s.contains("qlora:") => (params / 2, "0.5"),
             Some(s) if s.contains("zero1:") => (8 * params, "8"),
+            // Sharded per rank (`world` processes): at least the rank's share of the 16 bytes.
+            Some(s) if s.starts_with("fsdp:") || s.starts_with("tp:") => {
+                (16 * params / row.world.unwrap_or(1), "16 / world")
+            }
             Some(_) => (16 * params, "16"),
         };
         if let Some(peak) = &row.peak {

@@ -37,6 +37,9 @@ fn row(graph: &Graph, batch: u64, peak: u64) -> RunRow {
         regime: "cpu-free".into(),
         marker: None,
         strategy: None,
+        rank: None,
+        world: None,
+        backend: None,
         device: DeviceInfo {
             kind: "cpu".into(),
             name: "test".into(),

@@ -131,7 +131,7 @@ fn qlora_packs_the_targets_at_load() {
 #[test]
 fn unsupported_parts_are_errors_not_panics() {
     let g = fixture("strat-mlp-blocks");
-    for spec in ["zero1:world=2", "zero3:world=8", "adam8bit", "tp:k=2"] {
+    for spec in ["zero3:world=8", "fsdp:world=2", "adam8bit", "tp:k=2"] {
         let s = parse(spec).unwrap();
         assert!(
             simulate_strategy(&g, 2, Precision::Fp32, &s, false).is_err(),

@@ -50,8 +50,14 @@ fn bad_specs_are_refused_with_a_reason() {
         ("checkpoint+checkpoint", "checkpoint given twice"),
         (
             "zero2:world=4+zero3:world=4",
-            "one data-parallel sharding at a time",
+            "one data-parallel scheme at a time",
         ),
+        (
+            "ddp:world=2+zero1:world=2",
+            "one data-parallel scheme at a time",
+        ),
+        ("fsdp:world=2,version=3", "version must be between 1 and 2"),
+        ("fsdp:world=2,reshard=2", "reshard must be between 0 and 1"),
         ("lora+qlora", "QLoRA is LoRA on a 4-bit base"),
         ("pp:stages=2+zero3:world=2", "allows ZeRO-1 only"),
         ("qlora+fsdp:world=8", "packed 4-bit weights is not modelled"),
@@ -107,6 +113,7 @@ fn terms() -> GraphTerms {
         blocks: 4,
         inside_share: 0.75,
         boundary_elements: 1_000,
+        heads: None,
     }
 }
 
@@ -348,10 +355,19 @@ fn plan_strategy_exits_2_on_a_bad_spec_and_prints_the_devices() {
     ]);
     assert_eq!(bad.status.code(), Some(2));
     let err = String::from_utf8_lossy(&bad.stderr);
-    assert!(
-        err.contains("one data-parallel sharding at a time"),
-        "{err}"
-    );
+    assert!(err.contains("one data-parallel scheme at a time"), "{err}");
+    // Tensor parallel gives every rank whole heads: Mistral's 2 key/value heads over 4 ranks.
+    let heads = memcal(&[
+        "plan",
+        "data/graphs/hf-mistral-r1.json",
+        "--batch",
+        "1",
+        "--strategy",
+        "tp:k=4",
+    ]);
+    assert_eq!(heads.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&heads.stderr);
+    assert!(err.contains("give tp a k that divides 2"), "{err}");
     let micro = memcal(&[
         "plan",
         "data/graphs/llama-r1.json",

@@ -382,12 +382,13 @@ fn strategies(
         let mut sp = planner::plan_strategy(&base, s, cards, backing, f.bound_floor_bytes);
         // Where the simulator's rule set is clearly the better one on the rows, its peak too.
         if let Some(evidence) = planner::simulator_preferred(s, backing) {
-            match memcal::simulate::simulate_strategy(g, p.batch, p.precision, s, false) {
-                Ok(sim) => {
+            match memcal::simulate::simulate_worst_rank(g, p.batch, p.precision, s) {
+                Ok((sim, rank)) => {
                     sp.simulated = Some(planner::SimulatedPeak {
                         bytes: sim.peak_bytes,
                         phase: sim.peak_phase,
                         node: sim.peak_node,
+                        rank,
                         evidence,
                     })
                 }

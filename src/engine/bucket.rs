@@ -37,6 +37,9 @@ pub(super) fn classify(
     has_factors: &[bool; NP],
 ) -> Result<Bucket, (ExclusionReason, String)> {
     let f = &ds.factors;
+    if let Some(problem) = &row.rank_problem {
+        return Err(problem.clone());
+    }
     if let Some(s) = &row.strategy {
         return Err((
             ExclusionReason::Strategy,

@@ -2,7 +2,7 @@
 //! validates each row (errors name the file and the field) and joins it to its graph.
 
 use super::scan::relative;
-use super::{Dataset, GraphInfo, Row};
+use super::{Dataset, ExclusionReason, GraphInfo, Row};
 use crate::baselines;
 use crate::error::{Error, Result};
 use crate::factors::FactorsFile;
@@ -103,6 +103,12 @@ struct RowRef<'a> {
     marker: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
     strategy: Option<Cow<'a, str>>,
+    #[serde(default)]
+    rank: Option<u64>,
+    #[serde(default)]
+    world: Option<u64>,
+    #[serde(default, borrow)]
+    backend: Option<Cow<'a, str>>,
     #[serde(borrow)]
     device: DeviceRef<'a>,
     #[serde(borrow)]
@@ -607,6 +613,7 @@ fn check(row: &RowRef, path: &Path) -> Result<()> {
     if let Some(s) = &row.strategy {
         crate::strategy::parse_row_spec(s).map_err(|m| field(path, "strategy", m))?;
     }
+    ranks(row, path)?;
     let t = parse_rfc3339(&row.timestamp).map_err(|m| field(path, "timestamp", m))?;
     check_time(t, path)?;
     let cap = row
@@ -727,6 +734,125 @@ impl<'g> FeatureCache<'g, '_> {
 
 /// The row's `device.allocator_settings` (its `PYTORCH_CUDA_ALLOC_CONF`), parsed; absent:
 /// torch's defaults.
+/// A multi-process row's fields (`rank`, `world`, `backend`): all three or none; a world of
+/// at least 2 that is the strategy's device count; a run id ending in `/rank<rank>` (what
+/// joins a run's rows). A rank not below its world is no error here: the row is excluded
+/// (`rank-out-of-world`, [`mark_rank_problems`]).
+fn ranks(row: &RowRef, path: &Path) -> Result<()> {
+    let (rank, world, backend) = (row.rank, row.world, row.backend.as_deref());
+    if rank.is_none() && world.is_none() && backend.is_none() {
+        return Ok(());
+    }
+    let missing = [
+        ("rank", rank.is_none()),
+        ("world", world.is_none()),
+        ("backend", backend.is_none()),
+    ];
+    if let Some((name, _)) = missing.iter().find(|(_, m)| *m) {
+        return Err(field(
+            path,
+            name,
+            "a row of a multi-process run has `rank`, `world` and `backend`, all three (docs/run-format.md)",
+        ));
+    }
+    let (rank, world, backend) = (rank.unwrap_or(0), world.unwrap_or(0), backend.unwrap_or(""));
+    if world < 2 {
+        return Err(field(
+            path,
+            "world",
+            format!("is {world}: a multi-process run has 2 processes or more (leave rank, world and backend out for one process)"),
+        ));
+    }
+    if !matches!(backend, "gloo" | "nccl") {
+        return Err(field(
+            path,
+            "backend",
+            format!("is `{backend}`: the collective backends are `gloo` and `nccl`"),
+        ));
+    }
+    let devices = match row.strategy.as_deref().map(crate::strategy::parse_row_spec) {
+        Some(Ok(crate::strategy::RowSpec::Training(s))) => s.devices(),
+        _ => {
+            return Err(field(
+                path,
+                "strategy",
+                "a multi-process row names its training strategy (ddp, zero1, fsdp, tp, ...)",
+            ))
+        }
+    };
+    if devices != world {
+        return Err(field(
+            path,
+            "world",
+            format!(
+                "is {world} but strategy `{}` runs on {devices} processes",
+                row.strategy.as_deref().unwrap_or("")
+            ),
+        ));
+    }
+    if !row.run_id.ends_with(&format!("/rank{rank}")) {
+        return Err(field(
+            path,
+            "run_id",
+            format!(
+                "`{}` must end in `/rank{rank}`: the rows of one run share the run id up to it",
+                row.run_id
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The run a multi-process row belongs to: its run id without the final `/rank<r>`.
+pub fn run_of(run_id: &str) -> &str {
+    run_id.rsplit_once("/rank").map_or(run_id, |(run, _)| run)
+}
+
+/// Marks the rows that are not counted for their rank: a rank not below its world, and every
+/// row of a run whose ranks 0..world are not all there (the first row of a rank counts; a
+/// repeated one is a duplicate run id already).
+fn mark_rank_problems(rows: &mut [Row]) {
+    let mut runs: BTreeMap<(&str, u64), std::collections::BTreeSet<u64>> = BTreeMap::new();
+    for r in rows.iter() {
+        if let (Some(rank), Some(world)) = (r.rank, r.world) {
+            if rank < world {
+                runs.entry((run_of(&r.run_id), world))
+                    .or_default()
+                    .insert(rank);
+            }
+        }
+    }
+    let missing: BTreeMap<(String, u64), Vec<u64>> = runs
+        .iter()
+        .filter(|((_, world), have)| have.len() as u64 != *world)
+        .map(|((run, world), have)| {
+            let absent = (0..*world).filter(|k| !have.contains(k)).collect();
+            ((run.to_string(), *world), absent)
+        })
+        .collect();
+    for r in rows.iter_mut() {
+        let (Some(rank), Some(world)) = (r.rank, r.world) else {
+            continue;
+        };
+        if rank >= world {
+            r.rank_problem = Some((
+                ExclusionReason::RankOutOfWorld,
+                format!("rank {rank} is not below world {world}"),
+            ));
+        } else if let Some(absent) = missing.get(&(run_of(&r.run_id).to_string(), world)) {
+            let list: Vec<String> = absent.iter().map(|k| k.to_string()).collect();
+            r.rank_problem = Some((
+                ExclusionReason::MissingRank,
+                format!(
+                    "run `{}` of world {world} has no row of rank {}: none of its rows is counted",
+                    run_of(&r.run_id),
+                    list.join(", ")
+                ),
+            ));
+        }
+    }
+}
+
 fn allocator_settings(row: &RowRef, path: &Path) -> Result<crate::simulate::AllocatorSettings> {
     match row.device.allocator_settings.as_deref() {
         None => Ok(Default::default()),
@@ -815,6 +941,10 @@ fn join<'g>(
         capped: row.device.emulated_capacity_bytes.is_some(),
         after_fit: row.marker.as_deref() == Some(AFTER_FIT),
         strategy: row.strategy.as_deref().map(|s| names.name(s)),
+        rank: row.rank,
+        world: row.world,
+        backend: row.backend.as_deref().map(|s| names.name(s)),
+        rank_problem: None,
         timestamp: names.mostly_distinct(&row.timestamp),
         graph_mismatch: row.graph_mismatch,
         has_batch_axis: info.has_batch_axis,
@@ -1056,6 +1186,7 @@ pub fn load_reporting(data_dir: &Path) -> Result<(Dataset, Vec<super::scan::Skip
             rows.extend(run);
         }
     }
+    mark_rank_problems(&mut rows);
     let ds = Dataset {
         factors,
         rows,

@@ -41,7 +41,7 @@ pub use crate::intern::{FastHash, FastHasher, Interner, Name};
 pub use calibrate::calibrate;
 pub use digest::Digest;
 pub use groups::{implementation_groups, ImplementationGroup};
-pub use load::{load, load_reporting, parse_row, rows_sha256, RowsHasher};
+pub use load::{load, load_reporting, parse_row, rows_sha256, run_of, RowsHasher};
 pub use metrics::{abs_rel_error, median, nearest_rank, row_abs_rel_error};
 pub use misses::held_to_band;
 pub use output::{refit_factors_file, summary_table, write_calibration_json, CALIBRATION_FORMAT};
@@ -98,6 +98,14 @@ pub struct Row {
     pub after_fit: bool,
     /// The row's strategy spec (`memcal-run/1` field `strategy`); never fitted.
     pub strategy: Option<Name>,
+    /// A multi-process run's rank and world (`memcal-run/1` `rank`, `world`), and its
+    /// collective backend.
+    pub rank: Option<u64>,
+    pub world: Option<u64>,
+    pub backend: Option<Name>,
+    /// Why a rank's row is not counted (`rank-out-of-world`, `missing-rank`), set by the
+    /// loader over all rows; None: counted.
+    pub rank_problem: Option<(ExclusionReason, String)>,
     /// RFC 3339 start time of the run (shared by neighbouring rows that started in the same
     /// second).
     pub timestamp: Name,

@@ -40,6 +40,11 @@ pub enum Bucket {
 pub enum ExclusionReason {
     /// Another row file earlier in path order has the same run id.
     DuplicateRunId,
+    /// A multi-process row whose `rank` is not below its `world`.
+    RankOutOfWorld,
+    /// A multi-process run some of whose ranks have no row in the data folder: none of its
+    /// rows is counted (never half a run).
+    MissingRank,
     /// The run used a memory-saving strategy (field `strategy`): calibrated in the strategies
     /// section (`crate::strategy::evidence`), never in the plain fit.
     Strategy,
@@ -68,6 +73,8 @@ impl ExclusionReason {
     pub fn as_str(self) -> &'static str {
         match self {
             ExclusionReason::DuplicateRunId => "duplicate-run-id",
+            ExclusionReason::RankOutOfWorld => "rank-out-of-world",
+            ExclusionReason::MissingRank => "missing-rank",
             ExclusionReason::Strategy => "strategy",
             ExclusionReason::StatusError => "status-error",
             ExclusionReason::GraphChanged => "graph-changed",

@@ -19,6 +19,13 @@ pub fn evidence_label(kind: Kind, rows: &RowCounts) -> String {
     let n = rows.get(&kind).copied().unwrap_or(0);
     match (def(kind).backing, n) {
         (crate::strategy::Backing::MeasuredCpu, n) if n > 0 => format!("measured on CPU: {n} rows"),
+        (crate::strategy::Backing::MeasuredGloo, n) if n > 0 => {
+            format!("measured on CPU (gloo): {n} rows, one a rank")
+        }
+        (crate::strategy::Backing::MeasuredGloo, _) => {
+            "formula, not measured (python3 -m memcal_export.ranks measures it per rank; no rows in the data folder)"
+                .to_string()
+        }
         (crate::strategy::Backing::Emulated, n) if n > 0 => {
             format!("one rank's layout, emulated in one process: {n} rows")
         }
@@ -57,15 +64,24 @@ impl Backing {
         }
     }
 
-    /// The held-out record of one kind measured alone.
-    fn record(&self, kind: Kind) -> Option<&crate::strategy::evidence::Record> {
-        let name = def(kind).name;
-        self.evidence
-            .as_ref()?
-            .strategies
-            .iter()
-            .find(|s| s.strategy == name)
-            .map(|s| &s.all)
+    /// The held-out record of one part measured alone: its rows measured per rank (gloo)
+    /// first, else its group's.
+    fn record(&self, part: &crate::strategy::Part) -> Option<&crate::strategy::evidence::Record> {
+        self.group(part).map(|s| &s.all)
+    }
+
+    /// The evidence group of one part measured alone (per rank with gloo first).
+    pub fn group(
+        &self,
+        part: &crate::strategy::Part,
+    ) -> Option<&crate::strategy::evidence::StrategyEvidence> {
+        use crate::strategy::evidence::{part_group, rank_group};
+        let all = &self.evidence.as_ref()?.strategies;
+        let gloo = rank_group(part, "gloo");
+        let name = part_group(part);
+        all.iter()
+            .find(|s| s.strategy == gloo)
+            .or_else(|| all.iter().find(|s| s.strategy == name))
     }
 }
 
@@ -117,6 +133,8 @@ pub struct SimulatedPeak {
     /// The phase and op of the peak (`step2.backward`, `layers0.self_attn`).
     pub phase: String,
     pub node: String,
+    /// A multi-process strategy: the rank whose peak this is, the worst of them.
+    pub rank: Option<u64>,
     /// Per part: (strategy, the simulator's record, the formula's record) on its rows.
     pub evidence: Vec<(
         String,
@@ -138,14 +156,14 @@ pub fn simulator_preferred(
         crate::strategy::evidence::Record,
     )>,
 > {
-    let ev = backing.evidence.as_ref()?;
+    backing.evidence.as_ref()?;
     if s.parts.is_empty() {
         return None;
     }
     let mut out = Vec::new();
     for p in &s.parts {
         let name = def(p.kind).name;
-        let st = ev.strategies.iter().find(|x| x.strategy == name)?;
+        let st = backing.group(p)?;
         let sim = st.simulator.as_ref()?;
         let clearly = |a: Option<f64>, b: Option<f64>| match (a, b) {
             (Some(a), Some(b)) => a < b / 2.0,
@@ -226,6 +244,14 @@ pub fn base(graph: &Graph, plain: &Plan) -> Base {
 
 /// Refuses a strategy the job cannot run (pipeline micro-batches beyond the batch).
 pub fn check_job(s: &Strategy, b: &Base) -> Result<(), String> {
+    if let (Some(tp), Some(heads)) = (s.part(Kind::Tp), b.graph_terms.heads) {
+        let k = tp.get("k");
+        if heads % k != 0 {
+            return Err(format!(
+                "`{s}`: tp over {k} ranks for an attention of {heads} (key/value) heads: tensor parallel gives every rank whole heads; give tp a k that divides {heads}"
+            ));
+        }
+    }
     if let Some(pp) = s.part(Kind::Pp) {
         if pp.get("micro") > b.batch {
             return Err(format!(
@@ -264,7 +290,7 @@ pub fn plan_strategy(
     let q95 = s
         .parts
         .iter()
-        .filter_map(|p| backing.record(p.kind).and_then(|r| r.q95))
+        .filter_map(|p| backing.record(p).and_then(|r| r.q95))
         .fold(b.q95, f64::max);
     let bound = (est * q95).max(bound_floor as f64);
     let cards = cards
@@ -284,7 +310,7 @@ pub fn plan_strategy(
                 PartInfo {
                     spec: p.to_string(),
                     evidence: evidence_label(p.kind, &backing.counts),
-                    record: backing.record(p.kind).cloned(),
+                    record: backing.record(p).cloned(),
                     effect: d.effect,
                     formula: d.formula,
                     cost: d.cost,

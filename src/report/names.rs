@@ -22,6 +22,8 @@ pub fn bucket_name(b: Bucket) -> &'static str {
 pub fn reason_name(r: ExclusionReason) -> &'static str {
     match r {
         ExclusionReason::DuplicateRunId => "duplicate run id",
+        ExclusionReason::RankOutOfWorld => "rank not below its world",
+        ExclusionReason::MissingRank => "a rank of its run has no row",
         ExclusionReason::Strategy => "a strategy run: calibrated in the strategies section",
         ExclusionReason::StatusError => "failed for a reason other than memory",
         ExclusionReason::GraphChanged => "graph changed since the run",

@@ -511,6 +511,98 @@ pub fn simulate_strategy(
     simulate_with(graph, batch, precision, timeline, &plan)
 }
 
+/// [`simulate_strategy`] for one rank of a multi-process strategy (`ddp`, `zero1`: the
+/// ranks of ZeRO-1 differ by their optimizer partition). `rank` must be below the strategy's
+/// world.
+pub fn simulate_rank(
+    graph: &Graph,
+    batch: u64,
+    precision: Precision,
+    strategy: &crate::strategy::Strategy,
+    rank: u64,
+    timeline: bool,
+) -> Result<Simulation, String> {
+    let mut plan = staged::Plan::from_strategy(strategy)?;
+    let world = strategy.devices();
+    if rank >= world {
+        return Err(format!(
+            "rank {rank} is not below the strategy's world {world}"
+        ));
+    }
+    if let Some(z) = plan.zero1.as_mut() {
+        z.0 = rank;
+    }
+    simulate_with(graph, batch, precision, timeline, &plan)
+}
+
+/// The simulation of a multi-process strategy's worst rank (the highest peak among the ranks
+/// whose layouts differ, [`distinct_ranks`], at most 16 of them: ZeRO-1's largest partitions),
+/// with that rank; a one-process strategy is simulated as [`simulate_strategy`] (rank None).
+pub fn simulate_worst_rank(
+    graph: &Graph,
+    batch: u64,
+    precision: Precision,
+    strategy: &crate::strategy::Strategy,
+) -> Result<(Simulation, Option<u64>), String> {
+    if strategy.devices() == 1 {
+        return simulate_strategy(graph, batch, precision, strategy, false).map(|s| (s, None));
+    }
+    let mut worst: Option<(Simulation, Option<u64>)> = None;
+    for rank in distinct_ranks(graph, strategy, 16) {
+        let sim = simulate_rank(graph, batch, precision, strategy, rank, false)?;
+        if worst
+            .as_ref()
+            .is_none_or(|(w, _)| sim.peak_bytes > w.peak_bytes)
+        {
+            worst = Some((sim, Some(rank)));
+        }
+    }
+    worst.ok_or_else(|| "no rank to simulate".to_string())
+}
+
+/// The ranks of a strategy whose simulations differ, each with the bytes of its optimizer
+/// partition: every rank for ZeRO-1 up to `limit` (the largest partitions first), else rank 0.
+pub fn distinct_ranks(
+    graph: &Graph,
+    strategy: &crate::strategy::Strategy,
+    limit: usize,
+) -> Vec<u64> {
+    let Some(world) = strategy
+        .part(crate::strategy::Kind::Zero1)
+        .map(|p| p.get("world"))
+    else {
+        return vec![0];
+    };
+    let (params, _) = parameters(graph, Backend::CpuFp32);
+    let bytes: Vec<u64> = params.iter().map(|p| p.bytes).collect();
+    let owner = zero1_owners(&bytes, world);
+    let mut per_rank = vec![0u64; world as usize];
+    for (b, o) in bytes.iter().zip(&owner) {
+        per_rank[*o as usize] += b;
+    }
+    let mut ranks: Vec<u64> = (0..world).collect();
+    ranks.sort_by_key(|&r| std::cmp::Reverse(per_rank[r as usize]));
+    ranks.truncate(limit.max(1));
+    ranks
+}
+
+/// ZeroRedundancyOptimizer's partition (`_partition_parameters`, torch 2.11): the owner rank
+/// of each parameter, given in module order by its bytes (one dtype: bytes order as elements).
+pub fn zero1_owners(bytes: &[u64], world: u64) -> Vec<u64> {
+    let mut order: Vec<usize> = (0..bytes.len()).collect();
+    // `sorted(..., key=numel, reverse=True)`: stable, largest first.
+    order.sort_by_key(|&i| std::cmp::Reverse(bytes[i]));
+    let mut sizes = vec![0u64; world as usize];
+    let mut owner = vec![0u64; bytes.len()];
+    for i in order {
+        // `_get_min_index`: the first rank with the fewest elements.
+        let r = (0..sizes.len()).min_by_key(|&r| (sizes[r], r)).unwrap_or(0);
+        owner[i] = r as u64;
+        sizes[r] += bytes[i];
+    }
+    owner
+}
+
 fn simulate_with(
     graph: &Graph,
     batch: u64,
@@ -590,6 +682,10 @@ struct Sim<'a> {
     stages: Option<Vec<staged::StageInfo>>,
     /// Which threads have made their cuBLAS workspaces (CUDA).
     workspace: Workspaces,
+    /// DDP's gradient buckets ([`staged::Plan::ddp_buckets`]).
+    ddp_buckets: bool,
+    /// ZeRO-1: whether this rank's optimizer owns each parameter (None: all of them).
+    owned: Option<Vec<bool>>,
     mem: Mem,
     rec: Recorder,
 }
@@ -662,6 +758,13 @@ impl<'a> Sim<'a> {
             None => Vec::new(),
         };
         let stages = staged::stages(graph, values, plan)?;
+        let owned = plan.zero1.map(|(rank, world)| {
+            let bytes: Vec<u64> = params.iter().map(|p| p.bytes).collect();
+            zero1_owners(&bytes, world)
+                .into_iter()
+                .map(|o| o == rank)
+                .collect()
+        });
         let n = graph.nodes.len();
         // A recomputed stage's outputs are leaves that require a gradient (the harness's
         // `set_requires_grad(true)`), whatever their nodes hold.
@@ -749,6 +852,8 @@ impl<'a> Sim<'a> {
             targets,
             stages,
             workspace: Workspaces::default(),
+            ddp_buckets: plan.ddp_buckets,
+            owned,
             mem: Mem {
                 bufs: Vec::new(),
                 live: Breakdown::default(),
@@ -807,6 +912,23 @@ impl<'a> Sim<'a> {
             self.rec.event(&p.label, high, &self.mem);
         }
         self.load_adapters(&param_bufs);
+        if self.ddp_buckets {
+            // The reducer's buckets: every parameter that gets a gradient (the adapters
+            // alone under LoRA).
+            let trainable: u64 = self.params[base.min(self.params.len())..]
+                .iter()
+                .chain(if self.targets.is_empty() {
+                    &self.params[..base]
+                } else {
+                    &[]
+                })
+                .map(|p| p.bytes)
+                .sum();
+            self.mem.at("ddp buckets");
+            self.mem.alloc(trainable, Kind::Gradients);
+            let high = self.rec.high("ddp buckets", &self.mem);
+            self.rec.event("ddp buckets", high, &self.mem);
+        }
         self.rec.end(&self.mem);
 
         // inputs
@@ -1516,6 +1638,9 @@ impl<'a> Sim<'a> {
         for p in 0..self.params.len() {
             if grads[p].is_none() {
                 continue; // libtorch's AdamW skips a parameter without a gradient
+            }
+            if self.owned.as_ref().is_some_and(|o| !o[p]) {
+                continue; // ZeRO-1: another rank's optimizer steps it
             }
             let bytes = self.params[p].bytes;
             self.mem.at(&self.params[p].label);

@@ -36,6 +36,16 @@ pub struct Plan {
     /// Blocks a checkpointed segment.
     pub checkpoint_every: Option<u64>,
     pub low_rank: Option<LowRank>,
+    /// DistributedDataParallel (`ddp`, and `zero1`, which runs over it): the reducer's flat
+    /// gradient buckets, one element a trainable parameter, made at construction
+    /// (`torch/csrc/distributed/c10d/reducer.cpp`, `initialize_buckets`: `at::empty` of each
+    /// bucket's total; `gradient_as_bucket_view` off, so `.grad` stays its own tensor and is
+    /// copied in and out) and kept for the run.
+    pub ddp_buckets: bool,
+    /// ZeroRedundancyOptimizer (`zero1`): (this rank, world). The rank's AdamW holds and
+    /// steps only its partition (`_partition_parameters`: parameters sorted by size, largest
+    /// first, each to the rank with the fewest elements so far, the lowest such rank).
+    pub zero1: Option<(u64, u64)>,
 }
 
 impl Plan {
@@ -61,6 +71,11 @@ impl Plan {
                         quantize: part.kind == SKind::Qlora,
                     });
                 }
+                SKind::Ddp => p.ddp_buckets = true,
+                SKind::Zero1 => {
+                    p.ddp_buckets = true;
+                    p.zero1 = Some((0, part.get("world")));
+                }
                 other => {
                     return Err(format!(
                         "`{part}`: the simulator has no rule set for {other:?} (its formula stands)"
@@ -72,7 +87,10 @@ impl Plan {
     }
 
     pub fn is_plain(&self) -> bool {
-        self.checkpoint_every.is_none() && self.low_rank.is_none()
+        self.checkpoint_every.is_none()
+            && self.low_rank.is_none()
+            && !self.ddp_buckets
+            && self.zero1.is_none()
     }
 }
 

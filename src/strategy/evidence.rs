@@ -29,8 +29,13 @@ pub struct StrategyRow {
     pub graph: String,
     pub batch: u64,
     pub spec: String,
-    /// `checkpoint`, `lora`, `qlora`, `inference`, or the joined kinds of a combination.
+    /// `checkpoint`, `lora`, `qlora`, `inference`, or the joined kinds of a combination; a
+    /// multi-process strategy measured per rank names its settings and backend
+    /// (`fsdp2 reshard (gloo)`, see [`group`]).
     pub strategy: String,
+    /// A multi-process row: its rank and world.
+    pub rank: Option<u64>,
+    pub world: Option<u64>,
     pub status: RunStatus,
     /// How the row was measured: "measured on CPU", or for a multi-device strategy "one
     /// rank's layout, emulated in one process (CPU)".
@@ -131,6 +136,53 @@ pub struct StrategyEvidence {
     /// no constant of it is chosen on these rows, so it is held out too.
     pub simulator: Option<Record>,
     pub simulator_by_family: BTreeMap<String, Record>,
+    /// Rows measured per rank: per (world, rank), the formula's and the simulator's records.
+    pub by_rank: Vec<RankRecord>,
+    /// Per run, its worst rank (the highest measured peak, the lowest such rank): the
+    /// formula's and the simulator's records over those rows alone (None without ranks).
+    pub worst_rank: Option<RankRecord>,
+}
+
+/// The records of one rank (or of each run's worst rank) of a strategy measured per rank.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RankRecord {
+    pub world: u64,
+    /// None: each run's worst rank.
+    pub rank: Option<u64>,
+    pub formula: Record,
+    pub simulator: Option<Record>,
+}
+
+/// The per-rank records of a strategy's rows (empty where none has a rank).
+fn rank_records(rs: &[&StrategyRow]) -> (Vec<RankRecord>, Option<RankRecord>) {
+    let simulated = |v: &[&StrategyRow]| v.iter().any(|r| r.simulated_bytes.is_some());
+    let of = |world, rank, v: &[&StrategyRow]| RankRecord {
+        world,
+        rank,
+        formula: record(v, By::Formula),
+        simulator: simulated(v).then(|| record(v, By::Simulator)),
+    };
+    let mut at: BTreeMap<(u64, u64), Vec<&StrategyRow>> = BTreeMap::new();
+    let mut runs: BTreeMap<&str, &StrategyRow> = BTreeMap::new();
+    for r in rs {
+        let (Some(rank), Some(world)) = (r.rank, r.world) else {
+            continue;
+        };
+        at.entry((world, rank)).or_default().push(r);
+        let run = crate::engine::run_of(&r.run_id);
+        let worse = |w: &&StrategyRow| {
+            r.measured_bytes > w.measured_bytes
+                || (r.measured_bytes == w.measured_bytes && r.rank < w.rank)
+        };
+        if runs.get(run).is_none_or(worse) {
+            runs.insert(run, r);
+        }
+    }
+    let by_rank = at.iter().map(|((w, k), v)| of(*w, Some(*k), v)).collect();
+    let worst: Vec<&StrategyRow> = runs.into_values().collect();
+    let worst_world = worst.iter().filter_map(|r| r.world).max().unwrap_or(0);
+    let worst = (!worst.is_empty()).then(|| of(worst_world, None, &worst));
+    (by_rank, worst)
 }
 
 /// The format of `memcal fit --strategies --json`.
@@ -146,14 +198,15 @@ pub struct Evidence {
 }
 
 impl Evidence {
-    /// Completed rows per strategy kind (for `plan`'s evidence labels).
+    /// Completed rows per strategy kind (for `plan`'s evidence labels); a multi-process kind
+    /// counts only the rows measured per rank (not a layout emulated in one process).
     pub fn counts(&self) -> RowCounts {
         let mut c = RowCounts::new();
-        for r in self
-            .rows
-            .iter()
-            .filter(|r| r.status == RunStatus::Completed)
-        {
+        for r in self.rows.iter().filter(|r| {
+            r.status == RunStatus::Completed
+                && (r.rank.is_some()
+                    || !matches!(parse_row_spec(&r.spec), Ok(RowSpec::Training(s)) if s.devices() > 1))
+        }) {
             if let Ok(RowSpec::Training(s)) = parse_row_spec(&r.spec) {
                 for p in &s.parts {
                     *c.entry(p.kind).or_default() += 1;
@@ -180,13 +233,37 @@ impl Evidence {
     }
 }
 
+/// The group of one part: its name, and for FSDP its implementation and reshard setting,
+/// which hold different things (`fsdp2 reshard`, `fsdp2 no-reshard`, `fsdp1 full-shard`,
+/// `fsdp1 shard-grad-op`).
+pub fn part_group(p: &super::Part) -> String {
+    match p.kind {
+        Kind::Fsdp => format!(
+            "fsdp{} {}",
+            p.get("version"),
+            match (p.get("version"), p.get("reshard")) {
+                (1, 1) => "full-shard",
+                (1, _) => "shard-grad-op",
+                (_, 1) => "reshard",
+                _ => "no-reshard",
+            }
+        ),
+        k => super::def(k).name.to_string(),
+    }
+}
+
+/// The group a part's rows measured per rank with `backend` are in: `ddp (gloo)`.
+pub fn rank_group(p: &super::Part, backend: &str) -> String {
+    format!("{} ({backend})", part_group(p))
+}
+
 /// The strategy group of a spec: its kinds joined by `+`, or `inference`.
 fn group(spec: &RowSpec) -> String {
     match spec {
         RowSpec::Inference { .. } => "inference".into(),
         RowSpec::Generate { .. } => "generate".into(),
         RowSpec::Training(s) => {
-            let v: Vec<&str> = s.parts.iter().map(|p| super::def(p.kind).name).collect();
+            let v: Vec<String> = s.parts.iter().map(part_group).collect();
             v.join("+")
         }
     }
@@ -235,6 +312,7 @@ fn simulate_row(
     batch: u64,
     precision: crate::features::Precision,
     spec: &RowSpec,
+    rank: Option<u64>,
 ) -> Option<u64> {
     match spec {
         RowSpec::Inference { .. } => None,
@@ -243,9 +321,15 @@ fn simulate_row(
                 .ok()
                 .map(|s| s.peak_bytes)
         }
-        RowSpec::Training(s) => crate::simulate::simulate_strategy(g, batch, precision, s, false)
-            .ok()
-            .map(|sim| sim.peak_bytes),
+        RowSpec::Training(s) => match rank {
+            Some(rank) => crate::simulate::simulate_rank(g, batch, precision, s, rank, false),
+            // A multi-device layout emulated in one process (the harness's `cpu-zero1`): no
+            // reducer and no other rank, which the rule sets model.
+            None if s.devices() > 1 => return None,
+            None => crate::simulate::simulate_strategy(g, batch, precision, s, false),
+        }
+        .ok()
+        .map(|sim| sim.peak_bytes),
     }
 }
 
@@ -271,7 +355,13 @@ pub fn evidence_from(ds: &Dataset, graphs: &[Graph]) -> Evidence {
 fn evidence_with(ds: &Dataset, graph_of: &mut dyn FnMut(&str) -> Option<Graph>) -> Evidence {
     let mut graphs: BTreeMap<&str, Option<Graph>> = BTreeMap::new();
     let mut rows = Vec::new();
-    for r in ds.rows.iter().filter(|r| r.strategy.is_some()) {
+    // A row not counted for its rank (`rank-out-of-world`, `missing-rank`) is in the
+    // exclusions with its reason, never in a strategy's record.
+    for r in ds
+        .rows
+        .iter()
+        .filter(|r| r.strategy.is_some() && r.rank_problem.is_none())
+    {
         let spec_text = r.strategy.as_ref().expect("filtered").as_str();
         let Ok(spec) = parse_row_spec(spec_text) else {
             continue; // the loader refused it already (exit 2)
@@ -295,9 +385,18 @@ fn evidence_with(ds: &Dataset, graph_of: &mut dyn FnMut(&str) -> Option<Graph>) 
             graph: r.graph.to_string(),
             batch: r.batch,
             spec: spec.label(),
-            strategy: group(&spec),
+            strategy: match (r.backend.as_deref(), &spec) {
+                (Some(b), RowSpec::Training(s)) if s.parts.len() == 1 => rank_group(&s.parts[0], b),
+                (Some(b), _) => format!("{} ({b})", group(&spec)),
+                _ => group(&spec),
+            },
+            rank: r.rank,
+            world: r.world,
             status: r.status,
             label: match &spec {
+                RowSpec::Training(_) if r.backend.as_deref() == Some("gloo") => {
+                    "measured on CPU (gloo), one process per rank"
+                }
                 RowSpec::Training(s) if s.devices() > 1 => {
                     "one rank's layout, emulated in one process (CPU)"
                 }
@@ -313,7 +412,7 @@ fn evidence_with(ds: &Dataset, graph_of: &mut dyn FnMut(&str) -> Option<Graph>) 
             plain_simulated_bytes: r.simulated_bytes,
             simulated_bytes: g
                 .as_ref()
-                .and_then(|g| simulate_row(g, r.batch, r.precision, &spec)),
+                .and_then(|g| simulate_row(g, r.batch, r.precision, &spec, r.rank)),
         });
     }
     let mut by: BTreeMap<&str, Vec<&StrategyRow>> = BTreeMap::new();
@@ -328,7 +427,10 @@ fn evidence_with(ds: &Dataset, graph_of: &mut dyn FnMut(&str) -> Option<Graph>) 
                 fam.entry(r.family.as_str()).or_default().push(r);
             }
             let simulated = |v: &[&StrategyRow]| v.iter().any(|r| r.simulated_bytes.is_some());
+            let (by_rank, worst_rank) = rank_records(rs);
             StrategyEvidence {
+                by_rank,
+                worst_rank,
                 strategy: name.to_string(),
                 all: record(rs, By::Formula),
                 by_family: fam

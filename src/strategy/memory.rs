@@ -31,6 +31,18 @@ pub struct GraphTerms {
     pub inside_share: f64,
     /// Elements of one block's output (the largest), per batch.
     pub boundary_elements: u64,
+    /// The fewest heads of an attention (its key/value heads under grouped-query attention):
+    /// tensor parallel gives every rank whole heads. None: no attention op.
+    pub heads: Option<u64>,
+}
+
+/// The fewest heads of an attention node of the graph (key/value heads under GQA).
+fn attention_heads(graph: &Graph) -> Option<u64> {
+    graph
+        .nodes
+        .iter()
+        .filter_map(|n| n.op.attention_heads())
+        .min()
 }
 
 /// A LoRA target matrix.
@@ -121,6 +133,7 @@ pub fn graph_terms(graph: &Graph, batch: u64) -> GraphTerms {
             inside as f64 / total as f64
         },
         boundary_elements: boundary,
+        heads: attention_heads(graph),
     }
 }
 
@@ -247,6 +260,10 @@ fn shard(t: &mut Terms, g: &GraphTerms, s: &Strategy) {
         t.gradients /= n;
         t.buffers += 4.0 * g.largest_parameter as f64 * grad;
     }
+    if s.has(Kind::Ddp) || s.has(Kind::Zero1) {
+        // DistributedDataParallel's reducer: flat buckets of every trainable gradient.
+        t.buffers += 4.0 * t.trainable_parameters as f64;
+    }
     if s.has(Kind::Zero3) || s.has(Kind::Fsdp) {
         let unit = if s.has(Kind::Fsdp) {
             g.largest_block
@@ -255,7 +272,11 @@ fn shard(t: &mut Terms, g: &GraphTerms, s: &Strategy) {
         } as f64;
         t.optimizer /= n;
         t.gradients /= n;
-        t.weights /= n;
+        // reshard=0: every block gathered in the forward stays gathered until its backward.
+        let kept = s.part(Kind::Fsdp).is_some_and(|p| p.get("reshard") == 0);
+        if !kept {
+            t.weights /= n;
+        }
         t.buffers += 4.0 * unit * (2.0 + grad);
     }
 }

@@ -22,6 +22,7 @@ pub enum Kind {
     Adam8bit,
     Lora,
     Qlora,
+    Ddp,
     Zero1,
     Zero2,
     Zero3,
@@ -36,6 +37,9 @@ pub enum Kind {
 pub enum Backing {
     /// The harness has a protocol for it: rows measured on CPU (counted from the data folder).
     MeasuredCpu,
+    /// Measured per rank with the implementation's own code, one process per rank on CPU
+    /// with the gloo backend (`python3 -m memcal_export.ranks`).
+    MeasuredGloo,
     /// The harness builds one rank's layout in one process (no distributed backend here).
     Emulated,
     /// No protocol: a formula only.
@@ -47,6 +51,9 @@ impl Backing {
     pub fn label(self) -> &'static str {
         match self {
             Backing::MeasuredCpu => "measured on CPU where the data folder has rows",
+            Backing::MeasuredGloo => {
+                "measured on CPU (gloo), one process per rank, where the data folder has rows"
+            }
             Backing::Emulated => "one rank's layout emulated in one process",
             Backing::Formula => "formulas, not measured",
         }
@@ -57,18 +64,23 @@ impl Backing {
 /// [`STRATEGIES`]: "checkpoint, lora, ... (measured on CPU ...); zero1 (...); zero2, ...
 /// (formulas, not measured)". Every message that names what is modelled reads this.
 pub fn table_summary() -> String {
-    [Backing::MeasuredCpu, Backing::Emulated, Backing::Formula]
-        .iter()
-        .filter_map(|&b| {
-            let names: Vec<&str> = STRATEGIES
-                .iter()
-                .filter(|d| d.backing == b)
-                .map(|d| d.name)
-                .collect();
-            (!names.is_empty()).then(|| format!("{} ({})", names.join(", "), b.label()))
-        })
-        .collect::<Vec<_>>()
-        .join("; ")
+    [
+        Backing::MeasuredCpu,
+        Backing::MeasuredGloo,
+        Backing::Emulated,
+        Backing::Formula,
+    ]
+    .iter()
+    .filter_map(|&b| {
+        let names: Vec<&str> = STRATEGIES
+            .iter()
+            .filter(|d| d.backing == b)
+            .map(|d| d.name)
+            .collect();
+        (!names.is_empty()).then(|| format!("{} ({})", names.join(", "), b.label()))
+    })
+    .collect::<Vec<_>>()
+    .join("; ")
 }
 
 /// One parameter of a spec (`every=2`, `r=8`, `world=8`).
@@ -79,6 +91,8 @@ pub struct Key {
     pub default: Option<u64>,
     /// The smallest value allowed.
     pub min: u64,
+    /// The largest value allowed.
+    pub max: u64,
 }
 
 /// One row of the strategy table.
@@ -105,7 +119,21 @@ pub struct Def {
 }
 
 const fn key(name: &'static str, default: Option<u64>, min: u64) -> Key {
-    Key { name, default, min }
+    Key {
+        name,
+        default,
+        min,
+        max: u64::MAX,
+    }
+}
+
+const fn key_in(name: &'static str, default: u64, min: u64, max: u64) -> Key {
+    Key {
+        name,
+        default: Some(default),
+        min,
+        max,
+    }
 }
 
 /// The strategy table. `cost` orders strategies on the same number of devices; a strategy
@@ -160,6 +188,18 @@ pub const STRATEGIES: &[Def] = &[
         rows_folder: Some("cpu-qlora"),
     },
     Def {
+        kind: Kind::Ddp,
+        name: "ddp",
+        syntax: "ddp:world=N",
+        keys: &[key("world", None, 2)],
+        cost: 5,
+        cost_why: "N data-parallel devices, each with the whole model; gradients all-reduced in buckets",
+        effect: "every rank holds the plain step, plus the reducer's flat gradient buckets (4 bytes a trainable parameter) from construction on",
+        formula: "plain step + 4P (torch DistributedDataParallel's buckets, gradient_as_bucket_view off)",
+        backing: Backing::MeasuredGloo,
+        rows_folder: Some("cpu-ranks"),
+    },
+    Def {
         kind: Kind::Zero1,
         name: "zero1",
         syntax: "zero1:world=N",
@@ -168,8 +208,8 @@ pub const STRATEGIES: &[Def] = &[
         cost_why: "N data-parallel devices; optimizer states partitioned",
         effect: "optimizer state / N",
         formula: "4P + 4P + 8P/N (ZeRO paper's P_os with fp32 weights and gradients)",
-        backing: Backing::Emulated,
-        rows_folder: Some("cpu-zero1"),
+        backing: Backing::MeasuredGloo,
+        rows_folder: Some("cpu-ranks"),
     },
     Def {
         kind: Kind::Zero2,
@@ -198,14 +238,18 @@ pub const STRATEGIES: &[Def] = &[
     Def {
         kind: Kind::Fsdp,
         name: "fsdp",
-        syntax: "fsdp:world=N",
-        keys: &[key("world", None, 2)],
+        syntax: "fsdp:world=N[,version=1|2][,reshard=0|1]",
+        keys: &[
+            key("world", None, 2),
+            key_in("version", 2, 1, 2),
+            key_in("reshard", 1, 0, 1),
+        ],
         cost: 7,
         cost_why: "as ZeRO-3 (FULL_SHARD), the unit gathered being one block",
-        effect: "weights, gradients and optimizer state / N, plus two gathered blocks (in use and prefetched) and one block's full gradient",
-        formula: "16P/N + 3 x 4 x largest block",
-        backing: Backing::Formula,
-        rows_folder: None,
+        effect: "weights, gradients and optimizer state / N, plus two gathered blocks (in use and prefetched) and one block's full gradient; reshard=0 (FSDP2 reshard_after_forward off, FSDP1 SHARD_GRAD_OP) keeps every gathered block from its forward to its backward; version 1 is FSDP1 (FullyShardedDataParallel), 2 FSDP2 (fully_shard)",
+        formula: "16P/N + 3 x 4 x largest block; reshard=0: 4P of weights (all gathered) + 12P/N",
+        backing: Backing::MeasuredGloo,
+        rows_folder: Some("cpu-ranks"),
     },
     Def {
         kind: Kind::Tp,
@@ -216,8 +260,8 @@ pub const STRATEGIES: &[Def] = &[
         cost_why: "K devices in lock-step with an all-reduce in every block (needs a fast interconnect)",
         effect: "2-D weight matrices / K (with their gradients and states); block activations: the 24/34 that Megatron shards / K, the 10/34 replicated",
         formula: "model states: 16 x (P2d/K + P_rest); A' = A x (outside + inside x (10 + 24/K)/34) (Korthikanti et al. 2022, no sequence parallelism)",
-        backing: Backing::Formula,
-        rows_folder: None,
+        backing: Backing::MeasuredGloo,
+        rows_folder: Some("cpu-ranks"),
     },
     Def {
         kind: Kind::Pp,
@@ -295,7 +339,7 @@ impl Strategy {
 
     /// The data-parallel degree (ZeRO or FSDP world; 1 without).
     pub fn data_parallel(&self) -> u64 {
-        [Kind::Zero1, Kind::Zero2, Kind::Zero3, Kind::Fsdp]
+        [Kind::Ddp, Kind::Zero1, Kind::Zero2, Kind::Zero3, Kind::Fsdp]
             .iter()
             .find_map(|k| self.part(*k).map(|p| p.get("world")))
             .unwrap_or(1)
@@ -379,6 +423,12 @@ fn parse_part(text: &str) -> Result<Part, String> {
         if v < k.min {
             return Err(format!("`{text}`: {name} must be at least {}", k.min));
         }
+        if v > k.max {
+            return Err(format!(
+                "`{text}`: {name} must be between {} and {} (syntax: {})",
+                k.min, k.max, d.syntax
+            ));
+        }
         if given.iter().any(|(n, _)| n == name) {
             return Err(format!("`{text}`: {name} given twice"));
         }
@@ -429,8 +479,8 @@ pub fn parse(spec: &str) -> Result<Strategy, String> {
 /// Pairs that cannot be combined, and why.
 const EXCLUSIVE: &[(&[Kind], &str)] = &[
     (
-        &[Kind::Zero1, Kind::Zero2, Kind::Zero3, Kind::Fsdp],
-        "one data-parallel sharding at a time (ZeRO-1, -2, -3 and FSDP are stages of the same idea)",
+        &[Kind::Ddp, Kind::Zero1, Kind::Zero2, Kind::Zero3, Kind::Fsdp],
+        "one data-parallel scheme at a time (DDP replicates; ZeRO-1, -2, -3 and FSDP are stages of sharding it)",
     ),
     (
         &[Kind::Lora, Kind::Qlora],

@@ -136,9 +136,12 @@ pub fn render_strategy(b: &Base, p: &StrategyPlan) -> String {
     );
     let _ = writeln!(s, "bound       {}", both(p.bound_bytes as f64));
     if let Some(sim) = &p.simulated {
+        let rank = sim
+            .rank
+            .map_or(String::new(), |r| format!(", the worst rank: {r}"));
         let _ = writeln!(
             s,
-            "simulated   {} a device (the simulator's rule set, op by op; peak in {} at {})",
+            "simulated   {} a device (the simulator's rule set, op by op; peak in {} at {}{rank})",
             both(sim.bytes as f64),
             sim.phase,
             sim.node

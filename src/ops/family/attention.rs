@@ -1268,6 +1268,20 @@ fn shrink_internal(saved: &mut [Saved], what: &str, bytes: u64) {
     }
 }
 
+impl Op {
+    /// The heads tensor parallel splits an attention over: its key/value heads under
+    /// grouped-query attention, else its heads. None: not an attention.
+    pub fn attention_heads(&self) -> Option<u64> {
+        match self {
+            Op::GqaAttention { num_kv_heads, .. } => Some(*num_kv_heads),
+            Op::MultiheadAttention { num_heads, .. } | Op::MlaAttention { num_heads, .. } => {
+                Some(*num_heads)
+            }
+            _ => None,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

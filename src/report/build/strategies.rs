@@ -17,6 +17,52 @@ pub struct StrategiesView {
     pub simulator_intro: String,
     pub simulator: Table,
     pub by_family: Table,
+    /// Strategies measured one process per rank: per world and rank, and each run's worst rank.
+    pub ranks: Table,
+}
+
+/// Per strategy measured per rank: a row per (world, rank) and one for each run's worst rank,
+/// with the formula's and the simulator's error on them.
+fn ranks_table(ev: &Evidence) -> Table {
+    let mut t = table(
+        "strategies-ranks",
+        "Strategies measured one process per rank (CPU, gloo): the formula's and the simulator's error per rank, and on each run's worst rank (its highest measured peak), the rank a plan must hold",
+        vec![
+            col("Strategy", false),
+            col("World", true),
+            col("Rank", false),
+            col("Rows", true),
+            col("Formula median |error|", true),
+            col("Formula max |error|", true),
+            col("Simulator median |error|", true),
+            col("Simulator max |error|", true),
+        ],
+        "No strategy has rows measured per rank yet.",
+    );
+    for s in &ev.strategies {
+        for r in s.by_rank.iter().chain(&s.worst_rank) {
+            let pair = |x: Option<&Record>| {
+                let c = error_cells(x);
+                c.into_iter().take(2).collect::<Vec<_>>()
+            };
+            let mut row = vec![
+                Cell::text(&s.strategy),
+                count_cell(r.world),
+                Cell::text(
+                    r.rank
+                        .map_or("worst of each run".to_string(), |k| k.to_string()),
+                ),
+                count_cell(r.formula.rows as u64),
+            ];
+            if r.rank.is_none() {
+                row[1] = Cell::num(fmt::MISSING, "");
+            }
+            row.extend(pair(Some(&r.formula)));
+            row.extend(pair(r.simulator.as_ref()));
+            t.rows.push(row);
+        }
+    }
+    t
 }
 
 /// Median, max |error| and q95 of a record (dashes where there is none).
@@ -149,7 +195,7 @@ pub fn view(ev: &Evidence) -> StrategiesView {
     }
     StrategiesView {
         intro: format!(
-            "memcal plan --strategy, --recommend and --inference plan with these. A training strategy's prediction is its formula applied to the simulator's plain peak of the same graph and batch; inference's is its own formula (weights, the KV cache of every causal self-attention and cross-attention, the prefill over the prompt and the last position's logits). {} A strategy over several devices is measured as one rank's layout, emulated in one process. Strategies still a formula: {}.",
+            "memcal plan --strategy, --recommend and --inference plan with these. A training strategy's prediction is its formula applied to the simulator's plain peak of the same graph and batch; inference's is its own formula (weights, the KV cache of every causal self-attention and cross-attention, the prefill over the prompt and the last position's logits). {} Strategies over several processes (DDP, ZeRO-1, FSDP1, FSDP2, tensor parallel) are measured one process per rank with torch's own implementations on CPU with the gloo backend (regime cpu-ranks, python3 -m memcal_export.ranks; a row per rank, a run counted only whole); ZeRO-1 is also shown as one rank's layout emulated in one process. Strategies still a formula: {}.",
             if ev.rows.is_empty() {
                 "No strategy has a measured row yet.".to_string()
             } else {
@@ -178,8 +224,9 @@ pub fn view(ev: &Evidence) -> StrategiesView {
         ),
         table: strategy_table(ev),
         measured,
-        simulator_intro: "The simulator also has a rule set per training strategy it can run (checkpointing, LoRA, QLoRA, and checkpointing with either): which tensors exist and for how long, read off the harness's protocol (measurement/src/strategies.rs) and torch's autograd (derivatives.yaml, the generated code's saving guards, AccumulateGrad), simulated op by op with no fitted factor (docs/simulator.md). Its peak is compared with the same rows. For generate it has the inference rule set (transformers' generate under no_grad: Python's scopes, the rotary tables and temporaries, the sparse MoE block, the caches and the logits as the code allocates them), encoder-decoders included, over the rows it can bind (a graph drawn at another length than the prompt, or whose attention is drawn op by op without sdpa, is not simulated). A dash: no rule set (the harness's inference protocol, ZeRO-1).".to_string(),
+        simulator_intro: "The simulator also has a rule set per training strategy it can run (checkpointing, LoRA, QLoRA, and checkpointing with either): which tensors exist and for how long, read off the harness's protocol (measurement/src/strategies.rs) and torch's autograd (derivatives.yaml, the generated code's saving guards, AccumulateGrad), simulated op by op with no fitted factor (docs/simulator.md). Its peak is compared with the same rows. For generate it has the inference rule set (transformers' generate under no_grad: Python's scopes, the rotary tables and temporaries, the sparse MoE block, the caches and the logits as the code allocates them), encoder-decoders included, over the rows it can bind (a graph drawn at another length than the prompt, or whose attention is drawn op by op without sdpa, is not simulated). Per rank, it has DDP's rule set (the reducer's flat gradient buckets, made at construction and kept) and ZeRO-1's (the buckets, and AdamW's states and update only for the rank's partition, as ZeroRedundancyOptimizer partitions); FSDP1, FSDP2 and tensor parallel have none yet. A dash: no rule set (the harness's inference protocol, the emulated ZeRO-1 layout, FSDP, tensor parallel).".to_string(),
         simulator,
         by_family,
+        ranks: ranks_table(ev),
     }
 }
