@@ -743,19 +743,17 @@ fn ranks(row: &RowRef, path: &Path) -> Result<()> {
     if rank.is_none() && world.is_none() && backend.is_none() {
         return Ok(());
     }
-    let missing = [
-        ("rank", rank.is_none()),
-        ("world", world.is_none()),
-        ("backend", backend.is_none()),
-    ];
-    if let Some((name, _)) = missing.iter().find(|(_, m)| *m) {
+    let (Some(rank), Some(world), Some(backend)) = (rank, world, backend) else {
+        let name = [("rank", rank.is_none()), ("world", world.is_none())]
+            .into_iter()
+            .find_map(|(name, missing)| missing.then_some(name))
+            .unwrap_or("backend");
         return Err(field(
             path,
             name,
             "a row of a multi-process run has `rank`, `world` and `backend`, all three (docs/run-format.md)",
         ));
-    }
-    let (rank, world, backend) = (rank.unwrap_or(0), world.unwrap_or(0), backend.unwrap_or(""));
+    };
     if world < 2 {
         return Err(field(
             path,

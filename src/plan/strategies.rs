@@ -13,8 +13,8 @@ use serde::Serialize;
 /// The format tag of `memcal plan --strategy/--recommend --json` (docs/strategies.md).
 pub const STRATEGY_PLAN_FORMAT: &str = "memcal-strategy-plan/1";
 
-/// How a part's number is backed, in words: "measured on CPU: N rows", "one rank's layout,
-/// emulated in one process", "formula, not measured".
+/// How a part's number is backed, in words: "measured on CPU: N rows", "measured on CPU
+/// (gloo): N rows, one a rank", "formula, not measured" (with why, where a protocol exists).
 pub fn evidence_label(kind: Kind, rows: &RowCounts) -> String {
     let n = rows.get(&kind).copied().unwrap_or(0);
     match (def(kind).backing, n) {
@@ -25,9 +25,6 @@ pub fn evidence_label(kind: Kind, rows: &RowCounts) -> String {
         (crate::strategy::Backing::MeasuredGloo, _) => {
             "formula, not measured (python3 -m memcal_export.ranks measures it per rank; no rows in the data folder)"
                 .to_string()
-        }
-        (crate::strategy::Backing::Emulated, n) if n > 0 => {
-            format!("one rank's layout, emulated in one process: {n} rows")
         }
         (crate::strategy::Backing::Formula, _) => "formula, not measured".to_string(),
         _ => "formula, not measured (the harness has a protocol; no rows in the data folder)"

@@ -560,8 +560,8 @@ pub fn simulate_worst_rank(
     worst.ok_or_else(|| "no rank to simulate".to_string())
 }
 
-/// The ranks of a strategy whose simulations differ, each with the bytes of its optimizer
-/// partition: every rank for ZeRO-1 up to `limit` (the largest partitions first), else rank 0.
+/// The ranks of a strategy whose simulations differ: for ZeRO-1 every rank, the largest
+/// optimizer partitions first, at most `limit`; else rank 0 alone.
 pub fn distinct_ranks(
     graph: &Graph,
     strategy: &crate::strategy::Strategy,
@@ -913,17 +913,10 @@ impl<'a> Sim<'a> {
         }
         self.load_adapters(&param_bufs);
         if self.ddp_buckets {
-            // The reducer's buckets: every parameter that gets a gradient (the adapters
-            // alone under LoRA).
-            let trainable: u64 = self.params[base.min(self.params.len())..]
-                .iter()
-                .chain(if self.targets.is_empty() {
-                    &self.params[..base]
-                } else {
-                    &[]
-                })
-                .map(|p| p.bytes)
-                .sum();
+            // The reducer's buckets: every parameter that gets a gradient (the adapters,
+            // from `base` on, alone under LoRA).
+            let frozen = if self.targets.is_empty() { 0 } else { base };
+            let trainable: u64 = self.params[frozen..].iter().map(|p| p.bytes).sum();
             self.mem.at("ddp buckets");
             self.mem.alloc(trainable, Kind::Gradients);
             let high = self.rec.high("ddp buckets", &self.mem);

@@ -254,7 +254,12 @@ pub fn part_group(p: &super::Part) -> String {
 
 /// The group a part's rows measured per rank with `backend` are in: `ddp (gloo)`.
 pub fn rank_group(p: &super::Part, backend: &str) -> String {
-    format!("{} ({backend})", part_group(p))
+    with_backend(&part_group(p), backend)
+}
+
+/// A group measured per rank, named with its collective backend.
+fn with_backend(group: &str, backend: &str) -> String {
+    format!("{group} ({backend})")
 }
 
 /// The strategy group of a spec: its kinds joined by `+`, or `inference`.
@@ -385,10 +390,9 @@ fn evidence_with(ds: &Dataset, graph_of: &mut dyn FnMut(&str) -> Option<Graph>) 
             graph: r.graph.to_string(),
             batch: r.batch,
             spec: spec.label(),
-            strategy: match (r.backend.as_deref(), &spec) {
-                (Some(b), RowSpec::Training(s)) if s.parts.len() == 1 => rank_group(&s.parts[0], b),
-                (Some(b), _) => format!("{} ({b})", group(&spec)),
-                _ => group(&spec),
+            strategy: match r.backend.as_deref() {
+                Some(b) => with_backend(&group(&spec), b),
+                None => group(&spec),
             },
             rank: r.rank,
             world: r.world,

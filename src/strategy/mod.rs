@@ -40,8 +40,6 @@ pub enum Backing {
     /// Measured per rank with the implementation's own code, one process per rank on CPU
     /// with the gloo backend (`python3 -m memcal_export.ranks`).
     MeasuredGloo,
-    /// The harness builds one rank's layout in one process (no distributed backend here).
-    Emulated,
     /// No protocol: a formula only.
     Formula,
 }
@@ -54,7 +52,6 @@ impl Backing {
             Backing::MeasuredGloo => {
                 "measured on CPU (gloo), one process per rank, where the data folder has rows"
             }
-            Backing::Emulated => "one rank's layout emulated in one process",
             Backing::Formula => "formulas, not measured",
         }
     }
@@ -67,7 +64,6 @@ pub fn table_summary() -> String {
     [
         Backing::MeasuredCpu,
         Backing::MeasuredGloo,
-        Backing::Emulated,
         Backing::Formula,
     ]
     .iter()

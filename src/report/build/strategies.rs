@@ -45,18 +45,17 @@ fn ranks_table(ev: &Evidence) -> Table {
                 let c = error_cells(x);
                 c.into_iter().take(2).collect::<Vec<_>>()
             };
+            // Each run's worst rank spans the worlds: no world of its own.
+            let (world, rank) = match r.rank {
+                Some(k) => (count_cell(r.world), Cell::text(k.to_string())),
+                None => (Cell::num(fmt::MISSING, ""), Cell::text("worst of each run")),
+            };
             let mut row = vec![
                 Cell::text(&s.strategy),
-                count_cell(r.world),
-                Cell::text(
-                    r.rank
-                        .map_or("worst of each run".to_string(), |k| k.to_string()),
-                ),
+                world,
+                rank,
                 count_cell(r.formula.rows as u64),
             ];
-            if r.rank.is_none() {
-                row[1] = Cell::num(fmt::MISSING, "");
-            }
             row.extend(pair(Some(&r.formula)));
             row.extend(pair(r.simulator.as_ref()));
             t.rows.push(row);
