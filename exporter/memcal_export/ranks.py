@@ -134,8 +134,9 @@ def block_classes(model):
     return classes
 
 
-def wrap(model, spec, world):
-    """The model as the strategy runs it, and the optimizer over it."""
+def wrap(model, spec, world, tp_plan):
+    """The model as the strategy runs it, and the optimizer over it (`tp_plan`: the family's
+    entry of `TP_PLANS`, for `tp`)."""
     import torch
     import torch.distributed as dist
 
@@ -181,7 +182,7 @@ def wrap(model, spec, world):
         from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
         mesh = init_device_mesh("cpu", (world,))
-        plan = {k: ColwiseParallel() if s == "colwise" else RowwiseParallel() for k, s in wrap.tp_plan.items()}
+        plan = {k: ColwiseParallel() if s == "colwise" else RowwiseParallel() for k, s in tp_plan.items()}
         parallelize_module(model, mesh, plan)
         return model, adamw(model.parameters())
     raise ValueError(f"strategy `{spec}`: ranks.py measures plain, ddp, zero1, fsdp and tp")
@@ -203,18 +204,18 @@ def worker(args):
     config, graph = job["config"], job["graph"]
     cls = getattr(transformers, C.CLASSES[config["model_type"]])
     fields = {k: val for k, val in config.items() if k != "model_type"}
-    wrap.tp_plan = TP_PLANS.get(job.get("tp", ""), {})
+    tp_plan = TP_PLANS.get(job.get("tp", ""), {})
     state = {}
 
     def build():
         m = cls(transformers.AutoConfig.for_model(config["model_type"], **fields))
         m.train()
         state["params"] = sum(p.numel() for p in m.parameters())
-        wrapped, opt = wrap(m, spec, world)
+        wrapped, opt = wrap(m, spec, world, tp_plan)
         state["opt"] = opt
         return wrapped
 
-    phases, params = measure_rank(counter, build, state, graph, job["batch"], rank)
+    phases, params = measure_rank(counter, build, state, graph, job["batch"])
     out = {"phases": phases, "parameters": params, "torch": torch.__version__.split("+")[0],
            "library": f"transformers {transformers.__version__}",
            "class": C.CLASSES[config["model_type"]]}
@@ -225,9 +226,10 @@ def worker(args):
         dist.destroy_process_group()
 
 
-def measure_rank(counter, build, state, graph, batch, rank):
-    """measure.py's protocol with the strategy's model and optimizer; the inputs are the same on
-    every rank for tensor parallel and differ by rank otherwise (a seed per rank)."""
+def measure_rank(counter, build, state, graph, batch):
+    """measure.py's protocol with the strategy's model and optimizer; every rank draws the same
+    inputs (one seed), as tensor parallel needs and the data-parallel strategies allow (their
+    memory does not depend on the tokens, an MoE's routing aside)."""
     import torch
 
     phases = []
@@ -243,7 +245,7 @@ def measure_rank(counter, build, state, graph, batch, rank):
         state["model"] = build()
 
     phase("model_load", load)
-    torch.manual_seed(1 + (0 if wrap.tp_plan else rank))
+    torch.manual_seed(1)
     phase("inputs", lambda: state.__setitem__("inputs", C.make_inputs(graph, batch)))
     for k in range(1, M.STEPS + 1):
         phase(f"step{k}.forward", lambda: state.__setitem__("loss", loss_of(state["model"], state["inputs"])))
@@ -314,57 +316,29 @@ def run_job(counter_so, job, tmp, timeout):
 
 
 def row_of(result, job, rank, graph_path, graph_params, measured):
-    import hashlib
-
-    with open(graph_path, "rb") as f:
-        sha = hashlib.sha256(f.read()).hexdigest()
-    phases = []
-    for p in result["phases"]:
-        phases.append({
-            "name": p["name"], "status": "ok",
-            "allocated_start": p["start"], "reserved_start": p["start"],
-            "allocated_peak": p["peak"], "reserved_peak": p["peak"],
-            "allocated_end": p["end"], "reserved_end": p["end"],
-            "wall_seconds": p["wall_seconds"],
-        })
-    top = max(phases, key=lambda p: p["allocated_peak"])
+    """The real-model campaign's row (`campaign.stamp`) of one rank: this campaign's regime, run
+    id, tool and thread count, and the strategy with the rank, world and backend after the
+    regime."""
+    entry = {"graph": job["graph_name"], "model": job["model"],
+             **({"reduce": job["reduce"]} if job.get("reduce") else {})}
+    stamped = C.stamp(dict(measured, phases=result["phases"], parameters=result["parameters"],
+                           torch=result["torch"],
+                           implementation={"library": result["library"], "class": result["class"],
+                                           "config": f"models/{job['model']}/config.json",
+                                           **({"reduced": job["reduce"]} if job.get("reduce") else {})}),
+                      entry, job["batch"], graph_path, graph_params)
     spec = job["spec"]
-    row = {
-        "format": "memcal-run/1",
-        "run_id": f"{REGIME}/{job['graph_name']}/b{job['batch']}/{spec}/rank{rank}",
-        "graph": {"name": job["graph_name"], "sha256": sha},
-        "batch": job["batch"],
-        "precision": "fp32",
-        "regime": REGIME,
-    }
-    if spec != "plain":
-        row["strategy"] = spec
-        row["rank"] = rank
-        row["world"] = job["world"]
-        row["backend"] = "gloo"
-    row.update({
-        "device": {
-            "kind": "cpu", "name": measured["device_name"], "capacity_bytes": measured["capacity_bytes"],
-            "allocator": "cpu-counting-allocator", "reserved_equals_allocated": True,
-            "torch": result["torch"], "cores": THREADS,
-        },
-        "host": measured["host"],
-        "timestamp": measured["timestamp"],
-        "tool_version": TOOL,
-        "implementation": {
-            "library": result["library"], "class": result["class"],
-            "config": f"models/{job['model']}/config.json",
-            **({"reduced": job["reduce"]} if job.get("reduce") else {}),
-        },
-        "parameters": {"graph": graph_params, "built": result["parameters"]},
-        "graph_mismatch": graph_params != result["parameters"],
-        "status": "completed",
-        "phases": phases,
-        "peak": {"allocated_bytes": top["allocated_peak"], "reserved_bytes": top["reserved_peak"],
-                 "phase": top["name"]},
-    })
+    row = {}
+    for k, v in stamped.items():
+        row[k] = v
+        if k == "regime":
+            row[k] = REGIME
+            if spec != "plain":
+                row.update({"strategy": spec, "rank": rank, "world": job["world"], "backend": "gloo"})
+    row["run_id"] = f"{REGIME}/{job['graph_name']}/b{job['batch']}/{spec}/rank{rank}"
+    row["tool_version"] = TOOL
+    row["device"]["cores"] = THREADS
     return row
-
 
 def jobs(repo, only, specs):
     entries = {e["graph"]: e for e in C.load_spec(repo)}
@@ -383,22 +357,20 @@ def jobs(repo, only, specs):
         entry = entries[name]
         with open(os.path.join(repo, "data", "graphs", name + ".json")) as f:
             graph = json.load(f)
-        if True:
-            all_specs = ["plain"] + [s.format(w=w) for w in WORLDS for s in SPECS]
-            for spec in all_specs:
-                if specs and not any(spec.startswith(s) for s in specs):
-                    continue
-                if prefixes and not any(spec.startswith(s) for s in prefixes):
-                    continue
-                config = C.merged_config(repo, entry)
-                heads = config.get("num_key_value_heads") or config.get("num_attention_heads")
-                if spec.startswith("tp:") and heads % world_of(spec) != 0:
-                    continue  # Colwise q/k/v need whole heads on every rank
-                yield {
-                    "graph_name": name, "model": entry["model"], "reduce": entry.get("reduce"),
-                    "config": C.merged_config(repo, entry), "graph": graph, "batch": batch,
-                    "spec": spec, "world": world_of(spec), "tp": fam["tp"],
-                }
+        config = C.merged_config(repo, entry)
+        heads = config.get("num_key_value_heads") or config.get("num_attention_heads")
+        for spec in ["plain"] + [s.format(w=w) for w in WORLDS for s in SPECS]:
+            if specs and not any(spec.startswith(s) for s in specs):
+                continue
+            if prefixes and not any(spec.startswith(s) for s in prefixes):
+                continue
+            if spec.startswith("tp:") and heads % world_of(spec) != 0:
+                continue  # Colwise q/k/v need whole heads on every rank
+            yield {
+                "graph_name": name, "model": entry["model"], "reduce": entry.get("reduce"),
+                "config": config, "graph": graph, "batch": batch,
+                "spec": spec, "world": world_of(spec), "tp": fam["tp"],
+            }
 
 
 def row_path(runs, work, job, rank):
