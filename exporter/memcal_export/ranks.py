@@ -65,13 +65,15 @@ THREADS = 1
 # Per graph: the measured-models entry it is built from, the batches, the tensor-parallel plan's
 # family and the pipeline runs' batches.
 # A family's batches run in turn with the others' (every family's first batch first); `extra`
-# batches run only the specs named; `pp` batches run the pipeline specs (PP_SPECS) only, after
-# every other run.
+# batches run only the specs named; `more` adds specs (of every world) to a batch's; `pp` batches
+# run the pipeline specs (PP_SPECS) only, after every other run.
 FAMILIES = {
     "hf-bert-base-cased": {"batches": [1], "tp": "bert", "pp": [2, 4]},
     "hf-mixtral-r1": {"batches": [1, 2], "tp": "mixtral", "pp": [2, 4, 8]},
     "hf-mistral-r1": {"batches": [1], "tp": "llama", "pp": [2, 4]},
-    "hf-llama-r1": {"batches": [1, 2], "tp": "llama", "extra": {4: ["tp:"]}, "pp": [2, 4]},
+    "hf-llama-r1": {"batches": [1, 2], "tp": "llama", "extra": {4: ["tp:"]}, "pp": [2, 4],
+                    "more": {1: ["zero1:world={w},impl=deepspeed,bucket=10000000",
+                                 "zero2:world={w},bucket=10000000", "zero3:world={w},bucket=10000000"]}},
     # Its lm_head is tied to the embeddings: every pipeline run is refused (pipeline.refusal).
     "hf-qwen3-r1": {"batches": [], "pp": [2]},
 }
@@ -113,12 +115,16 @@ SPECS = [
     "fsdp:world={w},version=1,reshard=1",
     "fsdp:world={w},version=1,reshard=0",
     "tp:k={w}",
+    "zero1:world={w},impl=deepspeed",
+    "zero2:world={w}",
+    "zero3:world={w}",
 ]
 WORLDS = [2, 4]
 
 # The pipeline specs, run at every family's `pp` batches where the model and the batch allow
-# (pipeline.refusal: at most one stage a block, M dividing the batch, 1F1B with M >= S).
-PP_SPECS = [f"pp:stages={s},micro={m},schedule={k}" for k in ("gpipe", "1f1b") for s in (2, 4) for m in (1, 2, 4)]
+# (pipeline.refusal: at most one stage a block, M dividing the batch, 1F1B with M >= S); at least
+# two micro-batches (one is no pipeline: each stage idle while the other works).
+PP_SPECS = [f"pp:stages={s},micro={m},schedule={k}" for k in ("gpipe", "1f1b") for s in (2, 4) for m in (2, 4)]
 
 
 def parse_spec(spec):
@@ -154,9 +160,9 @@ def block_classes(model):
     return classes
 
 
-def wrap(model, spec, world, tp_plan):
+def wrap(model, spec, world, tp_plan, batch):
     """The model as the strategy runs it, and the optimizer over it (`tp_plan`: the family's
-    entry of `TP_PLANS`, for `tp`)."""
+    entry of `TP_PLANS`, for `tp`; `batch`: each rank's, for DeepSpeed's configuration)."""
     import torch
     import torch.distributed as dist
 
@@ -167,6 +173,8 @@ def wrap(model, spec, world, tp_plan):
 
     if head == "plain":
         return model, adamw(model.parameters())
+    if head in ("zero2", "zero3") or v.get("impl") == "deepspeed":
+        return deepspeed_engine(model, head, v, batch, adamw)
     if head in ("ddp", "zero1"):
         from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -210,6 +218,64 @@ def wrap(model, spec, world, tp_plan):
     raise ValueError(f"strategy `{spec}`: ranks.py measures plain, ddp, zero1, fsdp, tp and pp")
 
 
+# DeepSpeed's ZeRO stage by spec head; its default reduce bucket (`reduce_bucket_size`, elements).
+DS_STAGES = {"zero1": 1, "zero2": 2, "zero3": 3}
+DS_BUCKET = 500_000_000
+
+
+def deepspeed_engine(model, head, v, batch, adamw):
+    """DeepSpeed's engine over the model, fp32 (no fp16/bf16 section), the ZeRO stage of the spec
+    with `reduce_bucket_size` = the spec's `bucket` (DeepSpeed's default otherwise) and every
+    other setting DeepSpeed's default, and torch's AdamW as the client optimizer (DeepSpeed's
+    CPUAdam is a C++ extension, not built here). Returns (engine, its step as an optimizer);
+    the backward is the engine's (`state["backward"]`, set by the caller)."""
+    import deepspeed
+
+    config = {
+        "train_micro_batch_size_per_gpu": batch,
+        "gradient_accumulation_steps": 1,
+        "zero_optimization": {"stage": DS_STAGES[head], "reduce_bucket_size": v.get("bucket", DS_BUCKET)},
+        "zero_allow_untested_optimizer": True,
+        "steps_per_print": 10**9,
+    }
+    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=adamw(model.parameters()), config=config)
+    return engine, EngineStep(engine)
+
+
+class EngineStep:
+    """A DeepSpeed engine's `step` as the protocol's optimizer (the engine zeroes the gradients
+    itself: `zero_grad` has nothing left to do)."""
+
+    def __init__(self, engine):
+        self.engine = engine
+
+    def step(self):
+        self.engine.step()
+
+    def zero_grad(self, set_to_none=True):
+        pass
+
+
+def init_deepspeed(rank, world, port):
+    """DeepSpeed's communication over the process group already made (gloo). DeepSpeed's
+    shared-memory all-reduce (a C++ extension it compiles at start on CPU, used by inference's
+    all-reduce only) is not built: every collective is gloo's."""
+    import importlib
+
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_SIZE=str(world),
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    import deepspeed
+
+    importlib.import_module("deepspeed.comm.torch")
+    sys.modules["deepspeed.comm.torch"].build_shm_op = lambda: None
+    deepspeed.init_distributed(dist_backend="gloo")
+
+
+def uses_deepspeed(spec):
+    head, v = parse_spec(spec)
+    return head in ("zero2", "zero3") or v.get("impl") == "deepspeed"
+
+
 def worker(args):
     counter = M.Counter(args.counter)
     import torch
@@ -223,6 +289,8 @@ def worker(args):
         os.environ["GLOO_SOCKET_IFNAME"] = "lo"
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{job['port']}", rank=rank,
                                 world_size=world, timeout=datetime.timedelta(seconds=job["timeout"]))
+        if uses_deepspeed(spec):
+            init_deepspeed(rank, world, job["port"])
     config, graph = job["config"], job["graph"]
     cls = getattr(transformers, C.CLASSES[config["model_type"]])
     fields = {k: val for k, val in config.items() if k != "model_type"}
@@ -233,8 +301,10 @@ def worker(args):
         m = cls(transformers.AutoConfig.for_model(config["model_type"], **fields))
         m.train()
         state["params"] = sum(p.numel() for p in m.parameters())
-        wrapped, opt = wrap(m, spec, world, tp_plan)
+        wrapped, opt = wrap(m, spec, world, tp_plan, job["batch"])
         state["opt"] = opt
+        if isinstance(opt, EngineStep):
+            state["backward"] = opt.engine.backward
         return wrapped
 
     extra = {}
@@ -275,7 +345,8 @@ def measure_rank(counter, build, state, graph, batch):
     phase("inputs", lambda: state.__setitem__("inputs", C.make_inputs(graph, batch)))
     for k in range(1, M.STEPS + 1):
         phase(f"step{k}.forward", lambda: state.__setitem__("loss", loss_of(state["model"], state["inputs"])))
-        phase(f"step{k}.backward", lambda: state["loss"].backward())
+        backward = state.get("backward") or (lambda loss: loss.backward())
+        phase(f"step{k}.backward", lambda: backward(state["loss"]))
         del state["loss"]
 
         def step():
@@ -375,7 +446,8 @@ def run_job(counter_so, job, tmp, timeout):
     world = job["world"]
     job = dict(job, port=free_port(), timeout=timeout)
     procs, outs = [], []
-    env = dict(os.environ, OMP_NUM_THREADS=str(THREADS), GLOO_SOCKET_IFNAME="lo", MASTER_ADDR="127.0.0.1")
+    env = dict(os.environ, OMP_NUM_THREADS=str(THREADS), GLOO_SOCKET_IFNAME="lo", MASTER_ADDR="127.0.0.1",
+               DS_ACCELERATOR="cpu")
     for r in range(world):
         out = os.path.join(tmp, f"rank{r}.json")
         if os.path.exists(out):
@@ -448,7 +520,8 @@ def jobs(repo, only, specs):
     turns = []
     for name, fam in FAMILIES.items():
         for i, batch in enumerate(fam["batches"]):
-            turns.append(((0, i), name, batch, grid))
+            more = [s.format(w=w) for w in WORLDS for s in fam.get("more", {}).get(batch, [])]
+            turns.append(((0, i), name, batch, grid + more))
         for batch, prefixes in fam.get("extra", {}).items():
             turns.append(((0, len(fam["batches"])), name, batch,
                           [s for s in grid if any(s.startswith(p) for p in prefixes)]))
