@@ -112,28 +112,39 @@ def make_inputs(graph, batch):
     return out
 
 
-def loss_of(graph):
-    """The graph's loss applied to the real model's output: cross-entropy of the logits on
-    `labels`, or (an encoder with its pooler) the mean squared error of the pooled output
-    against `target`."""
+def criterion(graph):
+    """The graph's loss on the real model's output: (the output's field, the target input, the
+    function of the two tensors): cross-entropy of the logits on `labels`, or (an encoder with
+    its pooler) the mean squared error of the pooled output against `target`; None for a loss op
+    with no real counterpart here."""
     import torch.nn.functional as F
 
     loss_op = next(n["op"] for n in graph["nodes"] if n["id"] == graph["loss"])
+    if loss_op == "cross_entropy":
+        return "logits", "labels", lambda logits, labels: F.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
+    if loss_op == "mse":
+        return "pooler_output", "target", F.mse_loss
+    return None
+
+
+def loss_of(graph):
+    """The graph's loss applied to the real model's output (`criterion`)."""
     names = [i["name"] for i in graph["inputs"]]
     forward = [n for n in names if n in KEYWORDS]
     causal = "tokens" in names
+    crit = criterion(graph)
 
     def loss(model, inputs):
         kwargs = {KEYWORDS[n]: inputs[n] for n in forward}
         if causal or "decoder_input_ids" in names:
             kwargs["use_cache"] = False
         out = model(**kwargs)
-        if loss_op == "cross_entropy":
-            logits = out.logits
-            return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), inputs["labels"].reshape(-1))
-        if loss_op == "mse":
-            return F.mse_loss(out.pooler_output, inputs["target"])
-        raise RuntimeError(f"graph {graph['name']}: loss op {loss_op} has no real counterpart here")
+        if crit is None:
+            loss_op = next(n["op"] for n in graph["nodes"] if n["id"] == graph["loss"])
+            raise RuntimeError(f"graph {graph['name']}: loss op {loss_op} has no real counterpart here")
+        field, target, f = crit
+        return f(getattr(out, field), inputs[target])
 
     return loss
 

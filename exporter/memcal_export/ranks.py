@@ -1,15 +1,16 @@
 """Per-rank measurement of training strategies past one process, on CPU with the gloo backend:
 torch's own DDP, ZeroRedundancyOptimizer (ZeRO-1), FSDP2 (`fully_shard`, reshard after forward
-on and off), FSDP1 (FULL_SHARD and SHARD_GRAD_OP) and tensor parallel (`parallelize_module`,
-Colwise/Rowwise on attention and MLP), one process per rank.
+on and off), FSDP1 (FULL_SHARD and SHARD_GRAD_OP), tensor parallel (`parallelize_module`,
+Colwise/Rowwise on attention and MLP) and pipeline parallel (`torch.distributed.pipelining`,
+GPipe and 1F1B), one process per rank.
 
 A run is one (graph, batch, strategy spec, world). Its ranks are `world` processes started
 here (`python -m memcal_export.ranks --worker ...`), each with the harness's counting allocator
 (`measure.py`), the store bound on 127.0.0.1 and gloo on the loopback interface (`lo`); every
 process ends by itself (a run past `--timeout` seconds is killed, all its ranks, and recorded as
 failed). Each rank runs the harness's protocol (`measure.py`: model_load, inputs, three steps of
-forward, backward, optimizer) and its phases become one `memcal-run/1` row with `rank` and
-`world`, under `data/runs/cpu-ranks/<graph>/b<batch>-<spec>-r<rank>.json`.
+forward, backward, optimizer; a pipeline's own, below) and its phases become one `memcal-run/1`
+row with `rank` and `world`, under `data/runs/cpu-ranks/<graph>/b<batch>-<spec>-r<rank>.json`.
 
   - `plain` (world 1): the same model and protocol in one process, one thread: the baseline
     the strategies are compared with, written under `--work` (`plain/`), not as a row (the
@@ -23,9 +24,19 @@ forward, backward, optimizer) and its phases become one `memcal-run/1` row with 
   - `tp:k=N`: `parallelize_module` with Colwise on the attention's q/k/v and the MLP's input
     projections, Rowwise on their output projections (the family's plan in `TP_PLANS`); every
     rank is fed the same batch.
+  - `pp:stages=S,micro=M,schedule=gpipe` and `pp:stages=S,micro=M,schedule=1f1b` (these keys
+    in this order; world S): torch's `PipelineStage` with `ScheduleGPipe` or `Schedule1F1B`
+    over M micro-batches, each rank one stage of the model cut by hand (`pipeline.py`: the
+    whole model built with the one seed, its contiguous blocks kept, the rest freed within
+    model_load). Its phases are model_load, inputs and per step `pipeline` (one
+    `schedule.step`, every micro-batch's forward and backward: the schedule interleaves them
+    in one call, so a step has no forward and backward phases) and `optimizer`. A pipeline the
+    model or batch cannot form (`pipeline.refusal`) is refused before any rank starts and
+    skipped, with its reason, in the campaign's list.
 
-The batch of a row is what each rank is fed (per-rank micro-batch). AdamW as the harness
-(lr 1e-4, weight decay 0.01, foreach off). One thread per rank.
+The batch of a row is what each rank is fed (per-rank micro-batch; for a pipeline the whole
+batch, split into M micro-batches). AdamW as the harness (lr 1e-4, weight decay 0.01, foreach
+off). One thread per rank.
 
 A run already measured (its rows present) is skipped: the campaign resumes. A row never
 overwrites a file.
@@ -51,17 +62,20 @@ REGIME = "cpu-ranks"
 TOOL = "memcal_export 0.1.0 (ranks)"
 THREADS = 1
 
-# Per graph: the measured-models entry it is built from, the batches, and the tensor-parallel
-# plan's family.
+# Per graph: the measured-models entry it is built from, the batches, the tensor-parallel plan's
+# family and the pipeline runs' batches.
 # A family's batches run in turn with the others' (every family's first batch first); `extra`
-# batches run only the specs named; `more` adds specs (of every world) to a batch's.
+# batches run only the specs named; `more` adds specs (of every world) to a batch's; `pp` batches
+# run the pipeline specs (PP_SPECS) only, after every other run.
 FAMILIES = {
-    "hf-bert-base-cased": {"batches": [1], "tp": "bert"},
-    "hf-mixtral-r1": {"batches": [1, 2], "tp": "mixtral"},
-    "hf-mistral-r1": {"batches": [1], "tp": "llama"},
-    "hf-llama-r1": {"batches": [1, 2], "tp": "llama", "extra": {4: ["tp:"]},
+    "hf-bert-base-cased": {"batches": [1], "tp": "bert", "pp": [2, 4]},
+    "hf-mixtral-r1": {"batches": [1, 2], "tp": "mixtral", "pp": [2, 4, 8]},
+    "hf-mistral-r1": {"batches": [1], "tp": "llama", "pp": [2, 4]},
+    "hf-llama-r1": {"batches": [1, 2], "tp": "llama", "extra": {4: ["tp:"]}, "pp": [2, 4],
                     "more": {1: ["zero1:world={w},impl=deepspeed,bucket=10000000",
                                  "zero2:world={w},bucket=10000000", "zero3:world={w},bucket=10000000"]}},
+    # Its lm_head is tied to the embeddings: every pipeline run is refused (pipeline.refusal).
+    "hf-qwen3-r1": {"batches": [], "pp": [2]},
 }
 
 # Tensor-parallel plans per family: module path pattern -> "colwise" | "rowwise".
@@ -107,9 +121,16 @@ SPECS = [
 ]
 WORLDS = [2, 4]
 
+# The pipeline specs, run at every family's `pp` batches where the model and the batch allow
+# (pipeline.refusal: at most one stage a block, M dividing the batch, 1F1B with M >= S); at least
+# two micro-batches (one is no pipeline: each stage idle while the other works).
+PP_SPECS = [f"pp:stages={s},micro={m},schedule={k}" for k in ("gpipe", "1f1b") for s in (2, 4) for m in (2, 4)]
+
 
 def parse_spec(spec):
-    """`fsdp:world=2,version=2,reshard=1` -> ("fsdp", {"world": 2, ...}); `plain` -> ("plain", {})."""
+    """`fsdp:world=2,version=2,reshard=1` -> ("fsdp", {"world": 2, ...}); `plain` -> ("plain", {});
+    `pp:stages=2,micro=4,schedule=1f1b` -> ("pp", {"stages": 2, "micro": 4, "schedule": "1f1b"})
+    (a value of digits a number, any other a name)."""
     head, _, rest = spec.partition(":")
     values = {}
     for kv in filter(None, rest.split(",")):
@@ -120,7 +141,7 @@ def parse_spec(spec):
 
 def world_of(spec):
     head, v = parse_spec(spec)
-    return v.get("world") or v.get("k") or 1
+    return v.get("world") or v.get("k") or v.get("stages") or 1
 
 
 def slug(spec):
@@ -192,7 +213,9 @@ def wrap(model, spec, world, tp_plan, batch):
         plan = {k: ColwiseParallel() if s == "colwise" else RowwiseParallel() for k, s in tp_plan.items()}
         parallelize_module(model, mesh, plan)
         return model, adamw(model.parameters())
-    raise ValueError(f"strategy `{spec}`: ranks.py measures plain, ddp, zero1, fsdp and tp")
+    if head == "pp":
+        return model, None  # split into its stage, and its optimizer made, by measure_pp_rank
+    raise ValueError(f"strategy `{spec}`: ranks.py measures plain, ddp, zero1, fsdp, tp and pp")
 
 
 # DeepSpeed's ZeRO stage by spec head; its default reduce bucket (`reduce_bucket_size`, elements).
@@ -284,10 +307,14 @@ def worker(args):
             state["backward"] = opt.engine.backward
         return wrapped
 
-    phases, params = measure_rank(counter, build, state, graph, job["batch"])
+    extra = {}
+    if parse_spec(spec)[0] == "pp":
+        phases, params, extra = measure_pp_rank(counter, build, state, graph, job["batch"], spec, rank, config)
+    else:
+        phases, params = measure_rank(counter, build, state, graph, job["batch"])
     out = {"phases": phases, "parameters": params, "torch": torch.__version__.split("+")[0],
            "library": f"transformers {transformers.__version__}",
-           "class": C.CLASSES[config["model_type"]]}
+           "class": C.CLASSES[config["model_type"]], **extra}
     with open(args.out, "w") as f:
         json.dump(out, f)
     if world > 1:
@@ -330,6 +357,63 @@ def measure_rank(counter, build, state, graph, batch):
     return phases, state["params"]
 
 
+def measure_pp_rank(counter, build, state, graph, batch, spec, rank, config):
+    """The protocol of a pipeline rank: model_load (the whole model built, its stage kept and the
+    rest freed, the PipelineStage, the schedule, AdamW over the stage), inputs (every rank draws
+    the whole batch, one seed), then per step `pipeline` (one `schedule.step`: every micro-batch's
+    forward and backward, in the schedule's order) and `optimizer`. A step has no forward and
+    backward phases: the schedule runs them inside the one call (1F1B the backward of the first
+    micro-batches before the forward of the last), so no phase boundary falls between them.
+    Returns the phases, the model's parameter count and what the rank's result adds: its stage
+    (blocks, parameters, buffer bytes) and, on the last stage, each step's micro-batch losses."""
+    import torch
+    import torch.distributed as dist
+
+    from . import pipeline as P
+
+    stages, micro, schedule = P.parse(spec)
+    crit = C.criterion(graph)
+    if crit is None:
+        raise RuntimeError(f"strategy `{spec}`: the graph's loss has no real counterpart")
+    phases = []
+    gc.collect()
+    base, _ = counter.read()
+
+    def phase(name, f):
+        M.run_phase(counter, base, phases, name, f)
+
+    def load():
+        torch.manual_seed(0)
+        module = P.split(build(), rank, stages)  # the other stages' modules go with the model
+        gc.collect()
+        state["module"] = module
+        state["schedule"] = P.schedule_of(module, rank, stages, micro, schedule, crit[2], dist.group.WORLD)
+        state["opt"] = torch.optim.AdamW(module.parameters(), lr=1e-4, weight_decay=0.01, foreach=False)
+
+    phase("model_load", load)
+    torch.manual_seed(1)
+    phase("inputs", lambda: state.__setitem__("inputs", C.make_inputs(graph, batch)))
+    args, target = P.stage_inputs(graph, state["inputs"], rank, stages, state["module"])
+    losses = []
+    for k in range(1, M.STEPS + 1):
+        micro_losses = [] if rank == stages - 1 else None
+        phase(f"step{k}.pipeline", lambda: P.step(state["schedule"], rank, stages, args, target, micro_losses))
+        if micro_losses is not None:
+            losses.append([loss.item() for loss in micro_losses])
+        del micro_losses
+
+        def step():
+            state["opt"].step()
+            state["opt"].zero_grad(set_to_none=True)
+
+        phase(f"step{k}.optimizer", step)
+    module = state["module"]
+    stage = {"index": rank, "blocks": list(P.shares(P.blocks_of(config), stages)[rank]),
+             "parameters": sum(p.numel() for p in module.parameters()),
+             "buffer_bytes": sum(b.numel() * b.element_size() for b in module.buffers())}
+    return phases, state["params"], {"stage": stage, "losses": losses}
+
+
 # ---------------------------------------------------------------------------------------------
 # The campaign (the parent process).
 
@@ -340,8 +424,25 @@ def free_port():
         return s.getsockname()[1]
 
 
+def refusal(job):
+    """Why the job cannot run (a sentence), or None: a pipeline the model or batch cannot form
+    (`pipeline.refusal`)."""
+    if parse_spec(job["spec"])[0] != "pp":
+        return None
+    from . import pipeline as P
+
+    why = P.refusal(job["config"], job["spec"], job["batch"])
+    if why is None and job["world"] != P.parse(job["spec"])[0]:
+        why = f"`{job['spec']}` runs on {P.parse(job['spec'])[0]} ranks, not {job['world']}"
+    return why
+
+
 def run_job(counter_so, job, tmp, timeout):
-    """Starts the job's ranks; returns (per-rank results, None) or (None, why it failed)."""
+    """Starts the job's ranks; returns (per-rank results, None) or (None, why it failed). A job
+    that cannot run (`refusal`) raises ValueError before any rank starts."""
+    why = refusal(job)
+    if why:
+        raise ValueError(why)
     world = job["world"]
     job = dict(job, port=free_port(), timeout=timeout)
     procs, outs = [], []
@@ -412,16 +513,23 @@ def row_of(result, job, rank, graph_path, graph_params, measured):
     return row
 
 def jobs(repo, only, specs):
+    """The campaign's runs in order (every family's first batch first, the pipeline runs last);
+    a run that cannot be formed (`refusal`) is skipped and said on stdout."""
     entries = {e["graph"]: e for e in C.load_spec(repo)}
+    grid = ["plain"] + [s.format(w=w) for w in WORLDS for s in SPECS]
     turns = []
     for name, fam in FAMILIES.items():
         for i, batch in enumerate(fam["batches"]):
-            turns.append((i, name, batch, None))
+            more = [s.format(w=w) for w in WORLDS for s in fam.get("more", {}).get(batch, [])]
+            turns.append(((0, i), name, batch, grid + more))
         for batch, prefixes in fam.get("extra", {}).items():
-            turns.append((len(fam["batches"]), name, batch, prefixes))
+            turns.append(((0, len(fam["batches"])), name, batch,
+                          [s for s in grid if any(s.startswith(p) for p in prefixes)]))
+        for i, batch in enumerate(fam.get("pp", [])):
+            turns.append(((1, i), name, batch, PP_SPECS))
     order = list(FAMILIES)
     turns.sort(key=lambda t: (t[0], order.index(t[1])))
-    for _, name, batch, prefixes in turns:
+    for _, name, batch, candidates in turns:
         fam = FAMILIES[name]
         if only and name not in only:
             continue
@@ -430,19 +538,21 @@ def jobs(repo, only, specs):
             graph = json.load(f)
         config = C.merged_config(repo, entry)
         heads = config.get("num_key_value_heads") or config.get("num_attention_heads")
-        more = fam.get("more", {}).get(batch, [])
-        for spec in ["plain"] + [s.format(w=w) for w in WORLDS for s in SPECS + more]:
+        for spec in candidates:
             if specs and not any(spec.startswith(s) for s in specs):
-                continue
-            if prefixes and not any(spec.startswith(s) for s in prefixes):
                 continue
             if spec.startswith("tp:") and heads % world_of(spec) != 0:
                 continue  # Colwise q/k/v need whole heads on every rank
-            yield {
+            job = {
                 "graph_name": name, "model": entry["model"], "reduce": entry.get("reduce"),
                 "config": config, "graph": graph, "batch": batch,
-                "spec": spec, "world": world_of(spec), "tp": fam["tp"],
+                "spec": spec, "world": world_of(spec), "tp": fam.get("tp", ""),
             }
+            why = refusal(job)
+            if why:
+                print(f"skip {name} b{batch}: {why}", flush=True)
+                continue
+            yield job
 
 
 def row_path(runs, work, job, rank):
@@ -471,7 +581,7 @@ def main(argv=None):
         return worker(args)
     repo = os.path.abspath(args.repo)
     args.memcal = os.path.abspath(args.memcal)
-    counter_so = M.build_counter(repo, os.path.join(repo, args.work))
+    counter_so = None if args.dry_run else M.build_counter(repo, os.path.join(repo, args.work))
     graph_params = {}
     todo = [j for j in jobs(repo, args.only, args.strategy)
             if not all(os.path.exists(row_path(args.runs, args.work, j, r)) for r in range(j["world"]))]
