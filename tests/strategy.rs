@@ -31,6 +31,25 @@ fn every_kind_has_one_row_and_specs_round_trip() {
         parse("pp:stages=4,micro=8").unwrap().spec(),
         "pp:stages=4,micro=8"
     );
+    // Knobs added after rows were written stay out of the canonical spec at their defaults;
+    // worded keys round-trip as words.
+    assert_eq!(parse("zero2:world=4").unwrap().spec(), "zero2:world=4");
+    assert_eq!(
+        parse("zero2:world=4,bucket=500000000").unwrap().spec(),
+        "zero2:world=4"
+    );
+    let ds = parse("zero1:world=2,impl=deepspeed,bucket=1000").unwrap();
+    assert_eq!(ds.spec(), "zero1:world=2,impl=deepspeed,bucket=1000");
+    assert!(ds.parts[0].deepspeed());
+    assert!(!parse("zero1:world=2").unwrap().parts[0].deepspeed());
+    assert!(parse("zero3:world=2").unwrap().parts[0].deepspeed());
+    let pp = parse("pp:stages=2,micro=2,schedule=gpipe").unwrap();
+    assert_eq!(pp.spec(), "pp:stages=2,micro=2,schedule=gpipe");
+    assert_eq!(pp.parts[0].word("schedule"), "gpipe");
+    assert_eq!(
+        parse("pp:stages=2,micro=2,schedule=1f1b").unwrap().spec(),
+        "pp:stages=2,micro=2"
+    );
     assert_eq!(parse("plain").unwrap().devices(), 1);
     assert_eq!(
         parse("zero1:world=4+tp:2+pp:stages=2").unwrap().devices(),
@@ -61,6 +80,16 @@ fn bad_specs_are_refused_with_a_reason() {
         ("lora+qlora", "QLoRA is LoRA on a 4-bit base"),
         ("pp:stages=2+zero3:world=2", "allows ZeRO-1 only"),
         ("qlora+fsdp:world=8", "packed 4-bit weights is not modelled"),
+        ("zero2:world=2,bucket=0", "bucket must be at least 1"),
+        (
+            "zero1:world=2,impl=ds",
+            "impl=ds: expected torch or deepspeed",
+        ),
+        ("zero1:world=2,bucket=1000", "give impl=deepspeed with it"),
+        (
+            "pp:stages=2,schedule=interleaved",
+            "schedule=interleaved: expected 1f1b or gpipe",
+        ),
     ];
     for (spec, want) in cases {
         let e = parse(spec).expect_err(spec);
@@ -114,6 +143,17 @@ fn terms() -> GraphTerms {
         inside_share: 0.75,
         boundary_elements: 1_000,
         heads: None,
+        // Embeddings 100,000 and a head 100,000 around four blocks of 200,000; activation
+        // elements 1,000 before, 1,875 a block, 1,500 after (the 0.75 inside), logits 1,200.
+        pipeline: memory::PipelineTerms {
+            pre_parameters: 100_000,
+            post_parameters: 100_000,
+            block_parameters: vec![200_000; 4],
+            pre_elements: 1_000,
+            block_elements: vec![1_875; 4],
+            post_elements: 1_500,
+            output_elements: 1_200,
+        },
     }
 }
 
@@ -151,23 +191,39 @@ fn formulas_match_hand_computed_values() {
     assert_eq!(t("adam8bit").optimizer, 1e6 * 2.0 * (1.0 + 4.0 / 2048.0));
     // ZeRO over 4.
     assert_eq!(t("zero1:world=4").optimizer, 2e6);
+    // DeepSpeed's stages: Adam / N plus the fp32 copy of the partition (4P/N), the reduce
+    // buffer of `bucket` elements (DeepSpeed's default 5e8: 2 GB).
     let z2 = t("zero2:world=4");
     assert_eq!(
-        (z2.gradients, z2.optimizer, z2.buffers),
-        (1e6, 2e6, 160_000.0)
+        (z2.weights, z2.gradients, z2.optimizer, z2.buffers),
+        (4e6, 1e6, 3e6, 2e9)
     );
+    assert_eq!(t("zero2:world=4,bucket=1000").buffers, 4000.0);
+    let z1 = t("zero1:world=4,impl=deepspeed");
+    assert_eq!((z1.gradients, z1.optimizer, z1.buffers), (1e6, 3e6, 2e9));
     let z3 = t("zero3:world=4");
-    assert_eq!(z3.weights + z3.gradients + z3.optimizer, 4e6);
-    assert_eq!(z3.buffers, 3.0 * 4.0 * 50_000.0);
+    assert_eq!(z3.weights + z3.gradients + z3.optimizer, 5e6);
+    assert_eq!(z3.buffers, 3.0 * 4.0 * 50_000.0 + 2e9);
     assert_eq!(t("fsdp:world=4").buffers, 3.0 * 4.0 * 200_000.0);
     // TP 2: matrices halved, block activations (10 + 12)/34.
     let tp = t("tp:2");
     assert_eq!(tp.weights, 4.0 * (400_000.0 + 200_000.0));
     assert!((tp.activations - a * (0.25 + 0.75 * 22.0 / 34.0)).abs() < 1e-6);
-    // PP 2 stages, 4 micro-batches: 2 in flight of 4.
+    // PP 2 stages, 4 micro-batches (1F1B): the worst stage is the first, with the embeddings and
+    // two blocks (half the parameters), 0.475 of the activation elements of which 2 of 4
+    // micro-batches are in flight, and the output gradients' receive buffers (a boundary).
     let pp = t("pp:stages=2,micro=4");
     assert_eq!(pp.weights, 2e6);
-    assert!((pp.activations - a * (0.75 / 2.0 * 2.0 / 4.0 + 0.25 / 4.0)).abs() < 1e-6);
+    assert!((pp.activations - a * 0.475 * 0.5).abs() < 1e-6);
+    assert_eq!(pp.buffers, 4_000.0);
+    // The last stage: one of 4 in flight; its inputs' receive buffers and every logits kept.
+    let last = memory::strategy_terms_at(&g, a, &parse("pp:stages=2,micro=4").unwrap(), 4, 1);
+    assert!((last.activations - a * 0.525 * 0.25).abs() < 1e-6);
+    assert_eq!(last.buffers, 4_000.0 + 4_800.0);
+    // GPipe: every micro-batch in flight, so the last stage (0.525) is the worst.
+    let gpipe = t("pp:stages=2,micro=4,schedule=gpipe");
+    assert!((gpipe.activations - a * 0.525).abs() < 1e-6);
+    assert_eq!(gpipe.buffers, 8_800.0);
 }
 
 #[test]
@@ -377,6 +433,35 @@ fn plan_strategy_exits_2_on_a_bad_spec_and_prints_the_devices() {
         "pp:stages=2,micro=4",
     ]);
     assert_eq!(micro.status.code(), Some(2));
+    // Micro-batches must divide the batch; 1F1B needs at least as many as stages.
+    for (spec, want) in [
+        ("pp:stages=2,micro=2,schedule=gpipe", None),
+        (
+            "pp:stages=2,micro=3,schedule=gpipe",
+            Some("a micro that divides the batch"),
+        ),
+        (
+            "pp:stages=2,micro=1",
+            Some("give micro >= 2 or schedule=gpipe"),
+        ),
+    ] {
+        let out = memcal(&[
+            "plan",
+            "data/graphs/llama-r1.json",
+            "--batch",
+            "6",
+            "--strategy",
+            spec,
+        ]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        match want {
+            None => assert!(out.status.success(), "{spec}: {err}"),
+            Some(w) => {
+                assert_eq!(out.status.code(), Some(2), "{spec}");
+                assert!(err.contains(w), "{spec}: {err}");
+            }
+        }
+    }
     let ok = memcal(&[
         "plan",
         "data/graphs/llama-r1.json",
@@ -388,7 +473,10 @@ fn plan_strategy_exits_2_on_a_bad_spec_and_prints_the_devices() {
     assert!(ok.status.success());
     let text = String::from_utf8_lossy(&ok.stdout);
     assert!(text.contains("on 8 device(s)"), "{text}");
-    assert!(text.contains("formula, not measured"), "{text}");
+    assert!(
+        text.contains("rows of deepspeed zero3 (gloo), one a rank; NCCL not measured"),
+        "{text}"
+    );
     assert!(
         text.contains("DeepSpeed estimate_zero3_model_states_mem_needs"),
         "{text}"
@@ -446,7 +534,7 @@ fn strategy_rows_are_compared_with_their_formulas_and_label_the_plan() {
         .as_array()
         .unwrap()
         .iter()
-        .any(|k| k == "zero3"));
+        .any(|k| k == "adam8bit"));
     let plan = memcal(&[
         "plan",
         "data/graphs/llama-r1.json",
@@ -460,7 +548,21 @@ fn strategy_rows_are_compared_with_their_formulas_and_label_the_plan() {
     let text = String::from_utf8_lossy(&plan.stdout);
     assert!(text.contains("measured on CPU: "), "{text}");
     assert!(
-        text.contains("zero3:world=4      formula, not measured"),
+        text.contains("zero3:world=4      measured on CPU (gloo): "),
+        "{text}"
+    );
+    // A part counts the rows of its own group (its FSDP version and setting), not its kind's.
+    let ds = memcal(&[
+        "plan",
+        "data/graphs/llama-r1.json",
+        "--batch",
+        "2",
+        "--strategy",
+        "fsdp:world=8,version=1,reshard=1",
+    ]);
+    let text = String::from_utf8_lossy(&ds.stdout);
+    assert!(
+        text.contains("rows of fsdp1 full-shard (gloo), one a rank; NCCL not measured"),
         "{text}"
     );
 }

@@ -61,6 +61,26 @@ impl Backing {
         }
     }
 
+    /// How one part is backed, in words. A part measured per rank counts the rows of its own
+    /// group (`deepspeed zero1 (gloo)` apart from torch's `zero1 (gloo)`, each FSDP version and
+    /// setting, each pipeline schedule): "measured on CPU (gloo): 36 rows of deepspeed zero2
+    /// (gloo), one a rank; NCCL not measured"; with none, "formula, not measured" and why.
+    pub fn label(&self, part: &crate::strategy::Part) -> String {
+        if def(part.kind).backing != crate::strategy::Backing::MeasuredGloo {
+            return evidence_label(part.kind, &self.counts);
+        }
+        let gloo = crate::strategy::evidence::rank_group(part, "gloo");
+        match self.group(part).filter(|g| g.strategy == gloo) {
+            Some(g) => format!(
+                "measured on CPU (gloo): {} rows of {gloo}, one a rank; NCCL not measured",
+                g.all.completed
+            ),
+            None => format!(
+                "formula, not measured (no rows of {gloo} in the data folder; python3 -m memcal_export.ranks measures it per rank)"
+            ),
+        }
+    }
+
     /// The held-out record of one part measured alone: its rows measured per rank (gloo)
     /// first, else its group's.
     fn record(&self, part: &crate::strategy::Part) -> Option<&crate::strategy::evidence::Record> {
@@ -239,7 +259,8 @@ pub fn base(graph: &Graph, plain: &Plan) -> Base {
     }
 }
 
-/// Refuses a strategy the job cannot run (pipeline micro-batches beyond the batch).
+/// Refuses a strategy the job cannot run (tp not dividing the heads; pipeline micro-batches not
+/// dividing the batch, fewer than the stages under 1F1B, more stages than blocks).
 pub fn check_job(s: &Strategy, b: &Base) -> Result<(), String> {
     if let (Some(tp), Some(heads)) = (s.part(Kind::Tp), b.graph_terms.heads) {
         let k = tp.get("k");
@@ -250,11 +271,16 @@ pub fn check_job(s: &Strategy, b: &Base) -> Result<(), String> {
         }
     }
     if let Some(pp) = s.part(Kind::Pp) {
-        if pp.get("micro") > b.batch {
+        let (micro, stages) = (pp.get("micro"), pp.get("stages"));
+        if micro > b.batch || b.batch % micro != 0 {
             return Err(format!(
-                "`{s}`: {} micro-batches of a batch of {}: give pp micro at most the batch",
-                pp.get("micro"),
+                "`{s}`: {micro} micro-batches of a batch of {}: give pp a micro that divides the batch (the schedule splits it into equal micro-batches)",
                 b.batch
+            ));
+        }
+        if pp.word("schedule") == "1f1b" && micro < stages {
+            return Err(format!(
+                "`{s}`: 1F1B with {micro} micro-batches over {stages} stages: torch's Schedule1F1B needs at least as many micro-batches as stages; give micro >= {stages} or schedule=gpipe"
             ));
         }
         if pp.get("stages") > b.graph_terms.blocks.max(1) {
@@ -306,7 +332,7 @@ pub fn plan_strategy(
                 let d = def(p.kind);
                 PartInfo {
                     spec: p.to_string(),
-                    evidence: evidence_label(p.kind, &backing.counts),
+                    evidence: backing.label(p),
                     record: backing.record(p).cloned(),
                     effect: d.effect,
                     formula: d.formula,

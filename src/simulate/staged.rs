@@ -72,6 +72,11 @@ impl Plan {
                     });
                 }
                 SKind::Ddp => p.ddp_buckets = true,
+                SKind::Zero1 if part.deepspeed() => {
+                    return Err(format!(
+                        "`{part}`: the simulator has no rule set for DeepSpeed's ZeRO (its formula stands)"
+                    ))
+                }
                 SKind::Zero1 => {
                     p.ddp_buckets = true;
                     p.zero1 = Some((0, part.get("world")));

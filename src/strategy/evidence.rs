@@ -235,9 +235,12 @@ impl Evidence {
 
 /// The group of one part: its name, and for FSDP its implementation and reshard setting,
 /// which hold different things (`fsdp2 reshard`, `fsdp2 no-reshard`, `fsdp1 full-shard`,
-/// `fsdp1 shard-grad-op`).
+/// `fsdp1 shard-grad-op`), for DeepSpeed's ZeRO its implementation (`deepspeed zero2`), for a
+/// pipeline its schedule (`pp 1f1b`, `pp gpipe`).
 pub fn part_group(p: &super::Part) -> String {
     match p.kind {
+        _ if p.deepspeed() => format!("deepspeed {}", super::def(p.kind).name),
+        Kind::Pp => format!("pp {}", p.word("schedule")),
         Kind::Fsdp => format!(
             "fsdp{} {}",
             p.get("version"),
@@ -274,13 +277,15 @@ fn group(spec: &RowSpec) -> String {
     }
 }
 
-/// The formula's prediction of one row.
+/// The formula's prediction of one row (a pipeline's row at its rank's stage, without a rank
+/// its worst stage's).
 fn predict(
     g: &Graph,
     batch: u64,
     spec: &RowSpec,
     simulated: Option<u64>,
     act_bytes: u64,
+    rank: Option<u64>,
 ) -> Option<u64> {
     match spec {
         RowSpec::Inference { prompt, decode } => {
@@ -305,7 +310,14 @@ fn predict(
         RowSpec::Training(s) => {
             let e = simulated? as f64;
             let a = (e - 16.0 * g.parameters() as f64).max(0.0);
-            let t = memory::strategy_terms(&memory::graph_terms(g, batch), a, s, act_bytes);
+            let terms = memory::graph_terms(g, batch);
+            let t = match (rank, s.part(Kind::Pp)) {
+                // Pipeline parallel alone: rank r runs stage r.
+                (Some(r), Some(pp)) if s.devices() == pp.get("stages") => {
+                    memory::strategy_terms_at(&terms, a, s, act_bytes, r)
+                }
+                _ => memory::strategy_terms(&terms, a, s, act_bytes),
+            };
             Some(t.total().ceil() as u64)
         }
     }
@@ -381,6 +393,7 @@ fn evidence_with(ds: &Dataset, graph_of: &mut dyn FnMut(&str) -> Option<Graph>) 
                 &spec,
                 r.simulated_bytes,
                 r.precision.activation_bytes(),
+                r.rank,
             )
         });
         rows.push(StrategyRow {

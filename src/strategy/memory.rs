@@ -34,6 +34,55 @@ pub struct GraphTerms {
     /// The fewest heads of an attention (its key/value heads under grouped-query attention):
     /// tensor parallel gives every rank whole heads. None: no attention op.
     pub heads: Option<u64>,
+    /// What a pipeline stage holds of the graph.
+    pub pipeline: PipelineTerms,
+}
+
+/// The graph as pipeline stages cut it: the nodes before the first block (embeddings: stage
+/// 0's), each block, the nodes after (final norm, head, loss: the last stage's).
+#[derive(Debug, Clone, PartialEq, Serialize, Default)]
+pub struct PipelineTerms {
+    pub pre_parameters: u64,
+    pub post_parameters: u64,
+    /// Per block, in order.
+    pub block_parameters: Vec<u64>,
+    /// Activation elements (the same count as `inside_share`'s) before, per block, after.
+    pub pre_elements: u64,
+    pub block_elements: Vec<u64>,
+    pub post_elements: u64,
+    /// The largest output after the blocks (the logits): what the last stage keeps of every
+    /// micro-batch until the next step (torch's `PipelineStage.output_chunks`).
+    pub output_elements: u64,
+}
+
+impl PipelineTerms {
+    /// The blocks of stage `r` of `s`: contiguous, as even as can be, earlier stages taking
+    /// the extra (the per-rank campaign's split, `exporter/memcal_export/pipeline.py`).
+    pub fn blocks_of(&self, r: u64, s: u64) -> std::ops::Range<usize> {
+        let l = self.block_parameters.len() as u64;
+        let (base, extra) = (l / s.max(1), l % s.max(1));
+        let start = r * base + r.min(extra);
+        let len = base + u64::from(r < extra);
+        start as usize..(start + len).min(l) as usize
+    }
+
+    /// Stage `r` of `s`: (its parameters, its share of the activation elements).
+    pub fn stage(&self, r: u64, s: u64) -> (u64, f64) {
+        let blocks = self.blocks_of(r, s);
+        let mut params: u64 = self.block_parameters[blocks.clone()].iter().sum();
+        let mut elements: u64 = self.block_elements[blocks].iter().sum();
+        if r == 0 {
+            params += self.pre_parameters;
+            elements += self.pre_elements;
+        }
+        if r + 1 == s {
+            params += self.post_parameters;
+            elements += self.post_elements;
+        }
+        let total =
+            self.pre_elements + self.block_elements.iter().sum::<u64>() + self.post_elements;
+        (params, elements as f64 / total.max(1) as f64)
+    }
 }
 
 /// The fewest heads of an attention node of the graph (key/value heads under GQA).
@@ -78,6 +127,7 @@ pub fn graph_terms(graph: &Graph, batch: u64) -> GraphTerms {
     let (mut inside, mut total, mut boundary) = (0u64, 0u64, 0u64);
     let mut targets = Vec::new();
     let (mut matrix_parameters, mut largest_parameter, mut largest_layer) = (0u64, 0u64, 0u64);
+    let mut pipe = PipelineTerms::default();
     for (k, n) in graph.nodes.iter().enumerate() {
         let c = &contributions[k];
         let acts = c
@@ -98,13 +148,25 @@ pub fn graph_terms(graph: &Graph, batch: u64) -> GraphTerms {
         );
         let mats = n.op.family().matrices(&n.op);
         matrix_parameters += mats.iter().map(|(i, o)| i * o).sum::<u64>();
-        let Some(b) = block_of(&n.id) else { continue };
+        let Some(b) = block_of(&n.id) else {
+            if blocks.is_empty() {
+                pipe.pre_parameters += params;
+                pipe.pre_elements = pipe.pre_elements.saturating_add(acts);
+            } else {
+                pipe.post_parameters += params;
+                pipe.post_elements = pipe.post_elements.saturating_add(acts);
+                pipe.output_elements = pipe.output_elements.max(c.layer_output_elements);
+            }
+            continue;
+        };
         inside = inside.saturating_add(acts);
         if blocks.last() != Some(&b) {
             blocks.push(b);
             block_params.push(0);
+            pipe.block_elements.push(0);
         }
         *block_params.last_mut().expect("pushed") += params;
+        *pipe.block_elements.last_mut().expect("pushed") += acts;
         boundary = boundary.max(c.layer_output_elements);
         let Some(width) = n.op.family().projection_width(&n.op) else {
             continue;
@@ -134,6 +196,10 @@ pub fn graph_terms(graph: &Graph, batch: u64) -> GraphTerms {
         },
         boundary_elements: boundary,
         heads: attention_heads(graph),
+        pipeline: PipelineTerms {
+            block_parameters: block_params,
+            ..pipe
+        },
     }
 }
 
@@ -177,12 +243,28 @@ pub fn adapter_parameters(g: &GraphTerms, r: u64) -> u64 {
         .sum()
 }
 
-/// The per-device terms of a strategy (`act_bytes`: bytes an activation element).
+/// The per-device terms of a strategy (`act_bytes`: bytes an activation element); a pipeline's
+/// are its worst stage's ([`strategy_terms_at`] per stage).
 pub fn strategy_terms(
     g: &GraphTerms,
     plain_activations: f64,
     s: &Strategy,
     act_bytes: u64,
+) -> Terms {
+    let stages = s.part(Kind::Pp).map_or(1, |p| p.get("stages"));
+    (0..stages)
+        .map(|r| strategy_terms_at(g, plain_activations, s, act_bytes, r))
+        .max_by(|a, b| a.total().total_cmp(&b.total()))
+        .expect("at least one stage")
+}
+
+/// The terms of pipeline stage `stage` (0 without a pipeline).
+pub fn strategy_terms_at(
+    g: &GraphTerms,
+    plain_activations: f64,
+    s: &Strategy,
+    act_bytes: u64,
+    stage: u64,
 ) -> Terms {
     let mut t = plain_terms(g, plain_activations);
     let p = g.parameters as f64;
@@ -235,15 +317,39 @@ pub fn strategy_terms(
         t.activations *= (1.0 - inside) + inside * (10.0 + 24.0 / k) / 34.0;
     }
     if let Some(pp) = s.part(Kind::Pp) {
-        let (st, m) = (pp.get("stages") as f64, pp.get("micro") as f64);
-        t.weights /= st;
-        t.gradients /= st;
-        t.optimizer /= st;
-        let inside = g.inside_share;
-        t.activations *= inside / st * st.min(m) / m + (1.0 - inside) / m;
+        pipeline_stage(&mut t, g, pp, stage, ab);
     }
     shard(&mut t, g, s);
     t
+}
+
+/// Stage `r` of a pipeline (torch's `PipelineStage` under `ScheduleGPipe` / `Schedule1F1B`):
+/// the model states of its blocks (and the embeddings on the first stage, the head on the
+/// last); its share of the activations, for every micro-batch under GPipe (all forwards before
+/// the backwards) or min(S - r, M) of M under 1F1B (the warm-up forwards in flight); the
+/// receive buffers it keeps between steps, one a micro-batch (the input activations on a stage
+/// past the first, the output gradients on one before the last: together a block boundary at
+/// the batch each), and on the last stage every micro-batch's output (the logits), kept for the
+/// merged output `step` returns.
+fn pipeline_stage(t: &mut Terms, g: &GraphTerms, pp: &super::Part, r: u64, ab: f64) {
+    let (s, m) = (pp.get("stages"), pp.get("micro"));
+    let (params, share) = g.pipeline.stage(r, s);
+    let states = params as f64 / g.parameters.max(1) as f64;
+    t.weights *= states;
+    t.gradients *= states;
+    t.optimizer *= states;
+    t.trainable_parameters = (t.trainable_parameters as f64 * states).round() as u64;
+    let in_flight = if pp.word("schedule") == "gpipe" {
+        1.0
+    } else {
+        (s - r).min(m) as f64 / m as f64
+    };
+    t.activations *= share * in_flight;
+    let boundary = g.boundary_elements as f64 * ab;
+    t.buffers += boundary * (u64::from(r > 0) + u64::from(r + 1 < s)) as f64;
+    if r + 1 == s {
+        t.buffers += g.pipeline.output_elements as f64 * ab;
+    }
 }
 
 /// ZeRO / FSDP sharding over the data-parallel world.
@@ -252,24 +358,18 @@ fn shard(t: &mut Terms, g: &GraphTerms, s: &Strategy) {
     let frozen = s.has(Kind::Lora) || s.has(Kind::Qlora);
     // Under LoRA the base layers gathered are frozen: no full gradient for them.
     let grad = if frozen { 0.0 } else { 1.0 };
+    if let Some(z) = s.parts.iter().find(|p| p.deepspeed()) {
+        deepspeed(t, g, z, n, grad);
+        return;
+    }
     if s.has(Kind::Zero1) {
         t.optimizer /= n;
-    }
-    if s.has(Kind::Zero2) {
-        t.optimizer /= n;
-        t.gradients /= n;
-        t.buffers += 4.0 * g.largest_parameter as f64 * grad;
     }
     if s.has(Kind::Ddp) || s.has(Kind::Zero1) {
         // DistributedDataParallel's reducer: flat buckets of every trainable gradient.
         t.buffers += 4.0 * t.trainable_parameters as f64;
     }
-    if s.has(Kind::Zero3) || s.has(Kind::Fsdp) {
-        let unit = if s.has(Kind::Fsdp) {
-            g.largest_block
-        } else {
-            g.largest_layer
-        } as f64;
+    if s.has(Kind::Fsdp) {
         t.optimizer /= n;
         t.gradients /= n;
         // reshard=0: every block gathered in the forward stays gathered until its backward.
@@ -277,7 +377,24 @@ fn shard(t: &mut Terms, g: &GraphTerms, s: &Strategy) {
         if !kept {
             t.weights /= n;
         }
-        t.buffers += 4.0 * unit * (2.0 + grad);
+        t.buffers += 4.0 * g.largest_block as f64 * (2.0 + grad);
+    }
+}
+
+/// DeepSpeed's ZeRO stages 1-3 in fp32 (`deepspeed/runtime/zero/stage_1_and_2.py`,
+/// `stage3.py`): the optimizer holds an fp32 copy of the rank's partition (4 bytes a trainable
+/// parameter / N, even when the weights are fp32) beside the Adam states; the gradients are
+/// reduced into the partition; the contiguous reduce buffer is `reduce_bucket_size` elements
+/// (allocated whole, at the first backward for stages 1-2, at initialization for stage 3).
+/// Stage 3 also partitions the weights and gathers a layer at a time (in use and prefetched,
+/// and its full gradient).
+fn deepspeed(t: &mut Terms, g: &GraphTerms, z: &super::Part, n: f64, grad: f64) {
+    t.optimizer = t.optimizer / n + 4.0 * t.trainable_parameters as f64 / n;
+    t.gradients /= n;
+    t.buffers += 4.0 * z.get("bucket") as f64;
+    if z.kind == Kind::Zero3 {
+        t.weights /= n;
+        t.buffers += 4.0 * g.largest_layer as f64 * (2.0 + grad);
     }
 }
 

@@ -89,6 +89,21 @@ pub struct Key {
     pub min: u64,
     /// The largest value allowed.
     pub max: u64,
+    /// A key whose values are words (`schedule=gpipe`): the value is the word's index here.
+    pub words: &'static [&'static str],
+    /// Left out of the canonical spec at its default (a knob added after rows were written
+    /// without it: `zero1:world=4` stays `zero1:world=4`).
+    pub quiet: bool,
+}
+
+impl Key {
+    /// A value as the spec writes it (the word of a worded key).
+    pub fn show(&self, v: u64) -> String {
+        match self.words.get(v as usize) {
+            Some(w) if !self.words.is_empty() => w.to_string(),
+            _ => v.to_string(),
+        }
+    }
 }
 
 /// One row of the strategy table.
@@ -120,6 +135,8 @@ const fn key(name: &'static str, default: Option<u64>, min: u64) -> Key {
         default,
         min,
         max: u64::MAX,
+        words: &[],
+        quiet: false,
     }
 }
 
@@ -129,8 +146,37 @@ const fn key_in(name: &'static str, default: u64, min: u64, max: u64) -> Key {
         default: Some(default),
         min,
         max,
+        words: &[],
+        quiet: false,
     }
 }
+
+/// A knob left out of the canonical spec at its default.
+const fn knob(name: &'static str, default: u64, min: u64) -> Key {
+    Key {
+        name,
+        default: Some(default),
+        min,
+        max: u64::MAX,
+        words: &[],
+        quiet: true,
+    }
+}
+
+/// A worded key (its first word the default), left out of the canonical spec at its default.
+const fn choice(name: &'static str, words: &'static [&'static str]) -> Key {
+    Key {
+        name,
+        default: Some(0),
+        min: 0,
+        max: words.len() as u64 - 1,
+        words,
+        quiet: true,
+    }
+}
+
+/// DeepSpeed's default `reduce_bucket_size` (elements), `deepspeed/runtime/zero/config.py`.
+pub const DEEPSPEED_BUCKET: u64 = 500_000_000;
 
 /// The strategy table. `cost` orders strategies on the same number of devices; a strategy
 /// over more devices always costs more (see [`cost_key`]).
@@ -198,38 +244,42 @@ pub const STRATEGIES: &[Def] = &[
     Def {
         kind: Kind::Zero1,
         name: "zero1",
-        syntax: "zero1:world=N",
-        keys: &[key("world", None, 2)],
+        syntax: "zero1:world=N[,impl=torch|deepspeed][,bucket=E]",
+        keys: &[
+            key("world", None, 2),
+            choice("impl", &["torch", "deepspeed"]),
+            knob("bucket", DEEPSPEED_BUCKET, 1),
+        ],
         cost: 5,
         cost_why: "N data-parallel devices; optimizer states partitioned",
-        effect: "optimizer state / N",
-        formula: "4P + 4P + 8P/N (ZeRO paper's P_os with fp32 weights and gradients)",
+        effect: "optimizer state / N; impl=torch (DDP + ZeroRedundancyOptimizer) keeps DDP's 4P of buckets, impl=deepspeed (DeepSpeed's ZeRO stage 1) a 4P/N fp32 master copy, the gradients reduced into its partition (4P/N) and its contiguous reduce buffer (`reduce_bucket_size` = bucket elements, 4 bytes each)",
+        formula: "torch: 4P + 4P + 8P/N + 4P of DDP buckets; deepspeed: 4P + 4P/N (gradients) + 12P/N (master + Adam) + 4 x bucket",
         backing: Backing::MeasuredGloo,
         rows_folder: Some("cpu-ranks"),
     },
     Def {
         kind: Kind::Zero2,
         name: "zero2",
-        syntax: "zero2:world=N",
-        keys: &[key("world", None, 2)],
+        syntax: "zero2:world=N[,bucket=E]",
+        keys: &[key("world", None, 2), knob("bucket", DEEPSPEED_BUCKET, 1)],
         cost: 6,
         cost_why: "N data-parallel devices; gradients reduce-scattered as they are produced",
-        effect: "gradients and optimizer state / N, plus the largest parameter's full gradient (the bucket in flight)",
-        formula: "4P + (4P + 8P)/N + 4 x largest parameter",
-        backing: Backing::Formula,
-        rows_folder: None,
+        effect: "DeepSpeed's ZeRO stage 2: gradients and optimizer state / N, a 4P/N fp32 master copy, and the contiguous reduce buffer (`reduce_bucket_size` = bucket elements, 4 bytes each) from the first backward on",
+        formula: "4P + 4P/N (gradients) + 12P/N (master + Adam) + 4 x bucket",
+        backing: Backing::MeasuredGloo,
+        rows_folder: Some("cpu-ranks"),
     },
     Def {
         kind: Kind::Zero3,
         name: "zero3",
-        syntax: "zero3:world=N",
-        keys: &[key("world", None, 2)],
+        syntax: "zero3:world=N[,bucket=E]",
+        keys: &[key("world", None, 2), knob("bucket", DEEPSPEED_BUCKET, 1)],
         cost: 7,
         cost_why: "N data-parallel devices; parameters all-gathered per layer in forward and backward (most communication)",
-        effect: "weights, gradients and optimizer state / N, plus two gathered copies of the largest layer (in use and prefetched) and its full gradient",
-        formula: "16P/N + 3 x 4 x largest layer",
-        backing: Backing::Formula,
-        rows_folder: None,
+        effect: "DeepSpeed's ZeRO stage 3: weights, gradients and optimizer state / N with a 4P/N fp32 master copy, the reduce bucket (bucket elements, 4 bytes each, allocated at initialization), plus two gathered copies of the largest layer (in use and prefetched) and its full gradient",
+        formula: "20P/N + 4 x bucket + 3 x 4 x largest layer",
+        backing: Backing::MeasuredGloo,
+        rows_folder: Some("cpu-ranks"),
     },
     Def {
         kind: Kind::Fsdp,
@@ -262,14 +312,18 @@ pub const STRATEGIES: &[Def] = &[
     Def {
         kind: Kind::Pp,
         name: "pp",
-        syntax: "pp:stages=S[,micro=M]",
-        keys: &[key("stages", None, 2), key("micro", Some(1), 1)],
+        syntax: "pp:stages=S[,micro=M][,schedule=1f1b|gpipe]",
+        keys: &[
+            key("stages", None, 2),
+            key("micro", Some(1), 1),
+            choice("schedule", &["1f1b", "gpipe"]),
+        ],
         cost: 9,
         cost_why: "S devices, each idle in the pipeline bubble ((S-1)/(M+S-1) of the step)",
-        effect: "the first stage's share: model states / S; activations of its L/S blocks for min(S, M) micro-batches in flight (1F1B), each B/M",
+        effect: "the first stage's share: model states / S; activations of its L/S blocks for min(S, M) micro-batches in flight (1F1B), each B/M; schedule=gpipe runs every micro-batch's forward before the backwards (torch's ScheduleGPipe), 1f1b alternates them (Schedule1F1B, which needs M >= S)",
         formula: "16P/S + A_inside/S x min(S, M)/M + A_outside/M",
-        backing: Backing::Formula,
-        rows_folder: None,
+        backing: Backing::MeasuredGloo,
+        rows_folder: Some("cpu-ranks"),
     },
 ];
 
@@ -289,6 +343,21 @@ pub struct Part {
 }
 
 impl Part {
+    /// A worded key's word (`impl` -> `deepspeed`); a number as text for another key.
+    pub fn word(&self, name: &str) -> String {
+        let d = def(self.kind);
+        d.keys
+            .iter()
+            .find(|k| k.name == name)
+            .map_or_else(String::new, |k| k.show(self.get(name)))
+    }
+
+    /// Whether the part runs DeepSpeed's ZeRO (zero1 impl=deepspeed, zero2, zero3).
+    pub fn deepspeed(&self) -> bool {
+        matches!(self.kind, Kind::Zero2 | Kind::Zero3)
+            || (self.kind == Kind::Zero1 && self.word("impl") == "deepspeed")
+    }
+
     /// The value of a key (parsed specs have every key).
     pub fn get(&self, name: &str) -> u64 {
         self.values
@@ -302,12 +371,14 @@ impl fmt::Display for Part {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let d = def(self.kind);
         f.write_str(d.name)?;
-        if !self.values.is_empty() {
-            let v: Vec<String> = self
-                .values
-                .iter()
-                .map(|(k, v)| format!("{k}={v}"))
-                .collect();
+        let v: Vec<String> = self
+            .values
+            .iter()
+            .zip(d.keys)
+            .filter(|((_, v), key)| !(key.quiet && key.default == Some(*v)))
+            .map(|((k, v), key)| format!("{k}={}", key.show(*v)))
+            .collect();
+        if !v.is_empty() {
             write!(f, ":{}", v.join(","))?;
         }
         Ok(())
@@ -410,12 +481,22 @@ fn parse_part(text: &str) -> Result<Part, String> {
                 d.name, d.syntax
             )
         })?;
-        let v: u64 = value.parse().map_err(|_| {
-            format!(
-                "`{text}`: {name}={value} is not a whole number (syntax: {})",
-                d.syntax
-            )
-        })?;
+        let v: u64 = if k.words.is_empty() {
+            value.parse().map_err(|_| {
+                format!(
+                    "`{text}`: {name}={value} is not a whole number (syntax: {})",
+                    d.syntax
+                )
+            })?
+        } else {
+            k.words.iter().position(|w| *w == value).ok_or_else(|| {
+                format!(
+                    "`{text}`: {name}={value}: expected {} (syntax: {})",
+                    k.words.join(" or "),
+                    d.syntax
+                )
+            })? as u64
+        };
         if v < k.min {
             return Err(format!("`{text}`: {name} must be at least {}", k.min));
         }
@@ -508,6 +589,14 @@ pub fn check_combination(s: &Strategy) -> Result<(), String> {
                 "`{}`: pp with {}: pipeline parallelism shards gradients and parameters per stage already (DeepSpeed's pipeline engine allows ZeRO-1 only); use pp with zero1",
                 s.spec(),
                 def(k).name
+            ));
+        }
+    }
+    if let Some(z) = s.part(Kind::Zero1) {
+        if !z.deepspeed() && z.get("bucket") != DEEPSPEED_BUCKET {
+            return Err(format!(
+                "`{}`: bucket is DeepSpeed's reduce_bucket_size: give impl=deepspeed with it (torch's ZeroRedundancyOptimizer runs under DDP, whose buckets are not a spec parameter)",
+                s.spec()
             ));
         }
     }
