@@ -1,0 +1,57 @@
+"""DeepSpeed's ZeRO stages per rank (`memcal_export.ranks`) on a tiny Llama at world 2, gloo on
+the loopback, the counting allocator in every rank: what the strategy table's DeepSpeed terms
+say a rank holds, read from `deepspeed/runtime/zero/stage_1_and_2.py` and `stage3.py`, checked
+byte for byte at the phase ends. About 35 s on 2 cores."""
+
+import os
+import tempfile
+import unittest
+
+from test_ranks import REPO, job
+
+BUCKET = 1000  # reduce_bucket_size, elements (4,000 bytes)
+
+
+class DeepSpeedTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        from memcal_export import measure as M
+        from memcal_export import ranks
+
+        cls.tmp = tempfile.TemporaryDirectory()
+        so = M.build_counter(REPO, os.path.join(REPO, "target", "ranks"))
+        cls.results = {}
+        for spec in [f"zero2:world=2,bucket={BUCKET}", f"zero3:world=2,bucket={BUCKET}"]:
+            out, why = ranks.run_job(so, job(spec), cls.tmp.name, 300)
+            if why:
+                raise AssertionError(f"{spec}: {why}")
+            cls.results[spec.split(":")[0]] = out
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def ends(self, head):
+        return [{p["name"]: p["end"] for p in r["phases"]} for r in self.results[head]]
+
+    def test_stage2_keeps_the_weights_and_an_fp32_copy_of_its_partition(self):
+        for r, e in zip(self.results["zero2"], self.ends("zero2")):
+            p = r["parameters"]
+            # The module's weights (4P, flattened into one buffer) and the optimizer's fp32 copy
+            # of the rank's partition (4P/2), even though the weights are fp32.
+            self.assertEqual(e["model_load"], 4 * p + 4 * p // 2)
+            # After a step: the reduce buffer (4 x bucket), the partition's gradients (4P/2)
+            # and AdamW's two states of the partition (8P/2), a few bytes of step counters.
+            step = e["step1.optimizer"] - e["inputs"]
+            self.assertAlmostEqual(step, 4 * BUCKET + 4 * p // 2 + 8 * p // 2, delta=256)
+
+    def test_stage3_partitions_the_weights_and_allocates_its_bucket_at_initialization(self):
+        for r, e in zip(self.results["zero3"], self.ends("zero3")):
+            p = r["parameters"]
+            # The weights' partition (4P/2), its fp32 copy (4P/2) and the reduce bucket.
+            self.assertAlmostEqual(e["model_load"], 4 * p // 2 + 4 * p // 2 + 4 * BUCKET, delta=256)
+            self.assertGreater(e["model_load"], 4 * p // 2 + 4 * p // 2 + 4 * BUCKET)
+
+
+if __name__ == "__main__":
+    unittest.main()
