@@ -319,7 +319,14 @@ def worker(args):
         json.dump(out, f)
     if world > 1:
         dist.barrier()
-        dist.destroy_process_group()
+        # Every rank has written its result and passed the barrier: the process ends here,
+        # without the interpreter's teardown. Under load, torch's C++ teardown of the gloo group
+        # and its threads at exit (destroy_process_group, then static destructors) now and then
+        # aborts a rank ("terminate called without an active exception", exit -6) after its
+        # work is done; nothing is left to release but the process itself.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
 
 
 def measure_rank(counter, build, state, graph, batch):
