@@ -67,17 +67,33 @@ fn shipped_rows_pass_the_campaign_checks() {
                 (4 * params, "4")
             }
             Some(s) if s.contains("qlora:") => (params / 2, "0.5"),
+            // DeepSpeed's stages 1 and 2: the weights whole, the rest of the 16 bytes sharded.
+            Some(s) if s.contains("impl=deepspeed") || s.starts_with("zero2:") => (
+                4 * params + 12 * params / row.world.unwrap_or(1),
+                "4 + 12 / world",
+            ),
             Some(s) if s.contains("zero1:") => (8 * params, "8"),
             // Sharded per rank (`world` processes): at least the rank's share of the 16 bytes.
-            Some(s) if s.starts_with("fsdp:") || s.starts_with("tp:") => {
+            Some(s)
+                if s.starts_with("fsdp:") || s.starts_with("tp:") || s.starts_with("zero3:") =>
+            {
                 (16 * params / row.world.unwrap_or(1), "16 / world")
+            }
+            // A pipeline rank: the 16 bytes of its own stage's parameters (the split the
+            // campaign and the formula share).
+            Some(s) if s.starts_with("pp:") => {
+                let spec = memcal::strategy::parse(s).unwrap();
+                let stages = spec.devices();
+                let terms = memcal::strategy::memory::graph_terms(g, row.batch);
+                let (stage, _) = terms.pipeline.stage(row.rank.unwrap_or(0), stages);
+                (16 * stage, "16 x its stage's share of the")
             }
             Some(_) => (16 * params, "16"),
         };
         if let Some(peak) = &row.peak {
             if peak.allocated_bytes < floor {
                 problems.push(format!(
-                    "{rel}: peak {} is below the model state alone, {what} x {params}",
+                    "{rel}: peak {} is below the model state alone, {floor} ({what} x {params} parameters)",
                     peak.allocated_bytes
                 ));
             }

@@ -323,9 +323,10 @@ fn recommend_prints_a_fitting_strategy_for_every_card_of_the_7b_model() {
         let p = &r["plan"];
         let card = r["card"]["bytes"].as_u64().unwrap();
         // The job is outside the fitted range, so every bound is widened as `memcal plan`
-        // widens it: on 16 GB nothing fits up to 64 devices, and the cheapest borderline
-        // option is shown instead.
-        if card < 20_000_000_000 && !p.is_object() {
+        // widens it: on 16 GB, and on the 24 GB cards that leave about 20 GB usable (A10G,
+        // L4), nothing fits up to 64 devices (ZeRO-3 keeps DeepSpeed's default 2 GB reduce
+        // bucket on every device), and the cheapest borderline option is shown instead.
+        if card < 21_000_000_000 && !p.is_object() {
             let b = &r["borderline"];
             assert_eq!(b["cards"][0]["verdict"], "borderline", "{r}");
             assert!(b["estimate_bytes"].as_u64().unwrap() < card);
@@ -437,7 +438,7 @@ fn plan_strategy_exits_2_on_a_bad_spec_and_prints_the_devices() {
     for (spec, want) in [
         ("pp:stages=2,micro=2,schedule=gpipe", None),
         (
-            "pp:stages=2,micro=3,schedule=gpipe",
+            "pp:stages=2,micro=4,schedule=gpipe",
             Some("a micro that divides the batch"),
         ),
         (

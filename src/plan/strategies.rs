@@ -272,7 +272,7 @@ pub fn check_job(s: &Strategy, b: &Base) -> Result<(), String> {
     }
     if let Some(pp) = s.part(Kind::Pp) {
         let (micro, stages) = (pp.get("micro"), pp.get("stages"));
-        if micro > b.batch || b.batch % micro != 0 {
+        if micro > b.batch || !b.batch.is_multiple_of(micro) {
             return Err(format!(
                 "`{s}`: {micro} micro-batches of a batch of {}: give pp a micro that divides the batch (the schedule splits it into equal micro-batches)",
                 b.batch

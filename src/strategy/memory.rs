@@ -385,7 +385,7 @@ fn shard(t: &mut Terms, g: &GraphTerms, s: &Strategy) {
 /// `stage3.py`): the optimizer holds an fp32 copy of the rank's partition (4 bytes a trainable
 /// parameter / N, even when the weights are fp32) beside the Adam states; the gradients are
 /// reduced into the partition; the contiguous reduce buffer is `reduce_bucket_size` elements
-/// (allocated whole, at the first backward for stages 1-2, at initialization for stage 3).
+/// (allocated whole: in each backward for stages 1-2, at initialization for stage 3).
 /// Stage 3 also partitions the weights and gathers a layer at a time (in use and prefetched,
 /// and its full gradient).
 fn deepspeed(t: &mut Terms, g: &GraphTerms, z: &super::Part, n: f64, grad: f64) {
