@@ -70,7 +70,11 @@ impl Backing {
             return evidence_label(part.kind, &self.counts);
         }
         let gloo = crate::strategy::evidence::rank_group(part, "gloo");
-        match self.group(part).filter(|g| g.strategy == gloo) {
+        let measured = self
+            .evidence
+            .as_ref()
+            .and_then(|e| e.strategies.iter().find(|g| g.strategy == gloo));
+        match measured {
             Some(g) => format!(
                 "measured on CPU (gloo): {} rows of {gloo}, one a rank; NCCL not measured",
                 g.all.completed
@@ -173,7 +177,6 @@ pub fn simulator_preferred(
         crate::strategy::evidence::Record,
     )>,
 > {
-    backing.evidence.as_ref()?;
     if s.parts.is_empty() {
         return None;
     }
@@ -272,7 +275,8 @@ pub fn check_job(s: &Strategy, b: &Base) -> Result<(), String> {
     }
     if let Some(pp) = s.part(Kind::Pp) {
         let (micro, stages) = (pp.get("micro"), pp.get("stages"));
-        if micro > b.batch || !b.batch.is_multiple_of(micro) {
+        // (A micro above the batch does not divide it either.)
+        if !b.batch.is_multiple_of(micro) {
             return Err(format!(
                 "`{s}`: {micro} micro-batches of a batch of {}: give pp a micro that divides the batch (the schedule splits it into equal micro-batches)",
                 b.batch
@@ -283,10 +287,9 @@ pub fn check_job(s: &Strategy, b: &Base) -> Result<(), String> {
                 "`{s}`: 1F1B with {micro} micro-batches over {stages} stages: torch's Schedule1F1B needs at least as many micro-batches as stages; give micro >= {stages} or schedule=gpipe"
             ));
         }
-        if pp.get("stages") > b.graph_terms.blocks.max(1) {
+        if stages > b.graph_terms.blocks.max(1) {
             return Err(format!(
-                "`{s}`: {} pipeline stages for {} blocks: give at most one stage a block",
-                pp.get("stages"),
+                "`{s}`: {stages} pipeline stages for {} blocks: give at most one stage a block",
                 b.graph_terms.blocks
             ));
         }

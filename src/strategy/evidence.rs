@@ -202,15 +202,19 @@ impl Evidence {
     /// counts only the rows measured per rank (not a layout emulated in one process).
     pub fn counts(&self) -> RowCounts {
         let mut c = RowCounts::new();
-        for r in self.rows.iter().filter(|r| {
-            r.status == RunStatus::Completed
-                && (r.rank.is_some()
-                    || !matches!(parse_row_spec(&r.spec), Ok(RowSpec::Training(s)) if s.devices() > 1))
-        }) {
-            if let Ok(RowSpec::Training(s)) = parse_row_spec(&r.spec) {
-                for p in &s.parts {
-                    *c.entry(p.kind).or_default() += 1;
-                }
+        for r in self
+            .rows
+            .iter()
+            .filter(|r| r.status == RunStatus::Completed)
+        {
+            let Ok(RowSpec::Training(s)) = parse_row_spec(&r.spec) else {
+                continue;
+            };
+            if r.rank.is_none() && s.devices() > 1 {
+                continue; // one rank's layout emulated in one process
+            }
+            for p in &s.parts {
+                *c.entry(p.kind).or_default() += 1;
             }
         }
         c

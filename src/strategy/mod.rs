@@ -100,8 +100,8 @@ impl Key {
     /// A value as the spec writes it (the word of a worded key).
     pub fn show(&self, v: u64) -> String {
         match self.words.get(v as usize) {
-            Some(w) if !self.words.is_empty() => w.to_string(),
-            _ => v.to_string(),
+            Some(w) => w.to_string(),
+            None => v.to_string(),
         }
     }
 }
