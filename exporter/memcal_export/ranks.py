@@ -160,21 +160,29 @@ def block_classes(model):
     return classes
 
 
+def adamw(params):
+    """The harness's optimizer (`measure.py`): AdamW, lr 1e-4, weight decay 0.01, foreach off."""
+    import torch
+
+    return torch.optim.AdamW(params, lr=1e-4, weight_decay=0.01, foreach=False)
+
+
+def optimizer_step(opt):
+    """The protocol's optimizer phase: a step, then the gradients freed."""
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+
+
 def wrap(model, spec, world, tp_plan, batch):
     """The model as the strategy runs it, and the optimizer over it (`tp_plan`: the family's
     entry of `TP_PLANS`, for `tp`; `batch`: each rank's, for DeepSpeed's configuration)."""
     import torch
-    import torch.distributed as dist
 
     head, v = parse_spec(spec)
-
-    def adamw(params):
-        return torch.optim.AdamW(params, lr=1e-4, weight_decay=0.01, foreach=False)
-
     if head == "plain":
         return model, adamw(model.parameters())
-    if head in ("zero2", "zero3") or v.get("impl") == "deepspeed":
-        return deepspeed_engine(model, head, v, batch, adamw)
+    if uses_deepspeed(spec):
+        return deepspeed_engine(model, head, v, batch)
     if head in ("ddp", "zero1"):
         from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -218,23 +226,25 @@ def wrap(model, spec, world, tp_plan, batch):
     raise ValueError(f"strategy `{spec}`: ranks.py measures plain, ddp, zero1, fsdp, tp and pp")
 
 
-# DeepSpeed's ZeRO stage by spec head; its default reduce bucket (`reduce_bucket_size`, elements).
+# DeepSpeed's ZeRO stage by spec head.
 DS_STAGES = {"zero1": 1, "zero2": 2, "zero3": 3}
-DS_BUCKET = 500_000_000
 
 
-def deepspeed_engine(model, head, v, batch, adamw):
+def deepspeed_engine(model, head, v, batch):
     """DeepSpeed's engine over the model, fp32 (no fp16/bf16 section), the ZeRO stage of the spec
-    with `reduce_bucket_size` = the spec's `bucket` (DeepSpeed's default otherwise) and every
-    other setting DeepSpeed's default, and torch's AdamW as the client optimizer (DeepSpeed's
-    CPUAdam is a C++ extension, not built here). Returns (engine, its step as an optimizer);
-    the backward is the engine's (`state["backward"]`, set by the caller)."""
+    with `reduce_bucket_size` = the spec's `bucket` where it gives one and every other setting
+    DeepSpeed's default, and torch's AdamW as the client optimizer (DeepSpeed's CPUAdam is a C++
+    extension, not built here). Returns (engine, its step as an optimizer); the backward is the
+    engine's (`state["backward"]`, set by the caller)."""
     import deepspeed
 
+    zero = {"stage": DS_STAGES[head]}
+    if "bucket" in v:
+        zero["reduce_bucket_size"] = v["bucket"]
     config = {
         "train_micro_batch_size_per_gpu": batch,
         "gradient_accumulation_steps": 1,
-        "zero_optimization": {"stage": DS_STAGES[head], "reduce_bucket_size": v.get("bucket", DS_BUCKET)},
+        "zero_optimization": zero,
         "zero_allow_untested_optimizer": True,
         "steps_per_print": 10**9,
     }
@@ -355,12 +365,7 @@ def measure_rank(counter, build, state, graph, batch):
         backward = state.get("backward") or (lambda loss: loss.backward())
         phase(f"step{k}.backward", lambda: backward(state["loss"]))
         del state["loss"]
-
-        def step():
-            state["opt"].step()
-            state["opt"].zero_grad(set_to_none=True)
-
-        phase(f"step{k}.optimizer", step)
+        phase(f"step{k}.optimizer", lambda: optimizer_step(state["opt"]))
     return phases, state["params"]
 
 
@@ -395,7 +400,7 @@ def measure_pp_rank(counter, build, state, graph, batch, spec, rank, config):
         gc.collect()
         state["module"] = module
         state["schedule"] = P.schedule_of(module, rank, stages, micro, schedule, crit[2], dist.group.WORLD)
-        state["opt"] = torch.optim.AdamW(module.parameters(), lr=1e-4, weight_decay=0.01, foreach=False)
+        state["opt"] = adamw(module.parameters())
 
     phase("model_load", load)
     torch.manual_seed(1)
@@ -408,12 +413,7 @@ def measure_pp_rank(counter, build, state, graph, batch, spec, rank, config):
         if micro_losses is not None:
             losses.append([loss.item() for loss in micro_losses])
         del micro_losses
-
-        def step():
-            state["opt"].step()
-            state["opt"].zero_grad(set_to_none=True)
-
-        phase(f"step{k}.optimizer", step)
+        phase(f"step{k}.optimizer", lambda: optimizer_step(state["opt"]))
     module = state["module"]
     stage = {"index": rank, "blocks": list(P.shares(P.blocks_of(config), stages)[rank]),
              "parameters": sum(p.numel() for p in module.parameters()),

@@ -3,11 +3,9 @@ the loopback, the counting allocator in every rank: what the strategy table's De
 say a rank holds, read from `deepspeed/runtime/zero/stage_1_and_2.py` and `stage3.py`, checked
 byte for byte at the phase ends. About 35 s on 2 cores."""
 
-import os
-import tempfile
 import unittest
 
-from test_ranks import REPO, job
+from test_ranks import run_specs
 
 BUCKET = 1000  # reduce_bucket_size, elements (4,000 bytes)
 
@@ -15,17 +13,8 @@ BUCKET = 1000  # reduce_bucket_size, elements (4,000 bytes)
 class DeepSpeedTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        from memcal_export import measure as M
-        from memcal_export import ranks
-
-        cls.tmp = tempfile.TemporaryDirectory()
-        so = M.build_counter(REPO, os.path.join(REPO, "target", "ranks"))
-        cls.results = {}
-        for spec in [f"zero2:world=2,bucket={BUCKET}", f"zero3:world=2,bucket={BUCKET}"]:
-            out, why = ranks.run_job(so, job(spec), cls.tmp.name, 300)
-            if why:
-                raise AssertionError(f"{spec}: {why}")
-            cls.results[spec.split(":")[0]] = out
+        cls.tmp, by_spec = run_specs([f"zero2:world=2,bucket={BUCKET}", f"zero3:world=2,bucket={BUCKET}"])
+        cls.results = {spec.split(":")[0]: out for spec, out in by_spec.items()}
 
     @classmethod
     def tearDownClass(cls):

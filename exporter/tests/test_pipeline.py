@@ -5,11 +5,10 @@ counting allocator. About 50 s on 2 cores."""
 
 import os
 import sys
-import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from test_ranks import CONFIG, GRAPH, REPO  # noqa: E402
+from test_ranks import CONFIG, GRAPH, run_specs  # noqa: E402
 
 LLAMA = dict(CONFIG, num_hidden_layers=2)
 SPECS = ["pp:stages=2,micro=2,schedule=gpipe", "pp:stages=2,micro=2,schedule=1f1b"]
@@ -138,17 +137,8 @@ class PipelineRanksTest(unittest.TestCase):
         import torch
 
         from memcal_export import campaign as C
-        from memcal_export import measure as M
-        from memcal_export import ranks
 
-        cls.tmp = tempfile.TemporaryDirectory()
-        so = M.build_counter(REPO, os.path.join(REPO, "target", "ranks"))
-        cls.results = {}
-        for spec in SPECS:
-            out, why = ranks.run_job(so, job(spec), cls.tmp.name, 300)
-            if why:
-                raise AssertionError(f"{spec}: {why}")
-            cls.results[spec] = out
+        cls.tmp, cls.results = run_specs(SPECS, job)
         # The plain step (ranks.py's protocol: seed 0, the model; seed 1, the inputs; AdamW).
         torch.set_num_threads(1)
         model = build("llama", LLAMA)

@@ -32,20 +32,27 @@ def job(spec):
             "spec": spec, "world": ranks.world_of(spec), "tp": "llama"}
 
 
+def run_specs(specs, make_job=job):
+    """Runs each spec's ranks (the counting allocator, 300 s at most a run) in a new temporary
+    folder; returns the folder and {spec: the ranks' results}. A failed run fails the caller."""
+    from memcal_export import measure as M
+    from memcal_export import ranks
+
+    tmp = tempfile.TemporaryDirectory()
+    so = M.build_counter(REPO, os.path.join(REPO, "target", "ranks"))
+    results = {}
+    for spec in specs:
+        out, why = ranks.run_job(so, make_job(spec), tmp.name, 300)
+        if why:
+            raise AssertionError(f"{spec}: {why}")
+        results[spec] = out
+    return tmp, results
+
+
 class RanksTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        from memcal_export import measure as M
-        from memcal_export import ranks
-
-        cls.tmp = tempfile.TemporaryDirectory()
-        so = M.build_counter(REPO, os.path.join(REPO, "target", "ranks"))
-        cls.results = {}
-        for spec in ["plain", "ddp:world=2", "zero1:world=2"]:
-            out, why = ranks.run_job(so, job(spec), cls.tmp.name, 300)
-            if why:
-                raise AssertionError(f"{spec}: {why}")
-            cls.results[spec] = out
+        cls.tmp, cls.results = run_specs(["plain", "ddp:world=2", "zero1:world=2"])
 
     @classmethod
     def tearDownClass(cls):
