@@ -15,6 +15,7 @@
 
 pub mod allocator;
 pub mod cuda;
+pub mod deepspeed;
 pub mod device;
 pub mod generate;
 pub mod generic;
@@ -532,6 +533,9 @@ pub fn simulate_rank(
     if let Some(z) = plan.zero1.as_mut() {
         z.0 = rank;
     }
+    if let Some(d) = plan.deepspeed.as_mut() {
+        d.rank = rank;
+    }
     simulate_with(graph, batch, precision, timeline, &plan)
 }
 
@@ -561,19 +565,37 @@ pub fn simulate_worst_rank(
 }
 
 /// The ranks of a strategy whose simulations differ: for ZeRO-1 every rank, the largest
-/// optimizer partitions first, at most `limit`; else rank 0 alone.
+/// optimizer partitions first, for DeepSpeed's stages 1 and 2 every rank, the largest reduced
+/// gradient buffers first, at most `limit`; else rank 0 alone.
 pub fn distinct_ranks(
     graph: &Graph,
     strategy: &crate::strategy::Strategy,
     limit: usize,
 ) -> Vec<u64> {
+    let (params, _) = parameters(graph, Backend::CpuFp32);
+    if let Some(ds) = strategy
+        .parts
+        .iter()
+        .find_map(deepspeed::DeepSpeed::of_part)
+    {
+        // DeepSpeed's ranks differ by the parameters that overlap their partitions.
+        let numel: Vec<u64> = params.iter().map(|p| p.bytes / 4).collect();
+        let mut ranks: Vec<(u64, u64)> = (0..ds.world)
+            .map(|rank| {
+                let l = deepspeed::Layout::new(&numel, &deepspeed::DeepSpeed { rank, ..ds });
+                (rank, l.in_partition)
+            })
+            .collect();
+        ranks.sort_by_key(|&(r, n)| (std::cmp::Reverse(n), r));
+        ranks.truncate(limit.max(1));
+        return ranks.into_iter().map(|(r, _)| r).collect();
+    }
     let Some(world) = strategy
         .part(crate::strategy::Kind::Zero1)
         .map(|p| p.get("world"))
     else {
         return vec![0];
     };
-    let (params, _) = parameters(graph, Backend::CpuFp32);
     let bytes: Vec<u64> = params.iter().map(|p| p.bytes).collect();
     let owner = zero1_owners(&bytes, world);
     let mut per_rank = vec![0u64; world as usize];
@@ -686,6 +708,8 @@ struct Sim<'a> {
     ddp_buckets: bool,
     /// ZeRO-1: whether this rank's optimizer owns each parameter (None: all of them).
     owned: Option<Vec<bool>>,
+    /// DeepSpeed's ZeRO stage 1 or 2 ([`deepspeed`]).
+    ds: Option<deepspeed::State>,
     mem: Mem,
     rec: Recorder,
 }
@@ -764,6 +788,10 @@ impl<'a> Sim<'a> {
                 .into_iter()
                 .map(|o| o == rank)
                 .collect()
+        });
+        let ds = plan.deepspeed.map(|d| {
+            let numel: Vec<u64> = params.iter().map(|p| p.bytes / 4).collect();
+            deepspeed::State::new(d, &numel, &node_params)
         });
         let n = graph.nodes.len();
         // A recomputed stage's outputs are leaves that require a gradient (the harness's
@@ -854,6 +882,7 @@ impl<'a> Sim<'a> {
             workspace: Workspaces::default(),
             ddp_buckets: plan.ddp_buckets,
             owned,
+            ds,
             mem: Mem {
                 bufs: Vec::new(),
                 live: Breakdown::default(),
@@ -912,6 +941,7 @@ impl<'a> Sim<'a> {
             self.rec.event(&p.label, high, &self.mem);
         }
         self.load_adapters(&param_bufs);
+        self.ds_load(&param_bufs);
         if self.ddp_buckets {
             // The reducer's buckets: every parameter that gets a gradient (the adapters,
             // from `base` on, alone under LoRA).
@@ -1353,6 +1383,7 @@ impl<'a> Sim<'a> {
             self.mem.release(g);
         }
         self.mem.release(root);
+        self.ds_after_backward(grads);
         self.rec.end(&self.mem);
     }
 
@@ -1387,6 +1418,7 @@ impl<'a> Sim<'a> {
             );
             self.rec
                 .event(&graph.nodes[k].id, high.max(summed), &self.mem);
+            self.ds_hooks(k, grads);
         }
     }
 
@@ -1627,6 +1659,9 @@ impl<'a> Sim<'a> {
         grads: &mut [Option<BufId>],
         states: &mut [Option<(BufId, BufId)>],
     ) {
+        if self.ds.is_some() {
+            return self.ds_step(step);
+        }
         self.begin(step, format!("step{step}.optimizer"));
         for p in 0..self.params.len() {
             if grads[p].is_none() {

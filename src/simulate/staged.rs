@@ -46,6 +46,8 @@ pub struct Plan {
     /// steps only its partition (`_partition_parameters`: parameters sorted by size, largest
     /// first, each to the rank with the fewest elements so far, the lowest such rank).
     pub zero1: Option<(u64, u64)>,
+    /// DeepSpeed's ZeRO stage 1 or 2 ([`super::deepspeed`]), alone.
+    pub deepspeed: Option<super::deepspeed::DeepSpeed>,
 }
 
 impl Plan {
@@ -72,10 +74,13 @@ impl Plan {
                     });
                 }
                 SKind::Ddp => p.ddp_buckets = true,
-                SKind::Zero1 if part.deepspeed() => {
-                    return Err(format!(
-                        "`{part}`: the simulator has no rule set for DeepSpeed's ZeRO (its formula stands)"
-                    ))
+                SKind::Zero1 | SKind::Zero2 if part.deepspeed() => {
+                    if s.parts.len() > 1 {
+                        return Err(format!(
+                            "`{part}`: the simulator's DeepSpeed rule set covers it alone, not with other parts (its formula stands)"
+                        ));
+                    }
+                    p.deepspeed = super::deepspeed::DeepSpeed::of_part(part);
                 }
                 SKind::Zero1 => {
                     p.ddp_buckets = true;
@@ -96,6 +101,7 @@ impl Plan {
             && self.low_rank.is_none()
             && !self.ddp_buckets
             && self.zero1.is_none()
+            && self.deepspeed.is_none()
     }
 }
 
