@@ -8,7 +8,11 @@
 #   2. submits a campaign with a run that fails and checks it surfaces as a failed campaign
 #      naming that run, with nothing merged;
 #   3. runs the Kubernetes Indexed Job's own command (from the job.yaml that `memcal-measure k8s`
-#      writes) once per index with JOB_COMPLETION_INDEX set, then its merge Job's command.
+#      writes) once per index with JOB_COMPLETION_INDEX set, then its merge Job's command;
+#   4. submits the per-rank campaign's array (`python3 -m memcal_export.ranks --slurm`: one
+#      DDP run at world 2 a task, both ranks in the task) for hf-llama-r1's two batches, checks
+#      that each rank's row peaks at its committed row's bytes, and that a second script finds
+#      nothing left to measure.
 # Nothing is written into the repository's data/. Needs root (apt-get, slurmd). Called from
 # scripts/ci-measurement.sh after the harness is built.
 set -euo pipefail
@@ -182,6 +186,32 @@ done
 "${merge_cmd[@]}" || fail "the merge Job's command failed"
 merged=$(find "$tmp/k8s-data/runs/cpu-k8s" -name '*.json' | wc -l)
 [ "$merged" -eq 3 ] || fail "expected 3 rows from the Kubernetes route, found $merged"
+
+step "4. the per-rank campaign (memcal_export.ranks) as a Slurm array: a run a task, its ranks in it"
+# Python's torch, transformers and the exporter (scripts/setup-pytorch.sh, run by test.sh first).
+export PYTHONPATH="$root/.libtorch:$root/.libtorch/py:$root/exporter"
+ranks=(python3 -m memcal_export.ranks --repo "$root" --memcal "$memcal" --runs "$tmp/ranks-rows"
+  --work "$tmp/ranks-work" --only hf-llama-r1 --strategy ddp:world=2)
+"${ranks[@]}" --slurm "$tmp/ranks" --max-concurrent 1 --time 00:10:00
+grep -qx '#SBATCH --array=0,1%1' "$tmp/ranks/ranks.sbatch" || fail "ranks.sbatch has no --array=0,1%1"
+t0=$(date +%s)
+"$tmp/ranks/submit.sh" --wait || fail "the per-rank array failed (logs: $tmp/ranks/logs)"
+echo "ci-slurm: 2 per-rank runs (4 ranks) took $(( $(date +%s) - t0 )) s"
+# Every rank's row, each at its committed row's peak to the byte (the runs are deterministic).
+python3 - "$tmp/ranks-rows/hf-llama-r1" data/runs/cpu-ranks/hf-llama-r1 <<'EOF' || fail "the per-rank rows differ"
+import json, os, sys
+new, old = sys.argv[1], sys.argv[2]
+names = sorted(os.listdir(new))
+assert names == [f"b{b}-ddp-world2-r{r}.json" for b in (1, 2) for r in (0, 1)], names
+for n in names:
+    a, b = (json.load(open(os.path.join(d, n))) for d in (new, old))
+    assert a["run_id"] == b["run_id"] and a["rank"] == b["rank"] and a["world"] == 2, n
+    assert a["peak"] == b["peak"], (n, a["peak"], b["peak"])
+print(f"ci-slurm: {len(names)} per-rank rows, each at its committed peak")
+EOF
+# The campaign resumes: a second script finds every run measured.
+"${ranks[@]}" --slurm "$tmp/ranks-again" | grep -q 'nothing to submit' \
+  || fail "a measured per-rank campaign was submitted again"
 
 echo
 echo "ci-slurm: ok ($(( $(date +%s) - started )) s)"

@@ -43,6 +43,10 @@ overwrites a file.
 
 Usage: python -m memcal_export.ranks --repo . --memcal target/release/memcal \
           [--runs data/runs/cpu-ranks] [--only GRAPH ...] [--strategy SPEC ...] [--dry-run]
+          [--task I | --slurm DIR [--max-concurrent K] [--time T] [--partition P]]
+
+`--slurm DIR` writes a Slurm array of the runs still to measure (one task a run, its ranks in
+the task) and DIR/submit.sh; a task runs `--task I`, the selection's run I (exporter/README.md).
 """
 
 import argparse
@@ -50,6 +54,7 @@ import datetime
 import gc
 import json
 import os
+import shlex
 import socket
 import subprocess
 import sys
@@ -583,17 +588,37 @@ def main(argv=None):
     ap.add_argument("--strategy", nargs="*", default=[], help="spec prefixes to measure (default: all)")
     ap.add_argument("--timeout", type=int, default=600, help="seconds a run may take, all ranks")
     ap.add_argument("--dry-run", action="store_true", help="list the runs, measure nothing")
+    ap.add_argument("--task", type=int, metavar="I",
+                    help="measure the campaign's run I alone (its index in the full list the "
+                         "selection gives, measured runs included: a Slurm array task's index); "
+                         "nothing if its rows are there")
+    ap.add_argument("--slurm", metavar="DIR",
+                    help="write DIR/ranks.sbatch (a Slurm array, one task a run still to measure, "
+                         "each task all the run's ranks on one node) and DIR/submit.sh; measure nothing")
+    ap.add_argument("--max-concurrent", type=int, default=0, metavar="K",
+                    help="with --slurm: at most K tasks at once (default: no limit)")
+    ap.add_argument("--time", default="01:00:00", help="with --slurm: each task's time limit")
+    ap.add_argument("--partition", help="with --slurm: the Slurm partition")
     args = ap.parse_args(argv)
     if args.worker:
         return worker(args)
     repo = os.path.abspath(args.repo)
     args.memcal = os.path.abspath(args.memcal)
-    counter_so = None if args.dry_run else M.build_counter(repo, os.path.join(repo, args.work))
+    every = list(jobs(repo, args.only, args.strategy))
+    if args.task is not None and not 0 <= args.task < len(every):
+        print(f"ranks: --task {args.task}: the selection has {len(every)} runs (0 to {len(every) - 1})",
+              file=sys.stderr)
+        return 2
+    todo = [(i, j) for i, j in enumerate(every)
+            if (args.task is None or i == args.task)
+            and not all(os.path.exists(row_path(args.runs, args.work, j, r)) for r in range(j["world"]))]
+    if args.slurm:
+        return write_slurm(args, repo, every, todo)
+    counter_so = None if args.dry_run else args.counter or M.build_counter(repo, os.path.join(repo, args.work))
     graph_params = {}
-    todo = [j for j in jobs(repo, args.only, args.strategy)
-            if not all(os.path.exists(row_path(args.runs, args.work, j, r)) for r in range(j["world"]))]
+    failed = 0
     print(f"ranks: {len(todo)} runs to measure", flush=True)
-    for i, job in enumerate(todo, 1):
+    for i, (_, job) in enumerate(todo, 1):
         label = f"[{i}/{len(todo)}] {job['graph_name']} b{job['batch']} {job['spec']}"
         if args.dry_run:
             print(label, flush=True)
@@ -609,12 +634,80 @@ def main(argv=None):
         results, why = run_job(counter_so, job, tmp, args.timeout)
         if why:
             print(f"{label}: FAILED ({why})", flush=True)
+            failed += 1
             continue
         for r, res in enumerate(results):
             row = row_of(res, job, r, gpath, graph_params[job["graph_name"]], measured)
             C.write_new(row_path(args.runs, args.work, job, r), row)
         peaks = [max(p["peak"] for p in res["phases"]) for res in results]
         print(f"{label}: {time.time() - t0:.0f} s, peaks per rank {peaks}", flush=True)
+    # A campaign goes on past a failed run; one task (a Slurm array element) fails with it.
+    return 1 if failed and args.task is not None else 0
+
+
+def write_slurm(args, repo, every, todo):
+    """`--slurm DIR`: a Slurm array over the runs still to measure, one task a run (its ranks
+    are processes of the one task, on one node, so the store and gloo stay on the loopback),
+    each task `--task I` with its own scratch folder; rows go straight to `--runs` (never
+    overwritten, so a resubmitted campaign resumes). Returns the exit code."""
+    out = os.path.abspath(args.slurm)
+    os.makedirs(os.path.join(out, "logs"), exist_ok=True)
+    if not todo:
+        print(f"ranks: every run of the selection is measured ({len(every)}): nothing to submit", flush=True)
+        return 0
+    ids = ",".join(str(i) for i, _ in todo)
+    limit = f"%{args.max_concurrent}" if args.max_concurrent > 0 else ""
+    cpus = max(j["world"] for _, j in todo)
+    sel = " --only " + " ".join(shlex.quote(g) for g in args.only) if args.only else ""
+    sel += " --strategy " + " ".join(shlex.quote(s) for s in args.strategy) if args.strategy else ""
+    # The counting allocator built once here, not by every task at once in one folder.
+    so = M.build_counter(repo, os.path.join(repo, args.work))
+    cmd = (f"{shlex.quote(sys.executable)} -m memcal_export.ranks --repo {shlex.quote(repo)}"
+           f" --counter {shlex.quote(so)}"
+           f" --memcal {shlex.quote(args.memcal)} --runs {shlex.quote(os.path.abspath(args.runs))}"
+           f" --work {shlex.quote(os.path.abspath(args.work))}/task-$SLURM_ARRAY_TASK_ID"
+           f" --timeout {args.timeout}{sel} --task $SLURM_ARRAY_TASK_ID")
+    runs = "\n".join(f"#   {i}: {j['graph_name']} b{j['batch']} {j['spec']}" for i, j in todo)
+    lines = [
+        "#!/bin/bash",
+        "# Slurm array job: one per-rank run a task, all its ranks in the task (one node).",
+        "# Written by `python3 -m memcal_export.ranks --slurm`; regenerate rather than edit.",
+        f"# {len(todo)} of the selection's {len(every)} runs still to measure; task I runs run I:",
+        runs,
+        "# To retry failed tasks only: sbatch --array=<ids> ranks.sbatch (a measured run is skipped).",
+        "#SBATCH --job-name=memcal-ranks",
+        f"#SBATCH --array={ids}{limit}",
+        f"#SBATCH --output={out}/logs/%A_%a.out",
+        "#SBATCH --ntasks=1",
+        f"#SBATCH --cpus-per-task={cpus}",
+        f"#SBATCH --chdir={repo}",
+        f"#SBATCH --time={args.time}",
+    ]
+    if args.partition:
+        lines.append(f"#SBATCH --partition={args.partition}")
+    lines += [
+        "set -euo pipefail",
+        f"export PYTHONPATH={shlex.quote(os.environ.get('PYTHONPATH', ''))}",
+        f"exec {cmd}",
+        "",
+    ]
+    with open(os.path.join(out, "ranks.sbatch"), "w") as f:
+        f.write("\n".join(lines))
+    submit = os.path.join(out, "submit.sh")
+    with open(submit, "w") as f:
+        f.write("\n".join([
+            "#!/usr/bin/env bash",
+            "# Submits the per-rank campaign's array (ranks.sbatch). Usage: submit.sh [--wait].",
+            "# --wait: waits for every task (sbatch --wait) and exits 1 if one failed.",
+            "set -euo pipefail",
+            f"here={shlex.quote(out)}",
+            'case "${1:-}" in --wait|"") ;; *) echo "usage: $0 [--wait]" >&2; exit 2 ;; esac',
+            'sbatch ${1:+--wait} "$here/ranks.sbatch"',
+            "",
+        ]))
+    os.chmod(submit, 0o755)
+    print(f"ranks: {len(todo)} runs as Slurm array tasks {ids}{limit}, {cpus} CPUs a task: "
+          f"{out}/ranks.sbatch; submit with {submit} [--wait]", flush=True)
     return 0
 
 

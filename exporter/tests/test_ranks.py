@@ -93,5 +93,37 @@ class RanksTest(unittest.TestCase):
         self.assertIn("rank", why)
 
 
+class SlurmTest(unittest.TestCase):
+    """`--slurm DIR` writes an array of the runs still to measure, each task `--task I` (its
+    index in the whole selection); nothing runs here (scripts/ci-slurm.sh submits one)."""
+
+    def test_the_array_names_the_runs_left_and_each_task_one_run(self):
+        from memcal_export import ranks
+
+        with tempfile.TemporaryDirectory() as d:
+            runs = os.path.join(d, "rows")
+            # The work folder RanksTest builds the counting allocator in (built once).
+            sel = ["--repo", REPO, "--runs", runs, "--work", os.path.join(REPO, "target", "ranks"),
+                   "--only", "hf-llama-r1", "--strategy", "ddp:world="]
+            # Run 0 (b1, world 2) measured: its two ranks' rows are there.
+            for r in (0, 1):
+                path = os.path.join(runs, "hf-llama-r1", f"b1-ddp-world2-r{r}.json")
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                open(path, "w").close()
+            self.assertEqual(ranks.main(sel + ["--slurm", os.path.join(d, "s"), "--max-concurrent", "2"]), 0)
+            script = open(os.path.join(d, "s", "ranks.sbatch")).read()
+            lines = script.splitlines()
+            # hf-llama-r1 b1 at world 2 and 4 (runs 0 and 1), then b2 (runs 2 and 3).
+            self.assertIn("#SBATCH --array=1,2,3%2", lines)
+            self.assertIn("#SBATCH --cpus-per-task=4", lines)
+            self.assertIn("#   1: hf-llama-r1 b1 ddp:world=4", lines)
+            self.assertTrue(lines[-1].endswith("--strategy ddp:world= --task $SLURM_ARRAY_TASK_ID"), lines[-1])
+            self.assertIn("--only hf-llama-r1 ", lines[-1])
+            self.assertTrue(os.access(os.path.join(d, "s", "submit.sh"), os.X_OK))
+            # A task past the selection exits 2; a measured run's task measures nothing.
+            self.assertEqual(ranks.main(sel + ["--task", "4"]), 2)
+            self.assertEqual(ranks.main(sel + ["--task", "1", "--dry-run"]), 0)
+
+
 if __name__ == "__main__":
     unittest.main()
