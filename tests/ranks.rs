@@ -2,7 +2,8 @@
 //! by `python3 -m memcal_export.ranks`): the loader's checks (bad fields exit 2 naming the
 //! file and field; a rank not below its world and every row of a run missing a rank are
 //! excluded with their reason, never half-counted), the strategies' per-rank evidence, and the
-//! simulator's per-rank rule sets (DDP's buckets, ZeRO-1's partition) on the measured rows.
+//! simulator's per-rank rule sets (DDP's buckets, ZeRO-1's partition, DeepSpeed's stages 1 and 2)
+//! on the measured rows.
 
 use memcal::engine::{calibrate, load, ExclusionReason};
 use memcal::strategy::evidence::evidence;
@@ -237,4 +238,41 @@ fn deepspeed_stage1_and_2_rules_hold_on_the_measured_ranks() {
         assert!(median <= 0.001, "{group}: median {:.3}%", median * 100.0);
         assert!(max <= 0.04, "{group}: max {:.2}%", max * 100.0);
     }
+}
+
+/// On a CUDA device with NCCL (from source, not measured) DeepSpeed's rule set holds neither
+/// the originals beside the flat buffer at load (flattened on the host) nor gloo's all-gather
+/// temporary.
+#[test]
+fn deepspeed_on_nccl_drops_the_host_copy_and_the_gather_temporary() {
+    use memcal::features::Precision;
+    use memcal::simulate::deepspeed::Collectives;
+    use memcal::simulate::simulate_rank_on;
+    let g = memcal::graph::Graph::load(&repo().join("data/graphs/hf-llama-r1.json")).unwrap();
+    let s = memcal::strategy::parse("zero2:world=2").unwrap();
+    let peak = |c, phase: &str| {
+        let sim = simulate_rank_on(&g, 1, Precision::Fp32, &s, 0, false, c).unwrap();
+        sim.phases.iter().find(|p| p.name == phase).unwrap().peak
+    };
+    // hf-llama-r1: 39,094,784 parameters, a multiple of 2 x 2: the flat buffer is 4P.
+    let flat = 4 * 39_094_784;
+    // Load: gloo holds the originals and the flat buffer (8P); NCCL the flat buffer and the
+    // rank's fp32 master partition (4P + 4P/2).
+    let (gloo, nccl) = (
+        peak(Collectives::Gloo, "model_load"),
+        peak(Collectives::Nccl, "model_load"),
+    );
+    assert_eq!((gloo, nccl), (2 * flat, flat + flat / 2));
+    // The step ends with the all-gather: gloo's temporary is the flat buffer's size; NCCL has
+    // none.
+    let gather = |c| {
+        let sim = simulate_rank_on(&g, 1, Precision::Fp32, &s, 0, true, c).unwrap();
+        sim.timeline
+            .iter()
+            .filter(|e| e.phase == "step2.optimizer" && e.node == "deepspeed all-gather")
+            .map(|e| e.bytes - e.after)
+            .collect::<Vec<u64>>()
+    };
+    assert_eq!(gather(Collectives::Gloo), [flat]);
+    assert!(gather(Collectives::Nccl).is_empty());
 }

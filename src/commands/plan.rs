@@ -382,7 +382,15 @@ fn strategies(
         let mut sp = planner::plan_strategy(&base, s, cards, backing, f.bound_floor_bytes);
         // Where the simulator's rule set is clearly the better one on the rows, its peak too.
         if let Some(evidence) = planner::simulator_preferred(s, backing) {
-            match memcal::simulate::simulate_worst_rank(g, p.batch, p.precision, s) {
+            // A card's job runs NCCL: where the rule sets tell the backends apart (DeepSpeed's
+            // all-gather), NCCL's rule, read from source and said so.
+            use memcal::simulate::deepspeed::{Collectives, DeepSpeed};
+            let collectives = Collectives::Nccl;
+            let note = s.parts.iter().any(|p| DeepSpeed::of_part(p).is_some()).then(|| {
+                "a CUDA device with NCCL, from DeepSpeed's and torch's code, not measured: the weights are flattened on the host and the all-gather writes in place, where the CPU rows (gloo) also hold the originals while flattening and a temporary of the flat weights at the step's end (4 bytes a parameter each)".to_string()
+            });
+            match memcal::simulate::simulate_worst_rank_on(g, p.batch, p.precision, s, collectives)
+            {
                 Ok((sim, rank)) => {
                     sp.simulated = Some(planner::SimulatedPeak {
                         bytes: sim.peak_bytes,
@@ -390,6 +398,7 @@ fn strategies(
                         node: sim.peak_node,
                         rank,
                         evidence,
+                        note,
                     })
                 }
                 Err(why) => sp.simulated_unavailable = Some(why),

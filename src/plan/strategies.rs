@@ -162,6 +162,10 @@ pub struct SimulatedPeak {
         crate::strategy::evidence::Record,
         crate::strategy::evidence::Record,
     )>,
+    /// What the simulation assumes beyond its measured record (the collective backend where
+    /// the rule set tells them apart).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 /// Whether the simulator's rule set is clearly more accurate than the formula for every part

@@ -43,14 +43,31 @@ use crate::strategy::{Kind as SKind, Part};
 /// this times the world.
 const ALIGNMENT: u64 = 2;
 
-/// DeepSpeed's ZeRO stage 1 or 2 for one rank: the stage, the rank, the world and
-/// `reduce_bucket_size` in elements.
+/// The device and collective backend a rule set models. The rows are the CPU's with gloo;
+/// where an accelerator with NCCL differs, its rule is read from the code and not measured (no
+/// per-rank GPU row yet).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Collectives {
+    /// The CPU, `ProcessGroupGloo`: `all_gather_into_tensor` gathers into a temporary of the
+    /// output's size and copies it out; DeepSpeed's `param.data.cpu()` is the parameter's own
+    /// storage, so the originals live while the flat buffer is made (both measured).
+    Gloo,
+    /// A CUDA device, `ProcessGroupNCCL`: `all_gather_into_tensor` writes the output in place
+    /// (`ncclAllGather` on its storage), no temporary; DeepSpeed moves the parameters to the host
+    /// before it flattens them there and copies the flat buffer to the device
+    /// (`stage_1_and_2.py` `__init__`), so the device never holds both. From source, not measured.
+    Nccl,
+}
+
+/// DeepSpeed's ZeRO stage 1 or 2 for one rank: the stage, the rank, the world,
+/// `reduce_bucket_size` in elements and the collective backend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DeepSpeed {
     pub stage: u8,
     pub rank: u64,
     pub world: u64,
     pub bucket: u64,
+    pub collectives: Collectives,
 }
 
 impl DeepSpeed {
@@ -66,6 +83,7 @@ impl DeepSpeed {
             rank: 0,
             world: part.get("world"),
             bucket: part.get("bucket"),
+            collectives: Collectives::Gloo,
         })
     }
 }
@@ -221,11 +239,22 @@ impl Sim<'_> {
     pub(super) fn ds_load(&mut self, param_bufs: &[BufId]) {
         let Some(st) = self.ds.as_ref() else { return };
         let (padded, partition) = (st.layout.padded, st.layout.partition);
+        let on_host = st.ds.collectives == Collectives::Gloo;
         self.mem.at("deepspeed flat parameters");
+        if !on_host {
+            // On an accelerator the parameters go to the host first (`param.cpu_data =
+            // param.data.cpu()`), the flat buffer is made there and copied to the device.
+            for &b in param_bufs {
+                self.mem.release(b);
+            }
+        }
         let flat = self.mem.alloc(padded * 4, Kind::Parameters);
         let high = self.rec.high("deepspeed flat parameters", &self.mem);
-        for &b in param_bufs {
-            self.mem.release(b);
+        if on_host {
+            // On the CPU `.cpu()` is the same storage: the originals live through the copy.
+            for &b in param_bufs {
+                self.mem.release(b);
+            }
         }
         self.rec.event("deepspeed flat parameters", high, &self.mem);
         let _ = flat; // held for the run
@@ -379,10 +408,12 @@ impl Sim<'_> {
         self.mem.release(t);
         self.mem.release(flat_grad);
         self.rec.event(label, high, &self.mem);
-        let gather = self.mem.alloc(padded, Kind::Transients);
-        let high = self.rec.high("deepspeed all-gather", &self.mem);
-        self.mem.release(gather);
-        self.rec.event("deepspeed all-gather", high, &self.mem);
+        if self.ds.as_ref().map(|st| st.ds.collectives) == Some(Collectives::Gloo) {
+            let gather = self.mem.alloc(padded, Kind::Transients);
+            let high = self.rec.high("deepspeed all-gather", &self.mem);
+            self.mem.release(gather);
+            self.rec.event("deepspeed all-gather", high, &self.mem);
+        }
         self.rec.end(&self.mem);
     }
 }
@@ -397,6 +428,7 @@ mod tests {
             rank,
             world,
             bucket,
+            collectives: Collectives::Gloo,
         }
     }
 

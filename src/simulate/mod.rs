@@ -513,8 +513,8 @@ pub fn simulate_strategy(
 }
 
 /// [`simulate_strategy`] for one rank of a multi-process strategy (`ddp`, `zero1`: the
-/// ranks of ZeRO-1 differ by their optimizer partition). `rank` must be below the strategy's
-/// world.
+/// ranks of ZeRO-1 differ by their optimizer partition), with gloo's collectives, as the rows
+/// were measured. `rank` must be below the strategy's world.
 pub fn simulate_rank(
     graph: &Graph,
     batch: u64,
@@ -522,6 +522,28 @@ pub fn simulate_rank(
     strategy: &crate::strategy::Strategy,
     rank: u64,
     timeline: bool,
+) -> Result<Simulation, String> {
+    simulate_rank_on(
+        graph,
+        batch,
+        precision,
+        strategy,
+        rank,
+        timeline,
+        deepspeed::Collectives::Gloo,
+    )
+}
+
+/// [`simulate_rank`] with the given collective backend (where the rule sets tell them apart:
+/// DeepSpeed's all-gather, [`deepspeed::Collectives`]).
+pub fn simulate_rank_on(
+    graph: &Graph,
+    batch: u64,
+    precision: Precision,
+    strategy: &crate::strategy::Strategy,
+    rank: u64,
+    timeline: bool,
+    collectives: deepspeed::Collectives,
 ) -> Result<Simulation, String> {
     let mut plan = staged::Plan::from_strategy(strategy)?;
     let world = strategy.devices();
@@ -535,6 +557,7 @@ pub fn simulate_rank(
     }
     if let Some(d) = plan.deepspeed.as_mut() {
         d.rank = rank;
+        d.collectives = collectives;
     }
     simulate_with(graph, batch, precision, timeline, &plan)
 }
@@ -542,18 +565,36 @@ pub fn simulate_rank(
 /// The simulation of a multi-process strategy's worst rank (the highest peak among the ranks
 /// whose layouts differ, [`distinct_ranks`], at most 16 of them: ZeRO-1's largest partitions),
 /// with that rank; a one-process strategy is simulated as [`simulate_strategy`] (rank None).
+/// gloo's collectives, as the rows were measured.
 pub fn simulate_worst_rank(
     graph: &Graph,
     batch: u64,
     precision: Precision,
     strategy: &crate::strategy::Strategy,
 ) -> Result<(Simulation, Option<u64>), String> {
+    simulate_worst_rank_on(
+        graph,
+        batch,
+        precision,
+        strategy,
+        deepspeed::Collectives::Gloo,
+    )
+}
+
+/// [`simulate_worst_rank`] with the given collective backend ([`simulate_rank_on`]).
+pub fn simulate_worst_rank_on(
+    graph: &Graph,
+    batch: u64,
+    precision: Precision,
+    strategy: &crate::strategy::Strategy,
+    collectives: deepspeed::Collectives,
+) -> Result<(Simulation, Option<u64>), String> {
     if strategy.devices() == 1 {
         return simulate_strategy(graph, batch, precision, strategy, false).map(|s| (s, None));
     }
     let mut worst: Option<(Simulation, Option<u64>)> = None;
     for rank in distinct_ranks(graph, strategy, 16) {
-        let sim = simulate_rank(graph, batch, precision, strategy, rank, false)?;
+        let sim = simulate_rank_on(graph, batch, precision, strategy, rank, false, collectives)?;
         if worst
             .as_ref()
             .is_none_or(|(w, _)| sim.peak_bytes > w.peak_bytes)

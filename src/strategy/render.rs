@@ -146,6 +146,9 @@ pub fn render_strategy(b: &Base, p: &StrategyPlan) -> String {
             sim.phase,
             sim.node
         );
+        if let Some(note) = &sim.note {
+            let _ = writeln!(s, "  note: {note}");
+        }
         for (name, r, f) in &sim.evidence {
             let pct =
                 |v: Option<f64>| v.map_or(crate::format::MISSING.to_string(), crate::format::pct);
