@@ -26,7 +26,12 @@ pub fn evidence_label(kind: Kind, rows: &RowCounts) -> String {
             "formula, not measured (python3 -m memcal_export.ranks measures it per rank; no rows in the data folder)"
                 .to_string()
         }
-        (crate::strategy::Backing::Formula, _) => "formula, not measured".to_string(),
+        (crate::strategy::Backing::Formula, _) => {
+            format!(
+                "formula, not measured ({})",
+                crate::strategy::unmeasured_why(kind)
+            )
+        }
         _ => "formula, not measured (the harness has a protocol; no rows in the data folder)"
             .to_string(),
     }

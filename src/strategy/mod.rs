@@ -44,6 +44,15 @@ pub enum Backing {
     Formula,
 }
 
+/// Why a strategy backed by a formula alone has no measured rows, in a few words.
+pub fn unmeasured_why(kind: Kind) -> &'static str {
+    match kind {
+        // bitsandbytes' 8-bit optimizers run their blockwise kernels on CUDA only.
+        Kind::Adam8bit => "bitsandbytes needs CUDA: no GPU row yet",
+        _ => "no protocol measures it",
+    }
+}
+
 impl Backing {
     /// How a strategy of this backing is known, in words.
     pub fn label(self) -> &'static str {
