@@ -389,8 +389,7 @@ fn strategies(
             let note = s.parts.iter().any(|p| DeepSpeed::of_part(p).is_some()).then(|| {
                 "a CUDA device with NCCL, from DeepSpeed's and torch's code, not measured: the weights are flattened on the host and the all-gather writes in place, where the CPU rows (gloo) also hold the originals while flattening and a temporary of the flat weights at the step's end (4 bytes a parameter each)".to_string()
             });
-            match memcal::simulate::simulate_worst_rank_on(g, p.batch, p.precision, s, collectives)
-            {
+            match memcal::simulate::simulate_worst_rank(g, p.batch, p.precision, s, collectives) {
                 Ok((sim, rank)) => {
                     sp.simulated = Some(planner::SimulatedPeak {
                         bytes: sim.peak_bytes,

@@ -564,25 +564,9 @@ pub fn simulate_rank_on(
 
 /// The simulation of a multi-process strategy's worst rank (the highest peak among the ranks
 /// whose layouts differ, [`distinct_ranks`], at most 16 of them: ZeRO-1's largest partitions),
-/// with that rank; a one-process strategy is simulated as [`simulate_strategy`] (rank None).
-/// gloo's collectives, as the rows were measured.
+/// with that rank, on the given collective backend ([`simulate_rank_on`]); a one-process
+/// strategy is simulated as [`simulate_strategy`] (rank None).
 pub fn simulate_worst_rank(
-    graph: &Graph,
-    batch: u64,
-    precision: Precision,
-    strategy: &crate::strategy::Strategy,
-) -> Result<(Simulation, Option<u64>), String> {
-    simulate_worst_rank_on(
-        graph,
-        batch,
-        precision,
-        strategy,
-        deepspeed::Collectives::Gloo,
-    )
-}
-
-/// [`simulate_worst_rank`] with the given collective backend ([`simulate_rank_on`]).
-pub fn simulate_worst_rank_on(
     graph: &Graph,
     batch: u64,
     precision: Precision,
