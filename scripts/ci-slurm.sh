@@ -11,7 +11,7 @@
 #      writes) once per index with JOB_COMPLETION_INDEX set, then its merge Job's command;
 #   4. submits the per-rank campaign's array (`python3 -m memcal_export.ranks --slurm`: one
 #      DDP run at world 2 a task, both ranks in the task) for hf-llama-r1's two batches, checks
-#      that each rank's row peaks at its committed row's bytes, and that a second script finds
+#      that each rank's row peaks at its committed row's bytes (to 1 KiB), and that a second script finds
 #      nothing left to measure.
 # Nothing is written into the repository's data/. Needs root (apt-get, slurmd). Called from
 # scripts/ci-measurement.sh after the harness is built.
@@ -197,7 +197,7 @@ grep -qx '#SBATCH --array=0,1%1' "$tmp/ranks/ranks.sbatch" || fail "ranks.sbatch
 t0=$(date +%s)
 "$tmp/ranks/submit.sh" --wait || fail "the per-rank array failed (logs: $tmp/ranks/logs)"
 echo "ci-slurm: 2 per-rank runs (4 ranks) took $(( $(date +%s) - t0 )) s"
-# Every rank's row, each at its committed row's peak to the byte (the runs are deterministic).
+# Every rank's row, each at its committed row's peak and phase.
 python3 - "$tmp/ranks-rows/hf-llama-r1" data/runs/cpu-ranks/hf-llama-r1 <<'EOF' || fail "the per-rank rows differ"
 import json, os, sys
 new, old = sys.argv[1], sys.argv[2]
@@ -206,8 +206,10 @@ assert names == [f"b{b}-ddp-world2-r{r}.json" for b in (1, 2) for r in (0, 1)], 
 for n in names:
     a, b = (json.load(open(os.path.join(d, n))) for d in (new, old))
     assert a["run_id"] == b["run_id"] and a["rank"] == b["rank"] and a["world"] == 2, n
-    assert a["peak"] == b["peak"], (n, a["peak"], b["peak"])
-print(f"ci-slurm: {len(names)} per-rank rows, each at its committed peak")
+    # To 1 KiB: a small tensor another thread frees late can shift a phase (test_ranks.py).
+    d = a["peak"]["allocated_bytes"] - b["peak"]["allocated_bytes"]
+    assert abs(d) <= 1024 and a["peak"]["phase"] == b["peak"]["phase"], (n, a["peak"], b["peak"])
+print(f"ci-slurm: {len(names)} per-rank rows, each at its committed peak (to 1 KiB)")
 EOF
 # The campaign resumes: a second script finds every run measured.
 "${ranks[@]}" --slurm "$tmp/ranks-again" | grep -q 'nothing to submit' \
