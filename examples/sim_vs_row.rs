@@ -23,9 +23,15 @@ fn main() {
         Some(spec) => {
             let s = memcal::strategy::parse(spec).expect("a training strategy");
             match row.rank {
-                Some(rank) => {
-                    memcal::simulate::simulate_rank(&g, row.batch, precision, &s, rank, true)
-                }
+                Some(rank) => memcal::simulate::simulate_rank(
+                    &g,
+                    row.batch,
+                    precision,
+                    &s,
+                    rank,
+                    true,
+                    memcal::simulate::deepspeed::Collectives::Gloo,
+                ),
                 None => memcal::simulate::simulate_strategy(&g, row.batch, precision, &s, true),
             }
         }

@@ -247,11 +247,11 @@ fn deepspeed_stage1_and_2_rules_hold_on_the_measured_ranks() {
 fn deepspeed_on_nccl_drops_the_host_copy_and_the_gather_temporary() {
     use memcal::features::Precision;
     use memcal::simulate::deepspeed::Collectives;
-    use memcal::simulate::simulate_rank_on;
+    use memcal::simulate::simulate_rank;
     let g = memcal::graph::Graph::load(&repo().join("data/graphs/hf-llama-r1.json")).unwrap();
     let s = memcal::strategy::parse("zero2:world=2").unwrap();
     let peak = |c, phase: &str| {
-        let sim = simulate_rank_on(&g, 1, Precision::Fp32, &s, 0, false, c).unwrap();
+        let sim = simulate_rank(&g, 1, Precision::Fp32, &s, 0, false, c).unwrap();
         sim.phases.iter().find(|p| p.name == phase).unwrap().peak
     };
     // hf-llama-r1: 39,094,784 parameters, a multiple of 2 x 2: the flat buffer is 4P.
@@ -266,7 +266,7 @@ fn deepspeed_on_nccl_drops_the_host_copy_and_the_gather_temporary() {
     // The step ends with the all-gather: gloo's temporary is the flat buffer's size; NCCL has
     // none.
     let gather = |c| {
-        let sim = simulate_rank_on(&g, 1, Precision::Fp32, &s, 0, true, c).unwrap();
+        let sim = simulate_rank(&g, 1, Precision::Fp32, &s, 0, true, c).unwrap();
         sim.timeline
             .iter()
             .filter(|e| e.phase == "step2.optimizer" && e.node == "deepspeed all-gather")

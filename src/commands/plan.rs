@@ -384,11 +384,9 @@ fn strategies(
         if let Some(evidence) = planner::simulator_preferred(s, backing) {
             // A card's job runs NCCL: where the rule sets tell the backends apart (DeepSpeed's
             // all-gather), NCCL's rule, read from source and said so.
-            use memcal::simulate::deepspeed::{Collectives, DeepSpeed};
+            use memcal::simulate::deepspeed::{unmeasured_note, Collectives};
             let collectives = Collectives::Nccl;
-            let note = s.parts.iter().any(|p| DeepSpeed::of_part(p).is_some()).then(|| {
-                "a CUDA device with NCCL, from DeepSpeed's and torch's code, not measured: the weights are flattened on the host and the all-gather writes in place, where the CPU rows (gloo) also hold the originals while flattening and a temporary of the flat weights at the step's end (4 bytes a parameter each)".to_string()
-            });
+            let note = unmeasured_note(s, collectives).map(str::to_string);
             match memcal::simulate::simulate_worst_rank(g, p.batch, p.precision, s, collectives) {
                 Ok((sim, rank)) => {
                     sp.simulated = Some(planner::SimulatedPeak {

@@ -88,6 +88,42 @@ impl DeepSpeed {
     }
 }
 
+/// The parameters' elements (fp32: 4 bytes each), in the simulator's order.
+pub(super) fn elements(params: &[super::Param]) -> Vec<u64> {
+    params.iter().map(|p| p.bytes / 4).collect()
+}
+
+/// The ranks of `ds`'s world by the size of their buffer of reduced gradients, largest first
+/// (ties by rank), at most `limit` (at least one): the ranks whose peaks differ most.
+pub(super) fn ranks_largest_first(numel: &[u64], ds: DeepSpeed, limit: usize) -> Vec<u64> {
+    let mut ranks: Vec<(u64, u64)> = (0..ds.world)
+        .map(|rank| {
+            (
+                rank,
+                Layout::new(numel, &DeepSpeed { rank, ..ds }).in_partition,
+            )
+        })
+        .collect();
+    ranks.sort_by_key(|&(r, n)| (std::cmp::Reverse(n), r));
+    ranks.truncate(limit.max(1));
+    ranks.into_iter().map(|(r, _)| r).collect()
+}
+
+/// What a simulation of `strategy` on `collectives` assumes beyond the measured rows, for a
+/// plan to print: None where the rule set is the one the rows measured (gloo) or covers no part.
+pub fn unmeasured_note(
+    strategy: &crate::strategy::Strategy,
+    collectives: Collectives,
+) -> Option<&'static str> {
+    let covered = strategy
+        .parts
+        .iter()
+        .any(|p| DeepSpeed::of_part(p).is_some());
+    (covered && collectives == Collectives::Nccl).then_some(
+        "a CUDA device with NCCL, from DeepSpeed's and torch's code, not measured: the weights are flattened on the host and the all-gather writes in place, where the CPU rows (gloo) also hold the originals while flattening and a temporary of the flat weights at the step's end (4 bytes a parameter each)",
+    )
+}
+
 /// Where the trainable parameters lie in the flat buffer, and this rank's share.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Layout {
@@ -386,6 +422,7 @@ impl Sim<'_> {
         self.begin(step, format!("step{step}.optimizer"));
         let Some(st) = self.ds.as_ref() else { return };
         let (partition, padded) = (st.layout.partition * 4, st.layout.padded * 4);
+        let gloo = st.ds.collectives == Collectives::Gloo;
         let label = "deepspeed step";
         self.mem.at(label);
         let flat_grad = self.mem.alloc(partition, Kind::Gradients);
@@ -408,7 +445,7 @@ impl Sim<'_> {
         self.mem.release(t);
         self.mem.release(flat_grad);
         self.rec.event(label, high, &self.mem);
-        if self.ds.as_ref().map(|st| st.ds.collectives) == Some(Collectives::Gloo) {
+        if gloo {
             let gather = self.mem.alloc(padded, Kind::Transients);
             let high = self.rec.high("deepspeed all-gather", &self.mem);
             self.mem.release(gather);

@@ -513,30 +513,10 @@ pub fn simulate_strategy(
 }
 
 /// [`simulate_strategy`] for one rank of a multi-process strategy (`ddp`, `zero1`: the
-/// ranks of ZeRO-1 differ by their optimizer partition), with gloo's collectives, as the rows
-/// were measured. `rank` must be below the strategy's world.
+/// ranks of ZeRO-1 differ by their optimizer partition), on the given collective backend
+/// (where the rule sets tell them apart: DeepSpeed's, [`deepspeed::Collectives`]; the rows
+/// were measured with gloo). `rank` must be below the strategy's world.
 pub fn simulate_rank(
-    graph: &Graph,
-    batch: u64,
-    precision: Precision,
-    strategy: &crate::strategy::Strategy,
-    rank: u64,
-    timeline: bool,
-) -> Result<Simulation, String> {
-    simulate_rank_on(
-        graph,
-        batch,
-        precision,
-        strategy,
-        rank,
-        timeline,
-        deepspeed::Collectives::Gloo,
-    )
-}
-
-/// [`simulate_rank`] with the given collective backend (where the rule sets tell them apart:
-/// DeepSpeed's all-gather, [`deepspeed::Collectives`]).
-pub fn simulate_rank_on(
     graph: &Graph,
     batch: u64,
     precision: Precision,
@@ -564,7 +544,7 @@ pub fn simulate_rank_on(
 
 /// The simulation of a multi-process strategy's worst rank (the highest peak among the ranks
 /// whose layouts differ, [`distinct_ranks`], at most 16 of them: ZeRO-1's largest partitions),
-/// with that rank, on the given collective backend ([`simulate_rank_on`]); a one-process
+/// with that rank, on the given collective backend ([`simulate_rank`]); a one-process
 /// strategy is simulated as [`simulate_strategy`] (rank None).
 pub fn simulate_worst_rank(
     graph: &Graph,
@@ -578,7 +558,7 @@ pub fn simulate_worst_rank(
     }
     let mut worst: Option<(Simulation, Option<u64>)> = None;
     for rank in distinct_ranks(graph, strategy, 16) {
-        let sim = simulate_rank_on(graph, batch, precision, strategy, rank, false, collectives)?;
+        let sim = simulate_rank(graph, batch, precision, strategy, rank, false, collectives)?;
         if worst
             .as_ref()
             .is_none_or(|(w, _)| sim.peak_bytes > w.peak_bytes)
@@ -603,17 +583,7 @@ pub fn distinct_ranks(
         .iter()
         .find_map(deepspeed::DeepSpeed::of_part)
     {
-        // DeepSpeed's ranks differ by the parameters that overlap their partitions.
-        let numel: Vec<u64> = params.iter().map(|p| p.bytes / 4).collect();
-        let mut ranks: Vec<(u64, u64)> = (0..ds.world)
-            .map(|rank| {
-                let l = deepspeed::Layout::new(&numel, &deepspeed::DeepSpeed { rank, ..ds });
-                (rank, l.in_partition)
-            })
-            .collect();
-        ranks.sort_by_key(|&(r, n)| (std::cmp::Reverse(n), r));
-        ranks.truncate(limit.max(1));
-        return ranks.into_iter().map(|(r, _)| r).collect();
+        return deepspeed::ranks_largest_first(&deepspeed::elements(&params), ds, limit);
     }
     let Some(world) = strategy
         .part(crate::strategy::Kind::Zero1)
@@ -814,10 +784,9 @@ impl<'a> Sim<'a> {
                 .map(|o| o == rank)
                 .collect()
         });
-        let ds = plan.deepspeed.map(|d| {
-            let numel: Vec<u64> = params.iter().map(|p| p.bytes / 4).collect();
-            deepspeed::State::new(d, &numel, &node_params)
-        });
+        let ds = plan
+            .deepspeed
+            .map(|d| deepspeed::State::new(d, &deepspeed::elements(&params), &node_params));
         let n = graph.nodes.len();
         // A recomputed stage's outputs are leaves that require a gradient (the harness's
         // `set_requires_grad(true)`), whatever their nodes hold.

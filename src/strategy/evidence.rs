@@ -343,7 +343,15 @@ fn simulate_row(
                 .map(|s| s.peak_bytes)
         }
         RowSpec::Training(s) => match rank {
-            Some(rank) => crate::simulate::simulate_rank(g, batch, precision, s, rank, false),
+            Some(rank) => crate::simulate::simulate_rank(
+                g,
+                batch,
+                precision,
+                s,
+                rank,
+                false,
+                crate::simulate::deepspeed::Collectives::Gloo,
+            ),
             // A multi-device layout emulated in one process (the harness's `cpu-zero1`): no
             // reducer and no other rank, which the rule sets model.
             None if s.devices() > 1 => return None,
