@@ -383,8 +383,8 @@ fn strategies(
         // Where the simulator's rule set is clearly the better one on the rows, its peak too.
         if let Some(evidence) = planner::simulator_preferred(s, backing) {
             // A card's job runs NCCL: where the rule sets tell the backends apart (DeepSpeed's
-            // all-gather), NCCL's rule, read from source and said so.
-            use memcal::simulate::deepspeed::{unmeasured_note, Collectives};
+            // and FSDP2's collectives), NCCL's rule, read from source and said so.
+            use memcal::simulate::{deepspeed::Collectives, unmeasured_note};
             let collectives = Collectives::Nccl;
             let note = unmeasured_note(s, collectives).map(str::to_string);
             match memcal::simulate::simulate_worst_rank(g, p.batch, p.precision, s, collectives) {

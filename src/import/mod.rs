@@ -26,6 +26,11 @@ struct Kind {
     /// The config class's `attribute_map`: (alias, field) pairs transformers reads as one
     /// field (`num_hidden_layers` is BART's `encoder_layers`).
     aliases: &'static [(&'static str, &'static str)],
+    /// The nodes (ids, or id prefixes before a dot) of the embeddings module when the class's
+    /// `_no_split_modules` names it beside the blocks (`BertEmbeddings`, `ViTEmbeddings`):
+    /// FSDP wraps it as one unit of its own ([`embeddings_unit`]); empty where it names the
+    /// blocks alone.
+    embeddings_unit: &'static [&'static str],
 }
 
 const GPT2_ALIASES: &[(&str, &str)] = &[
@@ -53,6 +58,19 @@ const DISTILBERT_ALIASES: &[(&str, &str)] = &[
 ];
 const DEEPSEEK_V2_ALIASES: &[(&str, &str)] = &[("num_experts", "n_routed_experts")];
 
+/// transformers' `BertEmbeddings` (and RoBERTa's, XLM-R's, CamemBERT's), a unit in their
+/// `_no_split_modules`: the nodes `bert` draws under `embeddings.`.
+const BERT_EMBEDDINGS: &[&str] = &["embeddings"];
+/// transformers' `ViTEmbeddings` (patch projection, class token, position embeddings), a unit
+/// in `_no_split_modules`: the nodes `vit` draws for it.
+const VIT_EMBEDDINGS: &[&str] = &[
+    "conv_proj",
+    "flatten",
+    "to_tokens",
+    "class_token",
+    "encoder.pos_embedding",
+];
+
 /// Every supported `model_type` (adding one touches this table and its builder).
 const KINDS: &[Kind] = &[
     Kind {
@@ -60,54 +78,63 @@ const KINDS: &[Kind] = &[
         class: "GPT2LMHeadModel",
         build: gpt2,
         aliases: GPT2_ALIASES,
+        embeddings_unit: &[],
     },
     Kind {
         model_type: "llama",
         class: "LlamaForCausalLM",
         build: llama,
         aliases: &[],
+        embeddings_unit: &[],
     },
     Kind {
         model_type: "mistral",
         class: "MistralForCausalLM",
         build: llama,
         aliases: &[],
+        embeddings_unit: &[],
     },
     Kind {
         model_type: "mixtral",
         class: "MixtralForCausalLM",
         build: mixtral,
         aliases: MIXTRAL_ALIASES,
+        embeddings_unit: &[],
     },
     Kind {
         model_type: "qwen2",
         class: "Qwen2ForCausalLM",
         build: qwen2,
         aliases: &[],
+        embeddings_unit: &[],
     },
     Kind {
         model_type: "qwen3",
         class: "Qwen3ForCausalLM",
         build: qwen3,
         aliases: &[],
+        embeddings_unit: &[],
     },
     Kind {
         model_type: "gemma",
         class: "GemmaForCausalLM",
         build: gemma,
         aliases: &[],
+        embeddings_unit: &[],
     },
     Kind {
         model_type: "bert",
         class: "BertModel (with its pooler)",
         build: bert,
         aliases: &[],
+        embeddings_unit: BERT_EMBEDDINGS,
     },
     Kind {
         model_type: "roberta",
         class: "RobertaModel (with its pooler)",
         build: bert,
         aliases: &[],
+        embeddings_unit: BERT_EMBEDDINGS,
     },
     // transformers' XLMRobertaModel is RoBERTa's code (modeling_xlm_roberta.py is generated
     // from modeling_roberta.py): the same graph, at XLM-R's vocabulary.
@@ -116,6 +143,7 @@ const KINDS: &[Kind] = &[
         class: "XLMRobertaModel (with its pooler)",
         build: bert,
         aliases: &[],
+        embeddings_unit: BERT_EMBEDDINGS,
     },
     // CamembertModel is RoBERTa's code too (modeling_camembert.py is generated from
     // modeling_roberta.py).
@@ -124,50 +152,67 @@ const KINDS: &[Kind] = &[
         class: "CamembertModel (with its pooler)",
         build: bert,
         aliases: &[],
+        embeddings_unit: BERT_EMBEDDINGS,
     },
     Kind {
         model_type: "opt",
         class: "OPTForCausalLM",
         build: opt,
         aliases: &[],
+        embeddings_unit: &[],
     },
     Kind {
         model_type: "distilbert",
         class: "DistilBertModel",
         build: distilbert,
         aliases: DISTILBERT_ALIASES,
+        embeddings_unit: &[],
     },
     Kind {
         model_type: "electra",
         class: "ElectraModel",
         build: electra,
         aliases: &[],
+        embeddings_unit: &[],
     },
     Kind {
         model_type: "deepseek_v2",
         class: "DeepseekV2ForCausalLM",
         build: deepseek_v2,
         aliases: DEEPSEEK_V2_ALIASES,
+        embeddings_unit: &[],
     },
     Kind {
         model_type: "t5",
         class: "T5ForConditionalGeneration",
         build: t5,
         aliases: T5_ALIASES,
+        embeddings_unit: &[],
     },
     Kind {
         model_type: "bart",
         class: "BartForConditionalGeneration",
         build: bart,
         aliases: BART_ALIASES,
+        embeddings_unit: &[],
     },
     Kind {
         model_type: "vit",
         class: "ViTForImageClassification",
         build: vit,
         aliases: &[],
+        embeddings_unit: VIT_EMBEDDINGS,
     },
 ];
+
+/// The embeddings unit FSDP wraps in a graph of `family` (`hf-<model_type>`, as `import hf`
+/// names it): [`Kind::embeddings_unit`]; empty for any other family.
+pub fn embeddings_unit(family: &str) -> &'static [&'static str] {
+    KINDS
+        .iter()
+        .find(|k| family.strip_prefix("hf-") == Some(k.model_type))
+        .map_or(&[], |k| k.embeddings_unit)
+}
 
 /// The model types `memcal import hf` reads.
 pub fn supported() -> Vec<&'static str> {

@@ -85,11 +85,12 @@ pub(super) fn adapt(
         for (j, (i, out, inp)) in target_matrices(graph, k).into_iter().enumerate() {
             let Some(&w) = base.get(i) else { continue };
             let a = params.len();
-            for (name, bytes) in [("a", lr.r * inp * 4), ("b", out * lr.r * 4)] {
+            for (name, bytes, rows) in [("a", lr.r * inp * 4, lr.r), ("b", out * lr.r * 4, out)] {
                 params.push(Param {
                     label: format!("{id}#lora_{name}{j}"),
                     bytes,
                     rank: 2,
+                    rows,
                     init_transient: 0,
                 });
             }

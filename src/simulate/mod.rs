@@ -17,6 +17,7 @@ pub mod allocator;
 pub mod cuda;
 pub mod deepspeed;
 pub mod device;
+pub mod fsdp;
 pub mod generate;
 pub mod generic;
 pub mod generic_overrides;
@@ -382,6 +383,8 @@ struct Param {
     bytes: u64,
     /// Rank of the tensor (autocast casts matrices and biases; only matrices are saved).
     rank: usize,
+    /// Its first dimension (1 for a scalar): the dimension FSDP shards ([`fsdp`]).
+    rows: u64,
     init_transient: u64,
 }
 
@@ -539,6 +542,10 @@ pub fn simulate_rank(
         d.rank = rank;
         d.collectives = collectives;
     }
+    if let Some(f) = plan.fsdp.as_mut() {
+        f.rank = rank;
+        f.collectives = collectives;
+    }
     simulate_with(graph, batch, precision, timeline, &plan)
 }
 
@@ -567,6 +574,17 @@ pub fn simulate_worst_rank(
         }
     }
     worst.ok_or_else(|| "no rank to simulate".to_string())
+}
+
+/// What a simulation of `strategy` on `collectives` assumes beyond the measured rows, for a
+/// plan to print: the rule sets' notes ([`deepspeed::unmeasured_note`],
+/// [`fsdp::unmeasured_note`]); None where it is what the rows measured (gloo).
+pub fn unmeasured_note(
+    strategy: &crate::strategy::Strategy,
+    collectives: deepspeed::Collectives,
+) -> Option<&'static str> {
+    deepspeed::unmeasured_note(strategy, collectives)
+        .or_else(|| fsdp::unmeasured_note(strategy, collectives))
 }
 
 /// The ranks of a strategy whose simulations differ: for ZeRO-1 every rank, the largest
@@ -705,6 +723,8 @@ struct Sim<'a> {
     owned: Option<Vec<bool>>,
     /// DeepSpeed's ZeRO stage 1 or 2 ([`deepspeed`]).
     ds: Option<deepspeed::State>,
+    /// FSDP2 ([`fsdp`]).
+    fsdp: Option<fsdp::State>,
     mem: Mem,
     rec: Recorder,
 }
@@ -787,6 +807,9 @@ impl<'a> Sim<'a> {
         let ds = plan
             .deepspeed
             .map(|d| deepspeed::State::new(d, &deepspeed::elements(&params), &node_params));
+        let fsdp = plan
+            .fsdp
+            .map(|f| fsdp::State::new(f, graph, &params, &node_params));
         let n = graph.nodes.len();
         // A recomputed stage's outputs are leaves that require a gradient (the harness's
         // `set_requires_grad(true)`), whatever their nodes hold.
@@ -877,6 +900,7 @@ impl<'a> Sim<'a> {
             ddp_buckets: plan.ddp_buckets,
             owned,
             ds,
+            fsdp,
             mem: Mem {
                 bufs: Vec::new(),
                 live: Breakdown::default(),
@@ -936,6 +960,7 @@ impl<'a> Sim<'a> {
         }
         self.load_adapters(&param_bufs);
         self.ds_load(&param_bufs);
+        self.fsdp_load(&param_bufs);
         if self.ddp_buckets {
             // The reducer's buckets: every parameter that gets a gradient (the adapters,
             // from `base` on, alone under LoRA).
@@ -1048,6 +1073,7 @@ impl<'a> Sim<'a> {
         let mut cache: Vec<Option<BufId>> = vec![None; self.params.len()];
         for k in 0..n {
             let rule = &rules[self.rule_of[k] as usize];
+            self.fsdp_pre_forward(k);
             let high = self.forward_node(k, rule, &mut env, &mut saved, &mut cache, scratch, true);
             // Release node values whose last use is this node (never graph inputs, never the
             // loss).
@@ -1061,6 +1087,7 @@ impl<'a> Sim<'a> {
                 }
             }
             self.rec.event(&graph.nodes[k].id, high, &self.mem);
+            self.fsdp_post_forward(k);
         }
         // autocast's clear_cache() when the harness turns autocast off: copies nobody saved go.
         let mut copies: Vec<BufId> = cache.into_iter().flatten().collect();
@@ -1378,6 +1405,7 @@ impl<'a> Sim<'a> {
         }
         self.mem.release(root);
         self.ds_after_backward(grads);
+        self.fsdp_after_backward(grads);
         self.rec.end(&self.mem);
     }
 
@@ -1396,7 +1424,9 @@ impl<'a> Sim<'a> {
     ) {
         let graph = self.graph;
         for k in range.rev() {
+            self.fsdp_pre_backward(k);
             let Some(g_out) = out_grad[k].take() else {
+                self.fsdp_post_backward(k, grads);
                 // Not on a path to the loss, or no gradient flows here.
                 saved.release(k, &mut self.mem);
                 continue;
@@ -1413,6 +1443,7 @@ impl<'a> Sim<'a> {
             self.rec
                 .event(&graph.nodes[k].id, high.max(summed), &self.mem);
             self.ds_hooks(k, grads);
+            self.fsdp_post_backward(k, grads);
         }
     }
 
@@ -1656,6 +1687,9 @@ impl<'a> Sim<'a> {
         if self.ds.is_some() {
             return self.ds_step(step);
         }
+        if self.fsdp.is_some() {
+            return self.fsdp_step(step);
+        }
         self.begin(step, format!("step{step}.optimizer"));
         for p in 0..self.params.len() {
             if grads[p].is_none() {
@@ -1738,6 +1772,7 @@ fn parameters(graph: &Graph, backend: Backend) -> (Vec<Param>, Vec<Vec<usize>>) 
                     label: format!("{}#{i}", n.id),
                     bytes,
                     rank: shape.len(),
+                    rows: shape.first().copied().unwrap_or(1),
                     init_transient: 0,
                 });
             }
@@ -1756,6 +1791,7 @@ fn parameters(graph: &Graph, backend: Backend) -> (Vec<Param>, Vec<Vec<usize>>) 
                         label: format!("{}#{}", n.id, p.name),
                         bytes: p.shape.iter().product::<u64>() * 4,
                         rank: p.shape.len(),
+                        rows: p.shape.first().copied().unwrap_or(1),
                         init_transient: 0,
                     });
                     params.len() - 1
@@ -1778,6 +1814,7 @@ fn parameters(graph: &Graph, backend: Backend) -> (Vec<Param>, Vec<Vec<usize>>) 
                 label: format!("{}#{i}", n.id),
                 bytes,
                 rank: shape.len(),
+                rows: shape.first().copied().unwrap_or(1),
                 init_transient: if randn_scaled { bytes + scalars } else { 0 },
             });
         }

@@ -48,6 +48,8 @@ pub struct Plan {
     pub zero1: Option<(u64, u64)>,
     /// DeepSpeed's ZeRO stage 1 or 2 ([`super::deepspeed`]), alone.
     pub deepspeed: Option<super::deepspeed::DeepSpeed>,
+    /// FSDP2 (`fsdp:version=2`, [`super::fsdp`]), alone.
+    pub fsdp: Option<super::fsdp::Fsdp>,
 }
 
 impl Plan {
@@ -82,6 +84,14 @@ impl Plan {
                     }
                     p.deepspeed = super::deepspeed::DeepSpeed::of_part(part);
                 }
+                SKind::Fsdp if part.get("version") == 2 => {
+                    if s.parts.len() > 1 {
+                        return Err(format!(
+                            "`{part}`: the simulator's FSDP2 rule set covers it alone, not with other parts (its formula stands)"
+                        ));
+                    }
+                    p.fsdp = super::fsdp::Fsdp::of_part(part);
+                }
                 SKind::Zero1 => {
                     p.ddp_buckets = true;
                     p.zero1 = Some((0, part.get("world")));
@@ -102,6 +112,7 @@ impl Plan {
             && !self.ddp_buckets
             && self.zero1.is_none()
             && self.deepspeed.is_none()
+            && self.fsdp.is_none()
     }
 }
 

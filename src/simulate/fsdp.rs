@@ -1,0 +1,516 @@
+//! FSDP2 (`fully_shard`) in the simulator, for one rank: what torch 2.11's
+//! `torch/distributed/fsdp/_fully_shard/` (`_fsdp_param.py`, `_fsdp_param_group.py`,
+//! `_fsdp_collectives.py`, `_fsdp_state.py`) holds when, with the settings
+//! `exporter/memcal_export/ranks.py` runs: `fully_shard` on every block, then on the model
+//! (the root unit: the parameters outside the blocks), `reshard_after_forward` as the spec's
+//! `reshard`, fp32, no mixed precision, no offload, gloo collectives, AdamW (foreach off) over
+//! the sharded parameters.
+//!
+//! - Units: a block ([`crate::strategy::memory::block_of`] of its nodes) is one unit, and so
+//!   is the embeddings module where transformers' `_no_split_modules` names it (BERT's family,
+//!   ViT: [`crate::import::embeddings_unit`], for a graph `import hf` drew); every parameter
+//!   outside them belongs to the root. A unit's nodes are taken as consecutive. A parameter is sharded on its first
+//!   dimension: each rank's shard is `ceil(rows / world)` rows, padded to that on every rank
+//!   (`_init_sharded_param`: `new_zeros(padded_sharded_size)`); a unit's unsharded size is
+//!   `world` x its padded shards.
+//! - Load: the model is built whole (as the plain step), then each unit, blocks first and the
+//!   root last, allocates all its shards while its originals are held, then drops them.
+//! - Forward: a unit's pre-forward all-gathers it (`foreach_all_gather`: the flat output, one
+//!   unsharded size; gloo's `all_gather_into_tensor` a temporary of the output's size) and copies
+//!   it out into one tensor a parameter (`foreach_all_gather_copy_out`: one unsharded size more;
+//!   the parameters are views of them). The flat output is kept until the next unit's copy-out
+//!   starts (`wait_for_unshard`'s implicit prefetch state) and the last one until the root's
+//!   post-forward. With `reshard`, the post-forward frees the unit's unsharded tensors
+//!   (`free_storage`: autograd's saved references to the weights keep no memory). The root's
+//!   forward spans the model: its pre-forward runs before the first node, its post-forward
+//!   before the loss (computed outside the model).
+//! - Backward: the root's pre-backward (a hook on the model's outputs: before the first node
+//!   after the loss) and each block's (before its last node) unshard the unit if it is sharded
+//!   (all-gather, copy-out, the flat output freed at once) and prefetch the unit that ran before
+//!   it in the forward (`_backward_prefetch`: its all-gather; its copy-out at its own
+//!   pre-backward). A block's post-backward (after its first node) and the root's (after the
+//!   whole backward) reshard the unit, free the previous reduce-scatter input, and reduce
+//!   (`foreach_reduce`): the input (one unsharded size) made while the gradients live, the
+//!   gradients dropped but the last one (still bound to the copy-in loop's variable until the
+//!   function returns), the output (the padded shards: the sharded gradients are its views),
+//!   gloo's `reduce_scatter_tensor` a temporary of the input's size. The input is kept until
+//!   the next reduction or the end of the backward (`ReduceScatterState`).
+//! - Step: torch.optim's AdamW over the sharded parameters: every parameter's two states made
+//!   first (`Adam._init_group`; the rank's own rows, not padded), then each one's update, then
+//!   the sharded gradients freed.
+//!
+//! Approximations: a unit's parameters reduce in the module's registration order, which the
+//! graph does not keep: the last one (whose gradient lives to the end of the reduction) is
+//! taken as the root's last parameter and a block's last vector (its last norm: transformers'
+//! blocks register their norms last). The small tensors FSDP makes besides (a few hundred
+//! bytes) are not counted.
+
+use super::deepspeed::Collectives;
+use super::{BufId, Kind, Sim};
+use crate::graph::Graph;
+use crate::strategy::{Kind as SKind, Part};
+
+/// FSDP2 for one rank: whether units reshard after forward, the rank, the world and the
+/// collective backend (gloo's all-gather and reduce-scatter each make a temporary of the
+/// unsharded size, measured; NCCL's work in place, from source and not measured).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fsdp {
+    pub reshard: bool,
+    pub rank: u64,
+    pub world: u64,
+    pub collectives: Collectives,
+}
+
+impl Fsdp {
+    /// The rule set's settings for `part` (rank 0), None for a part it does not cover (FSDP1).
+    pub fn of_part(part: &Part) -> Option<Fsdp> {
+        (part.kind == SKind::Fsdp && part.get("version") == 2).then(|| Fsdp {
+            reshard: part.get("reshard") == 1,
+            rank: 0,
+            world: part.get("world"),
+            collectives: Collectives::Gloo,
+        })
+    }
+}
+
+/// What a simulation of `strategy` on `collectives` assumes beyond the measured rows (None
+/// where it is what the rows measured, or FSDP2 is not in it).
+pub fn unmeasured_note(
+    strategy: &crate::strategy::Strategy,
+    collectives: Collectives,
+) -> Option<&'static str> {
+    let covered = strategy.parts.iter().any(|p| Fsdp::of_part(p).is_some());
+    (covered && collectives == Collectives::Nccl).then_some(
+        "a CUDA device with NCCL, from torch's FSDP2 code, not measured: the all-gather and the reduce-scatter work in place, where the CPU rows (gloo) also hold a temporary of the gathered unit during each",
+    )
+}
+
+/// A parameter's shard: (padded bytes, every rank's; this rank's own rows' bytes).
+pub fn shard(bytes: u64, rows: u64, rank: u64, world: u64) -> (u64, u64) {
+    let rows = rows.max(1);
+    let per_row = bytes / rows;
+    let chunk = rows.div_ceil(world);
+    let own = chunk.min(rows.saturating_sub(rank * chunk));
+    (chunk * per_row, own * per_row)
+}
+
+/// One unit: its parameters (simulator order), its nodes (a block's first and last; the root's
+/// unused), its padded shards' bytes, and the parameter whose gradient lives to the end of
+/// its reduction.
+#[derive(Debug, Clone)]
+struct Unit {
+    params: Vec<usize>,
+    first: usize,
+    last: usize,
+    padded: u64,
+    last_param: Option<usize>,
+}
+
+/// The rule set's state through a run.
+pub(super) struct State {
+    f: Fsdp,
+    /// Unit 0 is the root; block `i` is unit `i + 1`.
+    units: Vec<Unit>,
+    padded: Vec<u64>,
+    own: Vec<u64>,
+    /// Each unit's unsharded tensors while gathered.
+    unsharded: Vec<Option<BufId>>,
+    /// The forward's kept flat all-gather output.
+    kept_flat: Option<BufId>,
+    /// A backward prefetch: the unit and its flat all-gather output.
+    pending: Option<(usize, BufId)>,
+    /// The last reduce-scatter input.
+    rs_input: Option<BufId>,
+    /// The reduce-scatter outputs (the sharded gradients' storage) and their parameters.
+    sharded_grads: Vec<(BufId, Vec<usize>)>,
+    states: Vec<Option<(BufId, BufId)>>,
+    root_pre_backward: bool,
+}
+
+impl State {
+    pub fn new(
+        f: Fsdp,
+        graph: &Graph,
+        params: &[super::Param],
+        node_params: &[Vec<usize>],
+    ) -> State {
+        let embeddings = crate::import::embeddings_unit(&graph.family);
+        let in_embeddings = |id: &str| {
+            embeddings.iter().any(|e| {
+                id.strip_prefix(e)
+                    .is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
+            })
+        };
+        let mut blocks: Vec<String> = Vec::new();
+        let mut node_unit = Vec::with_capacity(graph.nodes.len());
+        for n in &graph.nodes {
+            let unit = if in_embeddings(&n.id) {
+                Some("(embeddings)".to_string())
+            } else {
+                crate::strategy::memory::block_of(&n.id)
+            };
+            let u = match unit {
+                None => 0,
+                Some(b) => match blocks.iter().position(|x| *x == b) {
+                    Some(i) => i + 1,
+                    None => {
+                        blocks.push(b);
+                        blocks.len()
+                    }
+                },
+            };
+            node_unit.push(u);
+        }
+        let mut units: Vec<Unit> = (0..=blocks.len())
+            .map(|_| Unit {
+                params: Vec::new(),
+                first: usize::MAX,
+                last: 0,
+                padded: 0,
+                last_param: None,
+            })
+            .collect();
+        for (k, &u) in node_unit.iter().enumerate() {
+            units[u].first = units[u].first.min(k);
+            units[u].last = k;
+        }
+        let mut unit_of = vec![usize::MAX; params.len()];
+        for (k, ps) in node_params.iter().enumerate() {
+            for &p in ps {
+                if unit_of[p] == usize::MAX {
+                    unit_of[p] = node_unit[k];
+                }
+            }
+        }
+        let (mut padded, mut own) = (Vec::new(), Vec::new());
+        for (p, prm) in params.iter().enumerate() {
+            let (pad, mine) = shard(prm.bytes, prm.rows, f.rank, f.world);
+            padded.push(pad);
+            own.push(mine);
+            if let Some(u) = units.get_mut(unit_of[p]) {
+                u.params.push(p);
+                u.padded += pad;
+            }
+        }
+        for (i, u) in units.iter_mut().enumerate() {
+            let vector = u.params.iter().rev().find(|&&p| params[p].rank == 1);
+            u.last_param = if i == 0 {
+                u.params.last()
+            } else {
+                vector.or(u.params.last())
+            }
+            .copied();
+        }
+        let n = units.len();
+        State {
+            f,
+            units,
+            padded,
+            own,
+            unsharded: vec![None; n],
+            kept_flat: None,
+            pending: None,
+            rs_input: None,
+            sharded_grads: Vec::new(),
+            states: vec![None; params.len()],
+            root_pre_backward: false,
+        }
+    }
+
+    fn gathered(&self, u: usize) -> u64 {
+        self.units[u].padded * self.f.world
+    }
+}
+
+impl Sim<'_> {
+    /// `fully_shard` on every unit, blocks first: its shards made, then its originals freed.
+    pub(super) fn fsdp_load(&mut self, param_bufs: &[BufId]) {
+        let Some(st) = self.fsdp.as_ref() else { return };
+        let order: Vec<usize> = (1..st.units.len()).chain([0]).collect();
+        for u in order {
+            let Some(st) = self.fsdp.as_ref() else { return };
+            let (params, bytes) = (st.units[u].params.clone(), st.units[u].padded);
+            self.mem.at("fsdp shard");
+            self.mem.alloc(bytes, Kind::Parameters);
+            let high = self.rec.high("fsdp shard", &self.mem);
+            for p in params {
+                if let Some(&b) = param_bufs.get(p) {
+                    self.mem.release(b);
+                }
+            }
+            self.rec.event("fsdp shard", high, &self.mem);
+        }
+    }
+
+    /// `foreach_all_gather` of unit `u`: its flat output (returned) and gloo's temporary.
+    fn fsdp_all_gather(&mut self, u: usize) -> Option<BufId> {
+        let bytes = self.fsdp.as_ref()?.gathered(u);
+        self.mem.at("fsdp all-gather");
+        let flat = self.mem.alloc(bytes, Kind::Transients);
+        let gloo = self.fsdp.as_ref()?.f.collectives == Collectives::Gloo;
+        let tmp = gloo.then(|| self.mem.alloc(bytes, Kind::Transients));
+        let high = self.rec.high("fsdp all-gather", &self.mem);
+        if let Some(t) = tmp {
+            self.mem.release(t);
+        }
+        self.rec.event("fsdp all-gather", high, &self.mem);
+        Some(flat)
+    }
+
+    /// `foreach_all_gather_copy_out` of unit `u`: its unsharded tensors.
+    fn fsdp_copy_out(&mut self, u: usize) {
+        let Some(bytes) = self.fsdp.as_ref().map(|st| st.gathered(u)) else {
+            return;
+        };
+        self.mem.at("fsdp copy-out");
+        let b = self.mem.alloc(bytes, Kind::Parameters);
+        if let Some(st) = self.fsdp.as_mut() {
+            st.unsharded[u] = Some(b);
+        }
+        let high = self.rec.high("fsdp copy-out", &self.mem);
+        self.rec.event("fsdp copy-out", high, &self.mem);
+    }
+
+    /// Frees unit `u`'s unsharded tensors (`reshard`).
+    fn fsdp_reshard(&mut self, u: usize) {
+        if let Some(b) = self.fsdp.as_mut().and_then(|st| st.unsharded[u].take()) {
+            self.mem.release(b);
+            self.rec.event("fsdp reshard", self.mem.total(), &self.mem);
+        }
+    }
+
+    /// Before node `k`'s forward: the root's pre-forward (the first node), a block's (its
+    /// first node), the root's post-forward (the loss).
+    pub(super) fn fsdp_pre_forward(&mut self, k: usize) {
+        let Some(st) = self.fsdp.as_ref() else { return };
+        if Some(k) == self.loss {
+            let reshard = st.f.reshard;
+            if reshard {
+                self.fsdp_reshard(0);
+            }
+            if let Some(b) = self.fsdp.as_mut().and_then(|st| st.kept_flat.take()) {
+                self.mem.release(b);
+            }
+            return;
+        }
+        let starting: Vec<usize> = (0..st.units.len())
+            .filter(|&u| {
+                st.unsharded[u].is_none()
+                    && if u == 0 {
+                        k == 0
+                    } else {
+                        st.units[u].first == k
+                    }
+            })
+            .collect();
+        for u in starting {
+            let flat = self.fsdp_all_gather(u);
+            if let Some(b) = self.fsdp.as_mut().and_then(|st| st.kept_flat.take()) {
+                self.mem.release(b);
+            }
+            self.fsdp_copy_out(u);
+            if let Some(st) = self.fsdp.as_mut() {
+                st.kept_flat = flat;
+            }
+        }
+    }
+
+    /// After node `k`'s forward: a block's post-forward (its last node).
+    pub(super) fn fsdp_post_forward(&mut self, k: usize) {
+        let Some(st) = self.fsdp.as_ref() else { return };
+        if !st.f.reshard {
+            return;
+        }
+        if let Some(u) = (1..st.units.len()).find(|&u| st.units[u].last == k) {
+            self.fsdp_reshard(u);
+        }
+    }
+
+    /// Unit `u`'s pre-backward: unshard (a prefetched all-gather's copy-out, or a whole
+    /// one), then prefetch the unit before it in forward order.
+    fn fsdp_pre_backward_unit(&mut self, u: usize) {
+        let Some(st) = self.fsdp.as_mut() else { return };
+        if st.unsharded[u].is_none() {
+            let flat = match st.pending {
+                Some((v, b)) if v == u => {
+                    st.pending = None;
+                    Some(b)
+                }
+                _ => self.fsdp_all_gather(u),
+            };
+            self.fsdp_copy_out(u);
+            if let Some(b) = flat {
+                self.mem.release(b);
+            }
+        }
+        // `post_forward_order`: the blocks, then the root; the unit before the root is the
+        // last block, before block i block i - 1.
+        let Some(st) = self.fsdp.as_ref() else { return };
+        let before = if u == 0 { st.units.len() - 1 } else { u - 1 };
+        if before >= 1 && st.unsharded[before].is_none() && st.pending.is_none() {
+            let flat = self.fsdp_all_gather(before);
+            if let (Some(st), Some(b)) = (self.fsdp.as_mut(), flat) {
+                st.pending = Some((before, b));
+            }
+        }
+    }
+
+    /// Before node `k`'s backward: the root's pre-backward (the first node after the loss),
+    /// a block's (its last node).
+    pub(super) fn fsdp_pre_backward(&mut self, k: usize) {
+        let Some(st) = self.fsdp.as_ref() else { return };
+        if Some(k) == self.loss {
+            return;
+        }
+        if !st.root_pre_backward {
+            if let Some(st) = self.fsdp.as_mut() {
+                st.root_pre_backward = true;
+            }
+            self.fsdp_pre_backward_unit(0);
+        }
+        let Some(st) = self.fsdp.as_ref() else { return };
+        if let Some(u) = (1..st.units.len()).find(|&u| st.units[u].last == k) {
+            self.fsdp_pre_backward_unit(u);
+        }
+    }
+
+    /// After node `k`'s backward: a block's post-backward (its first node).
+    pub(super) fn fsdp_post_backward(&mut self, k: usize, grads: &mut [Option<BufId>]) {
+        let Some(st) = self.fsdp.as_ref() else { return };
+        if let Some(u) = (1..st.units.len()).find(|&u| st.units[u].first == k) {
+            self.fsdp_post_backward_unit(u, grads);
+        }
+    }
+
+    /// After the whole backward: the root's post-backward, then the last reduce-scatter input
+    /// freed (`finalize_backward`).
+    pub(super) fn fsdp_after_backward(&mut self, grads: &mut [Option<BufId>]) {
+        if self.fsdp.is_none() {
+            return;
+        }
+        self.fsdp_post_backward_unit(0, grads);
+        if let Some(st) = self.fsdp.as_mut() {
+            st.root_pre_backward = false;
+            if let Some(b) = st.rs_input.take() {
+                self.mem.release(b);
+            }
+        }
+        self.rec.event("fsdp finalize", self.mem.total(), &self.mem);
+    }
+
+    /// Unit `u`'s post-backward: reshard, the previous reduce-scatter input freed,
+    /// `foreach_reduce` of the gradients it has.
+    fn fsdp_post_backward_unit(&mut self, u: usize, grads: &mut [Option<BufId>]) {
+        self.fsdp_reshard(u);
+        let Some(st) = self.fsdp.as_mut() else { return };
+        let with_grad: Vec<usize> = st.units[u]
+            .params
+            .iter()
+            .copied()
+            .filter(|&p| grads[p].is_some())
+            .collect();
+        if with_grad.is_empty() {
+            return;
+        }
+        if let Some(b) = st.rs_input.take() {
+            self.mem.release(b);
+        }
+        let (world, gloo) = (st.f.world, st.f.collectives == Collectives::Gloo);
+        let shards: u64 = with_grad.iter().map(|&p| st.padded[p]).sum();
+        let last = st.units[u]
+            .last_param
+            .filter(|p| with_grad.contains(p))
+            .or(with_grad.last().copied());
+        let label = "fsdp reduce-scatter";
+        self.mem.at(label);
+        let input = self.mem.alloc(shards * world, Kind::Gradients);
+        let mut high = self.rec.high(label, &self.mem);
+        let mut kept = None;
+        for &p in &with_grad {
+            if let Some(g) = grads[p].take() {
+                if Some(p) == last {
+                    kept = Some(g);
+                } else {
+                    self.mem.release(g);
+                }
+            }
+        }
+        let output = self.mem.alloc(shards, Kind::Gradients);
+        let tmp = gloo.then(|| self.mem.alloc(shards * world, Kind::Transients));
+        high = high.max(self.rec.high(label, &self.mem));
+        if let Some(t) = tmp {
+            self.mem.release(t);
+        }
+        if let Some(g) = kept {
+            self.mem.release(g);
+        }
+        self.rec.event(label, high, &self.mem);
+        if let Some(st) = self.fsdp.as_mut() {
+            st.rs_input = Some(input);
+            st.sharded_grads.push((output, with_grad));
+        }
+    }
+
+    /// `step`: AdamW on each sharded parameter with a gradient, then `zero_grad`.
+    pub(super) fn fsdp_step(&mut self, step: u32) {
+        self.begin(step, format!("step{step}.optimizer"));
+        let Some(st) = self.fsdp.as_mut() else { return };
+        let mut stepped: Vec<usize> = st
+            .sharded_grads
+            .iter()
+            .flat_map(|(_, ps)| ps.iter().copied())
+            .collect();
+        stepped.sort_unstable();
+        // torch.optim's `Adam._init_group` makes every parameter's states (a 4-byte `step`
+        // scalar besides, not counted) before the update loop runs.
+        for &p in &stepped {
+            let Some(st) = self.fsdp.as_ref() else { return };
+            if st.states[p].is_some() {
+                continue;
+            }
+            let bytes = st.own[p];
+            self.mem.at(&self.params[p].label);
+            let a = self.mem.alloc(bytes, Kind::OptimizerState);
+            let b = self.mem.alloc(bytes, Kind::OptimizerState);
+            if let Some(st) = self.fsdp.as_mut() {
+                st.states[p] = Some((a, b));
+            }
+        }
+        for p in stepped {
+            let Some(st) = self.fsdp.as_ref() else { return };
+            let bytes = st.own[p];
+            let label = self.params[p].label.clone();
+            self.mem.at(&label);
+            let t = self
+                .mem
+                .alloc(super::rules::adamw_transient(bytes), Kind::Transients);
+            let high = self.rec.high(&label, &self.mem);
+            self.mem.release(t);
+            self.rec.event(&label, high, &self.mem);
+        }
+        let grads = self
+            .fsdp
+            .as_mut()
+            .map(|st| std::mem::take(&mut st.sharded_grads))
+            .unwrap_or_default();
+        for (b, _) in grads {
+            self.mem.release(b);
+        }
+        self.rec.event("zero_grad", self.mem.total(), &self.mem);
+        self.rec.end(&self.mem);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_shard_is_padded_on_every_rank_and_owns_its_rows() {
+        // 10 rows of 8 bytes over 4 ranks: chunks of 3 rows; rank 3 owns 1.
+        assert_eq!(shard(80, 10, 0, 4), (24, 24));
+        assert_eq!(shard(80, 10, 3, 4), (24, 8));
+        // 2 rows over 4 ranks: ranks 2 and 3 own none.
+        assert_eq!(shard(16, 2, 2, 4), (8, 0));
+    }
+}
