@@ -240,15 +240,20 @@ fn deepspeed_stage1_and_2_rules_hold_on_the_measured_ranks() {
     }
 }
 
-/// The simulator's FSDP2 rule set (`fsdp:version=2`, both reshard settings) against every
+/// The simulator's FSDP1 and FSDP2 rule sets (both reshard settings each) against every
 /// committed row: the median within 0.1%, every row within 1% (they are within 0.1% where this
 /// was written: the rest is the forward's tensors no rule set models, a few hundred KB).
 #[test]
-fn fsdp2_rules_hold_on_the_measured_ranks() {
+fn fsdp_rules_hold_on_the_measured_ranks() {
     let data = repo().join("data");
     let ds = load(&data).unwrap();
     let ev = evidence(&ds, &data);
-    for group in ["fsdp2 reshard (gloo)", "fsdp2 no-reshard (gloo)"] {
+    for group in [
+        "fsdp2 reshard (gloo)",
+        "fsdp2 no-reshard (gloo)",
+        "fsdp1 full-shard (gloo)",
+        "fsdp1 shard-grad-op (gloo)",
+    ] {
         let mut errors: Vec<f64> = ev
             .rows
             .iter()

@@ -131,7 +131,12 @@ fn qlora_packs_the_targets_at_load() {
 #[test]
 fn unsupported_parts_are_errors_not_panics() {
     let g = fixture("strat-mlp-blocks");
-    for spec in ["zero3:world=8", "fsdp:world=2", "adam8bit", "tp:k=2"] {
+    for spec in [
+        "zero3:world=8",
+        "fsdp:world=2+checkpoint",
+        "adam8bit",
+        "tp:k=2",
+    ] {
         let s = parse(spec).unwrap();
         assert!(
             simulate_strategy(&g, 2, Precision::Fp32, &s, false).is_err(),
@@ -364,5 +369,73 @@ fn print_strategy_runs_from_env() {
                 x.peak_node
             );
         }
+    }
+}
+
+/// FSDP's rule sets on a small graph: each rank ends the load holding its shards only (FSDP2:
+/// every parameter's padded rows; FSDP1: one padded flat shard a unit), keeping the blocks
+/// gathered through the forward (`reshard=0`) holds more there, and NCCL (no temporaries)
+/// peaks no higher than gloo.
+#[test]
+fn fsdp_ranks_hold_their_shards_and_gather_units() {
+    use memcal::simulate::{deepspeed::Collectives, simulate_rank};
+    let g = fixture("strat-mlp-blocks");
+    let run = |spec: &str, rank: u64, c: Collectives| {
+        let s = parse(spec).unwrap();
+        simulate_rank(&g, 2, Precision::Fp32, &s, rank, true, c).unwrap()
+    };
+    let plain = simulate(&g, 2, Precision::Fp32).unwrap();
+    let whole = plain.phase("model_load").unwrap().end;
+    for version in [1, 2] {
+        let on = run(
+            &format!("fsdp:world=2,version={version},reshard=1"),
+            0,
+            Collectives::Gloo,
+        );
+        let off = run(
+            &format!("fsdp:world=2,version={version},reshard=0"),
+            0,
+            Collectives::Gloo,
+        );
+        let loaded = on.phase("model_load").unwrap().end;
+        assert!(
+            loaded >= whole / 2 && loaded < whole / 2 + whole / 8,
+            "{version}: {loaded} of {whole}"
+        );
+        assert!(
+            off.phase("step2.forward").unwrap().end > on.phase("step2.forward").unwrap().end,
+            "{version}: reshard=0 keeps the gathered blocks"
+        );
+        let nccl = run(
+            &format!("fsdp:world=2,version={version}"),
+            0,
+            Collectives::Nccl,
+        );
+        let gathering = |s: &Simulation| {
+            s.timeline
+                .iter()
+                .filter(|e| e.node == "fsdp all-gather")
+                .map(|e| e.bytes)
+                .max()
+                .unwrap()
+        };
+        assert!(
+            gathering(&nccl) < gathering(&on),
+            "{version}: no temporaries on NCCL"
+        );
+        assert!(
+            run(
+                &format!("fsdp:world=4,version={version}"),
+                3,
+                Collectives::Gloo
+            )
+            .peak_bytes
+                <= run(
+                    &format!("fsdp:world=4,version={version}"),
+                    0,
+                    Collectives::Gloo
+                )
+                .peak_bytes
+        );
     }
 }

@@ -1,4 +1,4 @@
-//! FSDP2 (`fully_shard`) in the simulator, for one rank: what torch 2.11's
+//! FSDP2 (`fully_shard`) and FSDP1 in the simulator, for one rank: what torch 2.11's
 //! `torch/distributed/fsdp/_fully_shard/` (`_fsdp_param.py`, `_fsdp_param_group.py`,
 //! `_fsdp_collectives.py`, `_fsdp_state.py`) holds when, with the settings
 //! `exporter/memcal_export/ranks.py` runs: `fully_shard` on every block, then on the model
@@ -39,6 +39,22 @@
 //!   first (`Adam._init_group`; the rank's own rows, not padded), then each one's update, then
 //!   the sharded gradients freed.
 //!
+//! FSDP1 (`fsdp:version=1`: `FullyShardedDataParallel` with a `ModuleWrapPolicy` over the same
+//! classes, `FULL_SHARD` for `reshard=1`, `SHARD_GRAD_OP` for 0; torch 2.11's
+//! `torch/distributed/fsdp/_flat_param.py` and `_runtime_utils.py`) differs where its one flat
+//! parameter a unit does:
+//! - shards: the unit's parameters flattened into one tensor, padded to a multiple of the world
+//!   (every rank's shard the first chunk's size); at load the flat copy is made while the
+//!   originals live, then the shard, then both freed.
+//! - gathering: into the padded unsharded flat parameter itself (gloo's temporary of its size
+//!   beside it; no copy-out, no kept output); the root is never freed after its forward.
+//! - backward: autograd's split of the flat parameter holds the unit's gradients until its last
+//!   one, then concatenates them into one flat gradient; the post-backward hook then reshards,
+//!   pads a copy where the flat parameter is padded, makes the sharded gradient and
+//!   reduce-scatters (gloo's temporary), and the flat gradient goes as it ends.
+//! - step: AdamW over the flat parameters: each unit's two states of its padded shard, made
+//!   first, then the updates.
+//!
 //! Approximations: a unit's parameters reduce in the module's registration order, which the
 //! graph does not keep: the last one (whose gradient lives to the end of the reduction) is
 //! taken as the root's last parameter and a block's last vector (its last norm: transformers'
@@ -55,6 +71,8 @@ use crate::strategy::{Kind as SKind, Part};
 /// unsharded size, measured; NCCL's work in place, from source and not measured).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Fsdp {
+    /// 1: FSDP1 (`FullyShardedDataParallel`, one flat parameter a unit); 2: FSDP2.
+    pub version: u8,
     pub reshard: bool,
     pub rank: u64,
     pub world: u64,
@@ -62,9 +80,10 @@ pub struct Fsdp {
 }
 
 impl Fsdp {
-    /// The rule set's settings for `part` (rank 0), None for a part it does not cover (FSDP1).
+    /// The rule set's settings for `part` (rank 0), None for another part.
     pub fn of_part(part: &Part) -> Option<Fsdp> {
-        (part.kind == SKind::Fsdp && part.get("version") == 2).then(|| Fsdp {
+        (part.kind == SKind::Fsdp).then(|| Fsdp {
+            version: if part.get("version") == 1 { 1 } else { 2 },
             reshard: part.get("reshard") == 1,
             rank: 0,
             world: part.get("world"),
@@ -74,14 +93,14 @@ impl Fsdp {
 }
 
 /// What a simulation of `strategy` on `collectives` assumes beyond the measured rows (None
-/// where it is what the rows measured, or FSDP2 is not in it).
+/// where it is what the rows measured, or FSDP is not in it).
 pub fn unmeasured_note(
     strategy: &crate::strategy::Strategy,
     collectives: Collectives,
 ) -> Option<&'static str> {
     let covered = strategy.parts.iter().any(|p| Fsdp::of_part(p).is_some());
     (covered && collectives == Collectives::Nccl).then_some(
-        "a CUDA device with NCCL, from torch's FSDP2 code, not measured: the all-gather and the reduce-scatter work in place, where the CPU rows (gloo) also hold a temporary of the gathered unit during each",
+        "a CUDA device with NCCL, from torch's FSDP code, not measured: the all-gather and the reduce-scatter work in place, where the CPU rows (gloo) also hold a temporary of the gathered unit during each",
     )
 }
 
@@ -103,6 +122,8 @@ struct Unit {
     first: usize,
     last: usize,
     padded: u64,
+    /// Its parameters' bytes (FSDP1's flat parameter, unpadded).
+    bytes: u64,
     last_param: Option<usize>,
 }
 
@@ -122,7 +143,7 @@ pub(super) struct State {
     /// The last reduce-scatter input.
     rs_input: Option<BufId>,
     /// The reduce-scatter outputs (the sharded gradients' storage) and their parameters.
-    sharded_grads: Vec<(BufId, Vec<usize>)>,
+    sharded_grads: Vec<(BufId, usize, Vec<usize>)>,
     states: Vec<Option<(BufId, BufId)>>,
     root_pre_backward: bool,
 }
@@ -167,6 +188,7 @@ impl State {
                 first: usize::MAX,
                 last: 0,
                 padded: 0,
+                bytes: 0,
                 last_param: None,
             })
             .collect();
@@ -190,6 +212,7 @@ impl State {
             if let Some(u) = units.get_mut(unit_of[p]) {
                 u.params.push(p);
                 u.padded += pad;
+                u.bytes += prm.bytes;
             }
         }
         for (i, u) in units.iter_mut().enumerate() {
@@ -200,6 +223,13 @@ impl State {
                 vector.or(u.params.last())
             }
             .copied();
+        }
+        if f.version == 1 {
+            // One flat parameter a unit, padded to a multiple of the world
+            // (`FlatParamHandle._get_shard`: every rank's shard is the first chunk's size).
+            for u in &mut units {
+                u.padded = (u.bytes / 4).div_ceil(f.world) * 4;
+            }
         }
         let n = units.len();
         State {
@@ -230,9 +260,15 @@ impl Sim<'_> {
         for u in order {
             let Some(st) = self.fsdp.as_ref() else { return };
             let (params, bytes) = (st.units[u].params.clone(), st.units[u].padded);
+            // FSDP1 first flattens the unit's parameters into one tensor (freed once sharded).
+            let flat = (st.f.version == 1).then_some(st.units[u].bytes);
             self.mem.at("fsdp shard");
+            let flat = flat.map(|b| self.mem.alloc(b, Kind::Parameters));
             self.mem.alloc(bytes, Kind::Parameters);
             let high = self.rec.high("fsdp shard", &self.mem);
+            if let Some(b) = flat {
+                self.mem.release(b);
+            }
             for p in params {
                 if let Some(&b) = param_bufs.get(p) {
                     self.mem.release(b);
@@ -243,10 +279,19 @@ impl Sim<'_> {
     }
 
     /// `foreach_all_gather` of unit `u`: its flat output (returned) and gloo's temporary.
+    /// FSDP1 gathers into the padded unsharded flat parameter itself
+    /// (`_alloc_padded_unsharded_flat_param`, `_all_gather_flat_param`): the unit is gathered,
+    /// nothing returned.
     fn fsdp_all_gather(&mut self, u: usize) -> Option<BufId> {
         let bytes = self.fsdp.as_ref()?.gathered(u);
+        let v1 = self.fsdp.as_ref()?.f.version == 1;
         self.mem.at("fsdp all-gather");
-        let flat = self.mem.alloc(bytes, Kind::Transients);
+        let kind = if v1 {
+            Kind::Parameters
+        } else {
+            Kind::Transients
+        };
+        let flat = self.mem.alloc(bytes, kind);
         let gloo = self.fsdp.as_ref()?.f.collectives == Collectives::Gloo;
         let tmp = gloo.then(|| self.mem.alloc(bytes, Kind::Transients));
         let high = self.rec.high("fsdp all-gather", &self.mem);
@@ -254,7 +299,36 @@ impl Sim<'_> {
             self.mem.release(t);
         }
         self.rec.event("fsdp all-gather", high, &self.mem);
+        if v1 {
+            self.fsdp.as_mut()?.unsharded[u] = Some(flat);
+            return None;
+        }
         Some(flat)
+    }
+
+    /// Gathers unit `u` now: FSDP2 all-gathers and copies out, the flat output kept in the
+    /// forward until the next unit's copy-out and freed at once in the backward; FSDP1
+    /// all-gathers into the unit's flat parameter.
+    fn fsdp_unshard(&mut self, u: usize, forward: bool) {
+        let flat = self.fsdp_all_gather(u);
+        if self.fsdp.as_ref().is_none_or(|st| st.f.version == 1) {
+            return;
+        }
+        if forward {
+            if let Some(b) = self.fsdp.as_mut().and_then(|st| st.kept_flat.take()) {
+                self.mem.release(b);
+            }
+        }
+        self.fsdp_copy_out(u);
+        match (forward, flat) {
+            (true, flat) => {
+                if let Some(st) = self.fsdp.as_mut() {
+                    st.kept_flat = flat;
+                }
+            }
+            (false, Some(b)) => self.mem.release(b),
+            (false, None) => {}
+        }
     }
 
     /// `foreach_all_gather_copy_out` of unit `u`: its unsharded tensors.
@@ -284,7 +358,9 @@ impl Sim<'_> {
     pub(super) fn fsdp_pre_forward(&mut self, k: usize) {
         let Some(st) = self.fsdp.as_ref() else { return };
         if Some(k) == self.loss {
-            let reshard = st.f.reshard;
+            // FSDP1 never frees the root's parameters after its forward (`_post_forward_reshard`:
+            // they are used at once by the backward).
+            let reshard = st.f.reshard && st.f.version == 2;
             if reshard {
                 self.fsdp_reshard(0);
             }
@@ -304,14 +380,7 @@ impl Sim<'_> {
             })
             .collect();
         for u in starting {
-            let flat = self.fsdp_all_gather(u);
-            if let Some(b) = self.fsdp.as_mut().and_then(|st| st.kept_flat.take()) {
-                self.mem.release(b);
-            }
-            self.fsdp_copy_out(u);
-            if let Some(st) = self.fsdp.as_mut() {
-                st.kept_flat = flat;
-            }
+            self.fsdp_unshard(u, true);
         }
     }
 
@@ -331,16 +400,13 @@ impl Sim<'_> {
     fn fsdp_pre_backward_unit(&mut self, u: usize) {
         let Some(st) = self.fsdp.as_mut() else { return };
         if st.unsharded[u].is_none() {
-            let flat = match st.pending {
+            match st.pending {
                 Some((v, b)) if v == u => {
                     st.pending = None;
-                    Some(b)
+                    self.fsdp_copy_out(u);
+                    self.mem.release(b);
                 }
-                _ => self.fsdp_all_gather(u),
-            };
-            self.fsdp_copy_out(u);
-            if let Some(b) = flat {
-                self.mem.release(b);
+                _ => self.fsdp_unshard(u, false),
             }
         }
         // `post_forward_order`: the blocks, then the root; the unit before the root is the
@@ -401,6 +467,9 @@ impl Sim<'_> {
     /// Unit `u`'s post-backward: reshard, the previous reduce-scatter input freed,
     /// `foreach_reduce` of the gradients it has.
     fn fsdp_post_backward_unit(&mut self, u: usize, grads: &mut [Option<BufId>]) {
+        if self.fsdp.as_ref().is_some_and(|st| st.f.version == 1) {
+            return self.fsdp1_post_backward_unit(u, grads);
+        }
         self.fsdp_reshard(u);
         let Some(st) = self.fsdp.as_mut() else { return };
         let with_grad: Vec<usize> = st.units[u]
@@ -447,7 +516,51 @@ impl Sim<'_> {
         self.rec.event(label, high, &self.mem);
         if let Some(st) = self.fsdp.as_mut() {
             st.rs_input = Some(input);
-            st.sharded_grads.push((output, with_grad));
+            st.sharded_grads.push((output, u, with_grad));
+        }
+    }
+
+    /// FSDP1's unit `u` once its flat parameter's gradient is made: autograd's split of the
+    /// flat parameter concatenates the unit's gradients into one (held until then), then the
+    /// post-backward hook (`_post_backward_hook`, `_reduce_grad`) reshards, pads a copy where
+    /// the flat parameter is padded, makes the sharded gradient and reduce-scatters (gloo's
+    /// temporary of the input's size); the unsharded gradient goes as the hook ends.
+    fn fsdp1_post_backward_unit(&mut self, u: usize, grads: &mut [Option<BufId>]) {
+        let Some(st) = self.fsdp.as_ref() else { return };
+        let with_grad: Vec<usize> = st.units[u]
+            .params
+            .iter()
+            .copied()
+            .filter(|&p| grads[p].is_some())
+            .collect();
+        if with_grad.is_empty() {
+            self.fsdp_reshard(u);
+            return;
+        }
+        let (bytes, shard) = (st.units[u].bytes, st.units[u].padded);
+        let gathered = st.gathered(u);
+        let gloo = st.f.collectives == Collectives::Gloo;
+        let label = "fsdp reduce-scatter";
+        self.mem.at(label);
+        let flat_grad = self.mem.alloc(bytes, Kind::Gradients);
+        let mut high = self.rec.high(label, &self.mem);
+        for &p in &with_grad {
+            if let Some(g) = grads[p].take() {
+                self.mem.release(g);
+            }
+        }
+        self.fsdp_reshard(u);
+        self.mem.at(label);
+        let padded = (gathered > bytes).then(|| self.mem.alloc(gathered, Kind::Gradients));
+        let output = self.mem.alloc(shard, Kind::Gradients);
+        let tmp = gloo.then(|| self.mem.alloc(gathered, Kind::Transients));
+        high = high.max(self.rec.high(label, &self.mem));
+        for b in [tmp, padded, Some(flat_grad)].into_iter().flatten() {
+            self.mem.release(b);
+        }
+        self.rec.event(label, high, &self.mem);
+        if let Some(st) = self.fsdp.as_mut() {
+            st.sharded_grads.push((output, u, with_grad));
         }
     }
 
@@ -455,10 +568,13 @@ impl Sim<'_> {
     pub(super) fn fsdp_step(&mut self, step: u32) {
         self.begin(step, format!("step{step}.optimizer"));
         let Some(st) = self.fsdp.as_mut() else { return };
+        if st.f.version == 1 {
+            return self.fsdp1_step();
+        }
         let mut stepped: Vec<usize> = st
             .sharded_grads
             .iter()
-            .flat_map(|(_, ps)| ps.iter().copied())
+            .flat_map(|(_, _, ps)| ps.iter().copied())
             .collect();
         stepped.sort_unstable();
         // torch.optim's `Adam._init_group` makes every parameter's states (a 4-byte `step`
@@ -488,12 +604,54 @@ impl Sim<'_> {
             self.mem.release(t);
             self.rec.event(&label, high, &self.mem);
         }
+        self.fsdp_zero_grad();
+    }
+
+    /// FSDP1's step: AdamW over the units' flat parameters (every one's states first, each
+    /// its padded shard), then `zero_grad`.
+    fn fsdp1_step(&mut self) {
+        let Some(st) = self.fsdp.as_ref() else { return };
+        let mut units: Vec<usize> = st.sharded_grads.iter().map(|g| g.1).collect();
+        units.sort_unstable();
+        let shard = |st: &State, u: usize| st.units[u].padded;
+        for &u in &units {
+            let Some(st) = self.fsdp.as_ref() else { return };
+            let p = st.units[u].params[0];
+            if st.states[p].is_some() {
+                continue;
+            }
+            let bytes = shard(st, u);
+            self.mem.at("fsdp flat parameter");
+            let a = self.mem.alloc(bytes, Kind::OptimizerState);
+            let b = self.mem.alloc(bytes, Kind::OptimizerState);
+            if let Some(st) = self.fsdp.as_mut() {
+                st.states[p] = Some((a, b));
+            }
+        }
+        for u in units {
+            let Some(bytes) = self.fsdp.as_ref().map(|st| shard(st, u)) else {
+                return;
+            };
+            let label = "fsdp flat parameter";
+            self.mem.at(label);
+            let t = self
+                .mem
+                .alloc(super::rules::adamw_transient(bytes), Kind::Transients);
+            let high = self.rec.high(label, &self.mem);
+            self.mem.release(t);
+            self.rec.event(label, high, &self.mem);
+        }
+        self.fsdp_zero_grad();
+    }
+
+    /// `zero_grad`: the sharded gradients freed; the phase ends.
+    fn fsdp_zero_grad(&mut self) {
         let grads = self
             .fsdp
             .as_mut()
             .map(|st| std::mem::take(&mut st.sharded_grads))
             .unwrap_or_default();
-        for (b, _) in grads {
+        for (b, _, _) in grads {
             self.mem.release(b);
         }
         self.rec.event("zero_grad", self.mem.total(), &self.mem);

@@ -84,10 +84,10 @@ impl Plan {
                     }
                     p.deepspeed = super::deepspeed::DeepSpeed::of_part(part);
                 }
-                SKind::Fsdp if part.get("version") == 2 => {
+                SKind::Fsdp => {
                     if s.parts.len() > 1 {
                         return Err(format!(
-                            "`{part}`: the simulator's FSDP2 rule set covers it alone, not with other parts (its formula stands)"
+                            "`{part}`: the simulator's FSDP rule set covers it alone, not with other parts (its formula stands)"
                         ));
                     }
                     p.fsdp = super::fsdp::Fsdp::of_part(part);

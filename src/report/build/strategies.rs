@@ -153,7 +153,7 @@ pub fn view(ev: &Evidence) -> StrategiesView {
     ]);
     let mut by_family = table(
         "strategies-by-family",
-        "The same, per strategy and family, with the simulator's rule set on the same rows",
+        "Per strategy and family, with the simulator's rule set on the same rows",
         columns,
         "No strategy has a row yet.",
     );
@@ -194,7 +194,7 @@ pub fn view(ev: &Evidence) -> StrategiesView {
     }
     StrategiesView {
         intro: format!(
-            "memcal plan --strategy, --recommend and --inference plan with these. A training strategy's prediction is its formula applied to the simulator's plain peak of the same graph and batch; inference's is its own formula (weights, the KV cache of every causal self-attention and cross-attention, the prefill over the prompt and the last position's logits). {} Strategies over several processes (DDP, ZeRO-1, FSDP1, FSDP2, tensor parallel) are measured one process per rank with torch's own implementations on CPU with the gloo backend (regime cpu-ranks, python3 -m memcal_export.ranks; a row per rank, a run counted only whole); ZeRO-1 is also shown as one rank's layout emulated in one process. Strategies still a formula: {}.",
+            "memcal plan --strategy, --recommend and --inference plan with these. A training strategy's prediction is its formula applied to the simulator's plain peak of the same graph and batch; inference's is its own formula (weights, KV caches, the prefill, the last position's logits). {} Strategies over several processes (DDP, ZeRO, FSDP, TP, PP) are measured one process per rank with torch's and DeepSpeed's own code on CPU with gloo (regime cpu-ranks, python3 -m memcal_export.ranks; a row per rank, whole runs only); ZeRO-1 also as one rank's layout emulated in one process. Strategies still a formula: {}.",
             if ev.rows.is_empty() {
                 "No strategy has a measured row yet.".to_string()
             } else {
@@ -207,7 +207,7 @@ pub fn view(ev: &Evidence) -> StrategiesView {
                     );
                     if generate > 0 {
                         t.push_str(&format!(
-                            ", and by transformers' own model.generate (greedy, dynamic and static caches) on real classes at reduced sizes ({}, regime cpu-generate: python3 -m memcal_export.generate), compared on their peak after the model is loaded",
+                            ", and by transformers' own model.generate on real classes at reduced sizes ({}, regime cpu-generate: python3 -m memcal_export.generate), compared on their peak after the model is loaded",
                             fmt::runs(generate)
                         ));
                     }
@@ -223,7 +223,7 @@ pub fn view(ev: &Evidence) -> StrategiesView {
         ),
         table: strategy_table(ev),
         measured,
-        simulator_intro: "The simulator also has a rule set per training strategy it can run (checkpointing, LoRA, QLoRA, and checkpointing with either): which tensors exist and for how long, read off the harness's protocol (measurement/src/strategies.rs) and torch's autograd (derivatives.yaml, AccumulateGrad), simulated op by op with no fitted factor (docs/simulator.md). Its peak is compared with the same rows. For generate it has the inference rule set (transformers' generate under no_grad, tensor by tensor as its code allocates them), encoder-decoders included, over the rows it can bind (docs/simulator.md). Per rank: DDP (the reducer's flat buckets, kept), ZeRO-1 (the buckets; AdamW on the rank's partition), DeepSpeed's stages 1 and 2 (flat buffers, master copy, reduce bucket) and FSDP2 (each unit's shards, all-gathers, reduce-scatters, prefetch); the other per-rank strategies have none yet. A dash: no rule set (the harness's inference protocol, the emulated ZeRO-1 layout, those strategies).".to_string(),
+        simulator_intro: "The simulator also has a rule set per training strategy it can run (checkpointing, LoRA, QLoRA, and checkpointing with either): which tensors exist and for how long, read off the harness's protocol and torch's autograd, op by op, with no fitted factor (docs/simulator.md). Its peak is compared with the same rows. For generate it has the inference rule set (transformers' generate under no_grad, tensor by tensor as its code allocates them), over the rows it can bind. Per rank: DDP (the reducer's buckets), ZeRO-1 (the buckets; AdamW on the rank's partition), DeepSpeed's stages 1 and 2 (flat buffers, master copy, reduce bucket) and FSDP1 and FSDP2 (each unit's shards, all-gathers, reduce-scatters, prefetch); the other per-rank strategies have none yet. A dash: no rule set (the harness's inference protocol, the emulated ZeRO-1 layout, those strategies).".to_string(),
         simulator,
         by_family,
         ranks: ranks_table(ev),
