@@ -1180,3 +1180,35 @@ fn sliding_windows_are_written_where_they_act() {
         "{err}"
     );
 }
+
+/// The embeddings modules FSDP wraps as units where transformers' `_no_split_modules` names
+/// them (`memcal::import::embeddings_unit`) name nodes `import hf` draws for those families,
+/// and a family whose `_no_split_modules` names its blocks alone has none.
+#[test]
+fn embeddings_units_name_drawn_nodes() {
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/graphs");
+    for (graph, family) in [
+        ("hf-bert-base-cased", "hf-bert"),
+        ("hf-roberta-base", "hf-roberta"),
+        ("hf-vit-base-patch16-224", "hf-vit"),
+    ] {
+        let g = Graph::load(&data.join(format!("{graph}.json"))).expect("graph loads");
+        assert_eq!(g.family, family);
+        let unit = memcal::import::embeddings_unit(family);
+        assert!(!unit.is_empty(), "{family}");
+        for prefix in unit {
+            assert!(
+                g.nodes
+                    .iter()
+                    .any(|n| n.id == *prefix || n.id.starts_with(&format!("{prefix}."))),
+                "{graph}: no node `{prefix}`"
+            );
+        }
+    }
+    for family in ["hf-llama", "hf-gpt2", "hf-t5", "zoo"] {
+        assert!(
+            memcal::import::embeddings_unit(family).is_empty(),
+            "{family}"
+        );
+    }
+}

@@ -386,7 +386,12 @@ fn strategies(
             // and FSDP2's collectives), NCCL's rule, read from source and said so.
             use memcal::simulate::{deepspeed::Collectives, unmeasured_note};
             let collectives = Collectives::Nccl;
-            let note = unmeasured_note(s, collectives).map(str::to_string);
+            let notes: Vec<String> = unmeasured_note(s, collectives)
+                .map(str::to_string)
+                .into_iter()
+                .chain(memcal::simulate::fsdp::units_note(g, s))
+                .collect();
+            let note = (!notes.is_empty()).then(|| notes.join("; "));
             match memcal::simulate::simulate_worst_rank(g, p.batch, p.precision, s, collectives) {
                 Ok((sim, rank)) => {
                     sp.simulated = Some(planner::SimulatedPeak {

@@ -104,6 +104,32 @@ pub fn unmeasured_note(
     )
 }
 
+/// The units an FSDP simulation of `graph` wraps, in words for a plan (None without FSDP):
+/// how many blocks, the embeddings where they are a unit, the root; and, for a graph `import
+/// hf` did not draw, that no other module is taken as a unit.
+pub fn units_note(graph: &Graph, strategy: &crate::strategy::Strategy) -> Option<String> {
+    let part = strategy.parts.iter().find_map(Fsdp::of_part)?;
+    let mut blocks: Vec<String> = graph
+        .nodes
+        .iter()
+        .filter_map(|n| crate::strategy::memory::block_of(&n.id))
+        .collect();
+    blocks.dedup();
+    let embeddings = crate::import::embeddings_unit(&graph.family);
+    let version = if part.version == 1 { "FSDP1" } else { "FSDP2" };
+    let mut note = format!(
+        "{version} units as memcal_export.ranks wraps them: {} blocks{}, and the root (every other parameter)",
+        blocks.len(),
+        if embeddings.is_empty() { "" } else { ", the embeddings (transformers' _no_split_modules)" }
+    );
+    if !graph.family.starts_with("hf-") {
+        note.push_str(
+            "; the graph is not import hf's, so no module beside its blocks is taken as a unit",
+        );
+    }
+    Some(note)
+}
+
 /// A parameter's shard: (padded bytes, every rank's; this rank's own rows' bytes).
 pub fn shard(bytes: u64, rows: u64, rank: u64, world: u64) -> (u64, u64) {
     let rows = rows.max(1);
