@@ -212,6 +212,24 @@ fn ddp_and_zero1_rules_hold_on_the_measured_ranks() {
     );
 }
 
+/// The simulator's median and max |error| on a group's rows (at least 30 of them, each
+/// simulated).
+fn held_out(ev: &memcal::strategy::evidence::Evidence, group: &str) -> (f64, f64) {
+    let mut errors: Vec<f64> = ev
+        .rows
+        .iter()
+        .filter(|r| r.strategy == group)
+        .map(|r| {
+            r.simulator_error()
+                .unwrap_or_else(|| panic!("{}: simulated", r.file))
+                .abs()
+        })
+        .collect();
+    assert!(errors.len() >= 30, "{group}: {} rows", errors.len());
+    errors.sort_by(f64::total_cmp);
+    (errors[errors.len() / 2], errors[errors.len() - 1])
+}
+
 /// The simulator's DeepSpeed ZeRO-1 and ZeRO-2 rule set against every committed row of the two:
 /// the median within 0.1% (it is byte-exact but for DeepSpeed's small tensors), every row
 /// within 4% (two rows' own runs differ across steps by 2-4%, docs/simulator.md).
@@ -221,20 +239,7 @@ fn deepspeed_stage1_and_2_rules_hold_on_the_measured_ranks() {
     let ds = load(&data).unwrap();
     let ev = evidence(&ds, &data);
     for group in ["deepspeed zero1 (gloo)", "deepspeed zero2 (gloo)"] {
-        let mut errors: Vec<f64> = ev
-            .rows
-            .iter()
-            .filter(|r| r.strategy == group)
-            .map(|r| {
-                r.simulator_error()
-                    .unwrap_or_else(|| panic!("{}: simulated", r.file))
-                    .abs()
-            })
-            .collect();
-        assert!(errors.len() >= 30, "{group}: {} rows", errors.len());
-        errors.sort_by(f64::total_cmp);
-        let median = errors[errors.len() / 2];
-        let max = errors[errors.len() - 1];
+        let (median, max) = held_out(&ev, group);
         assert!(median <= 0.001, "{group}: median {:.3}%", median * 100.0);
         assert!(max <= 0.04, "{group}: max {:.2}%", max * 100.0);
     }
@@ -254,20 +259,7 @@ fn fsdp_rules_hold_on_the_measured_ranks() {
         "fsdp1 full-shard (gloo)",
         "fsdp1 shard-grad-op (gloo)",
     ] {
-        let mut errors: Vec<f64> = ev
-            .rows
-            .iter()
-            .filter(|r| r.strategy == group)
-            .map(|r| {
-                r.simulator_error()
-                    .unwrap_or_else(|| panic!("{}: simulated", r.file))
-                    .abs()
-            })
-            .collect();
-        assert!(errors.len() >= 30, "{group}: {} rows", errors.len());
-        errors.sort_by(f64::total_cmp);
-        let median = errors[errors.len() / 2];
-        let max = errors[errors.len() - 1];
+        let (median, max) = held_out(&ev, group);
         assert!(median <= 0.001, "{group}: median {:.3}%", median * 100.0);
         assert!(max <= 0.01, "{group}: max {:.2}%", max * 100.0);
     }

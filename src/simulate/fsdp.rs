@@ -273,6 +273,16 @@ impl State {
         }
     }
 
+    /// Unit `u`'s parameters that have a gradient, in order.
+    fn with_grad(&self, u: usize, grads: &[Option<BufId>]) -> Vec<usize> {
+        self.units[u]
+            .params
+            .iter()
+            .copied()
+            .filter(|&p| grads[p].is_some())
+            .collect()
+    }
+
     fn gathered(&self, u: usize) -> u64 {
         self.units[u].padded * self.f.world
     }
@@ -498,12 +508,7 @@ impl Sim<'_> {
         }
         self.fsdp_reshard(u);
         let Some(st) = self.fsdp.as_mut() else { return };
-        let with_grad: Vec<usize> = st.units[u]
-            .params
-            .iter()
-            .copied()
-            .filter(|&p| grads[p].is_some())
-            .collect();
+        let with_grad = st.with_grad(u, grads);
         if with_grad.is_empty() {
             return;
         }
@@ -553,12 +558,7 @@ impl Sim<'_> {
     /// temporary of the input's size); the unsharded gradient goes as the hook ends.
     fn fsdp1_post_backward_unit(&mut self, u: usize, grads: &mut [Option<BufId>]) {
         let Some(st) = self.fsdp.as_ref() else { return };
-        let with_grad: Vec<usize> = st.units[u]
-            .params
-            .iter()
-            .copied()
-            .filter(|&p| grads[p].is_some())
-            .collect();
+        let with_grad = st.with_grad(u, grads);
         if with_grad.is_empty() {
             self.fsdp_reshard(u);
             return;
