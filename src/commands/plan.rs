@@ -383,7 +383,7 @@ fn strategies(
         // Where the simulator's rule set is clearly the better one on the rows, its peak too.
         if let Some(evidence) = planner::simulator_preferred(s, backing) {
             // A card's job runs NCCL: where the rule sets tell the backends apart (DeepSpeed's
-            // and FSDP2's collectives), NCCL's rule, read from source and said so.
+            // and FSDP's collectives), NCCL's rule, read from source and said so.
             use memcal::simulate::{deepspeed::Collectives, unmeasured_note};
             let collectives = Collectives::Nccl;
             let notes: Vec<String> = unmeasured_note(s, collectives)

@@ -109,18 +109,13 @@ pub fn unmeasured_note(
 /// hf` did not draw, that no other module is taken as a unit.
 pub fn units_note(graph: &Graph, strategy: &crate::strategy::Strategy) -> Option<String> {
     let part = strategy.parts.iter().find_map(Fsdp::of_part)?;
-    let mut blocks: Vec<String> = graph
-        .nodes
-        .iter()
-        .filter_map(|n| crate::strategy::memory::block_of(&n.id))
-        .collect();
-    blocks.dedup();
-    let embeddings = crate::import::embeddings_unit(&graph.family);
+    let g = grouping(graph);
+    let blocks = g.units - 1 - usize::from(g.embeddings);
     let version = if part.version == 1 { "FSDP1" } else { "FSDP2" };
     let mut note = format!(
         "{version} units as memcal_export.ranks wraps them: {} blocks{}, and the root (every other parameter)",
-        blocks.len(),
-        if embeddings.is_empty() { "" } else { ", the embeddings (transformers' _no_split_modules)" }
+        blocks,
+        if !g.embeddings { "" } else { ", the embeddings (transformers' _no_split_modules)" }
     );
     if !graph.family.starts_with("hf-") {
         note.push_str(
@@ -128,6 +123,52 @@ pub fn units_note(graph: &Graph, strategy: &crate::strategy::Strategy) -> Option
         );
     }
     Some(note)
+}
+
+/// Which unit each node of a graph belongs to (0: the root; then the embeddings where they
+/// are a unit and the blocks, in order of first use), how many units, and whether the
+/// embeddings are one.
+struct Grouping {
+    node_unit: Vec<usize>,
+    units: usize,
+    embeddings: bool,
+}
+
+fn grouping(graph: &Graph) -> Grouping {
+    let embeddings = crate::import::embeddings_unit(&graph.family);
+    let in_embeddings = |id: &str| {
+        embeddings.iter().any(|e| {
+            id.strip_prefix(e)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
+        })
+    };
+    let mut names: Vec<String> = Vec::new();
+    let mut node_unit = Vec::with_capacity(graph.nodes.len());
+    let mut found_embeddings = false;
+    for n in &graph.nodes {
+        let unit = if in_embeddings(&n.id) {
+            found_embeddings = true;
+            Some("(embeddings)".to_string())
+        } else {
+            crate::strategy::memory::block_of(&n.id)
+        };
+        let u = match unit {
+            None => 0,
+            Some(b) => match names.iter().position(|x| *x == b) {
+                Some(i) => i + 1,
+                None => {
+                    names.push(b);
+                    names.len()
+                }
+            },
+        };
+        node_unit.push(u);
+    }
+    Grouping {
+        node_unit,
+        units: names.len() + 1,
+        embeddings: found_embeddings,
+    }
 }
 
 /// A parameter's shard: (padded bytes, every rank's; this rank's own rows' bytes).
@@ -156,8 +197,10 @@ struct Unit {
 /// The rule set's state through a run.
 pub(super) struct State {
     f: Fsdp,
-    /// Unit 0 is the root; block `i` is unit `i + 1`.
+    /// Unit 0 is the root; then the embeddings (where a unit) and the blocks, in order.
     units: Vec<Unit>,
+    /// Each node's unit ([`grouping`]).
+    node_unit: Vec<usize>,
     padded: Vec<u64>,
     own: Vec<u64>,
     /// Each unit's unsharded tensors while gathered.
@@ -181,34 +224,12 @@ impl State {
         params: &[super::Param],
         node_params: &[Vec<usize>],
     ) -> State {
-        let embeddings = crate::import::embeddings_unit(&graph.family);
-        let in_embeddings = |id: &str| {
-            embeddings.iter().any(|e| {
-                id.strip_prefix(e)
-                    .is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
-            })
-        };
-        let mut blocks: Vec<String> = Vec::new();
-        let mut node_unit = Vec::with_capacity(graph.nodes.len());
-        for n in &graph.nodes {
-            let unit = if in_embeddings(&n.id) {
-                Some("(embeddings)".to_string())
-            } else {
-                crate::strategy::memory::block_of(&n.id)
-            };
-            let u = match unit {
-                None => 0,
-                Some(b) => match blocks.iter().position(|x| *x == b) {
-                    Some(i) => i + 1,
-                    None => {
-                        blocks.push(b);
-                        blocks.len()
-                    }
-                },
-            };
-            node_unit.push(u);
-        }
-        let mut units: Vec<Unit> = (0..=blocks.len())
+        let Grouping {
+            node_unit,
+            units: count,
+            ..
+        } = grouping(graph);
+        let mut units: Vec<Unit> = (0..count)
             .map(|_| Unit {
                 params: Vec::new(),
                 first: usize::MAX,
@@ -261,6 +282,7 @@ impl State {
         State {
             f,
             units,
+            node_unit,
             padded,
             own,
             unsharded: vec![None; n],
@@ -281,6 +303,12 @@ impl State {
             .copied()
             .filter(|&p| grads[p].is_some())
             .collect()
+    }
+
+    /// The unit other than the root whose last node is `k`.
+    fn unit_ending_at(&self, k: usize) -> Option<usize> {
+        let u = self.node_unit[k];
+        (u != 0 && self.units[u].last == k).then_some(u)
     }
 
     fn gathered(&self, u: usize) -> u64 {
@@ -405,18 +433,18 @@ impl Sim<'_> {
             }
             return;
         }
-        let starting: Vec<usize> = (0..st.units.len())
-            .filter(|&u| {
-                st.unsharded[u].is_none()
-                    && if u == 0 {
-                        k == 0
-                    } else {
-                        st.units[u].first == k
-                    }
-            })
-            .collect();
-        for u in starting {
-            self.fsdp_unshard(u, true);
+        // The root before the first node, then a unit starting at this node.
+        let unit = st.node_unit[k];
+        let root = (k == 0).then_some(0);
+        let starts = (unit != 0 && st.units[unit].first == k).then_some(unit);
+        for u in root.into_iter().chain(starts) {
+            if self
+                .fsdp
+                .as_ref()
+                .is_some_and(|st| st.unsharded[u].is_none())
+            {
+                self.fsdp_unshard(u, true);
+            }
         }
     }
 
@@ -426,7 +454,7 @@ impl Sim<'_> {
         if !st.f.reshard {
             return;
         }
-        if let Some(u) = (1..st.units.len()).find(|&u| st.units[u].last == k) {
+        if let Some(u) = st.unit_ending_at(k) {
             self.fsdp_reshard(u);
         }
     }
@@ -470,8 +498,7 @@ impl Sim<'_> {
             }
             self.fsdp_pre_backward_unit(0);
         }
-        let Some(st) = self.fsdp.as_ref() else { return };
-        if let Some(u) = (1..st.units.len()).find(|&u| st.units[u].last == k) {
+        if let Some(u) = self.fsdp.as_ref().and_then(|st| st.unit_ending_at(k)) {
             self.fsdp_pre_backward_unit(u);
         }
     }
@@ -479,7 +506,8 @@ impl Sim<'_> {
     /// After node `k`'s backward: a block's post-backward (its first node).
     pub(super) fn fsdp_post_backward(&mut self, k: usize, grads: &mut [Option<BufId>]) {
         let Some(st) = self.fsdp.as_ref() else { return };
-        if let Some(u) = (1..st.units.len()).find(|&u| st.units[u].first == k) {
+        let u = st.node_unit[k];
+        if u != 0 && st.units[u].first == k {
             self.fsdp_post_backward_unit(u, grads);
         }
     }
@@ -590,79 +618,61 @@ impl Sim<'_> {
         }
     }
 
-    /// `step`: AdamW on each sharded parameter with a gradient, then `zero_grad`.
+    /// `step`: torch.optim's AdamW over the sharded tensors with a gradient (FSDP2: each
+    /// parameter's shard, its own rows; FSDP1: each unit's flat shard, padded, its states keyed
+    /// by the unit's first parameter), every one's two states made first (`Adam._init_group`;
+    /// a 4-byte `step` scalar besides, not counted), then each update's temporaries; then
+    /// `zero_grad`.
     pub(super) fn fsdp_step(&mut self, step: u32) {
         self.begin(step, format!("step{step}.optimizer"));
-        let Some(st) = self.fsdp.as_mut() else { return };
-        if st.f.version == 1 {
-            return self.fsdp1_step();
-        }
-        let mut stepped: Vec<usize> = st
-            .sharded_grads
-            .iter()
-            .flat_map(|(_, _, ps)| ps.iter().copied())
-            .collect();
-        stepped.sort_unstable();
-        // torch.optim's `Adam._init_group` makes every parameter's states (a 4-byte `step`
-        // scalar besides, not counted) before the update loop runs.
-        for &p in &stepped {
-            let Some(st) = self.fsdp.as_ref() else { return };
-            if st.states[p].is_some() {
-                continue;
-            }
-            let bytes = st.own[p];
-            self.mem.at(&self.params[p].label);
-            let a = self.mem.alloc(bytes, Kind::OptimizerState);
-            let b = self.mem.alloc(bytes, Kind::OptimizerState);
-            if let Some(st) = self.fsdp.as_mut() {
-                st.states[p] = Some((a, b));
-            }
-        }
-        for p in stepped {
-            let Some(st) = self.fsdp.as_ref() else { return };
-            let bytes = st.own[p];
-            let label = self.params[p].label.clone();
-            self.mem.at(&label);
-            let t = self
-                .mem
-                .alloc(super::rules::adamw_transient(bytes), Kind::Transients);
-            let high = self.rec.high(&label, &self.mem);
-            self.mem.release(t);
-            self.rec.event(&label, high, &self.mem);
-        }
-        self.fsdp_zero_grad();
-    }
-
-    /// FSDP1's step: AdamW over the units' flat parameters (every one's states first, each
-    /// its padded shard), then `zero_grad`.
-    fn fsdp1_step(&mut self) {
         let Some(st) = self.fsdp.as_ref() else { return };
-        let mut units: Vec<usize> = st.sharded_grads.iter().map(|g| g.1).collect();
-        units.sort_unstable();
-        let shard = |st: &State, u: usize| st.units[u].padded;
-        for &u in &units {
-            let Some(st) = self.fsdp.as_ref() else { return };
-            let p = st.units[u].params[0];
-            if st.states[p].is_some() {
+        // In order: FSDP1's units, FSDP2's parameters.
+        let stepped: Vec<(usize, u64, String)> = if st.f.version == 1 {
+            let mut units: Vec<usize> = st.sharded_grads.iter().map(|g| g.1).collect();
+            units.sort_unstable();
+            units
+                .into_iter()
+                .map(|u| {
+                    let unit = &st.units[u];
+                    (
+                        unit.params[0],
+                        unit.padded,
+                        "fsdp flat parameter".to_string(),
+                    )
+                })
+                .collect()
+        } else {
+            let mut params: Vec<usize> = st
+                .sharded_grads
+                .iter()
+                .flat_map(|(_, _, ps)| ps.iter().copied())
+                .collect();
+            params.sort_unstable();
+            params
+                .into_iter()
+                .map(|p| (p, st.own[p], self.params[p].label.clone()))
+                .collect()
+        };
+        for (key, bytes, label) in &stepped {
+            if self
+                .fsdp
+                .as_ref()
+                .is_none_or(|st| st.states[*key].is_some())
+            {
                 continue;
             }
-            let bytes = shard(st, u);
-            self.mem.at("fsdp flat parameter");
-            let a = self.mem.alloc(bytes, Kind::OptimizerState);
-            let b = self.mem.alloc(bytes, Kind::OptimizerState);
+            self.mem.at(label);
+            let a = self.mem.alloc(*bytes, Kind::OptimizerState);
+            let b = self.mem.alloc(*bytes, Kind::OptimizerState);
             if let Some(st) = self.fsdp.as_mut() {
-                st.states[p] = Some((a, b));
+                st.states[*key] = Some((a, b));
             }
         }
-        for u in units {
-            let Some(bytes) = self.fsdp.as_ref().map(|st| shard(st, u)) else {
-                return;
-            };
-            let label = "fsdp flat parameter";
+        for (_, bytes, label) in &stepped {
             self.mem.at(label);
             let t = self
                 .mem
-                .alloc(super::rules::adamw_transient(bytes), Kind::Transients);
+                .alloc(super::rules::adamw_transient(*bytes), Kind::Transients);
             let high = self.rec.high(label, &self.mem);
             self.mem.release(t);
             self.rec.event(label, high, &self.mem);

@@ -517,8 +517,8 @@ pub fn simulate_strategy(
 
 /// [`simulate_strategy`] for one rank of a multi-process strategy (`ddp`, `zero1`: the
 /// ranks of ZeRO-1 differ by their optimizer partition), on the given collective backend
-/// (where the rule sets tell them apart: DeepSpeed's, [`deepspeed::Collectives`]; the rows
-/// were measured with gloo). `rank` must be below the strategy's world.
+/// (where the rule sets tell them apart: DeepSpeed's and FSDP's,
+/// [`deepspeed::Collectives`]; the rows were measured with gloo). `rank` must be below the strategy's world.
 pub fn simulate_rank(
     graph: &Graph,
     batch: u64,
@@ -723,7 +723,7 @@ struct Sim<'a> {
     owned: Option<Vec<bool>>,
     /// DeepSpeed's ZeRO stage 1 or 2 ([`deepspeed`]).
     ds: Option<deepspeed::State>,
-    /// FSDP2 ([`fsdp`]).
+    /// FSDP1 or FSDP2 ([`fsdp`]).
     fsdp: Option<fsdp::State>,
     mem: Mem,
     rec: Recorder,

@@ -48,7 +48,7 @@ pub struct Plan {
     pub zero1: Option<(u64, u64)>,
     /// DeepSpeed's ZeRO stage 1 or 2 ([`super::deepspeed`]), alone.
     pub deepspeed: Option<super::deepspeed::DeepSpeed>,
-    /// FSDP2 (`fsdp:version=2`, [`super::fsdp`]), alone.
+    /// FSDP1 or FSDP2 (`fsdp`, [`super::fsdp`]), alone.
     pub fsdp: Option<super::fsdp::Fsdp>,
 }
 
