@@ -631,6 +631,45 @@ impl Graph {
         Ok(g)
     }
 
+    /// The same graph with node `k`'s op replaced by `ops[k]` (the same inputs), every output
+    /// shape inferred again in order and the parameter count made again: a rank's own graph
+    /// under tensor parallelism (`simulate::tp`). An error names the node whose shape no
+    /// longer infers. Hashes and path are kept (the rows were measured on the file).
+    pub fn with_ops(&self, ops: Vec<Op>) -> std::result::Result<Graph, String> {
+        if ops.len() != self.nodes.len() {
+            return Err(format!("{} ops for {} nodes", ops.len(), self.nodes.len()));
+        }
+        let mut g = self.clone();
+        let before: u64 = g.nodes.iter().map(|n| n.op.parameters()).sum();
+        let after: u64 = ops.iter().map(|o| o.parameters()).sum();
+        for (n, op) in g.nodes.iter_mut().zip(ops) {
+            n.op = op;
+        }
+        let n_inputs = g.inputs.len();
+        for k in 0..g.nodes.len() {
+            let args: Vec<u32> = match g.input_positions(k) {
+                Some(a) => a.to_vec(),
+                None => return Err("a graph built in memory has no resolved inputs".into()),
+            };
+            let ins: Vec<&Shape> = args
+                .iter()
+                .map(|&v| match v as usize {
+                    v if v < n_inputs => &g.inputs[v].shape,
+                    v => &g.nodes[v - n_inputs].output,
+                })
+                .collect();
+            let out = g.nodes[k]
+                .op
+                .infer(&ins)
+                .map_err(|m| format!("node `{}`: {m}", g.nodes[k].id))?;
+            g.nodes[k].output = out;
+        }
+        g.positions.parameters = (g.positions.parameters + after).saturating_sub(before);
+        // Binding another length would read the file's ops again.
+        g.file_with_axis = None;
+        Ok(g)
+    }
+
     /// Trainable parameters, a tied weight counted once (as the check summed them, for a graph
     /// whose nodes were not added or removed since).
     pub fn parameters(&self) -> u64 {

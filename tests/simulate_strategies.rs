@@ -439,3 +439,43 @@ fn fsdp_ranks_hold_their_shards_and_gather_units() {
         );
     }
 }
+
+/// Tensor parallelism on a real import (hf-llama-r1: 2 blocks, d 512, 8 heads, SwiGLU 1376,
+/// vocab 32000): a rank ends the load holding the embedding, the LM head and the norms whole
+/// and half of every attention and MLP projection; its forward reaches one rowwise output more
+/// than its own graph's nodes (the all-reduce's clone); a k that splits a head is refused.
+#[test]
+fn tp_ranks_hold_their_share_and_reduce_rowwise_outputs() {
+    use memcal::simulate::{deepspeed::Collectives, simulate_rank};
+    let g = Graph::load(&root().join("data/graphs/hf-llama-r1.json")).unwrap();
+    let s = parse("tp:k=2").unwrap();
+    let sim = simulate_rank(&g, 1, Precision::Fp32, &s, 0, true, Collectives::Gloo).unwrap();
+    let (d, f, v, blocks) = (512u64, 1376u64, 32000u64, 2u64);
+    let whole = 2 * v * d + (2 * blocks + 1) * d;
+    let split = blocks * (4 * d * d + 3 * d * f) / 2;
+    let load = sim.phase("model_load").unwrap();
+    assert_eq!(load.end, 4 * (whole + split));
+    // Built whole first: the peak holds every parameter and the first shard.
+    assert_eq!(load.peak, 4 * (whole + 2 * split) + 4 * d * d / 2);
+    // The rowwise down_proj's output (1 x 512 x 512 floats) reduced: a clone beside it.
+    let y = 4 * 512 * d;
+    let at = |node: &str| {
+        sim.timeline
+            .iter()
+            .find(|e| e.step == 1 && e.phase == "step1.forward" && e.node == node)
+            .unwrap()
+            .bytes
+    };
+    assert!(at("layers0.mlp.down_proj") >= y, "the clone counted");
+    let err = memcal::simulate::simulate_rank(
+        &g,
+        1,
+        Precision::Fp32,
+        &parse("tp:k=16").unwrap(),
+        0,
+        false,
+        Collectives::Gloo,
+    )
+    .unwrap_err();
+    assert!(err.contains("num_heads = 8"), "{err}");
+}

@@ -390,6 +390,7 @@ fn strategies(
                 .map(str::to_string)
                 .into_iter()
                 .chain(memcal::simulate::fsdp::units_note(g, s))
+                .chain(memcal::simulate::tp::split_note(g, s))
                 .collect();
             let note = (!notes.is_empty()).then(|| notes.join("; "));
             match memcal::simulate::simulate_worst_rank(g, p.batch, p.precision, s, collectives) {

@@ -398,6 +398,12 @@ pub enum Op {
     MultiheadAttention {
         embed_dim: u64,
         num_heads: u64,
+        /// Each head's width: `embed_dim / num_heads` from a file (no attribute gives it);
+        /// a tensor-parallel rank's own graph (`simulate::tp`) keeps it while it takes
+        /// `num_heads` to the rank's heads, so q, k, v and the context are
+        /// `num_heads * head_dim` wide and the output projection takes them back to
+        /// `embed_dim`.
+        head_dim: u64,
         causal: bool,
         bias: bool,
         relative_attention_buckets: u64,

@@ -25,6 +25,7 @@ pub mod lowrank;
 pub mod render;
 pub mod rules;
 pub mod staged;
+pub mod tp;
 
 use crate::features::Precision;
 use crate::graph::Graph;
@@ -546,6 +547,9 @@ pub fn simulate_rank(
         f.rank = rank;
         f.collectives = collectives;
     }
+    if let Some(t) = plan.tp.as_mut() {
+        t.rank = rank;
+    }
     simulate_with(graph, batch, precision, timeline, &plan)
 }
 
@@ -655,6 +659,23 @@ fn simulate_with(
     if batch == 0 {
         return Err("batch must be a positive integer".into());
     }
+    // Tensor parallelism simulates the rank's own graph; the parameters are built whole.
+    let local;
+    let mut tp_state = None;
+    let graph = match plan.tp {
+        Some(t) => {
+            let (g, roles) = tp::local_graph(graph, t.k)?;
+            let whole = parameters(graph, backend)
+                .0
+                .iter()
+                .map(|p| p.bytes)
+                .collect();
+            tp_state = Some(tp::State { roles, whole });
+            local = g;
+            &local
+        }
+        None => graph,
+    };
     // The byte arithmetic below is plain u64: refuse sizes that could overflow it (no real
     // training step comes near 2^50 elements in one tensor).
     const LIMIT: u64 = 1 << 50;
@@ -683,6 +704,7 @@ fn simulate_with(
         .map(|v| values.shape(v).numel_at(batch) * values.elem(v))
         .collect();
     let mut sim = Sim::new(graph, &values, &value_bytes, batch, backend, plan)?;
+    sim.tp = tp_state;
     sim.rec.record = timeline;
     sim.run(precision)
 }
@@ -725,6 +747,11 @@ struct Sim<'a> {
     ds: Option<deepspeed::State>,
     /// FSDP1 or FSDP2 ([`fsdp`]).
     fsdp: Option<fsdp::State>,
+    /// Tensor parallelism ([`tp`]): the graph simulated is the rank's own.
+    tp: Option<tp::State>,
+    /// torch.optim's AdamW (`_init_group`): every state made before any update (the tch
+    /// harness's C++ AdamW makes them parameter by parameter).
+    states_first: bool,
     mem: Mem,
     rec: Recorder,
 }
@@ -901,6 +928,8 @@ impl<'a> Sim<'a> {
             owned,
             ds,
             fsdp,
+            tp: None,
+            states_first: plan.tp.is_some(),
             mem: Mem {
                 bufs: Vec::new(),
                 live: Breakdown::default(),
@@ -950,17 +979,20 @@ impl<'a> Sim<'a> {
         // The base; adapters (LoRA, QLoRA) come after it, made by `load_adapters`.
         let base = self.targets.first().map_or(self.params.len(), |t| t.a);
         let mut param_bufs = Vec::with_capacity(base);
-        for p in &self.params[..base] {
+        for i in 0..base {
+            let built = self.tp_built_bytes(i);
+            let p = &self.params[i];
             self.mem.at(&p.label);
             let t = self.mem.alloc(p.init_transient, Kind::Transients);
-            param_bufs.push(self.mem.alloc(p.bytes, Kind::Parameters));
+            param_bufs.push(self.mem.alloc(built, Kind::Parameters));
             let high = self.rec.high(&p.label, &self.mem);
             self.mem.release(t);
-            self.rec.event(&p.label, high, &self.mem);
+            self.rec.event(&self.params[i].label, high, &self.mem);
         }
         self.load_adapters(&param_bufs);
         self.ds_load(&param_bufs);
         self.fsdp_load(&param_bufs);
+        self.tp_load(&param_bufs);
         if self.ddp_buckets {
             // The reducer's buckets: every parameter that gets a gradient (the adapters,
             // from `base` on, alone under LoRA).
@@ -1074,7 +1106,9 @@ impl<'a> Sim<'a> {
         for k in 0..n {
             let rule = &rules[self.rule_of[k] as usize];
             self.fsdp_pre_forward(k);
-            let high = self.forward_node(k, rule, &mut env, &mut saved, &mut cache, scratch, true);
+            let high = self
+                .forward_node(k, rule, &mut env, &mut saved, &mut cache, scratch, true)
+                .max(self.tp_post_forward(k));
             // Release node values whose last use is this node (never graph inputs, never the
             // loss).
             for &v in values.args(k) {
@@ -1433,7 +1467,9 @@ impl<'a> Sim<'a> {
             };
             let contig = grad_contig[k];
             let rule = &rules[self.rule_of[k] as usize];
-            let high = self.backward_node(k, g_out, contig, saved, grads, rule, scratch);
+            let high = self
+                .backward_node(k, g_out, contig, saved, grads, rule, scratch)
+                .max(self.tp_post_backward(k));
             let summed = self.accumulate(
                 &graph.nodes[k].id,
                 &mut scratch.produced,
@@ -1691,6 +1727,17 @@ impl<'a> Sim<'a> {
             return self.fsdp_step(step);
         }
         self.begin(step, format!("step{step}.optimizer"));
+        if self.states_first {
+            for p in 0..self.params.len() {
+                if grads[p].is_some() && states[p].is_none() {
+                    self.mem.at(&self.params[p].label);
+                    let bytes = self.params[p].bytes;
+                    let a = self.mem.alloc(bytes, Kind::OptimizerState);
+                    let b = self.mem.alloc(bytes, Kind::OptimizerState);
+                    states[p] = Some((a, b));
+                }
+            }
+        }
         for p in 0..self.params.len() {
             if grads[p].is_none() {
                 continue; // libtorch's AdamW skips a parameter without a gradient

@@ -50,6 +50,8 @@ pub struct Plan {
     pub deepspeed: Option<super::deepspeed::DeepSpeed>,
     /// FSDP1 or FSDP2 (`fsdp`, [`super::fsdp`]), alone.
     pub fsdp: Option<super::fsdp::Fsdp>,
+    /// Tensor parallelism (`tp`, [`super::tp`]), alone.
+    pub tp: Option<super::tp::Tp>,
 }
 
 impl Plan {
@@ -92,6 +94,14 @@ impl Plan {
                     }
                     p.fsdp = super::fsdp::Fsdp::of_part(part);
                 }
+                SKind::Tp => {
+                    if s.parts.len() > 1 {
+                        return Err(format!(
+                            "`{part}`: the simulator's tensor-parallel rule set covers it alone, not with other parts (its formula stands)"
+                        ));
+                    }
+                    p.tp = super::tp::Tp::of_part(part);
+                }
                 SKind::Zero1 => {
                     p.ddp_buckets = true;
                     p.zero1 = Some((0, part.get("world")));
@@ -113,6 +123,7 @@ impl Plan {
             && self.zero1.is_none()
             && self.deepspeed.is_none()
             && self.fsdp.is_none()
+            && self.tp.is_none()
     }
 }
 

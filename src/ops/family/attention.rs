@@ -53,6 +53,7 @@ pub(super) fn parse_multihead_attention(a: &mut Attrs) -> Result<Op, String> {
         Op::MultiheadAttention {
             embed_dim,
             num_heads,
+            head_dim: embed_dim / num_heads,
             causal: a.flag_or("causal", false)?,
             bias: a.flag_or("bias", true)?,
             relative_attention_buckets,
@@ -212,16 +213,19 @@ impl Family for AttentionFamily {
             Op::MultiheadAttention {
                 embed_dim: d,
                 num_heads,
+                head_dim,
                 bias,
                 relative_attention_buckets,
                 kdim,
                 ..
             } => {
-                // q, k, v, out: k and v take the memory's width (kdim) to d.
-                for width in [*d, *kdim, *kdim, *d] {
-                    p.push(vec![*d, width]);
+                // q, k, v to the heads' width (k and v from the memory's, kdim), out back to
+                // d (its bias d wide).
+                let inner = num_heads.saturating_mul(*head_dim);
+                for (o, i) in [(inner, *d), (inner, *kdim), (inner, *kdim), (*d, inner)] {
+                    p.push(vec![o, i]);
                     if *bias {
-                        p.push(vec![*d]);
+                        p.push(vec![o]);
                     }
                 }
                 if *relative_attention_buckets > 0 {
@@ -302,20 +306,21 @@ impl Family for AttentionFamily {
         let mut c = Intermediates::default();
         match op {
             Op::MultiheadAttention {
-                embed_dim: d,
                 num_heads,
+                head_dim,
                 sdpa,
                 ..
             } => {
                 let b = x.0[0].at(batch);
                 let tq = x.0[1].at(batch);
                 let tk = memory.map_or(tq, |s| s.0[1].at(batch));
+                let d = num_heads.saturating_mul(*head_dim);
                 // q, k, v, and the context entering the output projection.
                 c.tensors = vec![
-                    prod(&[b, tq, *d]),
-                    prod(&[b, tk, *d]),
-                    prod(&[b, tk, *d]),
-                    prod(&[b, tq, *d]),
+                    prod(&[b, tq, d]),
+                    prod(&[b, tk, d]),
+                    prod(&[b, tk, d]),
+                    prod(&[b, tq, d]),
                 ];
                 // SDPA never materialises the [B,h,Tq,Tk] scores.
                 c.scores = if *sdpa {
@@ -409,10 +414,10 @@ impl Family for AttentionFamily {
                 (2, key.0[1].as_fixed()?, key.0[3].as_fixed()?)
             }
             Op::MultiheadAttention {
-                embed_dim,
                 num_heads,
+                head_dim,
                 ..
-            } => (2, *num_heads, embed_dim / num_heads.max(&1)),
+            } => (2, *num_heads, *head_dim),
             Op::GqaAttention {
                 num_kv_heads,
                 head_dim,
@@ -755,14 +760,14 @@ fn attention_rule(s: &Sizes) -> OpRule {
         Op::MultiheadAttention { embed_dim: d, num_heads, bias, dropout, kdim, torch_impl: true, batch_first, .. } => {
             torch_mha_attention(s, y, [*d, *kdim, *num_heads], (*bias, *batch_first), *dropout > 0.0)
         }
-        Op::MultiheadAttention { embed_dim: d, num_heads, bias, sdpa: true, dropout, .. } if *dropout > 0.0 => {
+        Op::MultiheadAttention { num_heads, head_dim, bias, sdpa: true, dropout, .. } if *dropout > 0.0 => {
             let tk = s.shape_in(1).map(|m| m.0[1].at(batch));
-            sdpa_math_attention(s, y, *d, *num_heads, *bias, tk)
+            sdpa_math_attention(s, y, num_heads * head_dim, *num_heads, *bias, tk)
         }
-        Op::MultiheadAttention { embed_dim: d, num_heads, bias, sdpa: true, .. } => sdpa_attention(
+        Op::MultiheadAttention { embed_dim: d, num_heads, head_dim, bias, sdpa: true, .. } => sdpa_attention(
             s,
             y,
-            [*d, *num_heads, *num_heads, d / num_heads],
+            [*d, *num_heads, *num_heads, *head_dim],
             (*bias, *bias),
             (true, false),
             "sdpa attention (backend \"sdpa\"): q, k, v projections (k and v of the memory for cross-attention), CPU flash sdpa: saves q, k, v, the output and B x H x Tq logsumexp, no B x H x Tq x Tk tensor; backward peaks in sdpa's backward with its per-thread scratch",
@@ -1297,6 +1302,7 @@ mod tests {
         let op = Op::MultiheadAttention {
             embed_dim: 512,
             num_heads: 8,
+            head_dim: 64,
             causal: false,
             relative_attention_buckets: 32,
             bias: false,

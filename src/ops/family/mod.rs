@@ -453,6 +453,21 @@ fn prod(sizes: &[u64]) -> u64 {
 }
 
 impl Op {
+    /// An op of the elementwise family (activations, dropout, add, mul, sub, div, unary: the
+    /// list `family` sends to it): its output is its input's shape, element by element.
+    pub fn is_elementwise(&self) -> bool {
+        matches!(
+            self,
+            Op::Activation(_)
+                | Op::Dropout { .. }
+                | Op::Add
+                | Op::Mul
+                | Op::Sub
+                | Op::Div
+                | Op::Unary(_)
+        )
+    }
+
     /// The op's family: where its facts are.
     pub(crate) fn family(&self) -> &'static dyn Family {
         match self {
@@ -463,6 +478,7 @@ impl Op {
             | Op::LayerNorm { .. }
             | Op::RmsNorm { .. }
             | Op::GroupNorm { .. } => &norm::NormFamily,
+            // The same list as `is_elementwise`.
             Op::Activation(_)
             | Op::Dropout { .. }
             | Op::Add
