@@ -185,7 +185,7 @@ pub fn local_graph(graph: &Graph, k: u64) -> Result<(Graph, Vec<Option<Role>>), 
     }
     let roles = roles(graph)?;
     let split = |what: &str, n: u64, id: &str| {
-        if n % k == 0 {
+        if n.is_multiple_of(k) {
             Ok(n / k)
         } else {
             Err(format!(
