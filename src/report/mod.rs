@@ -136,8 +136,15 @@ fn add_plan_sections(
         String::new(),
         &nav,
     );
+    let ranks = build::cells::move_out(
+        &mut view.ranks,
+        "strategies-by-rank.html",
+        "Strategies measured per rank: each world and rank",
+        String::new(),
+        &nav,
+    );
     site.index.strategies = Some(view);
-    site.tables.extend([verdicts, by_family]);
+    site.tables.extend([verdicts, by_family, ranks]);
     site.index.real = Some(build::real::view(
         &crate::engine::real::real_models(ds, cal),
         &crate::engine::real::gpu_by_allocator(ds, cal),
