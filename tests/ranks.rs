@@ -245,12 +245,12 @@ fn deepspeed_stage1_and_2_rules_hold_on_the_measured_ranks() {
     }
 }
 
-/// The simulator's FSDP1 and FSDP2 rule sets (both reshard settings each) and its
-/// tensor-parallel rule set against every committed row: the median within 0.1%, every row
+/// The simulator's FSDP1 and FSDP2 rule sets (both reshard settings each), its tensor-parallel
+/// rule set and its pipeline rule sets (GPipe, 1F1B) against every committed row: the median within 0.1%, every row
 /// within 1% (they are within 0.1% where this was written: the rest is the forward's tensors
 /// no rule set models, a few hundred KB).
 #[test]
-fn fsdp_and_tp_rules_hold_on_the_measured_ranks() {
+fn sharded_and_pipelined_rules_hold_on_the_measured_ranks() {
     let data = repo().join("data");
     let ds = load(&data).unwrap();
     let ev = evidence(&ds, &data);
@@ -260,6 +260,8 @@ fn fsdp_and_tp_rules_hold_on_the_measured_ranks() {
         "fsdp1 full-shard (gloo)",
         "fsdp1 shard-grad-op (gloo)",
         "tp (gloo)",
+        "pp gpipe (gloo)",
+        "pp 1f1b (gloo)",
     ] {
         let (median, max) = held_out(&ev, group);
         assert!(median <= 0.001, "{group}: median {:.3}%", median * 100.0);

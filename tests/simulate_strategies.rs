@@ -135,7 +135,8 @@ fn unsupported_parts_are_errors_not_panics() {
         "zero3:world=8",
         "fsdp:world=2+checkpoint",
         "adam8bit",
-        "tp:k=2",
+        "tp:k=2+checkpoint",
+        "pp:stages=2+lora",
     ] {
         let s = parse(spec).unwrap();
         assert!(
@@ -478,4 +479,46 @@ fn tp_ranks_hold_their_share_and_reduce_rowwise_outputs() {
     )
     .unwrap_err();
     assert!(err.contains("num_heads = 8"), "{err}");
+}
+
+/// A pipeline on a real import (hf-llama-r1: 2 blocks, vocab 32000, T 512) at batch 4 in 2
+/// micro-batches: stage 0 keeps the embeddings and block 0, stage 1 block 1, the norm and the
+/// head; the last stage keeps every micro-batch's logits to the next step; GPipe holds both
+/// micro-batches' activations where 1F1B holds one on the last stage; a batch the micro-batches
+/// do not divide, and more stages than blocks, are refused.
+#[test]
+fn pp_stages_hold_their_share_and_the_schedule_decides_what_is_in_flight() {
+    use memcal::simulate::{deepspeed::Collectives, simulate_rank};
+    let g = Graph::load(&root().join("data/graphs/hf-llama-r1.json")).unwrap();
+    let run = |spec: &str, rank: u64, batch: u64| {
+        simulate_rank(
+            &g,
+            batch,
+            Precision::Fp32,
+            &parse(spec).unwrap(),
+            rank,
+            false,
+            Collectives::Gloo,
+        )
+    };
+    let (d, f, v) = (512u64, 1376u64, 32000u64);
+    let block = 4 * d * d + 3 * d * f + 2 * d;
+    let gpipe = "pp:stages=2,micro=2,schedule=gpipe";
+    let s0 = run(gpipe, 0, 4).unwrap();
+    let s1 = run(gpipe, 1, 4).unwrap();
+    assert_eq!(s0.phase("model_load").unwrap().end, 4 * (v * d + block));
+    assert_eq!(s1.phase("model_load").unwrap().end, 4 * (block + d + v * d));
+    // Between steps the last stage holds its weights, AdamW's states, the receive buffers
+    // (2 micro-batches of 2 x 512 x 512) and both micro-batches' logits (2 x 512 x 32000).
+    let held = s1.phase("step2.optimizer").unwrap().end;
+    let inputs = 2 * 4 * 512 * 8;
+    let recv = 2 * 4 * 2 * 512 * d;
+    let logits = 2 * 4 * 2 * 512 * v;
+    assert_eq!(held, 3 * 4 * (block + d + v * d) + inputs + recv + logits);
+    let one_f_one_b = run("pp:stages=2,micro=2,schedule=1f1b", 1, 4).unwrap();
+    assert!(one_f_one_b.peak_bytes < s1.peak_bytes);
+    assert!(run(gpipe, 0, 3).unwrap_err().contains("does not divide"));
+    assert!(run("pp:stages=3,micro=2,schedule=gpipe", 0, 4)
+        .unwrap_err()
+        .contains("2 blocks"));
 }

@@ -391,15 +391,18 @@ fn strategies(
                 .into_iter()
                 .chain(memcal::simulate::fsdp::units_note(g, s))
                 .chain(memcal::simulate::tp::split_note(g, s))
+                .chain(memcal::simulate::pp::stages_note(g, s))
                 .collect();
             let note = (!notes.is_empty()).then(|| notes.join("; "));
-            match memcal::simulate::simulate_worst_rank(g, p.batch, p.precision, s, collectives) {
-                Ok((sim, rank)) => {
+            match memcal::simulate::simulate_ranks(g, p.batch, p.precision, s, collectives) {
+                Ok((sim, rank, peaks)) => {
+                    let pipeline = s.has(memcal::strategy::Kind::Pp);
                     sp.simulated = Some(planner::SimulatedPeak {
                         bytes: sim.peak_bytes,
                         phase: sim.peak_phase,
                         node: sim.peak_node,
                         rank,
+                        stages: if pipeline { peaks } else { Vec::new() },
                         evidence,
                         note,
                     })

@@ -161,6 +161,9 @@ pub struct SimulatedPeak {
     pub node: String,
     /// A multi-process strategy: the rank whose peak this is, the worst of them.
     pub rank: Option<u64>,
+    /// A pipeline: every stage's simulated peak, in stage order (empty otherwise).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub stages: Vec<crate::simulate::RankPeak>,
     /// Per part: (strategy, the simulator's record, the formula's record) on its rows.
     pub evidence: Vec<(
         String,

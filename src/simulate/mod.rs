@@ -22,6 +22,7 @@ pub mod generate;
 pub mod generic;
 pub mod generic_overrides;
 pub mod lowrank;
+pub mod pp;
 pub mod render;
 pub mod rules;
 pub mod staged;
@@ -346,6 +347,11 @@ impl Mem {
     fn total(&self) -> u64 {
         self.live.total()
     }
+
+    /// A live buffer's bytes.
+    fn bytes(&self, id: BufId) -> u64 {
+        self.bufs[id].bytes
+    }
 }
 
 /// Where a reshape of a view split at axis `d` (contiguous within axes `..d` and within `d..`)
@@ -550,13 +556,16 @@ pub fn simulate_rank(
     if let Some(t) = plan.tp.as_mut() {
         t.rank = rank;
     }
+    if let Some(p) = plan.pp.as_mut() {
+        p.rank = rank;
+    }
     simulate_with(graph, batch, precision, timeline, &plan)
 }
 
 /// The simulation of a multi-process strategy's worst rank (the highest peak among the ranks
-/// whose layouts differ, [`distinct_ranks`], at most 16 of them: ZeRO-1's largest partitions),
-/// with that rank, on the given collective backend ([`simulate_rank`]); a one-process
-/// strategy is simulated as [`simulate_strategy`] (rank None).
+/// whose layouts differ, [`distinct_ranks`], at most 16 of them: ZeRO-1's largest partitions,
+/// a pipeline's stages), with that rank, on the given collective backend ([`simulate_rank`]);
+/// a one-process strategy is simulated as [`simulate_strategy`] (rank None).
 pub fn simulate_worst_rank(
     graph: &Graph,
     batch: u64,
@@ -564,12 +573,42 @@ pub fn simulate_worst_rank(
     strategy: &crate::strategy::Strategy,
     collectives: deepspeed::Collectives,
 ) -> Result<(Simulation, Option<u64>), String> {
+    let (worst, rank, _) = simulate_ranks(graph, batch, precision, strategy, collectives)?;
+    Ok((worst, rank))
+}
+
+/// One rank's simulated peak: where it is and when.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RankPeak {
+    pub rank: u64,
+    pub bytes: u64,
+    pub phase: String,
+    pub node: String,
+}
+
+/// [`simulate_worst_rank`], with every simulated rank's peak, in rank order (empty for a
+/// one-process strategy).
+pub fn simulate_ranks(
+    graph: &Graph,
+    batch: u64,
+    precision: Precision,
+    strategy: &crate::strategy::Strategy,
+    collectives: deepspeed::Collectives,
+) -> Result<(Simulation, Option<u64>, Vec<RankPeak>), String> {
     if strategy.devices() == 1 {
-        return simulate_strategy(graph, batch, precision, strategy, false).map(|s| (s, None));
+        return simulate_strategy(graph, batch, precision, strategy, false)
+            .map(|s| (s, None, Vec::new()));
     }
     let mut worst: Option<(Simulation, Option<u64>)> = None;
+    let mut peaks = Vec::new();
     for rank in distinct_ranks(graph, strategy, 16) {
         let sim = simulate_rank(graph, batch, precision, strategy, rank, false, collectives)?;
+        peaks.push(RankPeak {
+            rank,
+            bytes: sim.peak_bytes,
+            phase: sim.peak_phase.clone(),
+            node: sim.peak_node.clone(),
+        });
         if worst
             .as_ref()
             .is_none_or(|(w, _)| sim.peak_bytes > w.peak_bytes)
@@ -577,7 +616,9 @@ pub fn simulate_worst_rank(
             worst = Some((sim, Some(rank)));
         }
     }
-    worst.ok_or_else(|| "no rank to simulate".to_string())
+    peaks.sort_by_key(|p| p.rank);
+    let (sim, rank) = worst.ok_or_else(|| "no rank to simulate".to_string())?;
+    Ok((sim, rank, peaks))
 }
 
 /// What a simulation of `strategy` on `collectives` assumes beyond the measured rows, for a
@@ -593,12 +634,16 @@ pub fn unmeasured_note(
 
 /// The ranks of a strategy whose simulations differ: for ZeRO-1 every rank, the largest
 /// optimizer partitions first, for DeepSpeed's stages 1 and 2 every rank, the largest reduced
-/// gradient buffers first, at most `limit`; else rank 0 alone.
+/// gradient buffers first, for a pipeline every stage, at most `limit`; else rank 0 alone.
 pub fn distinct_ranks(
     graph: &Graph,
     strategy: &crate::strategy::Strategy,
     limit: usize,
 ) -> Vec<u64> {
+    if let Some(pp) = strategy.parts.iter().find_map(pp::Pp::of_part) {
+        // Every stage holds its own share.
+        return (0..pp.stages).take(limit.max(1)).collect();
+    }
     let (params, _) = parameters(graph, Backend::CpuFp32);
     if let Some(ds) = strategy
         .parts
@@ -676,6 +721,24 @@ fn simulate_with(
         }
         None => graph,
     };
+    // A pipeline simulates a micro-batch's step on the rank's stage; the inputs are the batch's.
+    let mut pp_state = None;
+    let batch = match plan.pp {
+        Some(p) => {
+            if p.micro == 0 || !batch.is_multiple_of(p.micro) {
+                return Err(format!(
+                    "pp: micro = {} does not divide the batch {batch}",
+                    p.micro
+                ));
+            }
+            pp_state = Some(pp::State {
+                pp: p,
+                nodes: pp::stage_nodes(graph, p.stages, p.rank)?,
+            });
+            batch / p.micro
+        }
+        None => batch,
+    };
     // The byte arithmetic below is plain u64: refuse sizes that could overflow it (no real
     // training step comes near 2^50 elements in one tensor).
     const LIMIT: u64 = 1 << 50;
@@ -705,6 +768,7 @@ fn simulate_with(
         .collect();
     let mut sim = Sim::new(graph, &values, &value_bytes, batch, backend, plan)?;
     sim.tp = tp_state;
+    sim.pp = pp_state;
     sim.rec.record = timeline;
     sim.run(precision)
 }
@@ -749,6 +813,8 @@ struct Sim<'a> {
     fsdp: Option<fsdp::State>,
     /// Tensor parallelism ([`tp`]): the graph simulated is the rank's own.
     tp: Option<tp::State>,
+    /// Pipeline parallelism ([`pp`]): the stage's nodes, run a micro-batch at a time.
+    pp: Option<pp::State>,
     /// torch.optim's AdamW (`_init_group`): every state made before any update (the tch
     /// harness's C++ AdamW makes them parameter by parameter).
     states_first: bool,
@@ -929,7 +995,8 @@ impl<'a> Sim<'a> {
             ds,
             fsdp,
             tp: None,
-            states_first: plan.tp.is_some(),
+            pp: None,
+            states_first: plan.tp.is_some() || plan.pp.is_some(),
             mem: Mem {
                 bufs: Vec::new(),
                 live: Breakdown::default(),
@@ -967,6 +1034,11 @@ impl<'a> Sim<'a> {
     }
 
     fn run(mut self, precision: Precision) -> Result<Simulation, String> {
+        if self.pp.is_some() {
+            let rules = std::mem::take(&mut self.rules);
+            self.run_pp(&rules);
+            return Ok(self.finish(&rules, precision));
+        }
         // model_load: parameters (and batch-norm running statistics) in creation order.
         self.begin(0, "model_load".into());
         for n in &self.graph.nodes {
@@ -1045,7 +1117,11 @@ impl<'a> Sim<'a> {
             }
             self.optimizer(step, &mut grads, &mut states);
         }
+        Ok(self.finish(&rules, precision))
+    }
 
+    /// The simulation's result.
+    fn finish(self, rules: &[rules::OpRule], precision: Precision) -> Simulation {
         let rules: Vec<NodeRule> = if self.rec.record {
             self.graph
                 .nodes
@@ -1062,7 +1138,7 @@ impl<'a> Sim<'a> {
         } else {
             Vec::new()
         };
-        Ok(Simulation {
+        Simulation {
             graph: self.graph.name.clone(),
             batch: self.batch,
             precision,
@@ -1080,7 +1156,7 @@ impl<'a> Sim<'a> {
             trace: self.mem.trace,
             labels: self.mem.labels,
         }
-        .with_device(self.backend))
+        .with_device(self.backend)
     }
 
     /// The forward pass. Returns what each node's backward holds (saved tensors), and the

@@ -52,6 +52,8 @@ pub struct Plan {
     pub fsdp: Option<super::fsdp::Fsdp>,
     /// Tensor parallelism (`tp`, [`super::tp`]), alone.
     pub tp: Option<super::tp::Tp>,
+    /// Pipeline parallelism (`pp`, [`super::pp`]), alone.
+    pub pp: Option<super::pp::Pp>,
 }
 
 impl Plan {
@@ -94,6 +96,14 @@ impl Plan {
                     }
                     p.fsdp = super::fsdp::Fsdp::of_part(part);
                 }
+                SKind::Pp => {
+                    if s.parts.len() > 1 {
+                        return Err(format!(
+                            "`{part}`: the simulator's pipeline rule set covers it alone, not with other parts (its formula stands)"
+                        ));
+                    }
+                    p.pp = super::pp::Pp::of_part(part);
+                }
                 SKind::Tp => {
                     if s.parts.len() > 1 {
                         return Err(format!(
@@ -124,6 +134,7 @@ impl Plan {
             && self.deepspeed.is_none()
             && self.fsdp.is_none()
             && self.tp.is_none()
+            && self.pp.is_none()
     }
 }
 
@@ -244,7 +255,7 @@ impl Sim<'_> {
     /// Runs nodes `range` over `local`, releasing each value after its last use inside the
     /// range unless it is the output of a node in `keep` (`run_range`).
     #[allow(clippy::too_many_arguments)]
-    fn run_range(
+    pub(super) fn run_range(
         &mut self,
         range: Range<usize>,
         local: &mut [Option<Value>],

@@ -146,6 +146,16 @@ pub fn render_strategy(b: &Base, p: &StrategyPlan) -> String {
             sim.phase,
             sim.node
         );
+        for st in &sim.stages {
+            let _ = writeln!(
+                s,
+                "  stage {:<3}   {} (peak in {} at {})",
+                st.rank,
+                both(st.bytes as f64),
+                st.phase,
+                st.node
+            );
+        }
         if let Some(note) = &sim.note {
             let _ = writeln!(s, "  note: {note}");
         }
