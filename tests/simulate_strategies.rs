@@ -521,4 +521,10 @@ fn pp_stages_hold_their_share_and_the_schedule_decides_what_is_in_flight() {
     assert!(run("pp:stages=3,micro=2,schedule=gpipe", 0, 4)
         .unwrap_err()
         .contains("2 blocks"));
+    // A U-Net's skip connections cross any cut: refused, naming the reader.
+    let unet = Graph::load(&root().join("data/graphs/unet-r1.json")).unwrap();
+    let s = parse("pp:stages=2,micro=2,schedule=gpipe").unwrap();
+    let err =
+        simulate_rank(&unet, 2, Precision::Fp32, &s, 1, false, Collectives::Gloo).unwrap_err();
+    assert!(err.contains("skip connection"), "{err}");
 }

@@ -101,6 +101,7 @@ pub fn stage_nodes(graph: &Graph, stages: u64, rank: u64) -> Result<Range<usize>
             } else {
                 blocks[end as usize - 1].2 + 1
             };
+            check_cut(graph, first..last)?;
             return Ok(first..last);
         }
         start = end;
@@ -131,6 +132,30 @@ pub fn stages_note(graph: &Graph, strategy: &crate::strategy::Strategy) -> Optio
         counts.join(" + "),
         pp.micro
     ))
+}
+
+/// One tensor crosses each cut: a stage reads, of the nodes before it, only the last one's
+/// output (the graph inputs aside: stage 0's tokens, the last stage's targets), and nothing
+/// after it reads its nodes but through its last one.
+fn check_cut(graph: &Graph, nodes: Range<usize>) -> Result<(), String> {
+    let n_inputs = graph.inputs.len();
+    for k in 0..graph.nodes.len() {
+        for &v in graph.input_positions(k).unwrap_or(&[]) {
+            let Some(j) = (v as usize).checked_sub(n_inputs) else {
+                continue;
+            };
+            let inside = |x: usize| nodes.contains(&x);
+            let entering = inside(k) && !inside(j) && j + 1 != nodes.start;
+            let leaving = !inside(k) && inside(j) && k >= nodes.end && j + 1 != nodes.end;
+            if entering || leaving {
+                return Err(format!(
+                    "pp: node `{}` reads `{}` across a stage cut besides the hidden states (a skip connection): the rule set cuts where one tensor crosses",
+                    graph.nodes[k].id, graph.nodes[j].id
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The schedule's order on this rank: (forward?, micro-batch).

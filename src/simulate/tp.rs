@@ -36,7 +36,6 @@
 
 use super::{BufId, Kind, Sim};
 use crate::graph::Graph;
-use crate::ops::Op;
 use crate::strategy::{Kind as SKind, Part};
 
 /// Tensor parallelism over `k` ranks, for `rank`.
@@ -56,38 +55,8 @@ impl Tp {
     }
 }
 
-/// How a node is split across the ranks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Role {
-    /// An attention layer: its heads split (q, k, v colwise, the output projection rowwise).
-    Heads,
-    /// A linear whose outputs are split (its input whole).
-    Colwise,
-    /// A linear whose inputs are split: its output a partial sum, all-reduced.
-    Rowwise,
-    /// An elementwise op between a colwise and a rowwise linear: on the rank's share.
-    Inside,
-}
-
-/// Whether attention `op` has a tensor-parallel form here: grouped-query attention, and
-/// multi-head self-attention through sdpa with its own q, k and v linears.
-fn splits_heads(op: &Op) -> Option<Result<(), String>> {
-    match op {
-        Op::GqaAttention { .. } => Some(Ok(())),
-        Op::MultiheadAttention {
-            sdpa: true,
-            torch_impl: false,
-            relative_attention_buckets: 0,
-            embed_dim,
-            kdim,
-            ..
-        } if kdim == embed_dim => Some(Ok(())),
-        Op::MultiheadAttention { .. } | Op::MlaAttention { .. } => Some(Err(
-            "the tensor-parallel rule set splits grouped-query attention and sdpa self-attention with separate q/k/v linears; this attention is not drawn split".to_string(),
-        )),
-        _ => None,
-    }
-}
+use crate::ops::family::TpForm;
+pub use crate::ops::family::TpRole as Role;
 
 /// Each node's role (None: replicated). An error names an attention layer with no split form.
 pub fn roles(graph: &Graph) -> Result<Vec<Option<Role>>, String> {
@@ -104,12 +73,16 @@ pub fn roles(graph: &Graph) -> Result<Vec<Option<Role>>, String> {
         }
     }
     for (k, node) in graph.nodes.iter().enumerate() {
-        if let Some(split) = splits_heads(&node.op) {
-            split.map_err(|m| format!("node `{}`: {m}", node.id))?;
-            roles[k] = Some(Role::Heads);
+        match node.op.family().tp_form(&node.op) {
+            TpForm::Heads => roles[k] = Some(Role::Heads),
+            TpForm::Unsplittable(why) => return Err(format!("node `{}`: {why}", node.id)),
+            _ => {}
         }
     }
-    let is_linear = |k: usize| matches!(graph.nodes[k].op, Op::Linear { .. });
+    let is_linear = |k: usize| {
+        let op = &graph.nodes[k].op;
+        op.family().tp_form(op) == TpForm::Linear
+    };
     let elementwise = |k: usize| graph.nodes[k].op.is_elementwise();
     for r in 0..n {
         if !is_linear(r) || roles[r].is_some() {
@@ -184,42 +157,16 @@ pub fn local_graph(graph: &Graph, k: u64) -> Result<(Graph, Vec<Option<Role>>), 
         return Err("tp: k must be at least 1".into());
     }
     let roles = roles(graph)?;
-    let split = |what: &str, n: u64, id: &str| {
-        if n.is_multiple_of(k) {
-            Ok(n / k)
-        } else {
-            Err(format!(
-                "tp:k={k} does not divide {what} = {n} of node `{id}`: each rank takes {what} / k"
-            ))
-        }
-    };
     let mut ops = Vec::with_capacity(graph.nodes.len());
     for (node, role) in graph.nodes.iter().zip(&roles) {
-        let mut op = node.op.clone();
-        match (&mut op, role) {
-            (
-                Op::GqaAttention {
-                    num_heads,
-                    num_kv_heads,
-                    ..
-                },
-                Some(Role::Heads),
-            ) => {
-                *num_heads = split("num_heads", *num_heads, &node.id)?;
-                *num_kv_heads = split("num_kv_heads", *num_kv_heads, &node.id)?;
-            }
-            (Op::MultiheadAttention { num_heads, .. }, Some(Role::Heads)) => {
-                *num_heads = split("num_heads", *num_heads, &node.id)?;
-            }
-            (Op::Linear { out_features, .. }, Some(Role::Colwise)) => {
-                *out_features = split("out_features", *out_features, &node.id)?;
-            }
-            (Op::Linear { in_features, .. }, Some(Role::Rowwise)) => {
-                *in_features = split("in_features", *in_features, &node.id)?;
-            }
-            _ => {}
-        }
-        ops.push(op);
+        ops.push(match role {
+            Some(r) => node
+                .op
+                .family()
+                .tp_local(&node.op, *r, k)
+                .map_err(|m| format!("node `{}`: {m}", node.id))?,
+            None => node.op.clone(),
+        });
     }
     let local = graph.with_ops(ops)?;
     Ok((local, roles))

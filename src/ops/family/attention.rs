@@ -135,6 +135,49 @@ pub(super) fn parse_sdpa(a: &mut Attrs) -> Result<Op, String> {
 pub(super) struct AttentionFamily;
 
 impl Family for AttentionFamily {
+    /// Grouped-query attention, and multi-head self-attention through sdpa with its own q, k
+    /// and v linears, split their heads; another attention has no split form drawn.
+    fn tp_form(&self, op: &Op) -> super::TpForm {
+        match op {
+            Op::GqaAttention { .. } => super::TpForm::Heads,
+            Op::MultiheadAttention {
+                sdpa: true,
+                torch_impl: false,
+                relative_attention_buckets: 0,
+                embed_dim,
+                kdim,
+                ..
+            } if kdim == embed_dim => super::TpForm::Heads,
+            Op::MultiheadAttention { .. } | Op::MlaAttention { .. } => super::TpForm::Unsplittable(
+                "the tensor-parallel rule set splits grouped-query attention and sdpa self-attention with separate q/k/v linears; this attention is not drawn split",
+            ),
+            _ => super::TpForm::Replicated,
+        }
+    }
+
+    /// The rank's heads (and key/value heads), each head as wide as before.
+    fn tp_local(&self, op: &Op, role: super::TpRole, k: u64) -> Result<Op, String> {
+        let mut op = op.clone();
+        match (&mut op, role) {
+            (
+                Op::GqaAttention {
+                    num_heads,
+                    num_kv_heads,
+                    ..
+                },
+                super::TpRole::Heads,
+            ) => {
+                *num_heads = super::tp_share("num_heads", *num_heads, k)?;
+                *num_kv_heads = super::tp_share("num_kv_heads", *num_kv_heads, k)?;
+            }
+            (Op::MultiheadAttention { num_heads, .. }, super::TpRole::Heads) => {
+                *num_heads = super::tp_share("num_heads", *num_heads, k)?;
+            }
+            _ => {}
+        }
+        Ok(op)
+    }
+
     fn infer(
         &self,
         op: &Op,

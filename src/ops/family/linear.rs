@@ -40,6 +40,28 @@ pub(super) fn parse_matmul(_a: &mut Attrs) -> Result<Op, String> {
 pub(super) struct LinearFamily;
 
 impl Family for LinearFamily {
+    fn tp_form(&self, op: &Op) -> super::TpForm {
+        match op {
+            Op::Linear { .. } => super::TpForm::Linear,
+            _ => super::TpForm::Replicated,
+        }
+    }
+
+    /// Colwise: the outputs (and the bias) / k; rowwise: the inputs / k, the bias whole.
+    fn tp_local(&self, op: &Op, role: super::TpRole, k: u64) -> Result<Op, String> {
+        let mut op = op.clone();
+        match (&mut op, role) {
+            (Op::Linear { out_features, .. }, super::TpRole::Colwise) => {
+                *out_features = super::tp_share("out_features", *out_features, k)?;
+            }
+            (Op::Linear { in_features, .. }, super::TpRole::Rowwise) => {
+                *in_features = super::tp_share("in_features", *in_features, k)?;
+            }
+            _ => {}
+        }
+        Ok(op)
+    }
+
     fn infer(
         &self,
         op: &Op,

@@ -107,6 +107,43 @@ pub(super) fn sdpa_attends(
 /// Every fact of an op that depends on which op it is. Each family implements it for its
 /// ops; a method without a default is one every family must answer (a new family does not
 /// compile until it does).
+/// How an op can split under tensor parallelism (`simulate::tp`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TpForm {
+    /// Whole on every rank.
+    Replicated,
+    /// A linear layer: colwise or rowwise, as its neighbours decide.
+    Linear,
+    /// An attention layer that splits its heads.
+    Heads,
+    /// An attention layer with no split form drawn (why).
+    Unsplittable(&'static str),
+}
+
+/// A node's part under tensor parallelism.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TpRole {
+    /// An attention layer: its heads split (q, k, v colwise, the output projection rowwise).
+    Heads,
+    /// A linear whose outputs are split (its input whole).
+    Colwise,
+    /// A linear whose inputs are split: its output a partial sum, all-reduced.
+    Rowwise,
+    /// An elementwise op between a colwise and a rowwise linear: on the rank's share.
+    Inside,
+}
+
+/// `n / k`, or an error naming the width and the node's field.
+pub(crate) fn tp_share(what: &str, n: u64, k: u64) -> Result<u64, String> {
+    if k > 0 && n.is_multiple_of(k) {
+        Ok(n / k)
+    } else {
+        Err(format!(
+            "tp:k={k} does not divide {what} = {n}: each rank takes {what} / k"
+        ))
+    }
+}
+
 pub(crate) trait Family: Sync {
     /// The shape rule: `out` starts as input 0's shape (`ck` checks input 0); the error says
     /// what was expected and what was found.
@@ -336,6 +373,18 @@ pub(crate) trait Family: Sync {
     /// variance; the harness registers no batch counter).
     fn running_stats_bytes(&self, _op: &Op) -> Option<u64> {
         None
+    }
+
+    /// How the op splits under tensor parallelism (`simulate::tp`): replicated unless its
+    /// family says otherwise.
+    fn tp_form(&self, _op: &Op) -> TpForm {
+        TpForm::Replicated
+    }
+
+    /// The op as one of `k` tensor-parallel ranks holds it in `role` (its heads, or its
+    /// outputs or inputs, / k); an error names the width `k` does not divide.
+    fn tp_local(&self, op: &Op, _role: TpRole, _k: u64) -> Result<Op, String> {
+        Ok(op.clone())
     }
 
     /// Whether parameter tensor `i` of `count` is initialised by tch's `randn * std + mean`
