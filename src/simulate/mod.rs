@@ -1078,24 +1078,7 @@ impl<'a> Sim<'a> {
         }
         self.rec.end(&self.mem);
 
-        // inputs
-        self.begin(0, "inputs".into());
-        let mut inputs: Vec<Value> = Vec::with_capacity(self.graph.inputs.len());
-        for i in &self.graph.inputs {
-            let bytes =
-                i.shape.numel_at(self.batch) * rules::input_element_bytes(i.dtype, self.backend);
-            let buf = self.mem.alloc(bytes, Kind::Inputs);
-            inputs.push(Value {
-                buf,
-                contiguous: true,
-                perm: rules::Perm::identity(i.shape.rank()),
-                split: None,
-                requires_grad: false,
-            });
-        }
-        let high = self.rec.high("-", &self.mem);
-        self.rec.event("-", high, &self.mem);
-        self.rec.end(&self.mem);
+        let inputs = self.inputs_phase(1);
 
         let mut grads: Vec<Option<BufId>> = vec![None; self.params.len()];
         let mut states: Vec<Option<(BufId, BufId)>> = vec![None; self.params.len()];
@@ -1119,6 +1102,30 @@ impl<'a> Sim<'a> {
             self.optimizer(step, &mut grads, &mut states);
         }
         Ok(self.finish(&rules, precision))
+    }
+
+    /// The inputs phase: every graph input at the simulation's batch, `copies` times over (a
+    /// pipeline simulates a micro-batch, its inputs are the whole batch's).
+    fn inputs_phase(&mut self, copies: u64) -> Vec<Value> {
+        self.begin(0, "inputs".into());
+        let mut inputs: Vec<Value> = Vec::with_capacity(self.graph.inputs.len());
+        for i in &self.graph.inputs {
+            let bytes = i.shape.numel_at(self.batch)
+                * rules::input_element_bytes(i.dtype, self.backend)
+                * copies;
+            let buf = self.mem.alloc(bytes, Kind::Inputs);
+            inputs.push(Value {
+                buf,
+                contiguous: true,
+                perm: rules::Perm::identity(i.shape.rank()),
+                split: None,
+                requires_grad: false,
+            });
+        }
+        let high = self.rec.high("-", &self.mem);
+        self.rec.event("-", high, &self.mem);
+        self.rec.end(&self.mem);
+        inputs
     }
 
     /// The simulation's result.

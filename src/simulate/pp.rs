@@ -225,7 +225,8 @@ impl Sim<'_> {
         let Some(st) = self.pp.as_ref() else { return };
         let (pp, nodes) = (st.pp, st.nodes.clone());
         self.pp_load(&nodes);
-        let inputs = self.pp_inputs(pp.micro);
+        // The whole batch: the simulation's batch is a micro-batch's.
+        let inputs = self.inputs_phase(pp.micro);
         let last = pp.rank + 1 == pp.stages;
         let logits_node = last
             .then_some(self.loss)
@@ -308,32 +309,6 @@ impl Sim<'_> {
         }
         self.rec.event("pp stage kept", self.mem.total(), &self.mem);
         self.rec.end(&self.mem);
-    }
-
-    /// inputs: the whole batch (the simulation's batch is a micro-batch's).
-    fn pp_inputs(&mut self, micro: u64) -> Vec<Value> {
-        self.begin(0, "inputs".into());
-        let inputs: Vec<Value> = self
-            .graph
-            .inputs
-            .iter()
-            .map(|i| {
-                let bytes = i.shape.numel_at(self.batch)
-                    * rules::input_element_bytes(i.dtype, self.backend)
-                    * micro;
-                Value {
-                    buf: self.mem.alloc(bytes, Kind::Inputs),
-                    contiguous: true,
-                    perm: rules::Perm::identity(i.shape.rank()),
-                    split: None,
-                    requires_grad: false,
-                }
-            })
-            .collect();
-        let high = self.rec.high("-", &self.mem);
-        self.rec.event("-", high, &self.mem);
-        self.rec.end(&self.mem);
-        inputs
     }
 
     /// The receive buffers, made at the first step and kept.
