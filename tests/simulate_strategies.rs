@@ -528,3 +528,13 @@ fn pp_stages_hold_their_share_and_the_schedule_decides_what_is_in_flight() {
         simulate_rank(&unet, 2, Precision::Fp32, &s, 1, false, Collectives::Gloo).unwrap_err();
     assert!(err.contains("skip connection"), "{err}");
 }
+
+/// Every stage of a pipeline is simulated, past the 16 ranks a data-parallel strategy's worst
+/// rank is searched among: the last stage (the logits) is often the worst.
+#[test]
+fn every_pipeline_stage_is_a_distinct_rank() {
+    let g = Graph::load(&root().join("data/graphs/hf-mistral-7b-v0.3.json")).unwrap();
+    let s = parse("pp:stages=32,micro=32,schedule=gpipe").unwrap();
+    let ranks = memcal::simulate::distinct_ranks(&g, &s, 16);
+    assert_eq!(ranks, (0..32).collect::<Vec<u64>>());
+}

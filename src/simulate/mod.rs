@@ -564,8 +564,8 @@ pub fn simulate_rank(
 }
 
 /// The simulation of a multi-process strategy's worst rank (the highest peak among the ranks
-/// whose layouts differ, [`distinct_ranks`], at most 16 of them: ZeRO-1's largest partitions,
-/// a pipeline's stages), with that rank, on the given collective backend ([`simulate_rank`]);
+/// whose layouts differ, [`distinct_ranks`]: at most 16 of ZeRO-1's and DeepSpeed's ranks,
+/// the largest first, and every stage of a pipeline), with that rank, on the given collective backend ([`simulate_rank`]);
 /// a one-process strategy is simulated as [`simulate_strategy`] (rank None).
 pub fn simulate_worst_rank(
     graph: &Graph,
@@ -635,15 +635,17 @@ pub fn unmeasured_note(
 
 /// The ranks of a strategy whose simulations differ: for ZeRO-1 every rank, the largest
 /// optimizer partitions first, for DeepSpeed's stages 1 and 2 every rank, the largest reduced
-/// gradient buffers first, for a pipeline every stage, at most `limit`; else rank 0 alone.
+/// gradient buffers first, at most `limit`; for a pipeline every stage; else rank 0 alone.
 pub fn distinct_ranks(
     graph: &Graph,
     strategy: &crate::strategy::Strategy,
     limit: usize,
 ) -> Vec<u64> {
     if let Some(pp) = strategy.parts.iter().find_map(pp::Pp::of_part) {
-        // Every stage holds its own share.
-        return (0..pp.stages).take(limit.max(1)).collect();
+        // Every stage holds its own share, and the last (the logits) is often the worst: all
+        // of them, whatever `limit` (each simulates its share of the nodes, so all together
+        // cost about one whole simulation).
+        return (0..pp.stages).collect();
     }
     let (params, _) = parameters(graph, Backend::CpuFp32);
     if let Some(ds) = strategy
