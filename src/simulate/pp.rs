@@ -56,25 +56,37 @@ impl Pp {
     }
 }
 
-/// The nodes of stage `rank` of `stages`: an error where the graph's blocks are fewer than the
-/// stages, or not contiguous.
+/// The nodes of stage `rank` of `stages` ([`stages`]).
 pub fn stage_nodes(graph: &Graph, stages: u64, rank: u64) -> Result<Range<usize>, String> {
+    let all = cut(graph, stages)?;
+    all.get(rank as usize)
+        .map(|s| s.0.clone())
+        .ok_or_else(|| format!("pp: rank {rank} is not below stages {stages}"))
+}
+
+/// Every stage's nodes and how many blocks it holds: the blocks (`block_of`) divided as
+/// `pipeline.py`'s `shares` divides them, earlier stages taking the extra; the nodes before
+/// the first block on stage 0, those after the last on the last stage. An error where the
+/// blocks are fewer than the stages or not contiguous, or where a cut carries more than one
+/// tensor ([`check_cut`]).
+fn cut(graph: &Graph, stages: u64) -> Result<Vec<(Range<usize>, u64)>, String> {
+    // Each block's first and last node, in order.
     let mut blocks: Vec<(String, usize, usize)> = Vec::new();
     for (k, n) in graph.nodes.iter().enumerate() {
         let Some(b) = crate::strategy::memory::block_of(&n.id) else {
             continue;
         };
-        match blocks.iter_mut().find(|x| x.0 == b) {
-            Some(x) => {
-                if x.2 + 1 != k {
-                    return Err(format!(
-                        "pp: block `{b}`'s nodes are not contiguous (node `{}`): a stage is a run of whole blocks",
-                        n.id
-                    ));
-                }
-                x.2 = k;
-            }
-            None => blocks.push((b, k, k)),
+        let same = blocks.last().is_some_and(|x| x.0 == b);
+        let contiguous = blocks.last().is_some_and(|x| x.2 + 1 == k);
+        if (same && !contiguous) || (!same && blocks.iter().any(|x| x.0 == b)) {
+            return Err(format!(
+                "pp: block `{b}`'s nodes are not contiguous (node `{}`): a stage is a run of whole blocks",
+                n.id
+            ));
+        }
+        match blocks.last_mut() {
+            Some(x) if same => x.2 = k,
+            _ => blocks.push((b, k, k)),
         }
     }
     let n = blocks.len() as u64;
@@ -89,43 +101,33 @@ pub fn stage_nodes(graph: &Graph, stages: u64, rank: u64) -> Result<Range<usize>
                 .into(),
         );
     }
-    // pipeline.py's `shares`.
     let (q, r) = (n / stages, n % stages);
     let mut start = 0u64;
+    let mut out = Vec::with_capacity(stages as usize);
     for s in 0..stages {
         let end = start + q + u64::from(s < r);
-        if s == rank {
-            let first = if s == 0 { 0 } else { blocks[start as usize].1 };
-            let last = if s + 1 == stages {
-                graph.nodes.len()
-            } else {
-                blocks[end as usize - 1].2 + 1
-            };
-            check_cut(graph, first..last)?;
-            return Ok(first..last);
-        }
+        let first = if s == 0 { 0 } else { blocks[start as usize].1 };
+        let last = if s + 1 == stages {
+            graph.nodes.len()
+        } else {
+            blocks[end as usize - 1].2 + 1
+        };
+        check_cut(graph, first..last)?;
+        out.push((first..last, end - start));
         start = end;
     }
-    Err(format!("pp: rank {rank} is not below stages {stages}"))
+    Ok(out)
 }
 
 /// What a pipeline simulation of `graph` cuts, in words for a plan (None without `pp`, or
 /// where the graph cannot be cut: the simulation says why).
 pub fn stages_note(graph: &Graph, strategy: &crate::strategy::Strategy) -> Option<String> {
     let pp = strategy.parts.iter().find_map(Pp::of_part)?;
-    let counts: Vec<String> = (0..pp.stages)
-        .map(|r| {
-            stage_nodes(graph, pp.stages, r).map(|n| {
-                let mut blocks: Vec<String> = graph.nodes[n]
-                    .iter()
-                    .filter_map(|x| crate::strategy::memory::block_of(&x.id))
-                    .collect();
-                blocks.dedup();
-                blocks.len().to_string()
-            })
-        })
-        .collect::<Result<_, _>>()
-        .ok()?;
+    let counts: Vec<String> = cut(graph, pp.stages)
+        .ok()?
+        .iter()
+        .map(|(_, blocks)| blocks.to_string())
+        .collect();
     Some(format!(
         "pp:stages={} cuts the blocks {} (stage 0 also the embeddings, the last the head and the loss), one micro-batch of batch / {} at a time; every rank builds the whole model before it keeps its stage (as memcal_export.pipeline does)",
         pp.stages,
