@@ -32,9 +32,9 @@ fi
 step "install Slurm and munge (apt-get, idempotent)"
 scripts/slurm-local.sh install
 
-cargo build -q -p memcal-measure
+cargo build -q --release -p memcal-measure
 cargo build -q --release --bin memcal
-bin="$root/target/debug/memcal-measure"
+bin="$root/target/release/memcal-measure"
 memcal="$root/target/release/memcal"
 
 tmp="$(mktemp -d /tmp/memcal-ci-slurm.XXXXXX)"
