@@ -132,7 +132,7 @@ fn qlora_packs_the_targets_at_load() {
 fn unsupported_parts_are_errors_not_panics() {
     let g = fixture("strat-mlp-blocks");
     for spec in [
-        "zero3:world=8",
+        "zero3:world=8+checkpoint",
         "fsdp:world=2+checkpoint",
         "adam8bit",
         "tp:k=2+checkpoint",
@@ -439,6 +439,60 @@ fn fsdp_ranks_hold_their_shards_and_gather_units() {
                 .peak_bytes
         );
     }
+}
+
+/// DeepSpeed's ZeRO-3 on a real import (hf-llama-r1: 39,094,784 parameters, every one an even
+/// number of elements, so no padding at world 2): the load ends on the flat partition, the
+/// gradients' partition buffer, the reduce bucket and two 1-byte flags, exactly; every rank
+/// holds the same; step 1 records the trace (each module released after its forward, a
+/// linear's weight kept by its saved view), steps 2 and on keep every parameter gathered from
+/// the forward to its backward (the model is within the reuse distance), so their forward ends
+/// at least 4 bytes a non-persistent parameter higher; NCCL draws no copy of a reduction's input.
+#[test]
+fn zero3_ranks_hold_their_partitions_and_gather_by_the_trace() {
+    use memcal::simulate::{deepspeed::Collectives, simulate_rank};
+    let g = Graph::load(&root().join("data/graphs/hf-llama-r1.json")).unwrap();
+    let s = parse("zero3:world=2,bucket=10000000").unwrap();
+    let run = |rank: u64, c: Collectives| {
+        simulate_rank(&g, 1, Precision::Fp32, &s, rank, true, c).unwrap()
+    };
+    let r0 = run(0, Collectives::Gloo);
+    let p = 39_094_784u64;
+    assert_eq!(g.parameters(), p);
+    let partition = 4 * p / 2;
+    assert_eq!(
+        r0.phase("model_load").unwrap().end,
+        2 * partition + 4 * 10_000_000 + 2
+    );
+    assert_eq!(run(1, Collectives::Gloo).peak_bytes, r0.peak_bytes);
+    let held = |name: &str| {
+        let ph = r0.phase(name).unwrap();
+        ph.end - ph.start
+    };
+    // Step 1 keeps each linear's weight by its saved view and frees the embedding (saved as
+    // ids); step 2 keeps every non-persistent parameter gathered: the difference is the
+    // token embedding, 32,000 x 512 x 4 bytes.
+    assert_eq!(
+        held("step2.forward") - held("step1.forward"),
+        32_000 * 512 * 4
+    );
+    // The persistent parameters (at most 1e5 elements: the five RMSNorm weights, 512 each)
+    // are gathered at the step's end and kept.
+    let persistent = 4 * 512 * 5;
+    assert!(held("step2.forward") >= 4 * p - persistent);
+    let nccl = run(0, Collectives::Nccl);
+    let reducing = |s: &Simulation| {
+        s.timeline
+            .iter()
+            .filter(|e| e.node == "zero3 reduce-scatter")
+            .map(|e| e.bytes)
+            .max()
+            .unwrap()
+    };
+    assert!(
+        reducing(&nccl) < reducing(&r0),
+        "no copy of the input on NCCL"
+    );
 }
 
 /// Tensor parallelism on a real import (hf-llama-r1: 2 blocks, d 512, 8 heads, SwiGLU 1376,

@@ -27,6 +27,7 @@ pub mod render;
 pub mod rules;
 pub mod staged;
 pub mod tp;
+pub mod zero3;
 
 use crate::features::Precision;
 use crate::graph::Graph;
@@ -554,6 +555,10 @@ pub fn simulate_rank(
         f.rank = rank;
         f.collectives = collectives;
     }
+    if let Some(z) = plan.zero3.as_mut() {
+        z.rank = rank;
+        z.collectives = collectives;
+    }
     if let Some(t) = plan.tp.as_mut() {
         t.rank = rank;
     }
@@ -631,6 +636,7 @@ pub fn unmeasured_note(
 ) -> Option<&'static str> {
     deepspeed::unmeasured_note(strategy, collectives)
         .or_else(|| fsdp::unmeasured_note(strategy, collectives))
+        .or_else(|| zero3::unmeasured_note(strategy, collectives))
 }
 
 /// The ranks of a strategy whose simulations differ: for ZeRO-1 every rank, the largest
@@ -814,6 +820,8 @@ struct Sim<'a> {
     ds: Option<deepspeed::State>,
     /// FSDP1 or FSDP2 ([`fsdp`]).
     fsdp: Option<fsdp::State>,
+    /// DeepSpeed's ZeRO-3 ([`zero3`]).
+    zero3: Option<zero3::State>,
     /// Tensor parallelism ([`tp`]): the graph simulated is the rank's own.
     tp: Option<tp::State>,
     /// Pipeline parallelism ([`pp`]): the stage's nodes, run a micro-batch at a time.
@@ -906,6 +914,9 @@ impl<'a> Sim<'a> {
         let fsdp = plan
             .fsdp
             .map(|f| fsdp::State::new(f, graph, &params, &node_params));
+        let zero3 = plan
+            .zero3
+            .map(|z| zero3::State::new(z, graph, values, &params, &node_params));
         let n = graph.nodes.len();
         // A recomputed stage's outputs are leaves that require a gradient (the harness's
         // `set_requires_grad(true)`), whatever their nodes hold.
@@ -997,6 +1008,7 @@ impl<'a> Sim<'a> {
             owned,
             ds,
             fsdp,
+            zero3,
             tp: None,
             pp: None,
             states_first: plan.tp.is_some() || plan.pp.is_some(),
@@ -1067,6 +1079,7 @@ impl<'a> Sim<'a> {
         self.load_adapters(&param_bufs);
         self.ds_load(&param_bufs);
         self.fsdp_load(&param_bufs);
+        self.zero3_load(&param_bufs);
         self.tp_load(&param_bufs);
         if self.ddp_buckets {
             // The reducer's buckets: every parameter that gets a gradient (the adapters,
@@ -1192,6 +1205,7 @@ impl<'a> Sim<'a> {
         for k in 0..n {
             let rule = &rules[self.rule_of[k] as usize];
             self.fsdp_pre_forward(k);
+            self.zero3_pre_forward(k);
             let high = self
                 .forward_node(k, rule, &mut env, &mut saved, &mut cache, scratch, true)
                 .max(self.tp_post_forward(k));
@@ -1208,6 +1222,7 @@ impl<'a> Sim<'a> {
             }
             self.rec.event(&graph.nodes[k].id, high, &self.mem);
             self.fsdp_post_forward(k);
+            self.zero3_post_forward(k);
         }
         // autocast's clear_cache() when the harness turns autocast off: copies nobody saved go.
         let mut copies: Vec<BufId> = cache.into_iter().flatten().collect();
@@ -1526,6 +1541,7 @@ impl<'a> Sim<'a> {
         self.mem.release(root);
         self.ds_after_backward(grads);
         self.fsdp_after_backward(grads);
+        self.zero3_after_backward();
         self.rec.end(&self.mem);
     }
 
@@ -1545,8 +1561,10 @@ impl<'a> Sim<'a> {
         let graph = self.graph;
         for k in range.rev() {
             self.fsdp_pre_backward(k);
+            self.zero3_pre_backward(k);
             let Some(g_out) = out_grad[k].take() else {
                 self.fsdp_post_backward(k, grads);
+                self.zero3_post_backward(k, grads);
                 // Not on a path to the loss, or no gradient flows here.
                 saved.release(k, &mut self.mem);
                 continue;
@@ -1566,6 +1584,7 @@ impl<'a> Sim<'a> {
                 .event(&graph.nodes[k].id, high.max(summed), &self.mem);
             self.ds_hooks(k, grads);
             self.fsdp_post_backward(k, grads);
+            self.zero3_post_backward(k, grads);
         }
     }
 
@@ -1811,6 +1830,9 @@ impl<'a> Sim<'a> {
         }
         if self.fsdp.is_some() {
             return self.fsdp_step(step);
+        }
+        if self.zero3.is_some() {
+            return self.zero3_step(step);
         }
         self.begin(step, format!("step{step}.optimizer"));
         if self.states_first {

@@ -54,6 +54,8 @@ pub struct Plan {
     pub tp: Option<super::tp::Tp>,
     /// Pipeline parallelism (`pp`, [`super::pp`]), alone.
     pub pp: Option<super::pp::Pp>,
+    /// DeepSpeed's ZeRO-3 (`zero3`, [`super::zero3`]), alone.
+    pub zero3: Option<super::zero3::Zero3>,
 }
 
 impl Plan {
@@ -112,6 +114,14 @@ impl Plan {
                     }
                     p.tp = super::tp::Tp::of_part(part);
                 }
+                SKind::Zero3 => {
+                    if s.parts.len() > 1 {
+                        return Err(format!(
+                            "`{part}`: the simulator's ZeRO-3 rule set covers it alone, not with other parts (its formula stands)"
+                        ));
+                    }
+                    p.zero3 = super::zero3::Zero3::of_part(part);
+                }
                 SKind::Zero1 => {
                     p.ddp_buckets = true;
                     p.zero1 = Some((0, part.get("world")));
@@ -135,6 +145,7 @@ impl Plan {
             && self.fsdp.is_none()
             && self.tp.is_none()
             && self.pp.is_none()
+            && self.zero3.is_none()
     }
 }
 

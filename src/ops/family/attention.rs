@@ -135,6 +135,10 @@ pub(super) fn parse_sdpa(a: &mut Attrs) -> Result<Op, String> {
 pub(super) struct AttentionFamily;
 
 impl Family for AttentionFamily {
+    fn saves_weight_views(&self, _op: &Op) -> bool {
+        true // its projections are `F.linear`s
+    }
+
     /// Grouped-query attention, and multi-head self-attention through sdpa with its own q, k
     /// and v linears, split their heads; another attention has no split form drawn.
     fn tp_form(&self, op: &Op) -> super::TpForm {

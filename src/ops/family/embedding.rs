@@ -31,6 +31,10 @@ pub(super) fn parse_embedding(a: &mut Attrs) -> Result<Op, String> {
 pub(super) struct EmbeddingFamily;
 
 impl Family for EmbeddingFamily {
+    fn takes_ids(&self, _op: &Op) -> bool {
+        true
+    }
+
     fn infer(
         &self,
         op: &Op,

@@ -40,6 +40,10 @@ pub(super) fn parse_matmul(_a: &mut Attrs) -> Result<Op, String> {
 pub(super) struct LinearFamily;
 
 impl Family for LinearFamily {
+    fn saves_weight_views(&self, _op: &Op) -> bool {
+        true // `F.linear`: mm / addmm save `weight.t()`
+    }
+
     fn tp_form(&self, op: &Op) -> super::TpForm {
         match op {
             Op::Linear { .. } => super::TpForm::Linear,

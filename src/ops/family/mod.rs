@@ -375,6 +375,27 @@ pub(crate) trait Family: Sync {
         None
     }
 
+    /// Whether the op's forward has autograd save views of its weight matrices (`F.linear`
+    /// saves `weight.t()`, an MoE its experts' slices) rather than the parameters themselves:
+    /// under DeepSpeed's ZeRO-3 (`simulate::zero3`) such a storage outlives the parameter's
+    /// release until the op's backward. Norms, embeddings and convolutions save the parameter.
+    fn saves_weight_views(&self, _op: &Op) -> bool {
+        false
+    }
+
+    /// Whether the op's input is integer ids (an embedding, a position table): no gradient
+    /// flows into it, so DeepSpeed's post-backward hook never runs for its module.
+    fn takes_ids(&self, _op: &Op) -> bool {
+        false
+    }
+
+    /// Whether the op's parameters are one DeepSpeed ZeRO-3 leaf module (fetched and released
+    /// together: `DEFAULT_LEAF_MODULE_CLASSES`, the MoE blocks); otherwise each weight matrix
+    /// with the vectors after it is one module.
+    fn zero3_leaf(&self, _op: &Op) -> bool {
+        false
+    }
+
     /// How the op splits under tensor parallelism (`simulate::tp`): replicated unless its
     /// family says otherwise.
     fn tp_form(&self, _op: &Op) -> TpForm {

@@ -36,6 +36,14 @@ pub(super) fn parse_moe(a: &mut Attrs) -> Result<Op, String> {
 pub(super) struct MoeFamily;
 
 impl Family for MoeFamily {
+    fn saves_weight_views(&self, _op: &Op) -> bool {
+        true // the router's `F.linear`, each expert's slice of the fused weights
+    }
+
+    fn zero3_leaf(&self, _op: &Op) -> bool {
+        true // MixtralSparseMoeBlock, Qwen2/3 MoE blocks: DeepSpeed's default leaf modules
+    }
+
     /// transformers 5's sparse MoE block under no_grad (`MixtralSparseMoeBlock.forward`, the
     /// router `MixtralTopKRouter.forward` and `grouped_mm_experts_forward` in
     /// `integrations/moe.py`), over N tokens, S = N x top_k routed rows: the router's logits

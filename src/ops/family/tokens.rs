@@ -45,6 +45,11 @@ pub(super) fn parse_constant(a: &mut Attrs) -> Result<Op, String> {
 pub(super) struct TokensFamily;
 
 impl Family for TokensFamily {
+    fn takes_ids(&self, op: &Op) -> bool {
+        // A position table is indexed by position ids.
+        matches!(op, Op::LearnedPosition { .. })
+    }
+
     fn learned_positions(&self, op: &Op) -> Option<u64> {
         match op {
             Op::LearnedPosition { num_positions, .. } => Some(*num_positions),
