@@ -25,9 +25,9 @@ fn main() {
     println!("|---|---:|---:|---|---:|---:|---:|---:|");
     for path in graphs {
         let g = Graph::load(&path).expect("graph loads");
-        let floor = phase_floor(&g);
         for batch in [1u64, 8, 32] {
             for p in Precision::ALL {
+                let floor = phase_floor(&g, p);
                 let Some(a) = f.factors(p) else { continue };
                 let lin = estimate(a, &features(&g, batch, p));
                 let sim = if p == Precision::Fp32 {

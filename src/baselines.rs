@@ -71,7 +71,7 @@ pub fn accelerate(graph: &Graph, precision: Precision) -> Accelerate {
     // optimizer 2x, step 4x; float16/bfloat16 -> model 1x, gradients 1.5x, optimizer 2x, step 2x.
     let (training_bytes, dtype_row) = match precision {
         Precision::Fp32 => (total_bytes.saturating_mul(4), "float32"),
-        Precision::Bf16Autocast => {
+        Precision::Bf16Autocast | Precision::Bf16 => {
             let fp16 = total_bytes / 2;
             let m = [
                 total_bytes,

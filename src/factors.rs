@@ -44,6 +44,11 @@ pub struct Profile {
     /// after-the-fit rows must be later. Absent: `provenance.fixed_at`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fixed_at: Option<String>,
+    /// The profile whose factors, multipliers and fixing time these are, copied by the fit that
+    /// first met rows of this profile with none of them fitted ([`Precision::borrows_from`]);
+    /// absent: fitted on this profile's own rows (or a seed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub borrowed_from: Option<String>,
 }
 
 impl Profile {
@@ -53,6 +58,7 @@ impl Profile {
             factors,
             upper: None,
             fixed_at: None,
+            borrowed_from: None,
         }
     }
 }

@@ -15,18 +15,48 @@ pub enum Precision {
     /// float32 weights under bfloat16 autocast (the CUDA default).
     #[serde(rename = "bf16-autocast")]
     Bf16Autocast,
+    /// bfloat16 weights, gradients and AdamW states (`model.to(torch.bfloat16)`, no autocast:
+    /// every activation bf16). With LoRA or QLoRA the frozen base is bf16 and the adapters are
+    /// float32 (peft's `autocast_adapter_dtype`), trained under bf16 autocast.
+    #[serde(rename = "bf16")]
+    Bf16,
 }
 
 impl Precision {
     /// Every profile, in a fixed order.
-    pub const ALL: [Precision; 2] = [Precision::Fp32, Precision::Bf16Autocast];
+    pub const ALL: [Precision; 3] = [Precision::Fp32, Precision::Bf16Autocast, Precision::Bf16];
 
     /// Bytes per activation element.
     pub fn activation_bytes(self) -> u64 {
         match self {
             Precision::Fp32 => 4,
-            Precision::Bf16Autocast => 2,
+            Precision::Bf16Autocast | Precision::Bf16 => 2,
         }
+    }
+
+    /// Bytes a trainable parameter holds in the optimizer's phase: its weight, gradient and
+    /// both AdamW states, each 4 bytes in float32 (fp32, and bf16 autocast's float32 weights),
+    /// each 2 in pure bf16 (torch's AdamW makes its states `zeros_like` the parameter).
+    pub fn state_bytes_per_parameter(self) -> u64 {
+        match self {
+            Precision::Fp32 | Precision::Bf16Autocast => 16,
+            Precision::Bf16 => 8,
+        }
+    }
+
+    /// The profile whose fitted factors this one takes while none of its own rows is fitted:
+    /// pure bf16 takes bf16 autocast's (the same activation element on the same devices; the
+    /// weights' element is in the `model_state` feature itself).
+    pub fn borrows_from(self) -> Option<Precision> {
+        match self {
+            Precision::Bf16 => Some(Precision::Bf16Autocast),
+            Precision::Fp32 | Precision::Bf16Autocast => None,
+        }
+    }
+
+    /// Bytes of one weight element.
+    pub fn weight_bytes(self) -> u64 {
+        self.state_bytes_per_parameter() / 4
     }
 
     /// The name used in files and on the command line.
@@ -34,6 +64,7 @@ impl Precision {
         match self {
             Precision::Fp32 => "fp32",
             Precision::Bf16Autocast => "bf16-autocast",
+            Precision::Bf16 => "bf16",
         }
     }
 }
@@ -50,8 +81,9 @@ impl FromStr for Precision {
         match s {
             "fp32" => Ok(Precision::Fp32),
             "bf16-autocast" => Ok(Precision::Bf16Autocast),
+            "bf16" => Ok(Precision::Bf16),
             other => Err(format!(
-                "unknown precision profile `{other}` (known: fp32, bf16-autocast)"
+                "unknown precision profile `{other}` (known: fp32, bf16-autocast, bf16)"
             )),
         }
     }
@@ -73,7 +105,8 @@ pub const FEATURE_NAMES: [&str; N_FEATURES] = [
 /// The six features of one run, in bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub struct Features {
-    /// 16 bytes x trainable parameters: fp32 weights, gradients, two Adam states.
+    /// Trainable parameters x their weight, gradient and two Adam states: 16 bytes in float32
+    /// (fp32, bf16 autocast), 8 in pure bf16.
     pub model_state: u64,
     /// Every layer's output at the batch (views excluded).
     pub layer_outputs: u64,
@@ -180,7 +213,9 @@ fn contribution(graph: &Graph, k: usize, batch: u64) -> NodeContribution {
 pub fn features(graph: &Graph, batch: u64, precision: Precision) -> Features {
     let ab = precision.activation_bytes();
     let mut f = Features {
-        model_state: graph.parameters().saturating_mul(16),
+        model_state: graph
+            .parameters()
+            .saturating_mul(precision.state_bytes_per_parameter()),
         ..Default::default()
     };
     let mut largest = 0u64;
@@ -198,9 +233,10 @@ pub fn features(graph: &Graph, batch: u64, precision: Precision) -> Features {
             .chain([c.layer_output_elements, c.score_elements])
             .max()
             .unwrap_or(0);
-        largest = largest
-            .max(biggest_activation.saturating_mul(ab))
-            .max(c.largest_parameter_elements.saturating_mul(4));
+        largest = largest.max(biggest_activation.saturating_mul(ab)).max(
+            c.largest_parameter_elements
+                .saturating_mul(precision.weight_bytes()),
+        );
     }
     f.largest_tensor = largest;
     f

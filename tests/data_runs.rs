@@ -58,6 +58,8 @@ fn shipped_rows_pass_the_campaign_checks() {
         // checkpointing, the fp32 weights for LoRA and inference, the packed 4-bit weights
         // (half a byte) for QLoRA.
         let (floor, what) = match row.strategy.as_deref() {
+            // Pure bf16: weights, gradients and both AdamW states at 2 bytes each.
+            None if row.precision == "bf16" => (8 * params, "8"),
             None => (16 * params, "16"),
             Some(s)
                 if s.starts_with("inference:")
@@ -104,12 +106,12 @@ fn shipped_rows_pass_the_campaign_checks() {
                 row.device.kind, row.precision
             ));
         }
-        // GPU rows: a CUDA device, bf16 autocast, the caching allocator (reserved >= allocated),
+        // GPU rows: a CUDA device, bf16 autocast or pure bf16, the caching allocator (reserved >= allocated),
         // and, with this campaign's 139.8 GiB card, an out-of-memory error only under a cap or
         // (cuda-real) at the card's own capacity.
         if rel.starts_with("runs/cuda") {
             if row.device.kind != "cuda"
-                || row.precision != "bf16-autocast"
+                || !["bf16-autocast", "bf16"].contains(&row.precision.as_str())
                 || row.device.reserved_equals_allocated
             {
                 problems.push(format!(

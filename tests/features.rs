@@ -36,6 +36,13 @@ fn mlp_worked_example() {
     let h = features(&g, 32, Precision::Bf16Autocast);
     assert_eq!(h.layer_outputs * 2, f.layer_outputs);
     assert_eq!(h.model_state, f.model_state);
+    // Pure bf16 halves the activations and the model state (bf16 weights, gradients and both
+    // AdamW states: 8 bytes a parameter), and the largest weight.
+    let b = features(&g, 32, Precision::Bf16);
+    assert_eq!(b.layer_outputs, h.layer_outputs);
+    assert_eq!(b.model_state, 8 * p);
+    assert_eq!(b.largest_tensor, 256 * 1024 * 2);
+    assert_eq!("bf16".parse::<Precision>(), Ok(Precision::Bf16));
 }
 
 #[test]

@@ -2,6 +2,7 @@
 //! hand-computed values and DeepSpeed's published estimators, and `plan --strategy`,
 //! `--recommend` and `--inference` end to end.
 
+use memcal::features::Precision;
 use memcal::graph::Graph;
 use memcal::plan::strategies as planner;
 use memcal::strategy::memory::{self, GraphTerms};
@@ -161,7 +162,7 @@ fn terms() -> GraphTerms {
 fn formulas_match_hand_computed_values() {
     let g = terms();
     let a = 10_000_000.0;
-    let t = |spec: &str| memory::strategy_terms(&g, a, &parse(spec).unwrap(), 4);
+    let t = |spec: &str| memory::strategy_terms(&g, a, &parse(spec).unwrap(), Precision::Fp32);
     let plain = t("plain");
     assert_eq!(plain.total(), 16e6 + a);
     // checkpoint every block: A x (0.25 + 0.75 x 1/4) + 4 boundaries x 1000 x 4 bytes.
@@ -187,6 +188,17 @@ fn formulas_match_hand_computed_values() {
     let q = t("qlora:r=2");
     assert_eq!(q.weights, 4.0 * 920_000.0 + 80_000.0 * 0.5625 + 8e3);
     assert_eq!(q.buffers, 40_000.0 * 4.0);
+    // Pure bf16: weights, gradients and AdamW states at 2 bytes (8 a parameter); LoRA over a
+    // bf16 base keeps the base at 2 bytes and the adapters, their gradients and states fp32
+    // (peft's autocast_adapter_dtype); activations at 2 bytes.
+    let b = |spec: &str| memory::strategy_terms(&g, a, &parse(spec).unwrap(), Precision::Bf16);
+    assert_eq!(b("plain").total(), 8e6 + a);
+    let lb = b("lora:r=2");
+    assert_eq!(
+        (lb.weights, lb.gradients, lb.optimizer),
+        (2e6 + 8e3, 8e3, 16e3)
+    );
+    assert_eq!(lb.activations, a + (10.0 * 2.0 * 2.0) * 2.0);
     // adam8bit: 2 bytes a state pair plus one fp32 absmax per 2048.
     assert_eq!(t("adam8bit").optimizer, 1e6 * 2.0 * (1.0 + 4.0 / 2048.0));
     // ZeRO over 4.
@@ -217,7 +229,13 @@ fn formulas_match_hand_computed_values() {
     assert!((pp.activations - a * 0.475 * 0.5).abs() < 1e-6);
     assert_eq!(pp.buffers, 4_000.0);
     // The last stage: one of 4 in flight; its inputs' receive buffers and every logits kept.
-    let last = memory::strategy_terms_at(&g, a, &parse("pp:stages=2,micro=4").unwrap(), 4, 1);
+    let last = memory::strategy_terms_at(
+        &g,
+        a,
+        &parse("pp:stages=2,micro=4").unwrap(),
+        Precision::Fp32,
+        1,
+    );
     assert!((last.activations - a * 0.525 * 0.25).abs() < 1e-6);
     assert_eq!(last.buffers, 4_000.0 + 4_800.0);
     // GPipe: every micro-batch in flight, so the last stage (0.525) is the worst.
@@ -505,7 +523,20 @@ fn strategy_rows_are_compared_with_their_formulas_and_label_the_plan() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let rows = v["rows"].as_array().unwrap();
     for r in rows {
-        assert!(r["run_id"].as_str().unwrap().starts_with("cpu-"), "{r}");
+        // CPU rows, and the H200 campaign's LoRA over a bf16 base (its own group, labelled).
+        let id = r["run_id"].as_str().unwrap();
+        if id.starts_with("cuda-real/") {
+            assert_eq!(r["strategy"], "lora (bf16)", "{r}");
+            assert!(
+                r["label"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("measured on a GPU"),
+                "{r}"
+            );
+        } else {
+            assert!(id.starts_with("cpu-"), "{r}");
+        }
         if r["status"] == "completed" {
             match r["predicted_bytes"].as_u64() {
                 Some(b) => assert!(b > 0, "{r}"),

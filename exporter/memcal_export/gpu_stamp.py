@@ -2,18 +2,24 @@
 committed under `data/gpu/<campaign>/`) into `memcal-run/1` rows, and writes the campaign's
 summary.
 
-Rows: every `train` job in `bf16-autocast` of a model that `data/models/measured.json` lists
-with `"device": "cuda"` becomes a row of the regime `cuda-real` under
-`data/runs/cuda-real/<graph>/b<batch>[-<allocator>][-cap<factor>].json`, planned from
+Rows: every `train` job of a model that `data/models/measured.json` lists with
+`"device": "cuda"` becomes a row of the regime `cuda-real` under
+`data/runs/cuda-real/<graph>/b<batch>[-bf16][-<allocator>][-cap<factor>].json` (`-bf16`: the
+precision `bf16`, bf16 weights, gradients and AdamW states; none: `bf16-autocast`), planned from
 `data/graphs/<graph>.json` (written by `memcal graphs`): completed rows and real out-of-memory
 rows alike, with the allocator settings it ran under (`device.allocator_settings`) and, for a
 job at an emulated capacity, `device.emulated_capacity_bytes`. A job measured twice (a later
 campaign repeating it as the reference of its capped jobs) is stamped once, from the first
 campaign; `--summary` says whether the repeat gave the same bytes.
 
-Not rows (the run format has no profile for them yet): pure-bf16 training (bf16 weights, grads
-and AdamW states), `generate` with dynamic and static caches, LoRA over a bf16 base. They stay
-measurements; `--summary` writes all of them, measured, into a Markdown table.
+Every `lora` job (peft LoRA over a bf16 base, fp32 adapters, under bf16 autocast) becomes a
+strategy row of the precision `bf16` and the strategy `lora:r=<rank>` under
+`data/runs/cuda-real/<graph>/b<batch>-bf16-lora-r<rank>[-<allocator>].json` (its
+`parameters.built` the base's: the measurement's count less `adapter_parameters`).
+
+Not rows (the run format has no profile for them yet): `generate` with dynamic and static
+caches. They stay measurements; `--summary` writes all of them, measured, into a Markdown
+table.
 
 A row never overwrites another file (`--restamp` replaces only rows this tool wrote).
 
@@ -55,8 +61,22 @@ def allocator_tag(job):
     return SHORT.get(job["allocator"], job["allocator"])
 
 
+# The precisions of `train` jobs that become rows, and what the row's file and run id add.
+PRECISION_TAG = {"bf16-autocast": None, "bf16": "bf16"}
+
+
+def row_precision(job):
+    """The row's precision profile: a `lora` job's base is bf16 (`bf16`), a `train` job's is
+    its own."""
+    return "bf16" if job["kind"] == "lora" else job["precision"]
+
+
 def row_name(job):
     name = f"b{job['batch']}"
+    if PRECISION_TAG[row_precision(job)]:
+        name += "-" + PRECISION_TAG[row_precision(job)]
+    if job["kind"] == "lora":
+        name += f"-lora-r{job['rank']}"
     if allocator_tag(job):
         name += "-" + allocator_tag(job)
     if "cap_factor" in job:
@@ -92,23 +112,31 @@ def stamp(m, graph, graph_path, graph_params):
     for k in ("reserved_equals_allocated", "torch", "cuda", "driver", "cores"):
         device[k] = m["device"][k]
     run_id = f"{REGIME}/{graph}/b{job['batch']}"
+    if PRECISION_TAG[row_precision(job)]:
+        run_id += "/" + PRECISION_TAG[row_precision(job)]
+    if job["kind"] == "lora":
+        run_id += f"/lora:r={job['rank']}"
     if allocator_tag(job):
         run_id += "/" + allocator_tag(job)
     if m.get("emulated_capacity_bytes"):
         run_id += f"/cap{m['emulated_capacity_bytes'] / 2**30:.2f}"
+    # A LoRA measurement counts its adapters too; the row's graph is the base.
+    built = m["parameters"] - m.get("adapter_parameters", 0)
     phases = [{k: p[k] for k in ("name", "status", "allocated_start", "reserved_start", "allocated_peak",
                                   "reserved_peak", "allocated_end", "reserved_end", "wall_seconds")}
               for p in m["phases"]]
     row = {
         "format": "memcal-run/1", "run_id": run_id,
         "graph": {"name": graph, "sha256": sha},
-        "batch": job["batch"], "precision": job["precision"], "regime": REGIME,
+        "batch": job["batch"], "precision": row_precision(job), "regime": REGIME,
         "device": device, "host": m["host"], "timestamp": m["timestamp"], "tool_version": TOOL,
         "implementation": {k: v for k, v in m["implementation"].items() if k in ("library", "class", "config", "reduced")},
-        "parameters": {"graph": graph_params, "built": m["parameters"]},
-        "graph_mismatch": graph_params != m["parameters"],
+        "parameters": {"graph": graph_params, "built": built},
+        "graph_mismatch": graph_params != built,
         "status": m["status"], "phases": phases,
     }
+    if job["kind"] == "lora":
+        row["strategy"] = f"lora:r={job['rank']}"
     if m["status"] == "completed":
         top = max(phases, key=lambda p: p["allocated_peak"])
         row["peak"] = {"allocated_bytes": top["allocated_peak"],
@@ -180,7 +208,7 @@ def main(argv=None):
             repeats.append((job["id"], same))
             continue
         seen[job["id"]] = m
-        if job["kind"] != "train" or job["precision"] != "bf16-autocast" or job["model"] not in graphs:
+        if job["kind"] not in ("train", "lora") or job["precision"] not in PRECISION_TAG or job["model"] not in graphs:
             continue
         graph = graphs[job["model"]]
         graph_path = os.path.join(args.repo, "data", "graphs", graph + ".json")

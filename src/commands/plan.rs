@@ -381,7 +381,7 @@ fn strategies(
         planner::check_job(s, &base).map_err(memcal::Error::Invalid)?;
         let mut sp = planner::plan_strategy(&base, s, cards, backing, f.bound_floor_bytes);
         // Where the simulator's rule set is clearly the better one on the rows, its peak too.
-        if let Some(evidence) = planner::simulator_preferred(s, backing) {
+        if let Some(evidence) = planner::simulator_preferred(s, backing, p.precision) {
             // A card's job runs NCCL: where the rule sets tell the backends apart (DeepSpeed's
             // and FSDP's collectives), NCCL's rule, read from source and said so.
             use memcal::simulate::{deepspeed::Collectives, unmeasured_note};
@@ -389,6 +389,7 @@ fn strategies(
             let notes: Vec<String> = unmeasured_note(s, collectives)
                 .map(str::to_string)
                 .into_iter()
+                .chain(memcal::simulate::zero3::protocol_note(s).map(str::to_string))
                 .chain(memcal::simulate::fsdp::units_note(g, s))
                 .chain(memcal::simulate::tp::split_note(g, s))
                 .chain(memcal::simulate::pp::stages_note(g, s))

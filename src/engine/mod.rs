@@ -149,7 +149,7 @@ pub struct GraphInfo {
     pub has_batch_axis: bool,
     /// Why the textbook formula does not apply, if it does not.
     pub textbook_not_applicable: Option<String>,
-    /// The bytes provably alive at the optimizer phase (`plan::phase_floor`).
+    /// The bytes provably alive at the optimizer phase (`plan::phase_floor`) in float32.
     pub floor_bytes: u64,
     /// The implementation blocks its nodes use (`Op::block`), sorted and distinct.
     pub blocks: Vec<&'static str>,

@@ -4,7 +4,7 @@
 use super::results::{Calibration, Method, MethodMetrics};
 use super::Dataset;
 use crate::factors::{FactorsFile, Profile, Provenance, Upper};
-use crate::features::FEATURE_NAMES;
+use crate::features::{Precision, FEATURE_NAMES};
 use std::fmt::Write;
 
 /// The calibration as pretty JSON with a trailing newline. Deterministic: maps are BTreeMaps,
@@ -199,8 +199,32 @@ pub fn refit_factors_file(ds: &Dataset, cal: &Calibration, now_rfc3339: &str) ->
                 factors: pf.shipped.factors,
                 upper: Some(upper),
                 fixed_at: Some(fixed_at),
+                borrowed_from: None,
             },
         );
+    }
+    // A profile with rows and no factors yet (none of its rows in a fitted regime) takes the
+    // factors, multipliers and fixing time of the profile it borrows from: its rows are then
+    // checked after that fit, and the file says whose factors they are.
+    for p in Precision::ALL {
+        let (Some(from), None) = (p.borrows_from(), f.factors(p)) else {
+            continue;
+        };
+        let Some(source) = ds.factors.profiles.get(from.as_str()) else {
+            continue;
+        };
+        if ds.rows.iter().any(|r| r.precision == p) {
+            let fixed_at = ds.factors.fixed_at_for(from).map(str::to_string);
+            f.profiles.insert(
+                p.as_str().to_string(),
+                Profile {
+                    factors: source.factors,
+                    upper: Some(ds.factors.upper_for(from).clone()),
+                    fixed_at,
+                    borrowed_from: Some(from.as_str().to_string()),
+                },
+            );
+        }
     }
     f.provenance = Some(Provenance {
         fixed_at: now_rfc3339.to_string(),

@@ -19,6 +19,8 @@ pub struct RealModel {
     pub regime: String,
     /// The device the rows ran on (the CPU model or the GPU).
     pub device: String,
+    /// The rows' precision profile (`fp32`, `bf16-autocast`, `bf16`).
+    pub precision: String,
     /// CUDA rows: the caching allocator's settings (`defaults` when none were set); None on CPU.
     pub allocator: Option<String>,
     /// The batches measured (completed rows at the device's own capacity), ascending.
@@ -82,11 +84,12 @@ fn allocator_label(row: &super::Row) -> &str {
         .map_or(DEFAULT_ALLOCATOR, |a| a.as_str())
 }
 
-/// Every real model with real-implementation rows (completed, usable, uncapped), by graph and
-/// allocator setting.
+/// Every real model with real-implementation rows (completed, usable, uncapped), by graph,
+/// precision profile and allocator setting.
 pub fn real_models(ds: &Dataset, cal: &Calibration) -> Vec<RealModel> {
     let facts = uncapped_real_rows(ds, false);
-    let mut groups: BTreeMap<(&str, Option<&str>), (RealModel, Gathered)> = BTreeMap::new();
+    type Key<'a> = (&'a str, crate::features::Precision, Option<&'a str>);
+    let mut groups: BTreeMap<Key, (RealModel, Gathered)> = BTreeMap::new();
     for r in &cal.rows {
         let Some(row) = facts.get(r.run_id.as_str()) else {
             continue;
@@ -98,7 +101,7 @@ pub fn real_models(ds: &Dataset, cal: &Calibration) -> Vec<RealModel> {
         let allocator = cuda.then(|| allocator_label(row));
         let parameters = ds.graphs.get(r.graph.as_str()).map_or(0, |g| g.parameters);
         let (model, gathered) = groups
-            .entry((r.graph.as_str(), allocator))
+            .entry((r.graph.as_str(), r.precision, allocator))
             .or_insert_with(|| {
                 (
                     RealModel {
@@ -112,6 +115,7 @@ pub fn real_models(ds: &Dataset, cal: &Calibration) -> Vec<RealModel> {
                         parameters,
                         regime: r.regime.to_string(),
                         device: row.device.to_string(),
+                        precision: r.precision.as_str().to_string(),
                         allocator: allocator.map(str::to_string),
                         batches: Vec::new(),
                         min_measured_bytes: measured,

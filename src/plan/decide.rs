@@ -36,16 +36,16 @@ impl Verdict {
 }
 
 /// The bytes provably alive at the optimizer phase of the harness's step 2 and 3 (AdamW over
-/// every trainable parameter; a formula from the protocol, no fitted factor): float32 weights,
-/// gradients and both Adam states (16 bytes a parameter, the `model_state` feature) and, while
-/// the largest parameter is updated, libtorch's AdamW temporaries for it
-/// ([`crate::simulate::rules::adamw_transient`]). Under bf16 autocast the weights and the
-/// optimizer stay float32 and the autocast cache is empty outside the autocast region, so the
-/// floor is the same.
+/// every trainable parameter; a formula from the protocol, no fitted factor): the weights,
+/// gradients and both Adam states (the `model_state` feature: 16 bytes a parameter in float32,
+/// 8 in pure bf16) and, while the largest parameter is updated, AdamW's temporaries for it
+/// ([`crate::simulate::rules::adamw_transient`], at the weights' element size). Under bf16
+/// autocast the weights and the optimizer stay float32 and the autocast cache is empty outside
+/// the autocast region, so the floor is fp32's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct PhaseFloor {
     pub bytes: u64,
-    /// 16 bytes x parameters.
+    /// Parameters x [`Precision::state_bytes_per_parameter`].
     pub model_state: u64,
     /// The AdamW temporaries of the largest parameter tensor.
     pub optimizer_temporaries: u64,
@@ -53,7 +53,7 @@ pub struct PhaseFloor {
 }
 
 /// The phase floor of a graph (see [`PhaseFloor`]).
-pub fn phase_floor(graph: &Graph) -> PhaseFloor {
+pub fn phase_floor(graph: &Graph, precision: Precision) -> PhaseFloor {
     let largest = graph
         .nodes
         .iter()
@@ -61,8 +61,10 @@ pub fn phase_floor(graph: &Graph) -> PhaseFloor {
         .map(|dims| dims.iter().fold(1u64, |a, d| a.saturating_mul(*d)))
         .max()
         .unwrap_or(0)
-        .saturating_mul(4);
-    let model_state = graph.parameters().saturating_mul(16);
+        .saturating_mul(precision.weight_bytes());
+    let model_state = graph
+        .parameters()
+        .saturating_mul(precision.state_bytes_per_parameter());
     let optimizer_temporaries = if largest == 0 {
         0
     } else {
@@ -152,7 +154,7 @@ pub fn max_batch(
     let f = factors
         .factors(precision)
         .ok_or_else(|| format!("no factors for precision `{precision}`"))?;
-    let floor = phase_floor(graph).bytes;
+    let floor = phase_floor(graph, precision).bytes;
     let q95 = factors.upper_for(precision).q95;
     let est = |b: u64| estimate_floored(f, &features::features(graph, b, precision), floor);
     Ok(cards
@@ -340,9 +342,10 @@ pub const PLAN_FORMAT: &str = "memcal-plan/3";
 pub const PLAN_TIMELINE_FORMAT: &str = "memcal-plan-timeline/1";
 
 /// The six-factor plan's own fields, which `--json` puts under `six_factor` ([`Plan::to_json`]).
-const SIX_FACTOR_FIELDS: [&str; 10] = [
+const SIX_FACTOR_FIELDS: [&str; 11] = [
     "features",
     "factors",
+    "factors_borrowed_from",
     "estimate_bytes",
     "linear_estimate_bytes",
     "floor",
@@ -401,6 +404,10 @@ pub struct Plan {
     pub has_batch_axis: bool,
     pub features: Features,
     pub factors: [f64; N_FEATURES],
+    /// The profile whose factors these are when the job's profile has none fitted on its own
+    /// rows (`Profile::borrowed_from`: pure bf16 takes bf16 autocast's); absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub factors_borrowed_from: Option<String>,
     /// max(the linear six-factor sum, the phase floor). In JSON: whole bytes, rounded up (a
     /// planner never reserves a fraction of a byte).
     #[serde(serialize_with = "whole_bytes")]
@@ -789,7 +796,7 @@ pub fn plan_with_simulation(
         )
     })?;
     let feats = features::features(graph, batch, precision);
-    let floor = phase_floor(graph);
+    let floor = phase_floor(graph, precision);
     let linear = estimate(f, &feats);
     let est = linear.max(floor.bytes as f64);
     let q95 = factors.upper_for(precision).q95;
@@ -873,6 +880,10 @@ pub fn plan_with_simulation(
         has_batch_axis: graph.has_batch_axis(),
         features: feats,
         factors: *f,
+        factors_borrowed_from: factors
+            .profiles
+            .get(precision.as_str())
+            .and_then(|p| p.borrowed_from.clone()),
         estimate_bytes: est,
         linear_estimate_bytes: linear,
         floor,

@@ -68,12 +68,17 @@ pub struct MethodRecord {
 }
 
 impl MethodRecord {
-    fn of(method: Decider, m: Option<&MethodMetrics>, ratios: &[f64]) -> MethodRecord {
+    fn of(
+        method: Decider,
+        record_of: Method,
+        m: Option<&MethodMetrics>,
+        ratios: &[f64],
+    ) -> MethodRecord {
         let d = MethodMetrics::default();
         let m = m.unwrap_or(&d);
         MethodRecord {
             method,
-            record_of: method.record_method(),
+            record_of,
             error_rows: m.error_rows,
             median_abs_rel_error: m.median_abs_rel_error,
             max_abs_rel_error: m.max_abs_rel_error,
@@ -314,23 +319,38 @@ fn fit_range(ds: &Dataset, cal: &Calibration, p: Precision) -> Option<FitRange> 
 }
 
 /// Each profile's two records (the six-factor plan's, then the simulator's) and the decider
-/// they choose: the simulator where its record is better and it has a q95.
+/// they choose: the simulator where its record is better and it has a q95. A profile none of
+/// whose rows is fitted (its factors borrowed, `Profile::borrowed_from`) has the plan as
+/// shipped over its rows for the six-factor plan's record: every one of them is held out.
 fn records(cal: &Calibration) -> BTreeMap<Precision, (Vec<MethodRecord>, Decider)> {
     cal.fits
         .iter()
         .map(|(p, fits)| {
-            let record = Decider::SixFactorPlan.record_method();
-            let plan_ratios = ratios(cal, *p, record, &[Bucket::Fitted]);
+            let fitted = cal
+                .rows
+                .iter()
+                .any(|r| r.precision == *p && r.bucket == Bucket::Fitted);
+            let (record, plan_buckets): (Method, &[Bucket]) = if fitted {
+                (Decider::SixFactorPlan.record_method(), &[Bucket::Fitted])
+            } else {
+                (
+                    Method::PlanAsShipped,
+                    &[Bucket::HeldOutRegime, Bucket::AfterFit],
+                )
+            };
+            let plan_ratios = ratios(cal, *p, record, plan_buckets);
             let all = [Bucket::Fitted, Bucket::HeldOutRegime, Bucket::AfterFit];
             let sim_ratios = ratios(cal, *p, Method::Simulated, &all);
             let records = vec![
                 MethodRecord::of(
                     Decider::SixFactorPlan,
+                    record,
                     fits.methods.get(&record),
                     &plan_ratios,
                 ),
                 MethodRecord::of(
                     Decider::Simulator,
+                    Method::Simulated,
                     fits.methods.get(&Method::Simulated),
                     &sim_ratios,
                 ),

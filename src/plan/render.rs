@@ -171,6 +171,13 @@ fn render_estimate(s: &mut String, p: &Plan) {
             both(p.factors[i] * v as f64)
         );
     }
+    if let Some(from) = &p.factors_borrowed_from {
+        let _ = writeln!(
+            s,
+            "factors     {from}'s: no {} row is fitted yet (their rows are all held out; the features carry this profile's element sizes)",
+            p.precision
+        );
+    }
     let _ = writeln!(s, "\nestimate    {}", both(p.estimate_bytes));
     let _ = writeln!(
         s,
@@ -185,7 +192,8 @@ fn render_estimate(s: &mut String, p: &Plan) {
     );
     let _ = writeln!(
         s,
-        "            phase floor: 16 bytes x parameters ({}, weights + gradients + AdamW states) + AdamW temporaries of the largest parameter ({})",
+        "            phase floor: {} bytes x parameters ({}, weights + gradients + AdamW states) + AdamW temporaries of the largest parameter ({})",
+        p.precision.state_bytes_per_parameter(),
         gb(p.floor.model_state as f64),
         gb(p.floor.optimizer_temporaries as f64)
     );

@@ -4,6 +4,7 @@
 
 use super::decide::Plan;
 use crate::factors::Card;
+use crate::features::Precision;
 use crate::graph::Graph;
 use crate::strategy::evidence::RowCounts;
 use crate::strategy::memory::{self, GraphTerms, Terms};
@@ -70,9 +71,22 @@ impl Backing {
     /// group (`deepspeed zero1 (gloo)` apart from torch's `zero1 (gloo)`, each FSDP version and
     /// setting, each pipeline schedule): "measured on CPU (gloo): 36 rows of deepspeed zero2
     /// (gloo), one a rank; NCCL not measured"; with none, "formula, not measured" and why.
-    pub fn label(&self, part: &crate::strategy::Part) -> String {
+    pub fn label(&self, part: &crate::strategy::Part, precision: Precision) -> String {
         if def(part.kind).backing != crate::strategy::Backing::MeasuredGloo {
-            return evidence_label(part.kind, &self.counts);
+            let name = crate::strategy::evidence::part_group(part);
+            let own = format!("{name} ({precision})");
+            let on_gpu = self
+                .evidence
+                .as_ref()
+                .and_then(|e| e.strategies.iter().find(|g| g.strategy == own));
+            return match on_gpu {
+                Some(g) if precision != Precision::Fp32 => format!(
+                    "measured on a GPU at {precision}: {} rows of {own}; {}",
+                    g.all.completed,
+                    evidence_label(part.kind, &self.counts)
+                ),
+                _ => evidence_label(part.kind, &self.counts),
+            };
         }
         let gloo = crate::strategy::evidence::rank_group(part, "gloo");
         let measured = self
@@ -92,21 +106,32 @@ impl Backing {
 
     /// The held-out record of one part measured alone: its rows measured per rank (gloo)
     /// first, else its group's.
-    fn record(&self, part: &crate::strategy::Part) -> Option<&crate::strategy::evidence::Record> {
-        self.group(part).map(|s| &s.all)
+    fn record(
+        &self,
+        part: &crate::strategy::Part,
+        precision: Precision,
+    ) -> Option<&crate::strategy::evidence::Record> {
+        self.group(part, precision).map(|s| &s.all)
     }
 
-    /// The evidence group of one part measured alone (per rank with gloo first).
+    /// The evidence group of one part measured alone: per rank with gloo first, then the
+    /// job's precision's own rows (`lora (bf16)`: LoRA over a bf16 base), then the part's.
     pub fn group(
         &self,
         part: &crate::strategy::Part,
+        precision: Precision,
     ) -> Option<&crate::strategy::evidence::StrategyEvidence> {
         use crate::strategy::evidence::{part_group, rank_group};
         let all = &self.evidence.as_ref()?.strategies;
         let gloo = rank_group(part, "gloo");
         let name = part_group(part);
+        let own = (precision != Precision::Fp32).then(|| format!("{name} ({precision})"));
         all.iter()
             .find(|s| s.strategy == gloo)
+            .or_else(|| {
+                own.as_ref()
+                    .and_then(|o| all.iter().find(|s| &s.strategy == o))
+            })
             .or_else(|| all.iter().find(|s| s.strategy == name))
     }
 }
@@ -182,6 +207,7 @@ pub struct SimulatedPeak {
 pub fn simulator_preferred(
     s: &Strategy,
     backing: &Backing,
+    precision: Precision,
 ) -> Option<
     Vec<(
         String,
@@ -195,7 +221,7 @@ pub fn simulator_preferred(
     let mut out = Vec::new();
     for p in &s.parts {
         let name = def(p.kind).name;
-        let st = backing.group(p)?;
+        let st = backing.group(p, precision)?;
         let sim = st.simulator.as_ref()?;
         let clearly = |a: Option<f64>, b: Option<f64>| match (a, b) {
             (Some(a), Some(b)) => a < b / 2.0,
@@ -234,8 +260,8 @@ pub struct Base {
 fn assumptions(q95: f64) -> Vec<String> {
     vec![
         "--batch is the batch a device runs (a data-parallel job runs it on every device); pipeline micro-batches split it".to_string(),
-        "fp32 weights, gradients and AdamW states as the harness trains (bf16 autocast changes the activations only); 8-bit and 4-bit states where the strategy says".to_string(),
-        "A (activations and transients) = the plain plan's estimate less 16 bytes a parameter; each strategy's formula transforms it".to_string(),
+        "fp32 weights, gradients and AdamW states as the harness trains (bf16 autocast changes the activations only), bf16 ones under --precision bf16 (LoRA and QLoRA adapters float32 over a bf16 base, as peft makes them); 8-bit and 4-bit states where the strategy says".to_string(),
+        "A (activations and transients) = the plain plan's estimate less the model state (16 bytes a parameter; 8 in pure bf16); each strategy's formula transforms it".to_string(),
         format!("bound = estimate x the larger of {q95:.2} (the plain plan's bound over its estimate: the deciding method's held-out q95, widened as `memcal plan` widens it outside the fitted range) and each measured part's own held-out q95 (measured / formula on its CPU rows); fits when bound x (1 + headroom) <= card, as `memcal plan` decides"),
         "blocks are read from node ids (`layers0`, `h3`, `encoder.layer1`); LoRA/QLoRA target every linear, attention and MoE projection matrix inside them".to_string(),
     ]
@@ -257,6 +283,7 @@ pub fn bound_ratio(plain: &Plan) -> f64 {
 pub fn base(graph: &Graph, plain: &Plan) -> Base {
     let p = graph.parameters();
     let est = plain.decision.estimate_bytes;
+    let b_state = plain.precision.state_bytes_per_parameter() as f64;
     let ratio = bound_ratio(plain);
     Base {
         format: STRATEGY_PLAN_FORMAT,
@@ -266,7 +293,7 @@ pub fn base(graph: &Graph, plain: &Plan) -> Base {
         parameters: p,
         plain_method: plain.decision.method.label().to_string(),
         plain_estimate_bytes: est.ceil() as u64,
-        plain_activations_bytes: (est - 16.0 * p as f64).max(0.0).ceil() as u64,
+        plain_activations_bytes: (est - b_state * p as f64).max(0.0).ceil() as u64,
         q95: ratio,
         headroom: plain.headroom,
         graph_terms: memory::graph_terms(graph, plain.batch),
@@ -321,14 +348,14 @@ pub fn plan_strategy(
         &b.graph_terms,
         b.plain_activations_bytes as f64,
         s,
-        b.precision.activation_bytes(),
+        b.precision,
     );
     let est = terms.total();
     // The larger of the plain q95 and each measured part's own held-out q95.
     let q95 = s
         .parts
         .iter()
-        .filter_map(|p| backing.record(p).and_then(|r| r.q95))
+        .filter_map(|p| backing.record(p, b.precision).and_then(|r| r.q95))
         .fold(b.q95, f64::max);
     let bound = (est * q95).max(bound_floor as f64);
     let cards = cards
@@ -347,8 +374,8 @@ pub fn plan_strategy(
                 let d = def(p.kind);
                 PartInfo {
                     spec: p.to_string(),
-                    evidence: backing.label(p),
-                    record: backing.record(p).cloned(),
+                    evidence: backing.label(p, b.precision),
+                    record: backing.record(p, b.precision).cloned(),
                     effect: d.effect,
                     formula: d.formula,
                     cost: d.cost,

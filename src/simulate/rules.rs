@@ -32,6 +32,9 @@ impl Backend {
         match precision {
             crate::features::Precision::Fp32 => Ok(Backend::CpuFp32),
             crate::features::Precision::Bf16Autocast => Ok(Backend::CudaBf16Autocast),
+            crate::features::Precision::Bf16 => Err(
+                "no rule table for pure bf16 yet (every value, weight, gradient and AdamW state at bf16, no autocast): the six-factor plan decides".to_string(),
+            ),
         }
     }
 

@@ -288,7 +288,7 @@ fn predict(
     batch: u64,
     spec: &RowSpec,
     simulated: Option<u64>,
-    act_bytes: u64,
+    precision: crate::features::Precision,
     rank: Option<u64>,
 ) -> Option<u64> {
     match spec {
@@ -313,14 +313,15 @@ fn predict(
         }
         RowSpec::Training(s) => {
             let e = simulated? as f64;
-            let a = (e - 16.0 * g.parameters() as f64).max(0.0);
+            let state = precision.state_bytes_per_parameter() as f64;
+            let a = (e - state * g.parameters() as f64).max(0.0);
             let terms = memory::graph_terms(g, batch);
             let t = match (rank, s.part(Kind::Pp)) {
                 // Pipeline parallel alone: rank r runs stage r.
                 (Some(r), Some(pp)) if s.devices() == pp.get("stages") => {
-                    memory::strategy_terms_at(&terms, a, s, act_bytes, r)
+                    memory::strategy_terms_at(&terms, a, s, precision, r)
                 }
-                _ => memory::strategy_terms(&terms, a, s, act_bytes),
+                _ => memory::strategy_terms(&terms, a, s, precision),
             };
             Some(t.total().ceil() as u64)
         }
@@ -398,16 +399,18 @@ fn evidence_with(ds: &Dataset, graph_of: &mut dyn FnMut(&str) -> Option<Graph>) 
         let g = graphs
             .entry(r.graph.as_str())
             .or_insert_with(|| graph_of(r.graph.as_str()));
-        let predicted = g.as_ref().and_then(|g| {
-            predict(
-                g,
-                r.batch,
-                &spec,
-                r.simulated_bytes,
-                r.precision.activation_bytes(),
-                r.rank,
-            )
+        // The plain step's peak the formula transforms: the simulator's, else (a precision
+        // with no rule table) the six-factor plan's with the shipped factors.
+        let plain = r.simulated_bytes.or_else(|| {
+            let g = g.as_ref()?;
+            let f = ds.factors.factors(r.precision)?;
+            let feats = crate::features::features(g, r.batch, r.precision);
+            let floor = crate::plan::phase_floor(g, r.precision).bytes;
+            Some(crate::plan::estimate_floored(f, &feats, floor).ceil() as u64)
         });
+        let predicted = g
+            .as_ref()
+            .and_then(|g| predict(g, r.batch, &spec, plain, r.precision, r.rank));
         rows.push(StrategyRow {
             run_id: r.run_id.to_string(),
             file: r.file.to_string(),
@@ -417,6 +420,10 @@ fn evidence_with(ds: &Dataset, graph_of: &mut dyn FnMut(&str) -> Option<Graph>) 
             spec: spec.label(),
             strategy: match r.backend.as_deref() {
                 Some(b) => with_backend(&group(&spec), b),
+                // Another precision's rows (LoRA over a bf16 base) are a group of their own.
+                None if r.precision != crate::features::Precision::Fp32 => {
+                    format!("{} ({})", group(&spec), r.precision)
+                }
                 None => group(&spec),
             },
             rank: r.rank,
@@ -425,6 +432,9 @@ fn evidence_with(ds: &Dataset, graph_of: &mut dyn FnMut(&str) -> Option<Graph>) 
             label: match &spec {
                 RowSpec::Training(_) if r.backend.as_deref() == Some("gloo") => {
                     "measured on CPU (gloo), one process per rank"
+                }
+                RowSpec::Training(_) if r.device_kind.as_str() == "cuda" => {
+                    "measured on a GPU (CUDA caching allocator, allocated bytes)"
                 }
                 RowSpec::Training(s) if s.devices() > 1 => {
                     "one rank's layout, emulated in one process (CPU)"

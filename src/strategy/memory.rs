@@ -7,6 +7,7 @@
 //! states at its peak. Everything else is read from the graph.
 
 use super::{Kind, Strategy};
+use crate::features::Precision;
 use crate::graph::Graph;
 use serde::Serialize;
 
@@ -222,13 +223,15 @@ impl Terms {
     }
 }
 
-/// The terms of plain training with the plain activations term `activations`.
-pub fn plain_terms(g: &GraphTerms, activations: f64) -> Terms {
+/// The terms of plain training with the plain activations term `activations`, the weights,
+/// gradients and both AdamW states at `precision`'s weight element (4 bytes; 2 in pure bf16).
+pub fn plain_terms(g: &GraphTerms, activations: f64, precision: Precision) -> Terms {
     let p = g.parameters as f64;
+    let wb = precision.weight_bytes() as f64;
     Terms {
-        weights: 4.0 * p,
-        gradients: 4.0 * p,
-        optimizer: 8.0 * p,
+        weights: wb * p,
+        gradients: wb * p,
+        optimizer: 2.0 * wb * p,
         activations,
         buffers: 0.0,
         trainable_parameters: g.parameters,
@@ -243,17 +246,17 @@ pub fn adapter_parameters(g: &GraphTerms, r: u64) -> u64 {
         .sum()
 }
 
-/// The per-device terms of a strategy (`act_bytes`: bytes an activation element); a pipeline's
-/// are its worst stage's ([`strategy_terms_at`] per stage).
+/// The per-device terms of a strategy at `precision` (its activation and weight elements); a
+/// pipeline's are its worst stage's ([`strategy_terms_at`] per stage).
 pub fn strategy_terms(
     g: &GraphTerms,
     plain_activations: f64,
     s: &Strategy,
-    act_bytes: u64,
+    precision: Precision,
 ) -> Terms {
     let stages = s.part(Kind::Pp).map_or(1, |p| p.get("stages"));
     (0..stages)
-        .map(|r| strategy_terms_at(g, plain_activations, s, act_bytes, r))
+        .map(|r| strategy_terms_at(g, plain_activations, s, precision, r))
         .max_by(|a, b| a.total().total_cmp(&b.total()))
         .expect("at least one stage")
 }
@@ -263,12 +266,15 @@ pub fn strategy_terms_at(
     g: &GraphTerms,
     plain_activations: f64,
     s: &Strategy,
-    act_bytes: u64,
+    precision: Precision,
     stage: u64,
 ) -> Terms {
-    let mut t = plain_terms(g, plain_activations);
+    let mut t = plain_terms(g, plain_activations, precision);
     let p = g.parameters as f64;
-    let ab = act_bytes as f64;
+    let ab = precision.activation_bytes() as f64;
+    // The frozen base's weight element under LoRA and QLoRA (bf16 in pure bf16; the adapters
+    // are float32 either way: peft's `autocast_adapter_dtype` upcasts them over a bf16 base).
+    let wb = precision.weight_bytes() as f64;
     let targets: u64 = g
         .targets
         .iter()
@@ -291,9 +297,9 @@ pub fn strategy_terms_at(
         t.activations += adapter_acts;
         t.weights = if part.kind == Kind::Qlora {
             t.buffers += largest_target * ab;
-            4.0 * (p - targets as f64) + targets as f64 * (0.5 + 4.0 / 64.0) + 4.0 * pa
+            wb * (p - targets as f64) + targets as f64 * (0.5 + 4.0 / 64.0) + 4.0 * pa
         } else {
-            4.0 * p + 4.0 * pa
+            wb * p + 4.0 * pa
         };
     }
     if s.has(Kind::Adam8bit) {

@@ -19,10 +19,11 @@ fn header(s: &mut String, b: &Base) {
     );
     let _ = writeln!(
         s,
-        "plain       {} ({}); A = {} beyond 16 bytes a parameter",
+        "plain       {} ({}); A = {} beyond {} bytes a parameter",
         both(b.plain_estimate_bytes as f64),
         b.plain_method,
-        gb(b.plain_activations_bytes as f64)
+        gb(b.plain_activations_bytes as f64),
+        b.precision.state_bytes_per_parameter()
     );
 }
 

@@ -84,13 +84,17 @@ fn profile_table(
     profile: &str,
     title: &str,
     devices: &str,
+    borrowed_from: Option<&str>,
     verdict: Option<Method>,
     ms: &[(Method, &MethodMetrics)],
 ) -> Table {
     let band = fmt::within_band();
+    let borrowed = borrowed_from.map_or(String::new(), |from| {
+        format!(" (its factors are {from}'s: none of its rows is fitted, every one is held out)")
+    });
     let mut t = table(
         &format!("headline-{profile}"),
-        &format!("{title} ({devices}): each method over this profile's rows alone"),
+        &format!("{title} ({devices}): each method over this profile's rows alone{borrowed}"),
         vec![
             col("Method", false),
             col("Median |error|", true),
@@ -143,7 +147,12 @@ fn headline_tables(ctx: &Ctx) -> Vec<Table> {
                 .chain(HEADLINE_METHODS.into_iter().filter(|m| Some(*m) != verdict))
                 .filter_map(|m| Some((m, pf.methods.get(&m)?)))
                 .collect();
-            profile_table(p.as_str(), &title, &names, verdict, &ms)
+            let borrowed = ctx
+                .factors
+                .profiles
+                .get(p.as_str())
+                .and_then(|x| x.borrowed_from.as_deref());
+            profile_table(p.as_str(), &title, &names, borrowed, verdict, &ms)
         })
         .collect()
 }

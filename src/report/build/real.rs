@@ -34,6 +34,7 @@ pub fn view(models: &[RealModel], gpu: &[AllocatorErrors]) -> RealView {
         col("Graph", false),
         col("Code measured", false),
         col("Device", false),
+        col("Precision", false),
         col("Allocator settings", false),
         col("Parameters", true),
         col("Batches", true),
@@ -62,6 +63,7 @@ pub fn view(models: &[RealModel], gpu: &[AllocatorErrors]) -> RealView {
             Cell::text(&r.graph),
             Cell::text(&r.implementation),
             Cell::text(&r.device),
+            Cell::text(&r.precision),
             Cell::text(r.allocator.as_deref().unwrap_or(fmt::MISSING)),
             count_cell(r.parameters),
             Cell::num(batches.join(", "), r.batches.len().to_string()),
@@ -83,7 +85,7 @@ pub fn view(models: &[RealModel], gpu: &[AllocatorErrors]) -> RealView {
     let rows: usize = models.iter().map(|m| m.batches.len()).sum();
     RealView {
         intro: format!(
-            "The zoo's graphs are replayed by the harness, which builds each as its own torch model. These rows are not: each trained the model class a library builds from a Hugging Face config (data/models/measured.json; full-size where the device holds it, reduced otherwise, its replaced fields named in the graph's description), with random weights, three AdamW steps under the harness's protocol, measured in Python: on the CPU in float32 with the harness's counting allocator (python3 -m memcal_export.campaign, regime cpu-real), or on the GPU under brain-float autocast with the CUDA caching allocator's own statistics, allocated and reserved (python3 -m memcal_export.gpu, regime cuda-real; one row per model, batch and allocator setting; the rows capped at an emulated capacity are left out of this table). Each is planned from the graph memcal import hf draws from the same config (data/graphs/). They are a regime of their own that no fit sees. The simulator has no fitted factor; the plan's columns are its held-out answer on them (the factors fitted on the training regimes' rows, the zoo's, only). {}",
+            "The zoo's graphs are replayed by the harness, which builds each as its own torch model. These rows are not: each trained the model class a library builds from a Hugging Face config (data/models/measured.json; full-size where the device holds it, reduced otherwise, its replaced fields named in the graph's description), with random weights, three AdamW steps under the harness's protocol, measured in Python: on the CPU in float32 with the harness's counting allocator (python3 -m memcal_export.campaign, regime cpu-real), or on the GPU under brain-float autocast (float32 weights) or in pure bf16 (bf16 weights, gradients and AdamW states) with the CUDA caching allocator's own statistics, allocated and reserved (python3 -m memcal_export.gpu, regime cuda-real; one row per model, precision, batch and allocator setting; the rows capped at an emulated capacity are left out of this table). Each is planned from the graph memcal import hf draws from the same config (data/graphs/). They are a regime of their own that no fit sees. The simulator has no fitted factor; the plan's columns are its held-out answer on them (the factors fitted on the training regimes' rows, the zoo's, only). {}",
             match models.len() {
                 0 => "No real implementation has been measured yet.".to_string(),
                 1 => format!("{} over one real model.", fmt::runs(rows as u64)),
