@@ -78,6 +78,17 @@ pub fn phase_floor(graph: &Graph, precision: Precision) -> PhaseFloor {
     }
 }
 
+/// The six-factor plan's activation terms: Σ factor_i x feature_i over every feature but
+/// `model_state` (what a strategy formula transforms where that plan decides the plain step).
+pub fn activation_terms(factors: &[f64; N_FEATURES], features: &Features) -> f64 {
+    factors
+        .iter()
+        .zip(features.as_array())
+        .skip(1)
+        .map(|(f, x)| f * x as f64)
+        .sum()
+}
+
 /// The plan's estimate never below the phase floor: max(Σ factor_i x feature_i, floor).
 pub fn estimate_floored(factors: &[f64; N_FEATURES], features: &Features, floor: u64) -> f64 {
     estimate(factors, features).max(floor as f64)

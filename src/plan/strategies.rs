@@ -261,7 +261,7 @@ fn assumptions(q95: f64) -> Vec<String> {
     vec![
         "--batch is the batch a device runs (a data-parallel job runs it on every device); pipeline micro-batches split it".to_string(),
         "fp32 weights, gradients and AdamW states as the harness trains (bf16 autocast changes the activations only), bf16 ones under --precision bf16 (LoRA and QLoRA adapters float32 over a bf16 base, as peft makes them); 8-bit and 4-bit states where the strategy says".to_string(),
-        "A (activations and transients) = the plain plan's estimate less the model state (16 bytes a parameter; 8 in pure bf16); each strategy's formula transforms it".to_string(),
+        "A (activations and transients) = the simulator's plain peak less the model state (16 bytes a parameter; 8 in pure bf16), or, where the six-factor plan decides the plain step, its activation terms (every factor x feature but model_state's); each strategy's formula transforms it".to_string(),
         format!("bound = estimate x the larger of {q95:.2} (the plain plan's bound over its estimate: the deciding method's held-out q95, widened as `memcal plan` widens it outside the fitted range) and each measured part's own held-out q95 (measured / formula on its CPU rows); fits when bound x (1 + headroom) <= card, as `memcal plan` decides"),
         "blocks are read from node ids (`layers0`, `h3`, `encoder.layer1`); LoRA/QLoRA target every linear, attention and MoE projection matrix inside them".to_string(),
     ]
@@ -293,7 +293,16 @@ pub fn base(graph: &Graph, plain: &Plan) -> Base {
         parameters: p,
         plain_method: plain.decision.method.label().to_string(),
         plain_estimate_bytes: est.ceil() as u64,
-        plain_activations_bytes: (est - b_state * p as f64).max(0.0).ceil() as u64,
+        plain_activations_bytes: match plain.decision.method {
+            // The six-factor plan's own activation terms: its estimate less the model state
+            // would count what its model_state factor leaves out (or the floor's optimizer
+            // temporaries) as activations.
+            super::evidence::Decider::SixFactorPlan => {
+                super::decide::activation_terms(&plain.factors, &plain.features)
+            }
+            super::evidence::Decider::Simulator => (est - b_state * p as f64).max(0.0),
+        }
+        .ceil() as u64,
         q95: ratio,
         headroom: plain.headroom,
         graph_terms: memory::graph_terms(graph, plain.batch),

@@ -399,14 +399,15 @@ fn evidence_with(ds: &Dataset, graph_of: &mut dyn FnMut(&str) -> Option<Graph>) 
         let g = graphs
             .entry(r.graph.as_str())
             .or_insert_with(|| graph_of(r.graph.as_str()));
-        // The plain step's peak the formula transforms: the simulator's, else (a precision
-        // with no rule table) the six-factor plan's with the shipped factors.
+        // The plain step the formula transforms: the simulator's peak, else (a precision with
+        // no rule table) the model state plus the six-factor plan's activation terms (its
+        // shipped factors).
         let plain = r.simulated_bytes.or_else(|| {
             let g = g.as_ref()?;
             let f = ds.factors.factors(r.precision)?;
             let feats = crate::features::features(g, r.batch, r.precision);
-            let floor = crate::plan::phase_floor(g, r.precision).bytes;
-            Some(crate::plan::estimate_floored(f, &feats, floor).ceil() as u64)
+            let state = g.parameters() * r.precision.state_bytes_per_parameter();
+            Some(state + crate::plan::activation_terms(f, &feats).ceil() as u64)
         });
         let predicted = g
             .as_ref()

@@ -19,11 +19,18 @@ fn header(s: &mut String, b: &Base) {
     );
     let _ = writeln!(
         s,
-        "plain       {} ({}); A = {} beyond {} bytes a parameter",
+        "plain       {} ({}); A = {} {}",
         both(b.plain_estimate_bytes as f64),
         b.plain_method,
         gb(b.plain_activations_bytes as f64),
-        b.precision.state_bytes_per_parameter()
+        if b.plain_method == crate::plan::evidence::Decider::SixFactorPlan.label() {
+            "(its activation terms)".to_string()
+        } else {
+            format!(
+                "beyond {} bytes a parameter",
+                b.precision.state_bytes_per_parameter()
+            )
+        }
     );
 }
 
