@@ -951,7 +951,7 @@ fn join<'g>(
         textbook_bytes,
         simulated_bytes: simulated.map(|s| s.0),
         simulated_reserved_bytes: simulated.and_then(|s| s.1),
-        floor_bytes: crate::plan::phase_floor(g, precision).bytes,
+        floor_bytes: info.floor_bytes[precision as usize],
         device: names.name(&row.device.name),
         device_kind: names.name(&row.device.kind),
         harness_version: names.name(&row.tool_version),
@@ -1141,7 +1141,8 @@ pub fn load_reporting(data_dir: &Path) -> Result<(Dataset, Vec<super::scan::Skip
             parameters: g.parameters(),
             has_batch_axis: g.has_batch_axis(),
             textbook_not_applicable: baselines::textbook(&g, 1).err(),
-            floor_bytes: crate::plan::phase_floor(&g, crate::features::Precision::Fp32).bytes,
+            floor_bytes: crate::features::Precision::ALL
+                .map(|p| crate::plan::phase_floor(&g, p).bytes),
             blocks: g.blocks(),
             approximations: crate::plan::approximations(&g),
         };

@@ -149,8 +149,9 @@ pub struct GraphInfo {
     pub has_batch_axis: bool,
     /// Why the textbook formula does not apply, if it does not.
     pub textbook_not_applicable: Option<String>,
-    /// The bytes provably alive at the optimizer phase (`plan::phase_floor`) in float32.
-    pub floor_bytes: u64,
+    /// The bytes provably alive at the optimizer phase (`plan::phase_floor`), per precision
+    /// profile (indexed by `Precision as usize`).
+    pub floor_bytes: [u64; crate::features::Precision::ALL.len()],
     /// The implementation blocks its nodes use (`Op::block`), sorted and distinct.
     pub blocks: Vec<&'static str>,
     /// What the graph approximates (`plan::approximations`): its notes and generic nodes whose

@@ -186,7 +186,7 @@ pub fn dataset(
                 parameters: 0,
                 has_batch_axis: true,
                 textbook_not_applicable: Some("synthetic".into()),
-                floor_bytes: 0,
+                floor_bytes: [0; Precision::ALL.len()],
                 blocks: Vec::new(),
                 approximations: Vec::new(),
             },

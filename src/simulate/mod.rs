@@ -510,9 +510,9 @@ pub fn simulate_peak(
 /// Simulates three training steps under a strategy (`checkpoint`, `lora`, `qlora`, or
 /// `checkpoint` with one of the other two): the rule sets of [`staged`] and [`lowrank`],
 /// mirroring `memcal-measure run --strategy`; the per-rank rule sets (DDP, ZeRO-1, DeepSpeed's
-/// stages 1 and 2, FSDP, TP, PP) as rank 0 ([`simulate_rank`]). An error for a part with no
-/// rule set (DeepSpeed's ZeRO-3, 8-bit Adam), a combination no rule set covers, bf16-autocast,
-/// or a graph the harness refuses (LoRA with no target).
+/// stages 1, 2 and 3, FSDP, TP, PP) as rank 0 ([`simulate_rank`]). An error for a part with no
+/// rule set (8-bit Adam), a combination no rule set covers, bf16-autocast or bf16, or
+/// a graph the harness refuses (LoRA with no target).
 pub fn simulate_strategy(
     graph: &Graph,
     batch: u64,

@@ -213,7 +213,7 @@ impl State {
                 }
             }
         }
-        let n: Vec<u64> = params.iter().map(|p| p.bytes / 4).collect();
+        let n = super::deepspeed::elements(params);
         let a: Vec<u64> = n.iter().map(|&n| n.div_ceil(z.world) * z.world).collect();
         let s = a.iter().map(|a| a / z.world * 4).sum();
         State {
@@ -531,20 +531,29 @@ impl Sim<'_> {
         self.zero3_gather(picked, false, label);
     }
 
-    /// After node `k`'s forward: each module released (step 1: all its parameters, a storage
-    /// a saved view holds kept; later steps: what the trace does not use again soon).
+    /// After node `k`'s forward: each module released, a storage a saved view holds kept.
     pub(super) fn zero3_post_forward(&mut self, k: usize) {
         let Some(st) = self.z3() else { return };
         for m in st.node_modules[k].clone() {
-            let Some(st) = self.z3() else { return };
-            let release = if st.step == 1 {
-                st.modules[m].params.clone()
-            } else {
-                st.to_release(m, st.forward_at(m))
-            };
-            for p in release {
-                self.zero3_release(p, true);
-            }
+            self.zero3_release_module(m, true);
+        }
+    }
+
+    /// `release_sub_module` of module `m` after its forward (`forward`) or its backward: step
+    /// 1 (the trace being recorded) releases every parameter, later steps what the trace does
+    /// not use again soon ([`State::to_release`]); after a forward a storage a saved view
+    /// holds is kept to the backward.
+    fn zero3_release_module(&mut self, m: usize, forward: bool) {
+        let Some(st) = self.z3() else { return };
+        let release = if st.step == 1 {
+            st.modules[m].params.clone()
+        } else if forward {
+            st.to_release(m, st.forward_at(m))
+        } else {
+            st.to_release(m, st.backward_at(m))
+        };
+        for p in release {
+            self.zero3_release(p, forward);
         }
     }
 
@@ -599,15 +608,7 @@ impl Sim<'_> {
             return;
         }
         for &m in &mods {
-            let Some(st) = self.z3() else { return };
-            let release = if st.step == 1 {
-                st.modules[m].params.clone()
-            } else {
-                st.to_release(m, st.backward_at(m))
-            };
-            for p in release {
-                self.zero3_release(p, false);
-            }
+            self.zero3_release_module(m, false);
         }
     }
 

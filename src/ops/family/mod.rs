@@ -104,9 +104,6 @@ pub(super) fn sdpa_attends(
     })
 }
 
-/// Every fact of an op that depends on which op it is. Each family implements it for its
-/// ops; a method without a default is one every family must answer (a new family does not
-/// compile until it does).
 /// How an op can split under tensor parallelism (`simulate::tp`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TpForm {
@@ -144,6 +141,9 @@ pub(crate) fn tp_share(what: &str, n: u64, k: u64) -> Result<u64, String> {
     }
 }
 
+/// Every fact of an op that depends on which op it is. Each family implements it for its
+/// ops; a method without a default is one every family must answer (a new family does not
+/// compile until it does).
 pub(crate) trait Family: Sync {
     /// The shape rule: `out` starts as input 0's shape (`ck` checks input 0); the error says
     /// what was expected and what was found.
